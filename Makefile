@@ -1,0 +1,41 @@
+# Every target bootstraps .venv itself: a fresh machine needs only python3, pip, node/npm and make.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mcphost-installed
+NODE_STAMP := tools/node_modules/.mcphost-installed
+
+.PHONY: demo test lint bench clean venv node
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+# The MCP Inspector CLI (the TypeScript SDK's client) for the interop test; skipped where npm is absent.
+node: $(NODE_STAMP)
+
+$(NODE_STAMP): tools/package.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd tools && npm install --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.mcphost-installed; \
+	else echo "npm not found: the MCP Inspector interop test will be skipped" >&2; fi
+
+demo: $(STAMP)
+	@$(VENV)/bin/mcphost demo
+
+lint: $(STAMP)
+	@$(VENV)/bin/ruff check mcphost configgen tests bench
+	@$(VENV)/bin/ruff format --check mcphost configgen tests bench
+	@$(VENV)/bin/mypy
+
+test: $(STAMP) node lint
+	@$(PY) -m pytest
+
+bench: $(STAMP)
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	@$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) tools/node_modules .mypy_cache .ruff_cache

@@ -1,0 +1,50 @@
+"""`mcphost` command line: one subcommand per entry point, each importing its machinery lazily.
+
+Owns: argv dispatch and nothing else. `mcphost` with no subcommand is `mcphost host`.
+Must never: import a subcommand's modules before that subcommand is chosen (start-up time is
+multiplied by the number of agents on a worker), or write to stdout on the host path.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from importlib import import_module
+
+from mcphost import __version__
+
+# subcommand -> (module, one-line help); each module exposes `main(argv: list[str]) -> int`.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "host": ("mcphost.host.cli", "serve the center tools for one agent over stdio (default)"),
+    "check": ("mcphost.host.check", "preflight: read bindings, dial the center, make one call"),
+    "relay-tools": ("mcphost.relaytools.cli", "serve the agentmux relay tools over stdio"),
+    "devcenter": ("mcphost.devcenter.cli", "run the reference center (aiohttp + SQLite)"),
+    "demo": ("mcphost.demo", "drive a real host against a real reference center"),
+}
+
+
+def _usage() -> str:
+    lines = [f"usage: mcphost [{'|'.join(SUBCOMMANDS)}] [options]", ""]
+    lines += [f"  {name:<12} {text}" for name, (_mod, text) in SUBCOMMANDS.items()]
+    lines += ["", "Run `mcphost <subcommand> --help` for its options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help", "help"):
+        print(_usage(), file=sys.stderr)
+        return 0
+    if args and args[0] == "--version":
+        print(f"mcphost {__version__}", file=sys.stderr)
+        return 0
+    name = args.pop(0) if args and not args[0].startswith("-") else "host"
+    if name not in SUBCOMMANDS:
+        print(f"mcphost: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    entry: Callable[[list[str]], int] = import_module(SUBCOMMANDS[name][0]).main
+    return entry(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
