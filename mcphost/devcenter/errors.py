@@ -1,0 +1,29 @@
+"""The center's error envelope: `{"error": "<snake_code>", "message": "<what to do>"}`.
+
+Owns: `ApiError` (raised anywhere in a handler, turned into a JSON reply by the app's
+middleware) and `error_response`. Must never: put a token or a stack trace in a message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+
+class ApiError(Exception):
+    """A refusal with an HTTP status, a stable snake_case code and an actionable message."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.extra}
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": code, "message": message}, status=status)

@@ -1,0 +1,227 @@
+"""HostSurface: the catalog served over MCP for one agent, through one generic passthrough.
+
+Owns: listing (tiering: core tools plus `search_tools`, deferred tools loaded additively),
+argument validation before any I/O, identity injection (`agent_id` from the binding into every
+body), routing to the center or the runtime socket, and mapping replies to results. Tools with
+`destination="local"` are served by handlers registered in `LOCAL_HANDLERS`.
+
+Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
+client that ignores `tools/list_changed` still reaches what `search_tools` found.
+Must never: let an argument decide the identity; log the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcphost import __version__, events
+from mcphost.admin.client import AdminClient
+from mcphost.admin.target import AdminTarget
+from mcphost.binding import AgentBinding
+from mcphost.catalog import BY_NAME, CATALOG
+from mcphost.catalog.meta import SearchTools
+from mcphost.catalog.model import StrictInput, ToolDecl
+from mcphost.errors import ToolFailure
+from mcphost.host.results import failure_result, invalid_arguments, success_text
+from mcphost.mcpwire.protocol import CallContext, ToolResult, ToolSpec
+
+LocalHandler = Callable[["HostSurface", StrictInput, CallContext], Awaitable[ToolResult]]
+LOCAL_HANDLERS: dict[str, LocalHandler] = {}
+
+
+def local_handler(name: str) -> Callable[[LocalHandler], LocalHandler]:
+    def register(handler: LocalHandler) -> LocalHandler:
+        LOCAL_HANDLERS[name] = handler
+        return handler
+
+    return register
+
+
+def _spec(decl: ToolDecl) -> ToolSpec:
+    return ToolSpec(
+        name=decl.name,
+        description=decl.description,
+        input_schema=decl.input_schema,
+        annotations=decl.annotations,
+    )
+
+
+class HostSurface:
+    """The center tools for one agent."""
+
+    name = "mcphost"
+    version = __version__
+
+    def __init__(
+        self,
+        binding: AgentBinding,
+        *,
+        catalog: Sequence[ToolDecl] = CATALOG,
+    ) -> None:
+        self.binding = binding
+        self.catalog = {decl.name: decl for decl in catalog}
+        self.list_changed = binding.tier_tools
+        self.loaded: set[str] = set()
+        self.admin = AdminClient(
+            binding.target,
+            token=binding.token.reveal(),
+            pins=binding.pins,
+            generation=binding.generation,
+        )
+        self.runtime = (
+            AdminClient(AdminTarget(kind="unix", path=binding.runtime_socket))
+            if binding.runtime_socket
+            else None
+        )
+        self.instructions = (
+            f"Agent-center tools for agent {binding.agent_id}. Your identity is fixed by this "
+            "host; never pass agent_id. "
+            + (
+                "Only core tools are listed: call search_tools to find and load the others."
+                if binding.tier_tools
+                else ""
+            )
+        ).strip()
+        self._specs = {decl.name: _spec(decl) for decl in self.catalog.values()}
+
+    # -- listing --------------------------------------------------------------------------
+    def visible(self, decl: ToolDecl) -> bool:
+        if decl.name == "search_tools":
+            return self.binding.tier_tools
+        return not self.binding.tier_tools or decl.tier == "core" or decl.name in self.loaded
+
+    def list_tools(self) -> Sequence[ToolSpec]:
+        return [self._specs[d.name] for d in self.catalog.values() if self.visible(d)]
+
+    # -- calling --------------------------------------------------------------------------
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any], ctx: CallContext
+    ) -> ToolResult:
+        started = time.perf_counter()
+        decl = self.catalog.get(name)
+        try:
+            if decl is None:
+                raise ToolFailure(
+                    "unknown_tool",
+                    f"there is no tool named {name!r}; call search_tools to find the right one",
+                    {"tool": name},
+                )
+            try:
+                params = decl.input.model_validate(arguments)
+            except ValidationError as exc:
+                raise invalid_arguments(
+                    name, exc.errors(include_url=False), self.binding.agent_id
+                ) from None
+            if decl.destination == "local":
+                result = await LOCAL_HANDLERS[name](self, params, ctx)
+            else:
+                result = await self._forward(decl, params)
+        except ToolFailure as failure:
+            failure = self._explain(failure)
+            events.emit(
+                "mcp.tool.failed",
+                level="warning",
+                tool=name,
+                code=failure.code,
+                status=failure.status,
+                ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+            return failure_result(failure)
+        if events.enabled("debug"):
+            events.emit(
+                "mcp.tool.ok",
+                level="debug",
+                tool=name,
+                ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+        return result
+
+    async def _forward(self, decl: ToolDecl, params: StrictInput) -> ToolResult:
+        """The one generic passthrough: body from arguments, identity from the binding."""
+        body = params.model_dump(mode="json", exclude_none=True)
+        body["agent_id"] = self.binding.agent_id
+        client = self.admin if decl.destination == "center" else self.runtime
+        if client is None:
+            raise ToolFailure(
+                "runtime_socket_unconfigured",
+                f"{decl.name} needs this worker's agent-runtime control socket, and this host "
+                "has none: the operator must set AC_MCP_RUNTIME_SOCKET",
+                {"tool": decl.name, "variable": "AC_MCP_RUNTIME_SOCKET"},
+            )
+        reply = await client.call(decl.route, body, retry_safe=decl.read_only)
+        return ToolResult(text=success_text(reply.body))
+
+    def _explain(self, failure: ToolFailure) -> ToolFailure:
+        """Add the remedy the center cannot know about to center codes that need one."""
+        if failure.code == "stale_generation":
+            return ToolFailure(
+                "stale_generation",
+                f"this host (generation {self.binding.generation}) has been superseded by a "
+                f"newer host for agent {self.binding.agent_id}; stop using these tools — the "
+                "worker has started a replacement session",
+                {**failure.details, "center_message": failure.message},
+                status=failure.status,
+            )
+        return failure
+
+    async def aclose(self) -> None:
+        for client in (self.admin, self.runtime):
+            if client is not None:
+                await client.aclose()
+
+    def warm_up(self) -> None:
+        """Import the HTTP stack in the background so the first call does not pay for it."""
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, __import__, "aiohttp")
+
+
+@local_handler("search_tools")
+async def search_tools(surface: HostSurface, params: StrictInput, ctx: CallContext) -> ToolResult:
+    assert isinstance(params, SearchTools)
+    deferred = [d for d in surface.catalog.values() if d.tier == "deferred"]
+    unknown: list[str] = []
+    if params.names:
+        wanted = set(params.names)
+        matches = [d for d in deferred if d.name in wanted]
+        unknown = sorted(wanted - {d.name for d in surface.catalog.values()})
+        core_hits = sorted(wanted & {d.name for d in surface.catalog.values() if d.tier == "core"})
+    else:
+        terms = [t for t in (params.query or "").lower().split() if len(t) >= 2]
+
+        def hit(decl: ToolDecl) -> bool:
+            haystack = f"{decl.name} {decl.summary} {decl.description}".lower()
+            return all(term in haystack for term in terms)
+
+        matches = [d for d in deferred if hit(d)]
+        core_hits = sorted(
+            d.name
+            for d in surface.catalog.values()
+            if d.tier == "core" and d.name != "search_tools" and terms and hit(d)
+        )
+    newly = {d.name for d in matches} - surface.loaded
+    surface.loaded |= newly
+    if newly and surface.binding.tier_tools:
+        await ctx.tools_changed()
+    payload = {
+        "loaded": [
+            {"name": d.name, "description": d.description, "inputSchema": d.input_schema}
+            for d in matches
+        ],
+        "already_available": core_hits,
+        "note": (
+            "The loaded tools are callable by name now, even if your tool list does not "
+            "refresh. Loading is additive."
+            if matches
+            else "No deferred tool matched; try fewer or different words, or omit query to "
+            "list them all."
+        ),
+    }
+    if unknown:
+        payload["unknown_names"] = unknown
+    return ToolResult(text=json.dumps(payload, ensure_ascii=False))

@@ -1,0 +1,19 @@
+"""The agentmux-compatible relay tools: nine MCP tools that speak agentmux's relay wire protocol.
+
+One small module per concern:
+
+- `layout`       association (flags / env / XDG), bundle TOML membership, socket and PSK paths
+- `errors`       the stable error taxonomy and its JSON-RPC mapping
+- `params`       input schemas as data (no null unions, `additionalProperties: false`)
+- `validation`   pure request validation: the upstream order, messages and details
+- `tools`        the catalog: tool names, descriptions, kinds, commands
+- `help`         the `help` tool's documents, composed from the catalog and the schemas
+- `stream`       the one long-lived, multiplexed relay connection
+- `relaycalls`   relay request building and response mapping, per tool
+- `inscriptions` the `mcp.*` JSON-lines event records
+- `surface`      the MCP `Surface` the wire core serves
+- `cli`          argv -> layout -> `mcpwire.stdio.run`
+
+Must never: import the MCP SDK, or anything heavy at package import time (this file imports
+nothing).
+"""

@@ -1,0 +1,328 @@
+"""Where things are and who we are: roots, association, bundle membership, socket and PSK paths.
+
+Owns: resolving the configuration layers, the state root and the inscriptions root (flag > env >
+XDG > home), the association (bundle > session precedence, membership check), reading bundle
+TOML for membership and transports, the relay socket path, and reading the session PSK.
+
+Precedence (agentmux's):
+- configuration layers: `--configuration-directory` (repeatable) > `AGENTMUX_CONFIGURATION_DIRECTORY`
+  (`:`-separated) > `$XDG_CONFIG_HOME/agentmux` > `~/.config/agentmux`; first layer wins per file,
+  `bundles/` union by id.
+- state root: `--state-directory` > `AGENTMUX_STATE_DIRECTORY` > `$XDG_STATE_HOME/agentmux` >
+  `~/.local/state/agentmux`.
+- bundle: `--bundle` > `AGENTMUX_BUNDLE` > `mcp.toml` `bundle_name` > `--default-bundle`;
+  session: `--session-name` > `AGENTMUX_SESSION` > `mcp.toml` `session_name` > the member whose
+  `directory` contains the working directory.
+
+An association that was asked for explicitly (flag or env) but cannot be built becomes a
+retained *fault*: the server still starts, and relay-backed tools report the fault's code. An
+implicit one that fails leaves the server plainly unassociated.
+
+Must never: log or return the PSK; write anything; import heavy modules (tomllib is imported only
+when a TOML file is actually read).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SOCKET_NAME = "relay.sock"
+SOCKET_TRUST = "socket-trust"
+BUNDLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One `[[sessions]]` entry of a bundle: its id, display name and transport."""
+
+    id: str
+    name: str | None
+    transport: str
+    directory: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Everything the relay tools know about their place on this machine, resolved once."""
+
+    configuration_roots: tuple[Path, ...]
+    state_root: Path
+    inscriptions_root: Path
+    bundle: str | None = None
+    session: str | None = None
+    reason: str = "unassociated"
+    fault: Fault | None = None
+    members: tuple[Member, ...] = field(default=())
+
+    @property
+    def associated(self) -> bool:
+        return self.bundle is not None and self.session is not None and self.fault is None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_root / SOCKET_NAME
+
+    @property
+    def principal_id(self) -> str:
+        return f"{self.session}@{self.bundle}"
+
+    def psk_path(self) -> Path | None:
+        if self.bundle is None or self.session is None:
+            return None
+        return self.state_root / "bundles" / self.bundle / "sessions" / self.session / "identity.psk"
+
+    def identity_token(self) -> str:
+        """The session PSK (trimmed) if its file exists and is non-empty, else `socket-trust`."""
+        path = self.psk_path()
+        if path is None:
+            return SOCKET_TRUST
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return SOCKET_TRUST
+        return token or SOCKET_TRUST
+
+    def configured_bundles(self) -> list[str]:
+        """Every bundle id across the configuration layers, sorted lexicographically."""
+        ids: set[str] = set()
+        for root in self.configuration_roots:
+            directory = root / "bundles"
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                stem = name[:-5] if name.endswith(".toml") else ""
+                if is_bundle_name(stem):
+                    ids.add(stem)
+        return sorted(ids)
+
+
+def is_bundle_name(name: str) -> bool:
+    return bool(BUNDLE_NAME.fullmatch(name)) and name not in (".", "..")
+
+
+# -- roots -----------------------------------------------------------------------------------
+
+
+def configuration_roots(flags: Sequence[str], env: Mapping[str, str]) -> tuple[Path, ...]:
+    if flags:
+        return tuple(_absolute(p) for p in flags)
+    value = env.get("AGENTMUX_CONFIGURATION_DIRECTORY", "")
+    parts = [p for p in value.split(":") if p]
+    if parts:
+        return tuple(_absolute(p) for p in parts)
+    return (_xdg(env, "XDG_CONFIG_HOME", ".config") / "agentmux",)
+
+
+def state_root(flag: str | None, env: Mapping[str, str]) -> Path:
+    if flag:
+        return _absolute(flag)
+    value = env.get("AGENTMUX_STATE_DIRECTORY")
+    if value:
+        return _absolute(value)
+    return _xdg(env, "XDG_STATE_HOME", ".local/state") / "agentmux"
+
+
+def _xdg(env: Mapping[str, str], name: str, fallback: str) -> Path:
+    value = env.get(name)
+    if value and os.path.isabs(value):
+        return Path(value)
+    home = env.get("HOME") or os.path.expanduser("~")
+    return Path(home) / fallback
+
+
+def _absolute(path: str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(path)))
+
+
+# -- TOML ------------------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _load_toml(path: Path) -> dict[str, Any] | None:
+    """The parsed file, None if it does not exist; `ConfigError` if unreadable or invalid."""
+    import tomllib
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(
+            "validation_unreadable_configuration_layer", f"cannot read {path}: {exc}"
+        ) from exc
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            "validation_invalid_arguments", f"bundle configuration is invalid: {path}: {exc}"
+        ) from exc
+
+
+def _first_file(roots: Sequence[Path], relative: str) -> dict[str, Any] | None:
+    for root in roots:
+        doc = _load_toml(root / relative)
+        if doc is not None:
+            return doc
+    return None
+
+
+def coder_transports(roots: Sequence[Path]) -> dict[str, str]:
+    """coder id -> transport (`tmux` | `acp` | `pty`) from the first `coders.toml`."""
+    try:
+        doc = _first_file(roots, "coders.toml")
+    except ConfigError:
+        return {}
+    out: dict[str, str] = {}
+    for coder in (doc or {}).get("coders", []) or []:
+        if isinstance(coder, dict) and isinstance(coder.get("id"), str):
+            for transport in ("tmux", "acp", "pty"):
+                if transport in coder:
+                    out[coder["id"]] = transport
+    return out
+
+
+def load_members(roots: Sequence[Path], bundle: str) -> tuple[Member, ...] | None:
+    """The bundle's members in file order, or None when no layer configures the bundle."""
+    doc = _first_file(roots, f"bundles/{bundle}.toml")
+    if doc is None:
+        return None
+    transports: dict[str, str] | None = None
+    members: list[Member] = []
+    for entry in doc.get("sessions", []) or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        if "ui" in entry:
+            transport = "ui"
+        elif "pubsub" in entry:
+            transport = "pubsub"
+        else:
+            if transports is None:
+                transports = coder_transports(roots)
+            transport = transports.get(str(entry.get("coder", "")), "tmux")
+        name = entry.get("name")
+        directory = entry.get("directory")
+        members.append(
+            Member(
+                id=entry["id"],
+                name=name if isinstance(name, str) else None,
+                transport=transport,
+                directory=directory if isinstance(directory, str) else None,
+            )
+        )
+    return tuple(members)
+
+
+# -- association -----------------------------------------------------------------------------
+
+
+def _mcp_overrides(roots: Sequence[Path]) -> dict[str, str]:
+    try:
+        doc = _first_file(roots, "mcp.toml") or {}
+    except ConfigError:
+        return {}
+    out: dict[str, str] = {}
+    for key in ("bundle_name", "session_name"):
+        value = doc.get(key, doc.get(key.replace("_", "-")))
+        if isinstance(value, str) and value:
+            out[key] = value
+    return out
+
+
+def _session_from_directory(members: Sequence[Member], cwd: str) -> str | None:
+    here = os.path.realpath(cwd)
+    matches = []
+    for member in members:
+        if not member.directory:
+            continue
+        directory = os.path.realpath(os.path.expanduser(member.directory))
+        if here == directory or here.startswith(directory.rstrip("/") + "/"):
+            matches.append(member.id)
+    if len(matches) > 1:
+        raise ConfigError(
+            "validation_ambiguous_sender",
+            f"working directory {here} matches several sessions: {', '.join(matches)}",
+        )
+    return matches[0] if matches else None
+
+
+def resolve(
+    *,
+    bundle_flag: str | None = None,
+    session_flag: str | None = None,
+    default_bundle: str | None = None,
+    configuration_flags: Sequence[str] = (),
+    state_flag: str | None = None,
+    inscriptions_flag: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> Layout:
+    """Resolve roots and association. Never raises: failures become a `Fault` or unassociation."""
+    env = os.environ if env is None else env
+    roots = configuration_roots(configuration_flags, env)
+    state = state_root(state_flag, env)
+    inscriptions = _absolute(inscriptions_flag) if inscriptions_flag else state / "inscriptions"
+    base = {"configuration_roots": roots, "state_root": state, "inscriptions_root": inscriptions}
+
+    overrides = _mcp_overrides(roots)
+    bundle = bundle_flag or env.get("AGENTMUX_BUNDLE") or None
+    explicit = bundle is not None
+    bundle = bundle or overrides.get("bundle_name") or default_bundle
+    session = session_flag or env.get("AGENTMUX_SESSION") or None
+    explicit = explicit or session is not None
+    session = session or overrides.get("session_name")
+
+    def fail(code: str, message: str) -> Layout:
+        if explicit:
+            return Layout(
+                **base, bundle=bundle, session=session, reason="fault", fault=Fault(code, message)
+            )
+        return Layout(**base, reason="unassociated")
+
+    if bundle is None:
+        if session is not None:
+            return fail(
+                "validation_unknown_bundle",
+                "a session was given but no bundle; pass --bundle or set AGENTMUX_BUNDLE",
+            )
+        return Layout(**base, reason="no_bundle")
+    if not is_bundle_name(bundle):
+        return fail("validation_invalid_params", "bundle_name contains unsupported characters")
+    try:
+        members = load_members(roots, bundle)
+    except ConfigError as exc:
+        return fail(exc.code, exc.message)
+    if members is None:
+        where = ", ".join(str(r / "bundles") for r in roots)
+        return fail("validation_unknown_bundle", f"bundle '{bundle}' is not configured under {where}")
+    if session is None:
+        try:
+            session = _session_from_directory(members, cwd or os.getcwd())
+        except ConfigError as exc:
+            return fail(exc.code, exc.message)
+        if session is None:
+            return Layout(**base, bundle=bundle, members=members, reason="no_session")
+    if session not in {m.id for m in members}:
+        return fail(
+            "validation_unknown_sender",
+            f"session '{session}' is not a member of bundle '{bundle}'",
+        )
+    return Layout(**base, bundle=bundle, session=session, members=members, reason="associated")

@@ -1,0 +1,410 @@
+"""Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
+
+Owns: the upstream validation order for every tool (unknown fields -> JSON types -> per-tool
+rules), the exact codes, messages and details, the meta-tool `args` parsing rules, the
+`new`/`change` destination mapping, and `send` target qualification.
+
+Validation runs before the association guard and before any relay traffic, so a malformed call
+never touches the relay and gets the same answer whether or not the server is associated.
+
+Must never: do I/O, consult the association (the caller passes the bundle where needed), or
+perform authorization (the relay is the sole decision point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcphost.relaytools import params as P
+from mcphost.relaytools.errors import (
+    ToolFailure,
+    invalid_args,
+    invalid_params,
+    unknown_fields,
+)
+from mcphost.relaytools.layout import is_bundle_name
+
+# -- typed requests --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListPrincipals:
+    namespace: str | None  # None = the home bundle
+
+
+@dataclass(frozen=True, slots=True)
+class ListDecisions:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    message: str
+    targets: tuple[str, ...]
+    broadcast: bool
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    target_session: str
+    lines: int | None
+    offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Raww:
+    target_session: str
+    text: str
+    no_enter: bool
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Choose:
+    choice_request_id: str
+    outcome: str
+    option_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Updown:
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewPeer:
+    principal_id: str
+    scope: str | None
+    destination: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePsk:
+    principal_id: str
+    destination: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Help:
+    query: str
+
+
+# -- generic checks --------------------------------------------------------------------------
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+_EXPECTED = {
+    "string": "a string",
+    "boolean": "a boolean",
+    "integer": "a non-negative integer",
+    "array": "an array of strings",
+    "object": "a JSON object",
+}
+
+
+def _matches(value: Any, schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "array":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "object":
+        return isinstance(value, dict)
+    return True
+
+
+def _type_mismatch(
+    values: Mapping[str, Any], schema: Mapping[str, Any]
+) -> tuple[str, str, str] | None:
+    """The first (field, expected, got) whose JSON type is wrong; null counts as absent."""
+    for name, spec in schema["properties"].items():
+        value = values.get(name)
+        if value is None or _matches(value, spec):
+            continue
+        got = json_type(value)
+        if spec.get("type") == "array" and isinstance(value, list):
+            got = "an array with a non-string item"
+        return name, _EXPECTED.get(spec.get("type", ""), "a value"), got
+    return None
+
+
+def check_fields(arguments: Mapping[str, Any], tool: str) -> None:
+    """Unknown top-level fields, then JSON types, for one tool's parameters."""
+    schema = P.TOOL_PARAMS[tool]
+    extra = [k for k in arguments if k not in schema["properties"]]
+    if extra:
+        raise unknown_fields(f"{tool} request", extra)
+    mismatch = _type_mismatch(arguments, schema)
+    if mismatch is not None:
+        name, expected, got = mismatch
+        raise invalid_params(
+            f"invalid type for {name}: expected {expected}, got {got}",
+            {"field": name, "expected": expected, "got": got},
+        )
+
+
+def parse_args(
+    raw: Any, schema: Mapping[str, Any], context: str, label: str, help_query: str
+) -> dict[str, Any]:
+    """A meta-tool's `args`: null/absent/{} -> {}; a non-object or bad field is refused."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise invalid_args(label, f"args must be a JSON object, got {json_type(raw)}", help_query)
+    extra = [f"args.{k}" for k in raw if k not in schema["properties"]]
+    if extra:
+        raise unknown_fields(context, extra)
+    mismatch = _type_mismatch(raw, schema)
+    if mismatch is not None:
+        name, expected, got = mismatch
+        raise invalid_args(label, f"args.{name}: expected {expected}, got {got}", help_query)
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def _command(arguments: Mapping[str, Any], allowed: tuple[str, ...], message: str) -> str:
+    command = arguments.get("command")
+    if not isinstance(command, str) or command not in allowed:
+        raise invalid_params(message, {"command": command})
+    return command
+
+
+def _blank(value: Any) -> bool:
+    return not isinstance(value, str) or not value.strip()
+
+
+# -- per tool --------------------------------------------------------------------------------
+
+
+def validate_list(arguments: Mapping[str, Any]) -> ListPrincipals | ListDecisions:
+    extra = [k for k in arguments if k not in P.LIST_PARAMS["properties"]]
+    if extra:
+        raise unknown_fields("list request", extra)
+    command = _command(
+        arguments, P.LIST_COMMANDS, 'command must be "principals" or "decisions"'
+    )
+    if command == "decisions":
+        parse_args(
+            arguments.get("args"),
+            P.LIST_DECISIONS_ARGS,
+            "list decisions command",
+            "list decisions",
+            "list.decisions",
+        )
+        return ListDecisions()
+    args = parse_args(
+        arguments.get("args"),
+        P.LIST_PRINCIPALS_ARGS,
+        "list principals command",
+        "list",
+        "list.principals",
+    )
+    namespace = args.get("namespace") or None
+    if namespace is None:
+        return ListPrincipals(None)
+    if namespace in P.RESERVED_NAMESPACES:
+        raise invalid_params(
+            'namespace must be a bundle name, "GLOBAL", or "*"', {"namespace": namespace}
+        )
+    if namespace not in (P.GLOBAL, P.FAN_OUT) and not is_bundle_name(namespace):
+        raise invalid_params(
+            "bundle_name contains unsupported characters", {"bundle_name": namespace}
+        )
+    return ListPrincipals(namespace)
+
+
+def validate_help(arguments: Mapping[str, Any]) -> Help:
+    check_fields(arguments, "help")
+    query = arguments.get("query")
+    return Help(query.strip() if isinstance(query, str) else "")
+
+
+def validate_send(arguments: Mapping[str, Any]) -> Send:
+    check_fields(arguments, "send")
+    message = arguments.get("message")
+    if _blank(message):
+        raise ToolFailure("validation_invalid_arguments", "message must be non-empty")
+    targets = tuple(arguments.get("targets") or ())
+    broadcast = bool(arguments.get("broadcast") or False)
+    if broadcast and targets:
+        raise ToolFailure(
+            "validation_conflicting_targets", "targets must be empty when broadcast=true"
+        )
+    if not broadcast and not targets:
+        raise ToolFailure(
+            "validation_empty_targets", "provide at least one target or set broadcast=true"
+        )
+    for target in targets:
+        if not target.strip():
+            raise ToolFailure(
+                "validation_unknown_target", "each target must be non-empty", {"target": target}
+            )
+    request_id = arguments.get("request_id")
+    assert isinstance(message, str)
+    return Send(message, targets, broadcast, request_id)
+
+
+def _target(arguments: Mapping[str, Any]) -> str:
+    target = arguments.get("target_session")
+    if _blank(target):
+        raise ToolFailure("validation_unknown_target", "target_session must be non-empty")
+    assert isinstance(target, str)
+    return target.strip()
+
+
+def validate_look(arguments: Mapping[str, Any]) -> Look:
+    check_fields(arguments, "look")
+    target = _target(arguments)
+    lines = arguments.get("lines")
+    if lines is not None and not (P.LOOK_LINES_MIN <= lines <= P.LOOK_LINES_MAX):
+        raise ToolFailure(
+            "validation_invalid_lines",
+            f"lines must be between {P.LOOK_LINES_MIN} and {P.LOOK_LINES_MAX}",
+            {"lines": lines, "min": P.LOOK_LINES_MIN, "max": P.LOOK_LINES_MAX},
+        )
+    offset = arguments.get("offset")
+    if offset is not None and offset < 0:
+        raise invalid_params(
+            "offset must be a non-negative integer", {"field": "offset", "offset": offset}
+        )
+    return Look(target, lines, offset)
+
+
+def validate_raww(arguments: Mapping[str, Any]) -> Raww:
+    check_fields(arguments, "raww")
+    target = _target(arguments)
+    text = arguments.get("text")
+    if not isinstance(text, str):
+        raise invalid_params("text is required", {"field": "text"})
+    return Raww(
+        target, text, bool(arguments.get("no_enter") or False), arguments.get("request_id")
+    )
+
+
+def validate_choose(arguments: Mapping[str, Any]) -> Choose:
+    check_fields(arguments, "choose")
+    choice = arguments.get("choice_request_id")
+    if _blank(choice):
+        raise invalid_params(
+            "choice_request_id must be a non-empty string", {"field": "choice_request_id"}
+        )
+    outcome_message = 'outcome must be "selected" or "cancelled"'
+    raw_outcome = arguments.get("outcome")
+    if raw_outcome is None:
+        raise invalid_params(outcome_message, {"field": "outcome"})
+    outcome = raw_outcome.strip()
+    if outcome not in P.CHOOSE_OUTCOMES:
+        raise invalid_params(outcome_message, {"field": "outcome", "value": raw_outcome})
+    option = arguments.get("option_id")
+    if outcome == "selected" and _blank(option):
+        raise invalid_params(
+            "selected outcome requires explicit non-empty option_id",
+            {"field": "option_id", "outcome": "selected"},
+        )
+    if outcome == "cancelled" and option is not None:
+        raise invalid_params(
+            "cancelled outcome must omit option_id",
+            {"field": "option_id", "outcome": "cancelled"},
+        )
+    assert isinstance(choice, str)
+    return Choose(choice.strip(), outcome, option.strip() if isinstance(option, str) else None)
+
+
+def validate_updown(arguments: Mapping[str, Any]) -> Updown:
+    extra = [k for k in arguments if k not in P.UPDOWN_PARAMS["properties"]]
+    if extra:
+        raise unknown_fields("updown request", extra)
+    command = _command(arguments, P.UPDOWN_COMMANDS, 'updown command must be "up" or "down"')
+    parse_args(
+        arguments.get("args"), P.UPDOWN_ARGS, f"updown {command} command", "updown", f"updown.{command}"
+    )
+    return Updown(command)
+
+
+def destination(args: Mapping[str, Any]) -> dict[str, Any]:
+    """`output_path` present (even "") -> path; `write_to_config` true -> config; else response."""
+    has_path = "output_path" in args
+    to_config = bool(args.get("write_to_config"))
+    if has_path and to_config:
+        raise invalid_params(
+            "output_path and write_to_config are mutually exclusive; pass at most one",
+            {"fields": ["args.output_path", "args.write_to_config"]},
+        )
+    if has_path:
+        return {"kind": "path", "path": args["output_path"]}
+    if to_config:
+        return {"kind": "config"}
+    return {"kind": "response"}
+
+
+def _principal(args: Mapping[str, Any], command: str) -> str:
+    principal = args.get("principal_id")
+    if _blank(principal):
+        raise invalid_params(
+            f"principal_id is required for {command}", {"field": "args.principal_id"}
+        )
+    assert isinstance(principal, str)
+    return principal.strip()
+
+
+def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
+    extra = [k for k in arguments if k not in P.NEW_PARAMS["properties"]]
+    if extra:
+        raise unknown_fields("new request", extra)
+    _command(arguments, P.NEW_COMMANDS, 'new command must be "peer"')
+    args = parse_args(
+        arguments.get("args"), P.NEW_PEER_ARGS, "new peer command", "new peer", "new.peer"
+    )
+    principal = _principal(args, "new peer")
+    target = destination(args)
+    return NewPeer(principal, args.get("scope"), target)
+
+
+def validate_change(arguments: Mapping[str, Any]) -> ChangePsk:
+    extra = [k for k in arguments if k not in P.CHANGE_PARAMS["properties"]]
+    if extra:
+        raise unknown_fields("change request", extra)
+    _command(arguments, P.CHANGE_COMMANDS, 'change command must be "psk"')
+    args = parse_args(
+        arguments.get("args"), P.CHANGE_PSK_ARGS, "change psk command", "change psk", "change.psk"
+    )
+    principal = _principal(args, "change psk")
+    return ChangePsk(principal, destination(args))
+
+
+# -- target qualification --------------------------------------------------------------------
+
+
+def qualify_target(target: str, bundle: str | None) -> str:
+    """`id@ns` passes verbatim; a bare id borrows the associated bundle; no bundle -> refused."""
+    if "@" in target:
+        return target
+    if not bundle:
+        raise ToolFailure(
+            "validation_unqualified_target",
+            "target must be a fully-qualified principal id (id@namespace); a relay-wide "
+            "MCP server cannot infer a bundle namespace",
+            {"target": target},
+        )
+    return f"{target}@{bundle}"
