@@ -13,7 +13,9 @@ from typing import Literal
 
 EXPECTED = "unix:/absolute/path.sock, /absolute/path.sock, or tcp://host:port"
 
-_HOSTPORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>\d{1,5})")
+_HOSTPORT = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>\d{1,5})"
+)
 
 
 class TargetError(ValueError):

@@ -22,9 +22,7 @@ class SearchTools(StrictInput):
             "omit to list every deferred tool."
         ),
     )
-    names: list[Name] | None = Field(
-        None, max_length=64, description="Exact tool names to load."
-    )
+    names: list[Name] | None = Field(None, max_length=64, description="Exact tool names to load.")
 
 
 SEARCH_TOOLS = ToolDecl(

@@ -28,8 +28,10 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 0
     if argv:
-        print(f"mcphost host: unexpected arguments {argv!r}; configure with AC_MCP_* variables",
-              file=sys.stderr)
+        print(
+            f"mcphost host: unexpected arguments {argv!r}; configure with AC_MCP_* variables",
+            file=sys.stderr,
+        )
         return 2
     from mcphost.binding import AgentBinding, BindingError
 

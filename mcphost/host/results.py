@@ -8,6 +8,7 @@ Must never: produce invalid JSON from valid JSON, or drop the fact that somethin
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcphost.errors import ToolFailure
@@ -103,7 +104,7 @@ def failure_result(failure: ToolFailure) -> ToolResult:
 IDENTITY_FIELDS = frozenset({"agent_id", "agentid", "agent", "agent_root", "worker_id"})
 
 
-def invalid_arguments(tool: str, errors: list[dict[str, Any]], agent_id: str) -> ToolFailure:
+def invalid_arguments(tool: str, errors: Sequence[Mapping[str, Any]], agent_id: str) -> ToolFailure:
     """pydantic validation errors -> one `invalid_arguments` failure naming every field."""
     fields: list[dict[str, Any]] = []
     for error in errors:

@@ -24,7 +24,7 @@ from mcphost import __version__, events
 from mcphost.admin.client import AdminClient
 from mcphost.admin.target import AdminTarget
 from mcphost.binding import AgentBinding
-from mcphost.catalog import BY_NAME, CATALOG
+from mcphost.catalog import CATALOG
 from mcphost.catalog.meta import SearchTools
 from mcphost.catalog.model import StrictInput, ToolDecl
 from mcphost.errors import ToolFailure
@@ -55,8 +55,10 @@ def _spec(decl: ToolDecl) -> ToolSpec:
 class HostSurface:
     """The center tools for one agent."""
 
-    name = "mcphost"
-    version = __version__
+    name: str = "mcphost"
+    version: str = __version__
+    instructions: str | None
+    list_changed: bool
 
     def __init__(
         self,

@@ -63,7 +63,7 @@ class _Wire:
             )
         except ValueError:  # a regular file: plain blocking writes are fine there
             return
-        self._writer = asyncio.StreamWriter(transport, protocol, None, loop)  # type: ignore[arg-type]
+        self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
 
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed:
@@ -166,7 +166,9 @@ class StdioServer:
         request_id = message["id"]
         if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
             self._spawn(
-                self._error(None, INVALID_REQUEST, "Invalid Request", "id must be a string or integer")
+                self._error(
+                    None, INVALID_REQUEST, "Invalid Request", "id must be a string or integer"
+                )
             )
             return
         params = message.get("params")
@@ -181,9 +183,16 @@ class StdioServer:
                 return
             task = asyncio.ensure_future(self._call_tool(request_id, params))
             self.inflight[request_id] = task
-            task.add_done_callback(lambda _t, rid=request_id: self.inflight.pop(rid, None))
+            task.add_done_callback(self._forget(request_id))
             return
         self._spawn(self._answer_simple(request_id, method, params))
+
+    def _forget(self, request_id: Any) -> Callable[[asyncio.Task[None]], None]:
+        def forget(task: asyncio.Task[None]) -> None:
+            if self.inflight.get(request_id) is task:
+                del self.inflight[request_id]
+
+        return forget
 
     def on_overlong(self) -> None:
         events.emit("mcp.wire.line_too_long", level="warning", limit_bytes=MAX_LINE_BYTES)
@@ -279,9 +288,7 @@ class StdioServer:
     async def _result(self, request_id: Any, result: dict[str, Any]) -> None:
         await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
-    async def _error(
-        self, request_id: Any, code: int, message: str, data: Any = None
-    ) -> None:
+    async def _error(self, request_id: Any, code: int, message: str, data: Any = None) -> None:
         await self._send(
             {"jsonrpc": "2.0", "id": request_id, "error": RpcError(code, message, data).wire()}
         )
