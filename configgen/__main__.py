@@ -1,0 +1,5 @@
+import sys
+
+from configgen.cli import main
+
+sys.exit(main())

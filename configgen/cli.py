@@ -1,0 +1,206 @@
+"""`configgen <client> [options] [--out PATH] [--merge PATH] [--force] [--from-env]`.
+
+Owns: argv -> `AgentConfig` -> bytes -> stdout or a private file. Center bindings come from
+options, from the current `AC_MCP_*` environment (`--from-env`), or both (options win); they
+are validated with the host's grammar. Every error is one stderr line and exit status 2.
+Must never: print the token (stdout carries the config, which may hold it, only without --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from configgen import generate
+from configgen.clients import CLIENTS
+from configgen.files import read_existing, write_private
+from configgen.model import (
+    CENTER_NAME,
+    RELAY_NAME,
+    AgentConfig,
+    CenterBinding,
+    ConfigError,
+    RelayBinding,
+)
+from mcphost import binding as grammar
+
+# option dest -> the AC_MCP_* variable it sets
+_CENTER_OPTIONS = {
+    "agent_id": grammar.AGENT_ID,
+    "admin_url": grammar.ADMIN_URL,
+    "token_file": grammar.WORKER_TOKEN_FILE,
+    "fingerprint": grammar.SERVER_FINGERPRINT,
+    "agent_root": grammar.AGENT_ROOT,
+    "runtime_socket": grammar.RUNTIME_SOCKET,
+    "tier_tools": grammar.TIER_TOOLS,
+    "generation": grammar.GENERATION,
+}
+_FLAG = {variable: "--" + dest.replace("_", "-") for dest, variable in _CENTER_OPTIONS.items()}
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see configgen --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="configgen",
+        description="Write an MCP client config holding the agent-center host and the relay tools.",
+        epilog="Clients: "
+        + "; ".join(f"{f.name} = {f.title} ({f.where})" for f in CLIENTS.values()),
+    )
+    p.add_argument("client", choices=list(CLIENTS), help="which client's format to write")
+    c = p.add_argument_group("center host bindings (the AC_MCP_* variables)")
+    c.add_argument(
+        "--from-env", action="store_true", help="start from the current AC_MCP_* environment"
+    )
+    c.add_argument("--agent-id", help=grammar.AGENT_ID)
+    c.add_argument(
+        "--admin-url", help=f"{grammar.ADMIN_URL}: unix:/abs/path.sock or tcp://host:port"
+    )
+    c.add_argument(
+        "--token-file",
+        help=f"{grammar.WORKER_TOKEN_FILE}: the host reads the token from this 0600 file "
+        "(the config then holds no secret)",
+    )
+    c.add_argument(
+        "--fingerprint",
+        action="append",
+        help=f"{grammar.SERVER_FINGERPRINT}: the center's certificate pin; repeat for a pin set",
+    )
+    c.add_argument("--agent-root", help=f"{grammar.AGENT_ROOT}: absolute workspace root")
+    c.add_argument("--runtime-socket", help=f"{grammar.RUNTIME_SOCKET}: absolute socket path")
+    c.add_argument(
+        "--tier-tools",
+        help=f"{grammar.TIER_TOOLS}: true/false (default: false for codex, else true)",
+    )
+    c.add_argument("--generation", help=f"{grammar.GENERATION}: a non-negative integer")
+    c.add_argument("--no-center", action="store_true", help="leave the center host out")
+    r = p.add_argument_group("relay tools (added when --bundle is given)")
+    r.add_argument("--bundle", help="the relay bundle")
+    r.add_argument("--session-name", help="the relay session this agent speaks for")
+    r.add_argument("--configuration-directory", action="append", default=[], help="repeatable")
+    r.add_argument("--state-directory")
+    r.add_argument("--inscriptions-directory")
+    r.add_argument(
+        "--upstream-agentmux",
+        action="store_true",
+        help="launch upstream's `agentmux host mcp` instead of `mcphost relay-tools`",
+    )
+    s = p.add_argument_group("launch")
+    s.add_argument("--mcphost-command", help="absolute path (default: the installed mcphost)")
+    s.add_argument("--agentmux-command", help="absolute path (default: agentmux on PATH)")
+    s.add_argument("--center-name", default=CENTER_NAME, help=f"default {CENTER_NAME}")
+    s.add_argument("--relay-name", default=RELAY_NAME, help=f"default {RELAY_NAME}")
+    s.add_argument("--startup-timeout-sec", type=int, default=30, help="codex (default 30)")
+    s.add_argument("--tool-timeout-sec", type=int, default=300, help="codex, gemini (default 300)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", help="write here (atomically, mode 0600) instead of stdout")
+    o.add_argument(
+        "--merge",
+        metavar="PATH",
+        help="add/replace our servers in this existing config (a missing file counts as empty)",
+    )
+    o.add_argument(
+        "--force", action="store_true", help="with --merge: replace servers we did not write"
+    )
+    return p
+
+
+def _center(args: argparse.Namespace) -> CenterBinding | None:
+    given = {
+        dest: getattr(args, dest) for dest in _CENTER_OPTIONS if getattr(args, dest) is not None
+    }
+    if args.no_center:
+        if given:
+            raise UsageError(f"--no-center with --{next(iter(given)).replace('_', '-')}")
+        return None
+    if not given and not args.from_env:
+        return None
+    env: dict[str, str] = {}
+    if args.from_env:
+        env = {k: v for k, v in os.environ.items() if k.startswith(grammar.PREFIX)}
+    if "token_file" in given:  # the file replaces an inherited inline token
+        env.pop(grammar.WORKER_TOKEN, None)
+    if "fingerprint" in given:
+        given["fingerprint"] = ",".join(given["fingerprint"])
+    env.update({_CENTER_OPTIONS[dest]: value for dest, value in given.items()})
+    try:
+        return CenterBinding.from_env(env)
+    except ConfigError as exc:
+        flag = _FLAG.get(exc.field)
+        raise ConfigError(exc.field, f"{exc} ({flag})" if flag else str(exc)) from None
+
+
+def _relay(args: argparse.Namespace) -> RelayBinding | None:
+    if args.bundle is None and args.session_name is None:
+        extras = args.configuration_directory or args.state_directory or args.inscriptions_directory
+        if extras or args.upstream_agentmux:
+            raise UsageError("relay options need --bundle and --session-name")
+        return None
+    if args.bundle is None or args.session_name is None:
+        raise UsageError("the relay needs both --bundle and --session-name")
+    return RelayBinding(
+        bundle=args.bundle,
+        session_name=args.session_name,
+        configuration_directories=tuple(args.configuration_directory),
+        state_directory=args.state_directory,
+        inscriptions_directory=args.inscriptions_directory,
+        upstream=args.upstream_agentmux,
+    )
+
+
+def run(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    if args.force and not args.merge:
+        raise UsageError("--force only makes sense with --merge")
+    center, relay = _center(args), _relay(args)
+    if center is None and relay is None:
+        raise UsageError(
+            "nothing to generate: give center bindings (--agent-id/--admin-url or --from-env) "
+            "and/or a relay (--bundle/--session-name)"
+        )
+    config = AgentConfig(
+        center=center,
+        relay=relay,
+        mcphost=args.mcphost_command,
+        agentmux=args.agentmux_command,
+        center_name=args.center_name,
+        relay_name=args.relay_name,
+        startup_timeout_sec=args.startup_timeout_sec,
+        tool_timeout_sec=args.tool_timeout_sec,
+    )
+    existing = read_existing(args.merge) if args.merge else None
+    data = generate(args.client, config, existing=existing, force=args.force)
+    if args.out:
+        write_private(args.out, data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except (ConfigError, UsageError) as exc:
+        print(f"configgen: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"configgen: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
+            file=sys.stderr,
+        )
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
