@@ -31,14 +31,18 @@ class Faults:
             raise ApiError(400, "invalid_input", "faults must be a JSON object")
         unknown = set(raw) - {"delay_ms", "status", "big_result_bytes"}
         if unknown:
-            raise ApiError(400, "invalid_input", f"unknown fault kind(s): {', '.join(sorted(unknown))}")
+            raise ApiError(
+                400, "invalid_input", f"unknown fault kind(s): {', '.join(sorted(unknown))}"
+            )
         out = cls()
         for kind in ("delay_ms", "big_result_bytes"):
             table = raw.get(kind) or {}
             if not isinstance(table, dict) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in table.values()
             ):
-                raise ApiError(400, "invalid_input", f"{kind} must map route names to integers >= 0")
+                raise ApiError(
+                    400, "invalid_input", f"{kind} must map route names to integers >= 0"
+                )
             setattr(out, kind, {str(k): int(v) for k, v in table.items()})
         for route, spec in (raw.get("status") or {}).items():
             if (
@@ -48,7 +52,9 @@ class Faults:
                 or not 400 <= spec[0] <= 599
                 or not isinstance(spec[1], str)
             ):
-                raise ApiError(400, "invalid_input", "status must map route names to [STATUS 400-599, 'code']")
+                raise ApiError(
+                    400, "invalid_input", "status must map route names to [STATUS 400-599, 'code']"
+                )
             out.status[str(route)] = (spec[0], spec[1])
         return out
 

@@ -13,16 +13,14 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from mcphost.devcenter import ids, specs
+from mcphost.devcenter.center import CENTER_KEY, Center
 from mcphost.devcenter.errors import ApiError
 from mcphost.devcenter.tools import FILE_URI_PREFIX, add_reference, file_reachable, require_scope
-
-if TYPE_CHECKING:
-    from mcphost.devcenter.app import Center
 
 CHUNK = 64 * 1024
 
@@ -30,14 +28,16 @@ CHUNK = 64 * 1024
 def _owned_transfer(center: Center, transfer_id: str, agent_id: str) -> dict[str, Any]:
     transfer = center.store.transfer(transfer_id)
     if transfer is None:
-        raise ApiError(404, "not_found", f"transfer {transfer_id!r} does not exist; call upload_file first")
+        raise ApiError(
+            404, "not_found", f"transfer {transfer_id!r} does not exist; call upload_file first"
+        )
     if transfer["agent_id"] != agent_id:
         raise ApiError(403, "session_not_owned", "this upload session belongs to another agent")
     return transfer
 
 
 async def put_transfer(request: web.Request) -> web.Response:
-    center: Center = request.app["center"]
+    center: Center = request.app[CENTER_KEY]
     worker = await center.admit(request, "transfer_put")
     agent_id = center.gate(request, worker, request.query.get("agent_id"))
     transfer = _owned_transfer(center, request.match_info["transfer_id"], agent_id)
@@ -46,7 +46,9 @@ async def put_transfer(request: web.Request) -> web.Response:
         transfer["transfer_id"],
     )
     if not claimed:
-        raise ApiError(409, "blob_exists", "bytes were already sent for this transfer; blobs are write-once")
+        raise ApiError(
+            409, "blob_exists", "bytes were already sent for this transfer; blobs are write-once"
+        )
     declared = int(transfer["size"])
     blobs: Path = center.blob_dir
     tmp = blobs / f".tmp-{transfer['transfer_id']}-{os.getpid()}"
@@ -87,12 +89,13 @@ async def put_transfer(request: web.Request) -> web.Response:
         if not kept:
             tmp.unlink(missing_ok=True)
             center.store.run(
-                "UPDATE transfers SET received_size = NULL WHERE transfer_id = ?", transfer["transfer_id"]
+                "UPDATE transfers SET received_size = NULL WHERE transfer_id = ?",
+                transfer["transfer_id"],
             )
 
 
 async def complete_transfer(request: web.Request) -> web.Response:
-    center: Center = request.app["center"]
+    center: Center = request.app[CENTER_KEY]
     worker = await center.admit(request, "transfer_complete")
     body = await center.json_body(request)
     specs.check_shape(body, specs.COMPLETE_ALLOWED, specs.COMPLETE_FIELDS)
@@ -102,11 +105,19 @@ async def complete_transfer(request: web.Request) -> web.Response:
     if transfer["completed"]:
         raise ApiError(409, "already_completed", "this transfer was already completed")
     if transfer["received_sha256"] is None:
-        raise ApiError(409, "transfer_incomplete", "PUT the bytes to /admin/files/transfer/<id> before completing")
+        raise ApiError(
+            409,
+            "transfer_incomplete",
+            "PUT the bytes to /admin/files/transfer/<id> before completing",
+        )
     if args["sha256"].lower() != transfer["received_sha256"]:
-        raise ApiError(422, "sha256_mismatch", "sha256 differs from the bytes received; re-upload the file")
+        raise ApiError(
+            422, "sha256_mismatch", "sha256 differs from the bytes received; re-upload the file"
+        )
     if args["size"] != transfer["received_size"]:
-        raise ApiError(422, "size_mismatch", "size differs from the bytes received; re-upload the file")
+        raise ApiError(
+            422, "size_mismatch", "size differs from the bytes received; re-upload the file"
+        )
     scope = args["scope"] if args["scope"] or args["scope_id"] else transfer["scope"]
     scope_id = args["scope_id"] if args["scope"] or args["scope_id"] else transfer["scope_id"]
     require_scope(center.store, agent_id, scope, scope_id)
@@ -124,17 +135,22 @@ async def complete_transfer(request: web.Request) -> web.Response:
                 ids.stamp(),
             ),
         )
-        db.execute("UPDATE transfers SET completed = 1 WHERE transfer_id = ?", (transfer["transfer_id"],))
+        db.execute(
+            "UPDATE transfers SET completed = 1 WHERE transfer_id = ?", (transfer["transfer_id"],)
+        )
     reference_id = None
     if scope is not None and scope_id is not None:
         reference_id = add_reference(center.store, file_id, scope, scope_id, agent_id)
     return web.json_response(
-        center.faults.pad("transfer_complete", {"file_uri": FILE_URI_PREFIX + file_id, "reference_id": reference_id})
+        center.faults.pad(
+            "transfer_complete",
+            {"file_uri": FILE_URI_PREFIX + file_id, "reference_id": reference_id},
+        )
     )
 
 
 async def download(request: web.Request) -> web.StreamResponse:
-    center: Center = request.app["center"]
+    center: Center = request.app[CENTER_KEY]
     worker = await center.admit(request, "download")
     agent_id = center.gate(request, worker, request.query.get("agent_id"))
     file_id = request.match_info["file_id"]
@@ -145,7 +161,9 @@ async def download(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "not_found", f"file {file_id!r} does not exist")
     if not file_reachable(center.store, agent_id, file):
         raise ApiError(
-            403, "not_reachable", "you did not upload this file and it is not attached to a scope you belong to"
+            403,
+            "not_reachable",
+            "you did not upload this file and it is not attached to a scope you belong to",
         )
     response = web.StreamResponse(headers={"Content-Type": file["mime_type"]})
     response.content_length = int(file["size"])

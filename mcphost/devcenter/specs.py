@@ -46,7 +46,9 @@ class Field:
         return out
 
 
-AGENT_ID = Field("agent_id", required=True, description="the operating agent (injected by the host)")
+AGENT_ID = Field(
+    "agent_id", required=True, description="the operating agent (injected by the host)"
+)
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -64,7 +66,10 @@ OK = _obj({"ok": {"type": "boolean", "enum": [True]}}, ("ok",))
 
 
 def _ok_status(status: str) -> dict[str, Any]:
-    return _obj({"ok": {"type": "boolean", "enum": [True]}, "status": {"type": "string", "enum": [status]}}, ("ok", "status"))
+    return _obj(
+        {"ok": {"type": "boolean", "enum": [True]}, "status": {"type": "string", "enum": [status]}},
+        ("ok", "status"),
+    )
 
 
 TASK_SUMMARY = _obj(
@@ -81,7 +86,10 @@ TASK = _obj(
         "project_id": _S,
         "title": _S,
         "description": _NS,
-        "status": {"type": "string", "enum": ["open", "running", "completed", "failed", "discarded", "verified"]},
+        "status": {
+            "type": "string",
+            "enum": ["open", "running", "completed", "failed", "discarded", "verified"],
+        },
         "assignee": _NS,
         "creator": _S,
         "derived_from_issue": _NS,
@@ -94,14 +102,30 @@ TASK = _obj(
         "messages": {"type": "array", "items": MESSAGE},
     },
     (
-        "task_id", "project_id", "title", "description", "status", "assignee", "creator",
-        "derived_from_issue", "dispatch", "dispatch_mode", "lease_expires_at", "created_at",
-        "updated_at", "subscribers", "messages",
+        "task_id",
+        "project_id",
+        "title",
+        "description",
+        "status",
+        "assignee",
+        "creator",
+        "derived_from_issue",
+        "dispatch",
+        "dispatch_mode",
+        "lease_expires_at",
+        "created_at",
+        "updated_at",
+        "subscribers",
+        "messages",
     ),
 )
 ISSUE = _obj(
     {
-        "issue_id": _S, "project_id": _S, "title": _S, "description": _S, "status": _S,
+        "issue_id": _S,
+        "project_id": _S,
+        "title": _S,
+        "description": _S,
+        "status": _S,
         "tasks": {"type": "array", "items": _S},
     },
     ("issue_id", "project_id", "title", "description", "status", "tasks"),
@@ -128,7 +152,12 @@ class Tool:
             if f.enum:
                 props[f.name]["enum"] = list(f.enum)
         required = ["agent_id", *(f.name for f in self.fields if f.required)]
-        return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+        return {
+            "type": "object",
+            "properties": props,
+            "required": required,
+            "additionalProperties": False,
+        }
 
 
 def check_shape(body: dict[str, Any], allowed: frozenset[str], fields: tuple[Field, ...]) -> None:
@@ -170,7 +199,9 @@ def check_values(body: dict[str, Any], fields: tuple[Field, ...]) -> dict[str, A
             out[f.name] = None
             continue
         if f.enum and value not in f.enum:
-            raise ApiError(400, f.invalid_code, f"{f.name} must be one of {', '.join(f.enum)}; got {value!r}")
+            raise ApiError(
+                400, f.invalid_code, f"{f.name} must be one of {', '.join(f.enum)}; got {value!r}"
+            )
         if f.minimum is not None and value < f.minimum:
             raise ApiError(400, "invalid_input", f"{f.name} must be >= {f.minimum}")
         out[f.name] = value
@@ -178,9 +209,14 @@ def check_values(body: dict[str, Any], fields: tuple[Field, ...]) -> dict[str, A
 
 
 TASK_ID = Field("task_id", required=True, description="the task")
-_ASSIGN = (TASK_ID, Field("assignee", required=True, description="agent id (or agent:<id>) of a project member"))
+_ASSIGN = (
+    TASK_ID,
+    Field("assignee", required=True, description="agent id (or agent:<id>) of a project member"),
+)
 _SUB = (TASK_ID, Field("identity", description="subscriber identity; defaults to agent:<agent_id>"))
-_SCOPE = Field("scope", enum=SCOPES, invalid_code="invalid_scope", description="where the file is placed")
+_SCOPE = Field(
+    "scope", enum=SCOPES, invalid_code="invalid_scope", description="where the file is placed"
+)
 _SCOPE_ID = Field("scope_id", description="the id within the scope")
 
 TOOLS: dict[str, Tool] = {
@@ -224,7 +260,12 @@ TOOLS: dict[str, Tool] = {
             "Renew the 10-minute lease on my task (open -> running).",
             (TASK_ID,),
             _obj(
-                {"ok": _B, "task_id": _S, "status": {"type": "string", "enum": ["running"]}, "lease_expires_at": _S},
+                {
+                    "ok": _B,
+                    "task_id": _S,
+                    "status": {"type": "string", "enum": ["running"]},
+                    "lease_expires_at": _S,
+                },
                 ("ok", "task_id", "status", "lease_expires_at"),
             ),
         ),
@@ -289,14 +330,23 @@ TOOLS: dict[str, Tool] = {
             (
                 Field("filename", required=True, description="the file's base name"),
                 Field("content_type", required=True, description="MIME type"),
-                Field("size", "integer", required=True, minimum=0, description="bytes that will be PUT"),
+                Field(
+                    "size",
+                    "integer",
+                    required=True,
+                    minimum=0,
+                    description="bytes that will be PUT",
+                ),
                 _SCOPE,
                 _SCOPE_ID,
             ),
             _obj(
                 {
-                    "transfer_id": _S, "transfer_uri": _S, "file_uri": _S,
-                    "scope": _NS, "scope_id": _NS,
+                    "transfer_id": _S,
+                    "transfer_uri": _S,
+                    "file_uri": _S,
+                    "scope": _NS,
+                    "scope_id": _NS,
                 },
                 ("transfer_id", "transfer_uri", "file_uri", "scope", "scope_id"),
             ),

@@ -49,12 +49,16 @@ def actor(agent_id: str) -> str:
 def load_task(store: Store, task_id: str) -> dict[str, Any]:
     task = store.task(task_id)
     if task is None:
-        raise ApiError(404, "not_found", f"task {task_id!r} does not exist; check the id with get_my_work")
+        raise ApiError(
+            404, "not_found", f"task {task_id!r} does not exist; check the id with get_my_work"
+        )
     return task
 
 
 def can_access_task(store: Store, agent_id: str, task: dict[str, Any]) -> bool:
-    return agent_id in (task["assignee"], task["creator"]) or store.is_member(task["project_id"], agent_id)
+    return agent_id in (task["assignee"], task["creator"]) or store.is_member(
+        task["project_id"], agent_id
+    )
 
 
 def require_task_access(store: Store, agent_id: str, task: dict[str, Any]) -> None:
@@ -83,7 +87,9 @@ def require_status(task: dict[str, Any], allowed: tuple[str, ...], action: str) 
 
 def require_project_member(store: Store, agent_id: str, project_id: str) -> None:
     if not store.is_member(project_id, agent_id):
-        raise ApiError(403, "not_a_project_member", f"you are not a member of project {project_id!r}")
+        raise ApiError(
+            403, "not_a_project_member", f"you are not a member of project {project_id!r}"
+        )
 
 
 def normalise_assignee(store: Store, project_id: str, raw: str) -> str:
@@ -121,7 +127,9 @@ def add_message(store: Store, task_id: str, author: str, content: str) -> str:
 
 
 def task_view(store: Store, task: dict[str, Any]) -> dict[str, Any]:
-    subs = store.all("SELECT identity FROM subscriptions WHERE task_id = ? ORDER BY identity", task["task_id"])
+    subs = store.all(
+        "SELECT identity FROM subscriptions WHERE task_id = ? ORDER BY identity", task["task_id"]
+    )
     messages = store.all(
         "SELECT message_id, author, content, posted_at FROM task_messages WHERE task_id = ? ORDER BY rowid",
         task["task_id"],
@@ -220,7 +228,10 @@ def _assign(c: Center, me: str, a: dict[str, Any]) -> dict[str, Any]:
     require_status(task, ("open", "running", "failed"), "assign")
     assignee = normalise_assignee(c.store, task["project_id"], a["assignee"])
     c.store.run(
-        "UPDATE tasks SET assignee = ?, updated_at = ? WHERE task_id = ?", assignee, ids.stamp(), task["task_id"]
+        "UPDATE tasks SET assignee = ?, updated_at = ? WHERE task_id = ?",
+        assignee,
+        ids.stamp(),
+        task["task_id"],
     )
     return {"ok": True, "task_id": task["task_id"], "assignee": assignee}
 
@@ -235,9 +246,15 @@ def _subscription(subscribe: bool) -> Handler:
         require_task_access(c.store, me, task)
         identity = a["identity"] or actor(me)
         if subscribe:
-            c.store.run("INSERT OR IGNORE INTO subscriptions VALUES (?, ?)", task["task_id"], identity)
+            c.store.run(
+                "INSERT OR IGNORE INTO subscriptions VALUES (?, ?)", task["task_id"], identity
+            )
         else:
-            c.store.run("DELETE FROM subscriptions WHERE task_id = ? AND identity = ?", task["task_id"], identity)
+            c.store.run(
+                "DELETE FROM subscriptions WHERE task_id = ? AND identity = ?",
+                task["task_id"],
+                identity,
+            )
         return {"ok": True}
 
     return handler
@@ -301,7 +318,9 @@ def discard_task(c: Center, me: str, a: dict[str, Any]) -> dict[str, Any]:
 def verify_task(c: Center, me: str, a: dict[str, Any]) -> dict[str, Any]:
     task = load_task(c.store, a["task_id"])
     if task["creator"] != me and not c.store.is_member(task["project_id"], me):
-        raise ApiError(403, "not_a_project_member", "only the creator or a project member may verify")
+        raise ApiError(
+            403, "not_a_project_member", "only the creator or a project member may verify"
+        )
     require_status(task, ("completed",), "verify")
     set_status(c.store, task["task_id"], "verified")
     return {"ok": True, "status": "verified"}
@@ -324,7 +343,9 @@ def create_task(c: Center, me: str, a: dict[str, Any]) -> dict[str, Any]:
                 "derived_issue_project_mismatch",
                 f"issue {issue_id!r} belongs to project {issue['project_id']!r}, not {project_id!r}",
             )
-    assignee = None if a["assignee"] is None else normalise_assignee(c.store, project_id, a["assignee"])
+    assignee = (
+        None if a["assignee"] is None else normalise_assignee(c.store, project_id, a["assignee"])
+    )
     task_id = "t-" + ids.ulid()
     now = ids.stamp()
     c.store.run(
@@ -380,14 +401,20 @@ def get_issue(c: Center, me: str, a: dict[str, Any]) -> dict[str, Any]:
     if issue is None:
         raise ApiError(404, "not_found", f"issue {a['issue_id']!r} does not exist")
     require_project_member(c.store, me, issue["project_id"])
-    tasks = c.store.all("SELECT task_id FROM tasks WHERE derived_from_issue = ? ORDER BY rowid", issue["issue_id"])
+    tasks = c.store.all(
+        "SELECT task_id FROM tasks WHERE derived_from_issue = ? ORDER BY rowid", issue["issue_id"]
+    )
     return {**issue, "tasks": [t["task_id"] for t in tasks]}
 
 
 def parse_file_uri(uri: str) -> str:
     file_id = uri.removeprefix(FILE_URI_PREFIX)
     if not uri.startswith(FILE_URI_PREFIX) or not ids.is_ulid(file_id):
-        raise ApiError(400, "invalid_file_uri", f"{uri!r} is not ac://files/<ULID>; use the file_uri upload_file returned")
+        raise ApiError(
+            400,
+            "invalid_file_uri",
+            f"{uri!r} is not ac://files/<ULID>; use the file_uri upload_file returned",
+        )
     return file_id
 
 
@@ -397,7 +424,9 @@ def attach_file(c: Center, me: str, a: dict[str, Any]) -> dict[str, Any]:
     require_scope(c.store, me, a["scope"], a["scope_id"])
     file = c.store.file(file_id)
     if file is None:
-        raise ApiError(404, "not_found", f"file {a['file_uri']!r} does not exist (was the upload completed?)")
+        raise ApiError(
+            404, "not_found", f"file {a['file_uri']!r} does not exist (was the upload completed?)"
+        )
     if not file_reachable(c.store, me, file):
         raise ApiError(403, "not_reachable", f"file {a['file_uri']!r} is not reachable by you")
     return {"reference_id": add_reference(c.store, file_id, a["scope"], a["scope_id"], me)}
