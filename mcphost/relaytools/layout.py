@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,9 @@ class Layout:
     def psk_path(self) -> Path | None:
         if self.bundle is None or self.session is None:
             return None
-        return self.state_root / "bundles" / self.bundle / "sessions" / self.session / "identity.psk"
+        return (
+            self.state_root / "bundles" / self.bundle / "sessions" / self.session / "identity.psk"
+        )
 
     def identity_token(self) -> str:
         """The session PSK (trimmed) if its file exists and is non-empty, else `socket-trust`."""
@@ -280,7 +282,7 @@ def resolve(
     roots = configuration_roots(configuration_flags, env)
     state = state_root(state_flag, env)
     inscriptions = _absolute(inscriptions_flag) if inscriptions_flag else state / "inscriptions"
-    base = {"configuration_roots": roots, "state_root": state, "inscriptions_root": inscriptions}
+    base = Layout(configuration_roots=roots, state_root=state, inscriptions_root=inscriptions)
 
     overrides = _mcp_overrides(roots)
     bundle = bundle_flag or env.get("AGENTMUX_BUNDLE") or None
@@ -292,10 +294,10 @@ def resolve(
 
     def fail(code: str, message: str) -> Layout:
         if explicit:
-            return Layout(
-                **base, bundle=bundle, session=session, reason="fault", fault=Fault(code, message)
+            return replace(
+                base, bundle=bundle, session=session, reason="fault", fault=Fault(code, message)
             )
-        return Layout(**base, reason="unassociated")
+        return replace(base, reason="unassociated")
 
     if bundle is None:
         if session is not None:
@@ -303,7 +305,7 @@ def resolve(
                 "validation_unknown_bundle",
                 "a session was given but no bundle; pass --bundle or set AGENTMUX_BUNDLE",
             )
-        return Layout(**base, reason="no_bundle")
+        return replace(base, reason="no_bundle")
     if not is_bundle_name(bundle):
         return fail("validation_invalid_params", "bundle_name contains unsupported characters")
     try:
@@ -312,17 +314,19 @@ def resolve(
         return fail(exc.code, exc.message)
     if members is None:
         where = ", ".join(str(r / "bundles") for r in roots)
-        return fail("validation_unknown_bundle", f"bundle '{bundle}' is not configured under {where}")
+        return fail(
+            "validation_unknown_bundle", f"bundle '{bundle}' is not configured under {where}"
+        )
     if session is None:
         try:
             session = _session_from_directory(members, cwd or os.getcwd())
         except ConfigError as exc:
             return fail(exc.code, exc.message)
         if session is None:
-            return Layout(**base, bundle=bundle, members=members, reason="no_session")
+            return replace(base, bundle=bundle, members=members, reason="no_session")
     if session not in {m.id for m in members}:
         return fail(
             "validation_unknown_sender",
             f"session '{session}' is not a member of bundle '{bundle}'",
         )
-    return Layout(**base, bundle=bundle, session=session, members=members, reason="associated")
+    return replace(base, bundle=bundle, session=session, members=members, reason="associated")

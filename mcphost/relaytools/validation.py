@@ -201,9 +201,7 @@ def validate_list(arguments: Mapping[str, Any]) -> ListPrincipals | ListDecision
     extra = [k for k in arguments if k not in P.LIST_PARAMS["properties"]]
     if extra:
         raise unknown_fields("list request", extra)
-    command = _command(
-        arguments, P.LIST_COMMANDS, 'command must be "principals" or "decisions"'
-    )
+    command = _command(arguments, P.LIST_COMMANDS, 'command must be "principals" or "decisions"')
     if command == "decisions":
         parse_args(
             arguments.get("args"),
@@ -297,9 +295,7 @@ def validate_raww(arguments: Mapping[str, Any]) -> Raww:
     text = arguments.get("text")
     if not isinstance(text, str):
         raise invalid_params("text is required", {"field": "text"})
-    return Raww(
-        target, text, bool(arguments.get("no_enter") or False), arguments.get("request_id")
-    )
+    return Raww(target, text, bool(arguments.get("no_enter") or False), arguments.get("request_id"))
 
 
 def validate_choose(arguments: Mapping[str, Any]) -> Choose:
@@ -337,7 +333,11 @@ def validate_updown(arguments: Mapping[str, Any]) -> Updown:
         raise unknown_fields("updown request", extra)
     command = _command(arguments, P.UPDOWN_COMMANDS, 'updown command must be "up" or "down"')
     parse_args(
-        arguments.get("args"), P.UPDOWN_ARGS, f"updown {command} command", "updown", f"updown.{command}"
+        arguments.get("args"),
+        P.UPDOWN_ARGS,
+        f"updown {command} command",
+        "updown",
+        f"updown.{command}",
     )
     return Updown(command)
 

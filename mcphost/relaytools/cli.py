@@ -1,0 +1,88 @@
+"""`mcphost relay-tools`: parse argv, resolve the layout, serve the surface over stdio.
+
+Owns: the command line (agentmux's `host mcp` flags, plus the older spellings), the two timeout
+overrides (`MCPHOST_RELAY_REQUEST_TIMEOUT_MS`, `MCPHOST_RELAY_HELLO_TIMEOUT_MS`; defaults 5000 and
+2000, as upstream), and wiring layout -> stream -> surface -> `mcpwire.stdio.run`.
+
+Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), exit non-zero for
+an association problem (the server starts and reports it per call), or connect to the relay
+before the first relay-backed tool call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcphost.relaytools.handlers import Relay
+    from mcphost.relaytools.layout import Layout
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mcphost relay-tools",
+        description="Serve the agentmux relay tools (list, help, look, send, raww, choose, "
+        "updown, new, change) over MCP stdio, bound to one bundle session.",
+    )
+    p.add_argument("--bundle", "--bundle-name", dest="bundle")
+    p.add_argument("--session-name", dest="session")
+    p.add_argument("--default-bundle", dest="default_bundle")
+    p.add_argument(
+        "--configuration-directory",
+        "--config-directory",
+        dest="configuration",
+        action="append",
+        default=[],
+    )
+    p.add_argument("--state-directory", dest="state")
+    p.add_argument("--inscriptions-directory", dest="inscriptions")
+    return p
+
+
+def _millis(name: str, default: float) -> float:
+    try:
+        value = float(os.environ[name]) / 1000.0
+    except (KeyError, ValueError):
+        return default
+    return value if value > 0 else default
+
+
+def make_stream(
+    layout: Layout, on_events: Callable[[int], None], on_note: Callable[..., None]
+) -> Relay:
+    from mcphost.relaytools.stream import RelayStream
+
+    return RelayStream(
+        str(layout.socket_path),
+        layout.principal_id,
+        layout.identity_token,
+        hello_timeout=_millis("MCPHOST_RELAY_HELLO_TIMEOUT_MS", 2.0),
+        request_timeout=_millis("MCPHOST_RELAY_REQUEST_TIMEOUT_MS", 5.0),
+        on_events=on_events,
+        on_note=on_note,
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.state == "":
+        print("mcphost relay-tools: --state-directory must not be empty", file=sys.stderr)
+        return 2
+
+    from mcphost.mcpwire import stdio
+    from mcphost.relaytools import layout as layout_mod
+    from mcphost.relaytools.surface import RelayToolsSurface
+
+    layout = layout_mod.resolve(
+        bundle_flag=args.bundle,
+        session_flag=args.session,
+        default_bundle=args.default_bundle,
+        configuration_flags=args.configuration,
+        state_flag=args.state,
+        inscriptions_flag=args.inscriptions,
+    )
+    return stdio.run(lambda: RelayToolsSurface(layout, make_stream))

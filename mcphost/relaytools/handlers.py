@@ -1,0 +1,362 @@
+"""Per-tool relay work: validated request -> relay request frame(s) -> MCP payload.
+
+Owns: the relay request bodies (exact field names; `null` where upstream sends null, omitted where
+it omits), which `namespace` each frame carries, the expected response `kind` per operation, the
+pass-through of success payloads (only the `kind` tag is dropped), the `list principals`
+algorithm (fan-out, the appended GLOBAL view, the synthesized down bundles), and the
+`mcp.tool.<name>.<phase>` inscriptions around every relay call.
+
+Must never: validate arguments (that is `validation`, and has already happened), decide
+authorization, reshape a relay success payload, or replay a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from mcphost.relaytools import validation as V
+from mcphost.relaytools.errors import (
+    UNAVAILABLE_KINDS,
+    RelayIOError,
+    ToolFailure,
+    from_relay_error,
+    relay_io_failure,
+    unexpected_response,
+)
+from mcphost.relaytools.layout import Layout
+from mcphost.relaytools.params import FAN_OUT, GLOBAL
+
+SCHEMA_VERSION = "1"
+
+
+class Relay(Protocol):
+    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any: ...
+
+
+Inscribe = Callable[..., None]
+
+
+def synthesized_home(layout: Layout, bundle: str, socket_present: bool) -> dict[str, Any]:
+    """The down bundle reported for the home bundle when its relay cannot be reached."""
+    if socket_present:
+        code, reason = "relay_unavailable", "relay socket is present but relay is unavailable"
+    else:
+        code, reason = "not_started", "relay socket is not present"
+    principals = []
+    for member in layout.members:
+        entry: dict[str, Any] = {"id": f"{member.id}@{bundle}"}
+        if member.name:
+            entry["name"] = member.name
+        entry["transport"] = member.transport
+        entry["ready"] = False
+        principals.append(entry)
+    return {
+        "id": bundle,
+        "hosted": False,
+        "state": "down",
+        "state_reason_code": code,
+        "state_reason": reason,
+        "startup_failure_count": 0,
+        "recent_startup_failures": [],
+        "principals": principals,
+    }
+
+
+def synthesized_global() -> dict[str, Any]:
+    return {
+        "id": GLOBAL,
+        "hosted": False,
+        "state": "down",
+        "state_reason_code": "relay_unavailable",
+        "state_reason": "relay is unavailable; GLOBAL session registry not enumerable",
+        "startup_failure_count": 0,
+        "recent_startup_failures": [],
+        "principals": [],
+    }
+
+
+def _unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, RelayIOError) and exc.kind in UNAVAILABLE_KINDS
+
+
+class Handlers:
+    """The relay-backed tools for one associated server (bundle and session are set)."""
+
+    def __init__(self, layout: Layout, relay: Relay, inscribe: Inscribe) -> None:
+        assert layout.bundle is not None and layout.session is not None
+        self.layout = layout
+        self.bundle: str = layout.bundle
+        self.session: str = layout.session
+        self.relay = relay
+        self.inscribe = inscribe
+        self.socket = str(layout.socket_path)
+
+    # -- the one relay round trip -----------------------------------------------------------
+
+    async def _raw(self, event: str, body: dict[str, Any], namespace: str | None) -> Any:
+        """The raw response object; transport failures inscribed and re-raised unmapped."""
+        try:
+            return await self.relay.request(body, namespace)
+        except RelayIOError as exc:
+            self.inscribe(f"{event}.io_error", error=f"{exc.kind}: {exc.cause}")
+            raise
+        except ToolFailure as failure:
+            self.inscribe(
+                f"{event}.relay_error",
+                code=failure.code,
+                message=failure.message,
+                details=failure.details,
+            )
+            raise
+
+    def _payload(self, event: str, response: Any, kind: str) -> dict[str, Any]:
+        if isinstance(response, dict) and response.get("kind") == "error":
+            failure = from_relay_error(response.get("error"))
+            self.inscribe(
+                f"{event}.relay_error",
+                code=failure.code,
+                message=failure.message,
+                details=failure.details,
+            )
+            raise failure
+        if not isinstance(response, dict) or response.get("kind") != kind:
+            self.inscribe(f"{event}.unexpected_response", response=response)
+            raise unexpected_response(response)
+        return {k: v for k, v in response.items() if k != "kind"}
+
+    async def _call(
+        self, event: str, body: dict[str, Any], kind: str, namespace: str | None = None
+    ) -> dict[str, Any]:
+        try:
+            response = await self._raw(event, body, namespace)
+        except RelayIOError as exc:
+            raise relay_io_failure(self.socket, exc) from None
+        return self._payload(event, response, kind)
+
+    # -- list -------------------------------------------------------------------------------
+
+    async def list_principals(self, req: V.ListPrincipals) -> dict[str, Any]:
+        namespace = req.namespace
+        self.inscribe(
+            "mcp.tool.list.request",
+            requester_session=self.session,
+            command="principals",
+            namespace=namespace or self.bundle,
+        )
+        if namespace is None:
+            bundles: Sequence[str] = [self.bundle]
+        elif namespace == GLOBAL:
+            bundles = []
+        elif namespace == FAN_OUT:
+            bundles = self.layout.configured_bundles()
+        else:
+            bundles = [namespace]
+        body = {"operation": "list", "requester_session": self.session}
+        # every frame goes out at once; answers are assembled in the deterministic order
+        outcomes = await asyncio.gather(
+            *(self._raw("mcp.tool.list", body, ns) for ns in bundles),
+            self._raw("mcp.tool.list.global", body, GLOBAL),
+            return_exceptions=True,
+        )
+        listed: list[dict[str, Any]] = []
+        for ns, outcome in zip([*bundles, GLOBAL], outcomes, strict=True):
+            event = "mcp.tool.list.global" if ns == GLOBAL else "mcp.tool.list"
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                if _unavailable(outcome) and ns == GLOBAL:
+                    listed.append(synthesized_global())
+                    continue
+                if _unavailable(outcome) and ns == self.bundle:
+                    listed.append(synthesized_home(self.layout, ns, os.path.exists(self.socket)))
+                    continue
+                if isinstance(outcome, RelayIOError):
+                    raise relay_io_failure(self.socket, outcome)
+                raise outcome
+            payload = self._payload(event, outcome, "list")
+            bundle = payload.get("bundle")
+            if not isinstance(bundle, dict):
+                raise unexpected_response(outcome)
+            listed.append(bundle)
+        self.inscribe(
+            "mcp.tool.list.success", namespace=namespace or self.bundle, bundle_count=len(listed)
+        )
+        return {"schema_version": SCHEMA_VERSION, "bundles": listed}
+
+    async def list_decisions(self, _req: V.ListDecisions) -> dict[str, Any]:
+        event = "mcp.tool.list.decisions"
+        self.inscribe(f"{event}.request", namespace=self.bundle)
+        payload = await self._call(
+            event, {"operation": "choices_list"}, "choices_list", self.bundle
+        )
+        pending = payload.get("pending_requests")
+        self.inscribe(
+            f"{event}.success", pending_count=len(pending) if isinstance(pending, list) else 0
+        )
+        return payload
+
+    # -- plain tools ------------------------------------------------------------------------
+
+    async def send(self, req: V.Send) -> dict[str, Any]:
+        targets = [V.qualify_target(t.strip(), self.bundle) for t in req.targets]
+        event = "mcp.tool.send"
+        self.inscribe(
+            f"{event}.request",
+            namespace=self.bundle,
+            request_id=req.request_id,
+            targets=targets,
+            broadcast=req.broadcast,
+            message_length=len(req.message),
+        )
+        body = {
+            "operation": "send",
+            "request_id": req.request_id,
+            "requester_session": self.session,
+            "message": req.message,
+            "targets": targets,
+            "broadcast": req.broadcast,
+        }
+        payload = await self._call(event, body, "send")
+        results = payload.get("results")
+        self.inscribe(
+            f"{event}.success", result_count=len(results) if isinstance(results, list) else 0
+        )
+        return payload
+
+    async def look(self, req: V.Look) -> dict[str, Any]:
+        event = "mcp.tool.look"
+        self.inscribe(
+            f"{event}.request",
+            namespace=self.bundle,
+            requester_session=self.session,
+            target_session=req.target_session,
+            lines=req.lines,
+            offset=req.offset,
+        )
+        body: dict[str, Any] = {
+            "operation": "look",
+            "requester_session": self.session,
+            "target_session": req.target_session,
+        }
+        if req.lines is not None:
+            body["lines"] = req.lines
+        if req.offset is not None:
+            body["offset"] = req.offset
+        payload = await self._call(event, body, "look")
+        snapshot = payload.get("snapshot_lines", payload.get("snapshot_entries"))
+        self.inscribe(
+            f"{event}.success",
+            requester_session=payload.get("requester_session"),
+            target_session=payload.get("target_session"),
+            snapshot_format=payload.get("snapshot_format"),
+            snapshot_count=len(snapshot) if isinstance(snapshot, list) else 0,
+        )
+        return payload
+
+    async def raww(self, req: V.Raww) -> dict[str, Any]:
+        event = "mcp.tool.raww"
+        self.inscribe(
+            f"{event}.request",
+            namespace=self.bundle,
+            request_id=req.request_id,
+            target_session=req.target_session,
+            text_length=len(req.text),
+            no_enter=req.no_enter,
+        )
+        body = {
+            "operation": "raww",
+            "request_id": req.request_id,
+            "requester_session": self.session,
+            "target_session": req.target_session,
+            "text": req.text,
+            "no_enter": req.no_enter,
+        }
+        payload = await self._call(event, body, "raww")
+        self.inscribe(
+            f"{event}.success",
+            namespace=self.bundle,
+            status=payload.get("status"),
+            target_session=payload.get("target_session"),
+            transport=payload.get("transport"),
+        )
+        return payload
+
+    async def choose(self, req: V.Choose) -> dict[str, Any]:
+        event = "mcp.tool.choose"
+        self.inscribe(
+            f"{event}.request",
+            namespace=self.bundle,
+            choice_request_id=req.choice_request_id,
+            outcome=req.outcome,
+            has_option_id=req.option_id is not None,
+        )
+        body: dict[str, Any] = {
+            "operation": "choices_pick",
+            "choice_request_id": req.choice_request_id,
+            "outcome": req.outcome,
+        }
+        if req.option_id is not None:
+            body["option_id"] = req.option_id
+        payload = await self._call(event, body, "choices_pick")
+        self.inscribe(
+            f"{event}.success",
+            namespace=self.bundle,
+            choice_request_id=payload.get("choice_request_id"),
+            status=payload.get("status"),
+            outcome=payload.get("outcome"),
+        )
+        return payload
+
+    # -- administration ---------------------------------------------------------------------
+
+    async def updown(self, req: V.Updown) -> dict[str, Any]:
+        event = f"mcp.tool.updown.{req.command}"
+        self.inscribe(f"{event}.request", namespace=self.bundle, command=req.command)
+        payload = await self._call(event, {"operation": req.command}, "bundle_transition")
+        self.inscribe(
+            f"{event}.success",
+            namespace=self.bundle,
+            action=payload.get("action"),
+            changed_bundle_count=payload.get("changed_bundle_count"),
+            skipped_bundle_count=payload.get("skipped_bundle_count"),
+            failed_bundle_count=payload.get("failed_bundle_count"),
+        )
+        return payload
+
+    async def new_peer(self, req: V.NewPeer) -> dict[str, Any]:
+        event = "mcp.tool.new.peer"
+        self.inscribe(
+            f"{event}.request",
+            namespace=self.bundle,
+            principal_id=req.principal_id,
+            has_output=req.destination["kind"] != "response",
+        )
+        body = {
+            "operation": "new_peer",
+            "principal_id": req.principal_id,
+            "scope": req.scope,
+            "destination": req.destination,
+        }
+        payload = await self._call(event, body, "new_peer")
+        self.inscribe(
+            f"{event}.success",
+            principal_id=payload.get("principal_id"),
+            principal_type=payload.get("principal_type"),
+            written="written_path" in payload,
+        )
+        return payload
+
+    async def change_psk(self, req: V.ChangePsk) -> dict[str, Any]:
+        event = "mcp.tool.change.psk"
+        self.inscribe(f"{event}.request", principal_id=req.principal_id)
+        body = {
+            "operation": "change_psk",
+            "principal_id": req.principal_id,
+            "destination": req.destination,
+        }
+        payload = await self._call(event, body, "change_psk")
+        self.inscribe(f"{event}.success", principal_id=payload.get("principal_id"))
+        return payload

@@ -1,0 +1,295 @@
+"""The one long-lived relay connection, multiplexed by `request_id`.
+
+Owns: connecting to the relay's Unix socket (lazily, on the first call; deep paths go through
+`/proc/self/fd/<dirfd>/relay.sock` to dodge the 107-byte `sun_path` limit), the Hello handshake
+(2 s ack timeout; `runtime_identity_claim_conflict` retried every 50 ms for up to 1 s, then
+`TimedOut`), framing (newline-delimited JSON), and matching responses to waiting calls.
+
+Concurrency: unlike upstream (one call at a time behind a mutex), any number of calls share the
+connection at once. Each call registers a future under a fresh `request_id`, writes one frame and
+waits up to the request timeout (5 s); a single reader task resolves futures as response frames
+arrive, in whatever order the relay answers. A late answer to a call that timed out or was
+cancelled is dropped. Stream events are counted and reported through `on_events`, never surfaced.
+
+Failure policy: a transport failure fails every call waiting on that connection (classified with a
+Rust `ErrorKind` name) and discards the connection; the next call reconnects. A request is
+written exactly once and never replayed, because it may already have executed on the relay.
+
+Must never: replay a request, log or echo the identity token, or raise anything to callers but
+`RelayIOError` (transport) or `ToolFailure` (a relay error during Hello, or one addressed to the
+whole connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcphost.relaytools.errors import RelayIOError, ToolFailure, from_relay_error, io_kind
+
+SCHEMA_VERSION = "1"
+READ_LIMIT = 64 * 1024 * 1024
+SUN_PATH_MAX = 100
+CLAIM_CONFLICT = "runtime_identity_claim_conflict"
+
+
+def new_request_id() -> str:
+    """A random UUIDv4 string, without importing `uuid`."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def encode(frame: dict[str, Any]) -> bytes:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+async def _open_unix(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return await asyncio.open_unix_connection(path, limit=READ_LIMIT)
+    directory, name = os.path.split(path)
+    dirfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return await asyncio.open_unix_connection(f"/proc/self/fd/{dirfd}/{name}", limit=READ_LIMIT)
+    finally:
+        os.close(dirfd)
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pending: dict[str, asyncio.Future[Any]] = {}
+        self.closed = False
+        self.task: asyncio.Task[None] | None = None
+
+    def fail_all(self, exc: BaseException) -> None:
+        self.closed = True
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self.pending.clear()
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class RelayStream:
+    """A lazily opened, self-healing, multiplexed client connection to the relay."""
+
+    def __init__(
+        self,
+        socket_path: str,
+        principal_id: str,
+        token: Callable[[], str],
+        *,
+        hello_timeout: float = 2.0,
+        request_timeout: float = 5.0,
+        claim_retry: float = 1.0,
+        on_events: Callable[[int], None] | None = None,
+        on_note: Callable[..., None] | None = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.principal_id = principal_id
+        self._token = token
+        self.hello_timeout = hello_timeout
+        self.request_timeout = request_timeout
+        self.claim_retry = claim_retry
+        self._on_events = on_events
+        self._on_note = on_note
+        self._conn: _Connection | None = None
+        self._lock = asyncio.Lock()
+        self._unreported_events = 0
+        self.events_ignored = 0
+        self.connects = 0
+
+    # -- public ---------------------------------------------------------------------------
+
+    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any:
+        """Send one relay request; return the raw `response` object the relay answered with."""
+        conn = await self._ensure()
+        request_id = new_request_id()
+        frame: dict[str, Any] = {"frame": "request", "request_id": request_id}
+        if namespace is not None:
+            frame["namespace"] = namespace
+        frame["request"] = body
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        conn.pending[request_id] = fut
+        try:
+            try:
+                conn.writer.write(encode(frame))
+                await conn.writer.drain()
+            except (OSError, RuntimeError) as exc:
+                failure = RelayIOError(io_kind(exc), f"writing to relay failed: {exc}")
+                conn.fail_all(failure)
+                raise failure from exc
+            try:
+                return await asyncio.wait_for(fut, self.request_timeout)
+            except TimeoutError:
+                raise RelayIOError(
+                    "TimedOut", f"no relay response within {self.request_timeout:g} s"
+                ) from None
+        finally:
+            conn.pending.pop(request_id, None)
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        conn.fail_all(RelayIOError("ConnectionAborted", "relay stream closed"))
+        if conn.task is not None:
+            conn.task.cancel()
+            with contextlib.suppress(BaseException):
+                await conn.task
+
+    # -- connection -----------------------------------------------------------------------
+
+    async def _ensure(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._lock:
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            conn = await self._connect()
+            conn.task = asyncio.ensure_future(self._read_loop(conn))
+            self._conn = conn
+            self.connects += 1
+            return conn
+
+    async def _connect(self) -> _Connection:
+        deadline = time.monotonic() + self.claim_retry
+        while True:
+            try:
+                reader, writer = await _open_unix(self.socket_path)
+            except OSError as exc:
+                raise RelayIOError(
+                    io_kind(exc), f"connecting to {self.socket_path}: {exc}"
+                ) from exc
+            conn = _Connection(reader, writer)
+            try:
+                ack = await self._hello(conn)
+            except BaseException:
+                conn.fail_all(RelayIOError("ConnectionAborted", "hello failed"))
+                raise
+            if ack is None:
+                return conn
+            conn.fail_all(RelayIOError("ConnectionAborted", "identity claim conflict"))
+            if time.monotonic() >= deadline:
+                raise RelayIOError(
+                    "TimedOut",
+                    f"relay identity {self.principal_id} stayed claimed by a live connection "
+                    f"for {self.claim_retry:g} s ({ack.message})",
+                )
+            await asyncio.sleep(0.05)
+
+    async def _hello(self, conn: _Connection) -> ToolFailure | None:
+        """None when acknowledged; the conflict failure when the identity is claimed."""
+        hello = {
+            "frame": "hello",
+            "schema_version": SCHEMA_VERSION,
+            "principal_id": self.principal_id,
+            "identity_token": self._token(),
+        }
+        try:
+            conn.writer.write(encode(hello))
+            await conn.writer.drain()
+            line = await asyncio.wait_for(conn.reader.readline(), self.hello_timeout)
+        except TimeoutError:
+            raise RelayIOError(
+                "TimedOut", f"relay did not acknowledge hello within {self.hello_timeout:g} s"
+            ) from None
+        except (OSError, ValueError, asyncio.LimitOverrunError) as exc:
+            raise RelayIOError(io_kind(exc), f"relay hello failed: {exc}") from exc
+        if not line:
+            raise RelayIOError("UnexpectedEof", "relay closed the connection during hello")
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise RelayIOError("InvalidData", "relay answered hello with a non-JSON line") from None
+        if not isinstance(frame, dict):
+            raise RelayIOError("InvalidData", "relay answered hello with a non-object")
+        if frame.get("frame") == "hello_ack":
+            if frame.get("schema_version") != SCHEMA_VERSION or (
+                frame.get("principal_id") not in (None, self.principal_id)
+            ):
+                raise RelayIOError(
+                    "InvalidData",
+                    f"relay hello_ack does not match (schema_version "
+                    f"{frame.get('schema_version')!r}, principal {frame.get('principal_id')!r})",
+                )
+            return None
+        response = frame.get("response") if frame.get("frame") == "response" else None
+        if isinstance(response, dict) and response.get("kind") == "error":
+            failure = from_relay_error(response.get("error"))
+            if failure.code == CLAIM_CONFLICT:
+                return failure
+            raise failure
+        raise RelayIOError("InvalidData", f"relay answered hello with frame {frame.get('frame')!r}")
+
+    async def _read_loop(self, conn: _Connection) -> None:
+        failure: BaseException = RelayIOError("UnexpectedEof", "relay closed the connection")
+        try:
+            while True:
+                line = await conn.reader.readline()
+                if not line:
+                    break
+                if not line.endswith(b"\n"):
+                    break  # EOF in the middle of a frame
+                self._dispatch(conn, line)
+        except asyncio.CancelledError:
+            failure = RelayIOError("ConnectionAborted", "relay stream closed")
+            raise
+        except (OSError, ValueError, asyncio.LimitOverrunError) as exc:
+            failure = RelayIOError(io_kind(exc), f"reading from relay failed: {exc}")
+        finally:
+            conn.fail_all(failure)
+
+    def _dispatch(self, conn: _Connection, line: bytes) -> None:
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            self._note("mcp.tool.stream.invalid_frame", length=len(line))
+            return
+        if not isinstance(frame, dict):
+            return
+        kind = frame.get("frame")
+        if kind == "event":
+            self._count_event()
+            return
+        if kind != "response":
+            self._note("mcp.tool.stream.unknown_frame", frame=str(kind))
+            return
+        request_id = frame.get("request_id")
+        if request_id is None:
+            # addressed to the connection (revocation, a parse complaint): every waiter gets it
+            response = frame.get("response")
+            error = response.get("error") if isinstance(response, dict) else None
+            conn.fail_all(from_relay_error(error))
+            return
+        fut = conn.pending.pop(str(request_id), None)
+        if fut is not None and not fut.done():
+            fut.set_result(frame.get("response"))
+
+    def _count_event(self) -> None:
+        self.events_ignored += 1
+        self._unreported_events += 1
+        if self._unreported_events == 1:
+            asyncio.get_running_loop().call_soon(self._report_events)
+
+    def _report_events(self) -> None:
+        count, self._unreported_events = self._unreported_events, 0
+        if count and self._on_events is not None:
+            self._on_events(count)
+
+    def _note(self, event: str, **details: Any) -> None:
+        if self._on_note is not None:
+            self._on_note(event, **details)
