@@ -1,0 +1,115 @@
+"""`mcphost check`: launch preflight for operators and worker daemons.
+
+Owns: reading the binding exactly as the host does, dialling the center (the pin is verified on
+the TLS handshake), making one harmless read (`get_my_work`), checking the workspace root and
+runtime socket, and printing a human report to stderr (`--json` prints a JSON report to stdout
+instead). Exit 0 when the host would work, 1 when something needs fixing, 2 on a bad binding.
+Must never: print the token (only whether one is configured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import stat
+import sys
+import time
+from typing import Any
+
+from mcphost.binding import AgentBinding, BindingError
+from mcphost.errors import ToolFailure
+
+
+def _socket_state(path: str) -> str:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return "ok" if stat.S_ISSOCK(mode) else "not a socket"
+
+
+def _workspace(binding: AgentBinding) -> tuple[bool, str]:
+    if binding.agent_root is None:
+        return True, "unset (file tools will answer workspace_root_unset)"
+    if not os.path.isdir(binding.agent_root):
+        return False, f"{binding.agent_root}: missing (workspace_root_missing)"
+    return True, f"{binding.agent_root}: ok"
+
+
+async def _probe(binding: AgentBinding) -> dict[str, Any]:
+    from mcphost.admin.client import AdminClient
+
+    client = AdminClient(
+        binding.target,
+        token=binding.token.reveal(),
+        pins=binding.pins,
+        generation=binding.generation,
+    )
+    started = time.perf_counter()
+    try:
+        reply = await client.call("/admin/agent-tools/get_my_work", {"agent_id": binding.agent_id})
+    except ToolFailure as failure:
+        return {"ok": False, **failure.payload()}
+    finally:
+        await client.aclose()
+    elapsed = round((time.perf_counter() - started) * 1000, 1)
+    try:
+        tasks = len(json.loads(reply.body).get("tasks", []))
+    except (ValueError, AttributeError):
+        tasks = None
+    return {"ok": True, "ms": elapsed, "open_tasks": tasks}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="mcphost check", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    args = parser.parse_args(argv)
+    try:
+        binding = AgentBinding.from_env()
+    except BindingError as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "error": "bad_binding", "message": str(exc)}))
+        print(f"mcphost check: {exc}", file=sys.stderr)
+        return 2
+
+    center = asyncio.run(_probe(binding))
+    root_ok, root_text = _workspace(binding)
+    runtime = _socket_state(binding.runtime_socket) if binding.runtime_socket else "unset"
+    ok = center["ok"] and root_ok and runtime in ("ok", "unset")
+    report = {
+        "ok": ok,
+        "agent_id": binding.agent_id,
+        "target": str(binding.target),
+        "token": "configured" if binding.token else "missing",
+        "pins": len(binding.pins),
+        "tier_tools": binding.tier_tools,
+        "generation": binding.generation,
+        "center": center,
+        "workspace": root_text,
+        "runtime_socket": runtime,
+    }
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0 if ok else 1
+    if center["ok"]:
+        center_line = f"ok ({center['ms']} ms, {center['open_tasks']} open task(s) for this agent)"
+    else:
+        center_line = f"FAILED {center['error']}: {center['message']}"
+    lines = [
+        f"mcphost check: {'OK' if ok else 'PROBLEMS FOUND'}",
+        f"  agent          {binding.agent_id} (generation {binding.generation})",
+        f"  center         {binding.target}"
+        + (f", {len(binding.pins)} pinned certificate(s)" if binding.pins else ""),
+        f"  token          {report['token']}"
+        + (f" (from {binding.token_file})" if binding.token_file else ""),
+        f"  call           {center_line}",
+        f"  workspace      {root_text}",
+        f"  runtime socket {binding.runtime_socket or ''} {runtime}".rstrip(),
+        f"  tools          {'core + search_tools' if binding.tier_tools else 'full catalog'}",
+    ]
+    print("\n".join(lines), file=sys.stderr)
+    return 0 if ok else 1
