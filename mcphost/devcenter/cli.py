@@ -24,7 +24,7 @@ from aiohttp import web
 from mcphost.devcenter.app import admin_app, runtime_app
 from mcphost.devcenter.center import Center
 from mcphost.devcenter.store import SEED_AGENT, Store, token_file
-from mcphost.devcenter.tls import TlsIdentity, ensure_identity
+from mcphost.devcenter.tls import ensure_identity
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,7 +101,7 @@ async def serve(args: argparse.Namespace) -> int:
     store = Store(state / "center.db")
     store.seed(state)
     center = Center(store, state)
-    identity: TlsIdentity | None = ensure_identity(state) if args.tcp else None
+    identity = ensure_identity(state)  # always, so the pin is known before TCP is ever enabled
 
     runners: list[web.AppRunner] = []
     sockets: list[Path] = []
@@ -119,7 +119,6 @@ async def serve(args: argparse.Namespace) -> int:
         os.chmod(unix_path, 0o600)
         sockets.append(unix_path)
     if args.tcp:
-        assert identity is not None
         host, port = _split_hostport(args.tcp)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -138,7 +137,7 @@ async def serve(args: argparse.Namespace) -> int:
         os.chmod(runtime_path, 0o600)
         sockets.append(runtime_path)
 
-    fingerprint = identity.fingerprint if identity else None
+    fingerprint = identity.fingerprint
     tok_file = token_file(state)
     if args.env_file:
         admin_url = f"unix:{unix_path}" if unix_path else f"tcp://{tcp_display}"
@@ -146,7 +145,7 @@ async def serve(args: argparse.Namespace) -> int:
             state=state,
             admin_url=admin_url,
             token=tok_file.read_text().strip(),
-            fingerprint=fingerprint,
+            fingerprint=fingerprint if tcp_display else None,
             runtime_socket=runtime_path,
         )
         write_atomic(args.env_file, "".join(f"{k}={v}\n" for k, v in env.items()))
