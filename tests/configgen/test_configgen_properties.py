@@ -1,0 +1,96 @@
+"""Property tests: escaping (every output parses back to the input) and determinism."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from configgen import CLIENTS, AgentConfig, CenterBinding, RelayBinding, render, toml
+from configgen.merge import merge
+
+# Any Unicode scalar value except NUL (which no path or env value can hold).
+TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40
+)
+PRINTABLE = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=40)
+NAME = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
+SETTINGS = settings(max_examples=150, deadline=None)
+
+
+@SETTINGS
+@given(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",))),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1),
+)
+def test_toml_string_and_key_round_trip(value: str, name: str) -> None:
+    line = f"{toml.key(name)} = {toml.string(value)}\n"
+    assert tomllib.loads(line) == {name: value}
+    assert all(c == "\t" or ord(c) >= 0x20 for c in line[:-1] if ord(c) != 0x7F)
+    assert "\x7f" not in line
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> AgentConfig:
+    path = "/" + draw(TEXT)
+    center = CenterBinding(
+        agent_id=draw(st.from_regex(r"[!-~]{1,30}", fullmatch=True)),
+        admin_url="unix:" + path,
+        token=draw(TEXT).strip(),
+        agent_root=draw(st.none() | st.just("/" + draw(TEXT).strip())),
+        tier_tools=draw(st.none() | st.booleans()),
+        generation=draw(st.integers(0, 10**12)),
+    )
+    relay = draw(
+        st.none()
+        | st.builds(
+            RelayBinding,
+            bundle=st.from_regex(r"[A-Za-z0-9][ -~]{0,20}[A-Za-z0-9]", fullmatch=True),
+            session_name=st.from_regex(r"[A-Za-z0-9]{1,20}", fullmatch=True),
+            state_directory=st.none() | TEXT.map(lambda t: "/" + t),
+        )
+    )
+    return AgentConfig(
+        center=center,
+        relay=relay,
+        mcphost="/" + draw(PRINTABLE),
+        center_name=draw(NAME),
+        relay_name="relay-" + draw(st.from_regex(r"[a-z]{1,8}", fullmatch=True)),
+    )
+
+
+@SETTINGS
+@given(configs())
+def test_codex_output_parses_and_means_the_input(config: AgentConfig) -> None:
+    data = render("codex", config)
+    assert data == render("codex", config)
+    parsed = tomllib.loads(data.decode("utf-8"))["mcp_servers"]
+    center = parsed[config.center_name]
+    assert center["command"] == config.mcphost
+    assert config.center is not None
+    assert center["env"]["AC_MCP_AGENT_ID"] == config.center.agent_id
+    assert center["env"]["AC_MCP_ADMIN_URL"] == config.center.admin_url
+    assert center["env"].get("AC_MCP_WORKER_TOKEN", "") == config.center.token
+    assert center["env"].get("AC_MCP_AGENT_ROOT") == config.center.agent_root
+    if config.relay is not None:
+        assert parsed[config.relay_name]["args"][2] == config.relay.bundle
+    # merging into our own output changes nothing (idempotence)
+    assert merge("codex", data, config) == data
+
+
+@SETTINGS
+@given(configs())
+def test_json_outputs_parse_and_are_deterministic(config: AgentConfig) -> None:
+    for name, fmt in CLIENTS.items():
+        if fmt.syntax != "json":
+            continue
+        try:
+            data = render(name, config)
+        except ValueError:  # refused: a value this client would interpolate
+            continue
+        assert data == render(name, config)
+        servers = json.loads(data)[fmt.servers_key]
+        assert servers[config.center_name]["command"] == config.mcphost
+        assert merge(name, data, config) == data
