@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
         f"mcphost check: {'OK' if ok else 'PROBLEMS FOUND'}",
         f"  agent          {binding.agent_id} (generation {binding.generation})",
         f"  center         {binding.target}"
-        + (f", {len(binding.pins)} pinned certificate(s)" if binding.pins else ""),
+        + (f", {len(binding.pins)} pinned certificate(s)" if binding.target.kind == "tcp" else ""),
         f"  token          {report['token']}"
         + (f" (from {binding.token_file})" if binding.token_file else ""),
         f"  call           {center_line}",
