@@ -1,0 +1,227 @@
+"""The multiplexed relay stream against the fake relay, in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from relayharness import Env, FakeRelay, relay_error
+
+from mcphost.relaytools.errors import RelayIOError, ToolFailure
+from mcphost.relaytools.stream import RelayStream, new_request_id
+
+pytestmark = pytest.mark.anyio
+
+
+def make_stream(path: Path, **kw: Any) -> RelayStream:
+    return RelayStream(str(path), "alpha@party", lambda: "socket-trust", **kw)
+
+
+def echo(frame: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "send", "schema_version": "1", "request_id": frame["request"].get("request_id")}
+
+
+async def test_hello_then_lazy_single_connection(relay: FakeRelay, env: Env) -> None:
+    relay.respond("send", echo)
+    stream = make_stream(env.socket)
+    assert relay.connections == 0
+    for i in range(3):
+        out = await stream.request({"operation": "send", "request_id": f"r{i}"})
+        assert out["request_id"] == f"r{i}"
+    await stream.aclose()
+    assert relay.connections == 1
+    assert relay.hellos == [
+        {
+            "frame": "hello",
+            "schema_version": "1",
+            "principal_id": "alpha@party",
+            "identity_token": "socket-trust",
+        }
+    ]
+    frame = relay.requests[0]
+    assert list(frame) == ["frame", "request_id", "request"]
+    assert len(frame["request_id"]) == 36
+
+
+async def test_parallel_calls_answered_out_of_order_take_one_round_trip(
+    relay: FakeRelay, env: Env
+) -> None:
+    n = 24
+
+    async def slow_reverse(frame: dict[str, Any]) -> dict[str, Any]:
+        i = int(frame["request"]["request_id"])
+        await asyncio.sleep(0.30 - i * 0.01)  # later requests answer first
+        return echo(frame)
+
+    relay.handler = slow_reverse
+    stream = make_stream(env.socket)
+    await stream.request({"operation": "send", "request_id": "0"})  # connect first
+    started = time.monotonic()
+    results = await asyncio.gather(
+        *(stream.request({"operation": "send", "request_id": str(i)}) for i in range(n))
+    )
+    elapsed = time.monotonic() - started
+    await stream.aclose()
+    assert [r["request_id"] for r in results] == [str(i) for i in range(n)]
+    assert elapsed < 0.6, elapsed  # serialised it would be ~4.4 s
+    assert relay.connections == 1
+
+
+async def test_failure_fails_waiters_is_not_replayed_and_next_call_reconnects(
+    relay: FakeRelay, env: Env
+) -> None:
+    gate = asyncio.Event()
+
+    async def hold(frame: dict[str, Any]) -> Any:
+        if frame["request"].get("request_id") == "held":
+            await gate.wait()
+            return None
+        return echo(frame)
+
+    relay.handler = hold
+    stream = make_stream(env.socket)
+    call = asyncio.ensure_future(stream.request({"operation": "send", "request_id": "held"}))
+    while not relay.requests:
+        await asyncio.sleep(0.01)
+    await relay.drop_connections()
+    with pytest.raises(RelayIOError) as info:
+        await call
+    assert info.value.kind in ("UnexpectedEof", "ConnectionReset")
+    out = await stream.request({"operation": "send", "request_id": "next"})
+    assert out["request_id"] == "next"
+    assert relay.connections == 2
+    assert [r["request"]["request_id"] for r in relay.requests] == ["held", "next"]
+    gate.set()
+    await stream.aclose()
+
+
+async def test_timeout_keeps_connection_and_drops_late_answer(relay: FakeRelay, env: Env) -> None:
+    async def late(frame: dict[str, Any]) -> Any:
+        if frame["request"].get("request_id") == "late":
+            await asyncio.sleep(0.3)
+        return echo(frame)
+
+    relay.handler = late
+    stream = make_stream(env.socket, request_timeout=0.1)
+    with pytest.raises(RelayIOError) as info:
+        await stream.request({"operation": "send", "request_id": "late"})
+    assert info.value.kind == "TimedOut"
+    await asyncio.sleep(0.3)
+    assert (await stream.request({"operation": "send", "request_id": "ok"}))["request_id"] == "ok"
+    assert relay.connections == 1
+    await stream.aclose()
+
+
+async def test_missing_socket_is_not_found(env: Env) -> None:
+    stream = make_stream(env.socket)
+    with pytest.raises(RelayIOError) as info:
+        await stream.request({"operation": "up"})
+    assert info.value.kind == "NotFound"
+
+
+async def test_claim_conflict_is_retried_then_times_out(relay: FakeRelay, env: Env) -> None:
+    relay.hello_reply = {
+        "frame": "response",
+        "response": relay_error(
+            "runtime_identity_claim_conflict",
+            "stream identity is already claimed by a live connection",
+            {"principal_id": "alpha@party", "reason": "existing identity owner is still live"},
+        ),
+    }
+    stream = make_stream(env.socket, claim_retry=0.25)
+    started = time.monotonic()
+    with pytest.raises(RelayIOError) as info:
+        await stream.request({"operation": "up"})
+    assert info.value.kind == "TimedOut"
+    assert time.monotonic() - started >= 0.25
+    assert len(relay.hellos) >= 3
+
+
+async def test_hello_rejection_passes_through(relay: FakeRelay, env: Env) -> None:
+    relay.hello_reply = {
+        "frame": "response",
+        "response": relay_error(
+            "validation_unknown_sender", "hello session_id is not configured in associated bundle"
+        ),
+    }
+    stream = make_stream(env.socket)
+    with pytest.raises(ToolFailure) as info:
+        await stream.request({"operation": "up"})
+    assert info.value.code == "validation_unknown_sender"
+
+
+async def test_hello_ack_timeout(env: Env) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    server = await asyncio.start_unix_server(silent, path=str(env.socket))
+    stream = make_stream(env.socket, hello_timeout=0.1)
+    with pytest.raises(RelayIOError) as info:
+        await stream.request({"operation": "up"})
+    assert info.value.kind == "TimedOut"
+    server.close()
+
+
+async def test_events_are_counted_not_surfaced(relay: FakeRelay, env: Env) -> None:
+    relay.respond("send", echo)
+    relay.events_per_request = 3
+    seen: list[int] = []
+    stream = make_stream(env.socket, on_events=seen.append)
+    out = await stream.request({"operation": "send", "request_id": "x"})
+    await asyncio.sleep(0.05)
+    await stream.aclose()
+    assert out["kind"] == "send"
+    assert sum(seen) == 3 == stream.events_ignored
+
+
+async def test_connection_level_error_fails_waiters(relay: FakeRelay, env: Env) -> None:
+    gate = asyncio.Event()
+
+    async def hold(frame: dict[str, Any]) -> Any:
+        await gate.wait()
+        return None
+
+    relay.handler = hold
+    stream = make_stream(env.socket)
+    call = asyncio.ensure_future(stream.request({"operation": "up"}))
+    while not relay.requests:
+        await asyncio.sleep(0.01)
+    for writer in relay._writers:
+        writer.write(
+            b'{"frame":"response","response":{"kind":"error","error":{"code":'
+            b'"runtime_identity_revoked","message":"identity credential was rotated"}}}\n'
+        )
+    with pytest.raises(ToolFailure) as info:
+        await call
+    assert info.value.code == "runtime_identity_revoked"
+    gate.set()
+    await stream.aclose()
+
+
+async def test_deep_socket_path_goes_through_proc_fd() -> None:
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="rt-deep-", dir="/tmp"))
+    deep = root / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    fake = await FakeRelay(deep / "relay.sock").start()
+    fake.respond("up", {"kind": "bundle_transition", "schema_version": "1"})
+    try:
+        stream = make_stream(deep / "relay.sock")
+        assert (await stream.request({"operation": "up"}))["kind"] == "bundle_transition"
+        await stream.aclose()
+    finally:
+        await fake.stop()
+        shutil.rmtree(root)
+
+
+def test_request_ids_are_uuid4() -> None:
+    import uuid
+
+    ids = {new_request_id() for _ in range(100)}
+    assert len(ids) == 100
+    assert all(uuid.UUID(i).version == 4 for i in ids)
