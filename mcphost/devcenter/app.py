@@ -9,6 +9,8 @@ or return a non-JSON error.
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -141,6 +143,17 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return web.json_response(
             {"error": "not_found", "message": f"no route {request.path}; see /openapi.json"},
             status=404,
+        )
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # a bug in the reference center: say so, in the envelope
+        traceback.print_exc(file=sys.stderr)
+        return web.json_response(
+            {
+                "error": "internal",
+                "message": f"devcenter bug ({type(exc).__name__}); see its stderr",
+            },
+            status=500,
         )
 
 

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from mcphost.devcenter.control import Faults, RequestLog
 from mcphost.devcenter.errors import ApiError
+from mcphost.devcenter.specs import MAX_GENERATION
 from mcphost.devcenter.store import TOKEN_PREFIX, Store
 
 GENERATION_HEADER = "X-AC-MCP-Generation"
@@ -65,6 +66,16 @@ class Center:
                 body = json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(
+                400, "invalid_json", "the body contains invalid Unicode (a lone surrogate)"
+            ) from None
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "invalid_json", "the body contains a lone surrogate") from None
         entry = request.get("log_entry")
         if entry is not None:
             entry["body"] = body
@@ -77,9 +88,13 @@ class Center:
         raw_gen = request.headers.get(GENERATION_HEADER, "").strip()
         try:
             generation = int(raw_gen) if raw_gen else 0
+            if not 0 <= generation <= MAX_GENERATION:
+                raise ValueError(raw_gen)
         except ValueError:
             raise ApiError(
-                400, "invalid_generation", f"{GENERATION_HEADER} must be an integer"
+                400,
+                "invalid_generation",
+                f"{GENERATION_HEADER} must be an integer from 0 to {MAX_GENERATION}",
             ) from None
         if not agent_id:
             raise ApiError(400, "missing_agent_id", "agent_id is required (the host injects it)")

@@ -29,7 +29,7 @@ _GENERATION = {
     "in": "header",
     "required": False,
     "description": "the host generation; a lower one than the highest seen for the agent is refused (409)",
-    "schema": {"type": "integer"},
+    "schema": {"type": "integer", "minimum": 0, "maximum": specs.MAX_GENERATION},
 }
 
 
@@ -87,7 +87,6 @@ def document() -> dict[str, Any]:
             }
         }
     complete_props = {f.name: f.schema() for f in (specs.AGENT_ID, *specs.COMPLETE_FIELDS)}
-    complete_props["scope"]["enum"] = list(specs.SCOPES)
     complete_schema = {
         "type": "object",
         "properties": complete_props,

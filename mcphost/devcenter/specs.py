@@ -17,6 +17,8 @@ FieldType = Literal["string", "integer", "boolean"]
 
 SCOPES = ("task", "issue", "project", "conversation", "agent", "tmp")
 DISPATCH_MODES = ("executor_fork", "supervisor_inline")
+MAX_SIZE = 1 << 40  # 1 TiB: far above any real upload, well inside SQLite's 64-bit integers
+MAX_GENERATION = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,7 @@ class Field:
     description: str = ""
     enum: tuple[str, ...] = ()
     minimum: int | None = None
+    maximum: int | None = None
     invalid_code: str = "invalid_input"
 
     @property
@@ -39,6 +42,10 @@ class Field:
             out["description"] = self.description
         if self.minimum is not None:
             out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        if self.enum:
+            out["enum"] = [*self.enum, *([] if self.required else [None])]
         if self.type == "string" and self.required:
             out["minLength"] = 1
         if not self.required:
@@ -148,9 +155,6 @@ class Tool:
 
     def request_schema(self) -> dict[str, Any]:
         props = {f.name: f.schema() for f in (AGENT_ID, *self.fields)}
-        for f in self.fields:
-            if f.enum:
-                props[f.name]["enum"] = list(f.enum)
         required = ["agent_id", *(f.name for f in self.fields if f.required)]
         return {
             "type": "object",
@@ -204,6 +208,8 @@ def check_values(body: dict[str, Any], fields: tuple[Field, ...]) -> dict[str, A
             )
         if f.minimum is not None and value < f.minimum:
             raise ApiError(400, "invalid_input", f"{f.name} must be >= {f.minimum}")
+        if f.maximum is not None and value > f.maximum:
+            raise ApiError(400, "invalid_input", f"{f.name} must be <= {f.maximum}")
         out[f.name] = value
     return out
 
@@ -335,6 +341,7 @@ TOOLS: dict[str, Tool] = {
                     "integer",
                     required=True,
                     minimum=0,
+                    maximum=MAX_SIZE,
                     description="bytes that will be PUT",
                 ),
                 _SCOPE,
@@ -357,7 +364,7 @@ TOOLS: dict[str, Tool] = {
 # The file routes outside /admin/agent-tools share the field machinery.
 COMPLETE_FIELDS = (
     Field("sha256", required=True, description="hex SHA-256 of the bytes PUT"),
-    Field("size", "integer", required=True, minimum=0, description="bytes PUT"),
+    Field("size", "integer", required=True, minimum=0, maximum=MAX_SIZE, description="bytes PUT"),
     _SCOPE,
     _SCOPE_ID,
 )

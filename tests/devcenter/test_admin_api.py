@@ -78,6 +78,10 @@ def test_body_validation(devcenter_session: DevCenter) -> None:
     reply = c.call("get_my_work", {"smuggled": 1, "other": 2})
     assert (reply.status, reply.error) == (400, "invalid_input")
     assert "other" in reply.json()["message"] and "smuggled" in reply.json()["message"]
+    reply = c.request("POST", "/admin/agent-tools/get_my_work", b'{"agent_id": "\\ud800"}', auth)
+    assert (reply.status, reply.error) == (400, "invalid_json")
+    reply = c.call("upload_file", {"filename": "f", "content_type": "t", "size": 1 << 70})
+    assert (reply.status, reply.error) == (400, "invalid_input")
     reply = c.call("create_task", {"project_id": "p-1", "title": 5})
     assert (reply.status, reply.error) == (400, "invalid_input")
     assert "title" in reply.json()["message"]
@@ -105,6 +109,8 @@ def test_generation_fencing(devcenter: DevCenter) -> None:
         {"Authorization": f"Bearer {c.token}", "X-AC-MCP-Generation": "two"},
     )
     assert (reply.status, reply.error) == (400, "invalid_generation")
+    for bad in (-1, 1 << 64):
+        assert c.call("get_my_work", generation=bad).error == "invalid_generation"
     # fences survive a restart
     c.restart()
     assert c.call("get_my_work", generation=3).error == "stale_generation"

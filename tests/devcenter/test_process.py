@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from cryptography import x509
+from jsonschema import Draft7Validator
 
 from mcphost.admin.pinning import format_pin, leaf_digest, parse_pin
 from mcphost.devcenter import specs
@@ -187,5 +188,12 @@ def test_openapi_and_healthz(devcenter_session: DevCenter) -> None:
     } <= set(paths)
     assert "/admin/files/{file_id}" in paths
     assert doc["components"]["securitySchemes"]["workerToken"]["scheme"] == "bearer"
+    for op in (m for item in paths.values() for m in item.values()):
+        for response in op["responses"].values():
+            for media in response.get("content", {}).values():
+                Draft7Validator.check_schema(media["schema"])
+        body = op.get("requestBody", {}).get("content", {}).get("application/json")
+        if body:
+            Draft7Validator.check_schema(body["schema"])
     # every routed tool is documented, and nothing undocumented answers
     assert len([p for p in paths if p.startswith("/admin/agent-tools/")]) == len(specs.TOOLS)
