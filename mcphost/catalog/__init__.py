@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mcphost.catalog import issues, tasks, work
+from mcphost.catalog import files, issues, tasks, work
 from mcphost.catalog.meta import SEARCH_TOOLS
 from mcphost.catalog.model import ToolDecl
 
-CATALOG: tuple[ToolDecl, ...] = (*work.TOOLS, *tasks.TOOLS, *issues.TOOLS, SEARCH_TOOLS)
+CATALOG: tuple[ToolDecl, ...] = (
+    *work.TOOLS,
+    *tasks.TOOLS,
+    *issues.TOOLS,
+    *files.TOOLS,
+    SEARCH_TOOLS,
+)
 
 
 def index(decls: tuple[ToolDecl, ...]) -> Mapping[str, ToolDecl]:

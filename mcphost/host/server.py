@@ -227,3 +227,6 @@ async def search_tools(surface: HostSurface, params: StrictInput, ctx: CallConte
     if unknown:
         payload["unknown_names"] = unknown
     return ToolResult(text=json.dumps(payload, ensure_ascii=False))
+
+
+from mcphost.host import files as _files  # noqa: E402,F401  registers upload_file/download_file
