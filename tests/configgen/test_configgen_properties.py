@@ -94,3 +94,37 @@ def test_json_outputs_parse_and_are_deterministic(config: AgentConfig) -> None:
         servers = json.loads(data)[fmt.servers_key]
         assert servers[config.center_name]["command"] == config.mcphost
         assert merge(name, data, config) == data
+
+
+@SETTINGS
+@given(
+    st.dictionaries(
+        NAME.filter(lambda n: n not in {"agent-center", "agentmux"}),
+        st.tuples(TEXT, st.dictionaries(TEXT.filter(bool), TEXT, max_size=3)),
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_codex_merge_keeps_arbitrary_foreign_servers_byte_for_byte(
+    foreign: dict[str, tuple[str, dict[str, str]]], ours_first: bool
+) -> None:
+    config = AgentConfig(
+        center=CenterBinding(agent_id="a", admin_url="unix:/s"),
+        relay=RelayBinding(bundle="b", session_name="s"),
+        mcphost="/m",
+    )
+    text = "".join(
+        f"# {name}\n" + toml.table(["mcp_servers", name], {"command": command, "env": env}) + "\n"
+        for name, (command, env) in foreign.items()
+    )
+    if ours_first:  # our tables in the middle of foreign ones: cut out, appended again
+        text = render("codex", config).decode() + "\n" + text
+    merged = merge("codex", text.encode(), config).decode()
+    parsed = tomllib.loads(merged)["mcp_servers"]
+    for name, (command, env) in foreign.items():
+        assert parsed[name] == {"command": command, "env": env}
+        block = f"# {name}\n" + toml.table(["mcp_servers", name], {"command": command, "env": env})
+        assert block in merged
+    if not ours_first:
+        assert merged.startswith(text)
+    assert merge("codex", merged.encode(), config).decode() == merged
