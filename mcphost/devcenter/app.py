@@ -62,7 +62,7 @@ async def get_requests(request: web.Request) -> web.Response:
         limit = int(request.query.get("limit", "50"))
     except ValueError:
         raise ApiError(400, "invalid_input", "limit must be an integer") from None
-    return web.json_response({"requests": center.requests.last(limit)})
+    return web.json_response(center.requests.last(limit))
 
 
 async def fork_executor(request: web.Request) -> web.Response:

@@ -77,11 +77,18 @@ def _unlink_socket(path: Path) -> None:
         pass
 
 
+def ensure_agent_root(state: Path) -> Path:
+    """`<state>/agents/agent-1/workspace`, every level 0700."""
+    root = state / "agents" / SEED_AGENT / "workspace"
+    for level in (root.parent.parent, root.parent, root):
+        level.mkdir(mode=0o700, exist_ok=True)
+    return root
+
+
 def binding_lines(
     *, state: Path, admin_url: str, token: str, fingerprint: str | None, runtime_socket: Path | None
 ) -> dict[str, str]:
-    root = state / "agents" / SEED_AGENT / "workspace"
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root = ensure_agent_root(state)
     env = {
         "AC_MCP_AGENT_ID": SEED_AGENT,
         "AC_MCP_ADMIN_URL": admin_url,
@@ -150,7 +157,7 @@ async def serve(args: argparse.Namespace) -> int:
         )
         write_atomic(args.env_file, "".join(f"{k}={v}\n" for k, v in env.items()))
     else:
-        (state / "agents" / SEED_AGENT / "workspace").mkdir(mode=0o700, parents=True, exist_ok=True)
+        ensure_agent_root(state)
     ready: dict[str, Any] = {
         "unix": str(unix_path) if unix_path else None,
         "tcp": tcp_display,

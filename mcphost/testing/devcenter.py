@@ -323,7 +323,7 @@ class DevCenter:
 
     def requests(self, limit: int = 50) -> list[dict[str, Any]]:
         """The last admin requests received, oldest first: {method, route, headers, body}."""
-        return list(self._control("GET", f"/_devcenter/requests?limit={limit}")["requests"])
+        return list(self._control("GET", f"/_devcenter/requests?limit={limit}"))
 
     def forks(self) -> list[dict[str, Any]]:
         """Recorded fork_executor requests (via the runtime socket, else the control API)."""
