@@ -43,7 +43,10 @@ PARENT_POLL_SECONDS = 1.0
 
 
 def _dumps(message: Mapping[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (e.g. echoed from input): escape it as \uXXXX
+        return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
 class _Wire:
