@@ -148,7 +148,7 @@ class StdioServer:
     def on_line(self, line: bytes) -> None:
         try:
             message = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep nesting recurses
             self._spawn(self._error(None, PARSE_ERROR, "Parse error", str(exc)[:200]))
             return
         if not isinstance(message, dict):
