@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcphost import __version__, events
-from mcphost.admin.client import AdminClient
+from mcphost.admin.client import CALL_TIMEOUT, AdminClient
 from mcphost.admin.target import AdminTarget
 from mcphost.binding import AgentBinding
 from mcphost.catalog import CATALOG
@@ -41,6 +42,16 @@ def local_handler(name: str) -> Callable[[LocalHandler], LocalHandler]:
         return handler
 
     return register
+
+
+def call_timeout_from_env() -> float:
+    """`MCPHOST_CALL_TIMEOUT_SECONDS` (a positive number; tests shorten it), else the default."""
+    raw = os.environ.get("MCPHOST_CALL_TIMEOUT_SECONDS", "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return CALL_TIMEOUT
+    return value if 0 < value < float("inf") else CALL_TIMEOUT
 
 
 def _spec(decl: ToolDecl) -> ToolSpec:
@@ -75,6 +86,7 @@ class HostSurface:
             token=binding.token.reveal(),
             pins=binding.pins,
             generation=binding.generation,
+            call_timeout=call_timeout_from_env(),
         )
         self.runtime = (
             AdminClient(AdminTarget(kind="unix", path=binding.runtime_socket))
