@@ -158,16 +158,19 @@ class StdioServer:
             return
         method = message.get("method")
         has_id = "id" in message
+        request_id = message.get("id")
+        valid_id = isinstance(request_id, (str, int)) and not isinstance(request_id, bool)
         if not isinstance(method, str):
             if not has_id or "result" in message or "error" in message:
                 return  # a response to a request we never send, or noise: ignore
-            self._spawn(self._error(message["id"], INVALID_REQUEST, "Invalid Request"))
+            # echo the id only if it is one; a NaN or an object id would corrupt the answer
+            answer_id = request_id if valid_id else None
+            self._spawn(self._error(answer_id, INVALID_REQUEST, "Invalid Request"))
             return
         if not has_id:
             self._on_notification(method, message.get("params"))
             return
-        request_id = message["id"]
-        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        if not valid_id:
             self._spawn(
                 self._error(
                     None, INVALID_REQUEST, "Invalid Request", "id must be a string or integer"
