@@ -212,7 +212,10 @@ class StdioServer:
 
     def _on_notification(self, method: str, params: Any) -> None:
         if method == "notifications/cancelled" and isinstance(params, dict):
-            task = self.inflight.pop(params.get("requestId"), None)
+            target = params.get("requestId")
+            if not isinstance(target, (str, int)):  # an unhashable id would raise here
+                return
+            task = self.inflight.pop(target, None)
             if task is not None:
                 task.cancel()
                 events.emit("mcp.call.cancelled", level="debug", request_id=params.get("requestId"))
