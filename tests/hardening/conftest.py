@@ -1,0 +1,211 @@
+"""Hardening fixtures: a raw JSON-RPC driver for the real host process, and helpers.
+
+`RawHost` speaks newline-delimited JSON-RPC to a real `mcphost host` subprocess without any SDK
+in between, so tests can send anything (malformed, huge, concurrent) and see every stdout byte.
+A reader thread parses each stdout line (a line that does not parse is recorded as a purity
+violation) and a second thread keeps stderr, so neither pipe ever blocks the host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcphost.testing import DevCenter
+
+HOST_ARGS = ["-m", "mcphost.cli", "host"]
+ROOT = Path(__file__).resolve().parents[2]
+
+INIT_PARAMS = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "hardening", "version": "1"},
+}
+
+
+def host_env(binding: dict[str, str], **extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **binding, **extra}
+    return env
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(data: bytes | str) -> Any:
+    """RFC 8259 JSON only: NaN/Infinity (which Python would accept) are rejected."""
+    return json.loads(data, parse_constant=_reject_constant)
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of `pid` from /proc (KiB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def pid_alive(pid: int) -> bool:
+    """True while /proc shows `pid` and it is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class RawHost:
+    """A real host process driven over raw stdio JSON-RPC."""
+
+    def __init__(self, env: dict[str, str], args: list[str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, *(args or HOST_ARGS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        self.messages: list[dict[str, Any]] = []
+        self.bad_lines: list[bytes] = []
+        self.by_id: dict[Any, dict[str, Any]] = {}
+        self.stderr = bytearray()
+        self._cond = threading.Condition()
+        self._ids = itertools.count(1_000_000)
+        self._out_done = False
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    # -- pumps -------------------------------------------------------------------------------
+    def _pump_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                message = strict_json(line)
+                ok = isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+                hash(message.get("id"))  # an answer's id is null, a string or a number
+            except (ValueError, TypeError):
+                ok = False
+            with self._cond:
+                if not ok:
+                    self.bad_lines.append(line)
+                else:
+                    self.messages.append(message)
+                    if "id" in message and ("result" in message or "error" in message):
+                        self.by_id[message["id"]] = message
+                self._cond.notify_all()
+        with self._cond:
+            self._out_done = True
+            self._cond.notify_all()
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := self.proc.stderr.read1(1 << 16):  # type: ignore[attr-defined]
+            self.stderr += chunk
+
+    # -- sending -----------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.write(json.dumps(message).encode() + b"\n")
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> int:
+        request_id = self.next_id()
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        return request_id
+
+    def wait(self, request_id: Any, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while request_id not in self.by_id:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._out_done:
+                    raise AssertionError(
+                        f"no answer to id {request_id!r} within {timeout}s "
+                        f"(stdout closed: {self._out_done}); stderr tail:\n"
+                        + self.stderr[-2000:].decode(errors="replace")
+                    )
+                self._cond.wait(min(remaining, 0.5))
+            return self.by_id.pop(request_id)
+
+    def rpc(self, method: str, params: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
+        return self.wait(self.request(method, params), timeout)
+
+    def initialize(self) -> dict[str, Any]:
+        answer = self.rpc("initialize", INIT_PARAMS, timeout=30)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return answer
+
+    def call(self, tool: str, arguments: dict[str, Any], timeout: float = 30.0) -> tuple[bool, Any]:
+        """(is_error, parsed text) of a tools/call; a JSON-RPC error is returned as-is."""
+        answer = self.rpc("tools/call", {"name": tool, "arguments": arguments}, timeout)
+        if "error" in answer:
+            return True, {"rpc_error": answer["error"]}
+        result = answer["result"]
+        text = result["content"][0]["text"]
+        try:
+            return bool(result["isError"]), json.loads(text)
+        except ValueError:
+            return bool(result["isError"]), text
+
+    def alive(self, timeout: float = 10.0) -> None:
+        """Prove the host still answers (a ping round trip)."""
+        assert "result" in self.rpc("ping", timeout=timeout)
+
+    # -- ending ------------------------------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> int:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"host did not exit within {timeout}s of stdin EOF") from None
+
+    def all_output(self) -> bytes:
+        """Everything the host wrote: stdout messages (re-serialised) plus stderr."""
+        with self._cond:
+            out = b"\n".join(json.dumps(m).encode() for m in self.messages)
+            out += b"\n" + b"".join(self.bad_lines)
+        return out + b"\n" + bytes(self.stderr)
+
+    def __enter__(self) -> RawHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.close(5)
+            except AssertionError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    """A center per module: fault tests restart and kill theirs without touching the others."""
+    with DevCenter.start(
+        tmp_path_factory.mktemp("center"), unix=True, tcp=True, runtime_socket=True, control=True
+    ) as running:
+        yield running

@@ -1,0 +1,202 @@
+"""Identity: whatever a model passes, the center only ever hears the binding's agent id.
+
+A hypothesis property over every catalog tool (center, runtime and local file tools): valid
+arguments plus arbitrary extra keys — `agent_id`, `agentId`, case and separator variants,
+zero-width and fullwidth look-alikes, Cyrillic homoglyphs, nested objects carrying `agent_id`,
+and values that are themselves JSON with an `agent_id`. The proof is on the center's side:
+every body it recorded (and every fork the runtime socket recorded) names `agent-1` only, and
+no body carries any other identity-like key at any depth.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mcphost.catalog import CATALOG
+from mcphost.catalog.model import ToolDecl
+from mcphost.testing import DevCenter
+from tests.hardening.conftest import RawHost, host_env
+
+pytestmark = pytest.mark.timeout(300)
+
+OTHER = "agent-2"
+IDENTITY_KEYS = [
+    "agent_id",
+    "agentId",
+    "AgentId",
+    "AGENT_ID",
+    "agent-id",
+    "agentid",
+    "agent",
+    "agent_root",
+    "worker_id",
+    " agent_id",
+    "agent_id ",
+    "agent_id\x00",
+    "agent\u200bid",
+    "agent\u200b_id",
+    "agent_\u200bid",
+    "\ufeffagent_id",
+    "ａｇｅｎｔ＿ｉｄ",  # fullwidth
+    "agent_\u0456d",  # Cyrillic і
+    "\u0430gent_id",  # Cyrillic а
+    "agent_ıd",  # dotless i
+    "AGENT_İD",
+    "agent_id\u0301",
+    "$agent_id",
+    "agent_id.",
+    "params",
+    "arguments",
+    "__proto__",
+]
+FIGURES: dict[str, int] = {"calls": 0, "refused": 0, "reached_center": 0, "bodies_checked": 0}
+
+smuggled_values = st.recursive(
+    st.sampled_from([OTHER, "agent-1 ", "AGENT-2", "agent\u200b-1", "*", "", "../agent-2"])
+    | st.text(max_size=6),
+    lambda inner: (
+        st.dictionaries(st.sampled_from(IDENTITY_KEYS), inner, max_size=2)
+        | st.lists(inner, max_size=2)
+    ),
+    max_leaves=5,
+)
+extras = st.dictionaries(
+    st.sampled_from(IDENTITY_KEYS) | st.text(min_size=1, max_size=10), smuggled_values, max_size=3
+)
+tricky_strings = st.sampled_from(
+    [
+        OTHER,
+        json.dumps({"agent_id": OTHER}),
+        "agent_id=agent-2",
+        "t-1",
+        "p-1",
+        "ident.txt",
+        "a\u200bb",
+    ]
+) | st.text(min_size=1, max_size=12).filter(lambda s: s.strip() != "")
+
+
+def normal(key: str) -> str:
+    """Fold a key the way a careless server might: NFKC, casefold, drop separators/zero-widths."""
+    folded = unicodedata.normalize("NFKC", key).casefold()
+    return "".join(ch for ch in folded if ch.isalnum())
+
+
+def identity_like(key: str) -> bool:
+    folded = normal(key)
+    return folded.startswith("agent") or folded.startswith("worker") or "gentid" in folded
+
+
+def valid_arguments(decl: ToolDecl) -> st.SearchStrategy[dict[str, Any]]:
+    schema = decl.input_schema
+    fields: dict[str, st.SearchStrategy[Any]] = {}
+    for name, prop in schema["properties"].items():
+        kind = prop.get("type")
+        if name == "path":
+            fields[name] = st.just("ident.txt")
+        elif kind == "boolean":
+            fields[name] = st.booleans()
+        elif kind == "array":
+            fields[name] = st.lists(tricky_strings, max_size=2)
+        elif "enum" in prop:
+            fields[name] = st.sampled_from(prop["enum"])
+        else:
+            fields[name] = tricky_strings
+    required = set(schema.get("required", ()))
+    return st.fixed_dictionaries(
+        {k: v for k, v in fields.items() if k in required},
+        optional={k: v for k, v in fields.items() if k not in required},
+    )
+
+
+calls = st.sampled_from(list(CATALOG)).flatmap(
+    lambda decl: st.tuples(st.just(decl.name), valid_arguments(decl), extras)
+)
+
+
+def walk_keys(value: Any, depth: int = 0) -> Iterator[tuple[int, str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield depth, key, item
+            yield from walk_keys(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            yield from walk_keys(item, depth + 1)
+
+
+def assert_center_heard_only_agent_1(center: DevCenter) -> None:
+    for entry in center.requests(1000):
+        body = entry.get("body")
+        if not isinstance(body, dict):
+            continue  # a file PUT (bytes) or a request that never parsed
+        FIGURES["bodies_checked"] += 1
+        assert body.get("agent_id") == "agent-1", entry
+        for depth, key, item in walk_keys(body):
+            if identity_like(key):
+                assert depth == 0 and key == "agent_id" and item == "agent-1", entry
+    for fork in center.forks():
+        assert fork.get("agent_id") == "agent-1", fork
+
+
+@pytest.fixture(scope="module")
+def host(center: DevCenter) -> Iterator[RawHost]:
+    center.agent_root.mkdir(parents=True, exist_ok=True)
+    (center.agent_root / "ident.txt").write_text("identity probe\n")
+    with RawHost(host_env(center.binding_env("unix", AC_MCP_TIER_TOOLS="false"))) as running:
+        running.initialize()
+        yield running
+        print(f"\nidentity figures: {FIGURES}")
+
+
+def test_no_argument_changes_the_identity_the_center_hears(
+    center: DevCenter, host: RawHost
+) -> None:
+    @settings(
+        max_examples=300,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(calls)
+    def run(case: tuple[str, dict[str, Any], dict[str, Any]]) -> None:
+        tool, arguments, extra = case
+        merged = {**arguments, **extra}
+        is_error, result = host.call(tool, merged)
+        FIGURES["calls"] += 1
+        unknown = set(merged) - set(arguments)
+        if unknown:
+            assert is_error and result["error"] == "invalid_arguments", (tool, merged, result)
+            FIGURES["refused"] += 1
+        elif not (is_error and result.get("error") == "invalid_arguments"):
+            FIGURES["reached_center"] += 1
+        assert "rpc_error" not in result, result
+        if FIGURES["calls"] % 50 == 0:
+            assert_center_heard_only_agent_1(center)
+
+    run()
+    assert_center_heard_only_agent_1(center)
+    assert FIGURES["refused"] > 50 and FIGURES["reached_center"] > 50, FIGURES
+
+
+def test_identity_smuggling_is_refused_before_any_io(center: DevCenter, host: RawHost) -> None:
+    """A refused call sends nothing: the center's log does not move."""
+    before = center.requests(1000)
+    for key in IDENTITY_KEYS:
+        for tool in ("get_my_work", "get_task", "fork_executor", "upload_file", "search_tools"):
+            args: dict[str, Any] = (
+                {"task_id": "t-1"} if tool in ("get_task", "fork_executor") else {}
+            )
+            if tool == "upload_file":
+                args = {"path": "ident.txt"}
+            args[key] = {"agent_id": OTHER} if key == "params" else OTHER
+            is_error, result = host.call(tool, args)
+            FIGURES["calls"] += 1
+            FIGURES["refused"] += 1
+            assert is_error and result["error"] == "invalid_arguments", (tool, key, result)
+    assert center.requests(1000) == before
