@@ -44,11 +44,11 @@ IDENTITY_KEYS = [
     "agent\u200b_id",
     "agent_\u200bid",
     "\ufeffagent_id",
-    "ａｇｅｎｔ＿ｉｄ",  # fullwidth
-    "agent_\u0456d",  # Cyrillic і
-    "\u0430gent_id",  # Cyrillic а
-    "agent_ıd",  # dotless i
-    "AGENT_İD",
+    "\uff41\uff47\uff45\uff4e\uff54\uff3f\uff49\uff44",  # fullwidth
+    "agent_\u0456d",  # Cyrillic i (U+0456)
+    "\u0430gent_id",  # Cyrillic a (U+0430)
+    "agent_\u0131d",  # dotless i
+    "AGENT_\u0130D",  # dotted capital I
     "agent_id\u0301",
     "$agent_id",
     "agent_id.",
