@@ -1,0 +1,116 @@
+"""Faults: a center killed mid-call and restarted, a slow center, a center answering errors.
+
+The host must classify each failure with a stable code, keep serving, and recover by itself
+when the center comes back: no host restart, no stale pooled connection poisoning a later call.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from mcphost.testing import DevCenter
+from tests.hardening.conftest import RawHost, host_env
+
+pytestmark = pytest.mark.timeout(180)
+
+FIGURES = {"faults_injected": 0, "calls": 0}
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_center_killed_mid_call_then_restarted(center: DevCenter, transport: str) -> None:
+    with RawHost(host_env(center.binding_env(transport))) as host:
+        host.initialize()
+        ok, _ = host.call("get_my_work", {})
+        assert not ok
+        center.set_faults(delay_ms={"get_my_work": 5000})
+        pending = host.request("tools/call", {"name": "get_my_work", "arguments": {}})
+        time.sleep(0.5)
+        assert center.pid is not None
+        os.kill(center.pid, signal.SIGKILL)  # no graceful close: the socket just dies
+        FIGURES["faults_injected"] += 1
+        started = time.monotonic()
+        answer = host.wait(pending, timeout=10)
+        result = answer["result"]
+        assert result["isError"] and '"admin_unavailable"' in result["content"][0]["text"]
+        assert time.monotonic() - started < 2
+        # while it is down: classified, fast
+        is_error, down = host.call("get_my_work", {}, timeout=10)
+        assert is_error and down["error"] == "admin_unavailable", down
+        center.restart()  # same socket path / port / certificate / state; faults cleared
+        # the same host recovers: a read and a (non-retried) write both succeed first time
+        is_error, work = host.call("get_my_work", {})
+        assert not is_error, work
+        is_error, created = host.call(
+            "create_task", {"project_id": "p-1", "title": f"after restart {transport}"}
+        )
+        assert not is_error, created
+        FIGURES["calls"] += 5
+        assert host.close() == 0
+
+
+def test_slow_center_times_out_one_call_while_others_complete(center: DevCenter) -> None:
+    env = host_env(center.binding_env("unix"), MCPHOST_CALL_TIMEOUT_SECONDS="1.5")
+    with center.faults(delay_ms={"get_task": 6000}), RawHost(env) as host:
+        host.initialize()
+        FIGURES["faults_injected"] += 1
+        started = time.monotonic()
+        slow = host.request("tools/call", {"name": "get_task", "arguments": {"task_id": "t-1"}})
+        fast = [
+            host.request("tools/call", {"name": "get_my_work", "arguments": {}}) for _ in range(30)
+        ]
+        for request_id in fast:
+            answer = host.wait(request_id, timeout=5)
+            assert not answer["result"]["isError"], answer
+        fast_done = time.monotonic() - started
+        answer = host.wait(slow, timeout=10)
+        slow_done = time.monotonic() - started
+        text = answer["result"]["content"][0]["text"]
+        assert answer["result"]["isError"] and '"admin_timeout"' in text, text
+        assert fast_done < 1.5 < slow_done < 3.5, (fast_done, slow_done)
+        host.alive()
+        FIGURES["calls"] += 31
+        assert host.close() == 0
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 429, 500, 502, 503])
+def test_center_error_statuses_are_classified_with_their_code(
+    center: DevCenter, status: int
+) -> None:
+    fault = {"get_my_work": (status, f"injected_{status}")}
+    with center.faults(status=fault), RawHost(host_env(center.binding_env("unix"))) as host:
+        host.initialize()
+        is_error, failed = host.call("get_my_work", {})
+        FIGURES["faults_injected"] += 1
+        FIGURES["calls"] += 1
+        assert is_error and failed["status"] == status, failed
+        assert failed["error"] == f"injected_{status}" and failed["message"]
+        host.alive()
+        assert host.close() == 0
+
+
+def test_fault_figures(center: DevCenter) -> None:
+    """Parallel fault burst on one host; also prints the module's figures (`pytest -s`)."""
+    with (
+        center.faults(status={"get_task": (500, "boom")}, delay_ms={"heartbeat": 200}),
+        RawHost(host_env(center.binding_env("unix"))) as host,
+    ):
+        host.initialize()
+
+        def one(i: int) -> str:
+            tool = ("get_task", "heartbeat", "get_my_work")[i % 3]
+            args = {} if tool == "get_my_work" else {"task_id": f"t-{i}"}
+            is_error, result = host.call(tool, args)
+            return result.get("error", "ok") if is_error else "ok"
+
+        with ThreadPoolExecutor(16) as pool:
+            outcomes = list(pool.map(one, range(150)))
+        FIGURES["faults_injected"] += outcomes.count("boom")
+        FIGURES["calls"] += len(outcomes)
+        assert outcomes.count("boom") == 50
+        assert host.close() == 0
+    print(f"\nfault figures: {FIGURES}")

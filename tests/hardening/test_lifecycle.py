@@ -1,0 +1,110 @@
+"""Lifecycle beyond tests/blackbox/test_process.py: shutdown with calls in flight, and orphans.
+
+test_process.py already proves an idle host exits 0 within 2 s on EOF, SIGTERM and SIGINT.
+Here: the same with a call in flight (EOF delivers the pending answer, signals do not wait for
+it), SIGHUP, and a parent killed with SIGKILL — both when the host sees EOF because the parent
+held its stdin, and when someone else keeps stdin open so only the parent-death watch can
+notice. The proof of "no orphan" is /proc: the host's pid is gone (or a zombie) within ~2 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mcphost.testing import DevCenter
+from tests.hardening.conftest import ROOT, RawHost, host_env, pid_alive
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def wait_gone(pid: int, within: float) -> float:
+    started = time.monotonic()
+    while pid_alive(pid):
+        if time.monotonic() - started > within:
+            raise AssertionError(f"host {pid} still alive {within}s after its parent died")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_eof_with_a_call_in_flight_delivers_the_answer_then_exits_0(center: DevCenter) -> None:
+    with center.faults(delay_ms={"get_my_work": 300}):
+        host = RawHost(host_env(center.binding_env("unix")))
+        host.initialize()
+        pending = host.request("tools/call", {"name": "get_my_work", "arguments": {}})
+        started = time.monotonic()
+        assert host.close(timeout=5) == 0
+        took = time.monotonic() - started
+        assert "result" in host.wait(pending, timeout=1), "EOF must not drop a pending answer"
+        assert took < 1.5, f"exit took {took:.2f}s"
+        assert not host.bad_lines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signal_with_a_call_in_flight_exits_0_promptly(center: DevCenter, sig: int) -> None:
+    with center.faults(delay_ms={"get_my_work": 5000}):
+        host = RawHost(host_env(center.binding_env("unix")))
+        host.initialize()
+        host.request("tools/call", {"name": "get_my_work", "arguments": {}})
+        time.sleep(0.2)
+        started = time.monotonic()
+        host.proc.send_signal(sig)  # stdin stays open: only the signal can end it
+        assert host.proc.wait(timeout=5) == 0
+        assert time.monotonic() - started < 1.2
+        assert b"Traceback" not in host.stderr and not host.bad_lines
+
+
+PARENT = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    stdin = int(sys.argv[1]) if len(sys.argv) > 1 else subprocess.PIPE
+    host = subprocess.Popen(
+        [sys.executable, "-m", "mcphost.cli", "host"],
+        stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        pass_fds=(stdin,) if isinstance(stdin, int) and stdin > 2 else (),
+    )
+    print(host.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+@pytest.mark.parametrize("stdin_holder", ["parent", "someone_else"])
+def test_a_parent_killed_with_sigkill_leaves_no_orphaned_host(
+    center: DevCenter, stdin_holder: str
+) -> None:
+    env = host_env(center.binding_env("unix"))
+    args = [sys.executable, "-c", PARENT]
+    pass_fds: tuple[int, ...] = ()
+    read_end = write_end = -1
+    if stdin_holder == "someone_else":
+        read_end, write_end = os.pipe()  # this test keeps the write end: no EOF for the host
+        args.append(str(read_end))
+        pass_fds = (read_end,)
+    parent = subprocess.Popen(
+        args, stdout=subprocess.PIPE, env=env, pass_fds=pass_fds, cwd=str(ROOT)
+    )
+    try:
+        assert parent.stdout is not None
+        host_pid = int(parent.stdout.readline())
+        if read_end >= 0:
+            os.close(read_end)
+        time.sleep(1.0)  # the host is up and serving (its watch has recorded the parent)
+        assert pid_alive(host_pid)
+        with open(f"/proc/{host_pid}/stat") as stat:
+            assert int(stat.read().rsplit(")", 1)[1].split()[1]) == parent.pid
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(5)
+        took = wait_gone(host_pid, within=2.5)
+        print(f"\norphan check ({stdin_holder}): host gone {took:.2f}s after parent SIGKILL")
+    finally:
+        if write_end >= 0:
+            os.close(write_end)
+        if parent.poll() is None:
+            parent.kill()
