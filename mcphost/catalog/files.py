@@ -14,7 +14,7 @@ from pydantic import Field, StringConstraints, model_validator
 from mcphost.catalog.model import StrictInput, ToolDecl
 
 Scope = Literal["task", "issue", "project", "conversation", "agent", "tmp"]
-PathText = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=16384)]
 ScopeId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
 
 

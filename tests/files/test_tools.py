@@ -1,0 +1,367 @@
+"""upload_file / download_file end to end: the real `mcphost host` process driven by the
+official SDK client against the real reference center, plus in-process calls of the same
+handlers where timing must be controlled (cancellation, progress, volume)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcphost.host.server import HostSurface
+from mcphost.mcpwire.protocol import CallContext
+from mcphost.testing import DevCenter
+from tests.files import corpus
+from tests.files.conftest import call, center_binding, open_host
+
+pytestmark = pytest.mark.anyio
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_gets(center: DevCenter, since: int) -> list[dict[str, Any]]:
+    return [r for r in center.requests(500)[since:] if r["route"].startswith("/admin/files/")]
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".mcphost-" in p.name)
+
+
+async def upload(client: Any, path: str, **extra: Any) -> dict[str, Any]:
+    is_error, payload = await call(client, "upload_file", {"path": path, **extra})
+    assert not is_error, payload
+    return payload  # type: ignore[no-any-return]
+
+
+# -- containment through the real process ---------------------------------------------------
+
+E2E_SKIP = {"\ud800.txt"}  # a lone surrogate cannot be sent as UTF-8 JSON by the client
+
+
+async def test_upload_attack_corpus_end_to_end(
+    center: DevCenter, workspace: Path, outside: Path
+) -> None:
+    corpus.build(workspace, outside)
+    secret = sha((outside / "secret.txt").read_bytes())
+    wrong: list[tuple[str, Any, Any]] = []
+    async with open_host(center.binding_env("unix")) as client:
+        for template, expected in corpus.UPLOAD.items():
+            if template in E2E_SKIP:
+                continue
+            path = corpus.expand(template, workspace)
+            before = len(center.requests(500))
+            is_error, payload = await call(client, "upload_file", {"path": path})
+            got = payload["error"] if is_error else None
+            if got != expected:
+                wrong.append((template[:60], expected, payload))
+            if is_error:
+                assert payload["details"].get("path", path) == path
+                assert center.requests(500)[before:] == [], f"{template!r} reached the center"
+            else:
+                assert payload["sha256"] != secret
+    assert wrong == []
+
+
+async def test_download_attack_corpus_end_to_end(
+    center: DevCenter, workspace: Path, outside: Path
+) -> None:
+    (workspace / "payload.bin").write_bytes(b"payload\n" * 100)
+    corpus.build(workspace, outside)
+    outside_before = sorted(os.listdir(outside))
+    wrong: list[tuple[str, Any, Any]] = []
+    async with open_host(center.binding_env("unix")) as client:
+        uri = (await upload(client, "payload.bin"))["file_uri"]
+        for template, expected in corpus.DOWNLOAD.items():
+            if template in E2E_SKIP:
+                continue
+            path = corpus.expand(template, workspace)
+            before = len(center.requests(500))
+            is_error, payload = await call(
+                client, "download_file", {"file": uri, "dest_path": path}
+            )
+            got = payload["error"] if is_error else None
+            if got != expected:
+                wrong.append((template[:60], expected, payload))
+            if is_error:
+                assert file_gets(center, before) == [], f"{template!r}: GET before containment"
+            else:
+                dest = Path(payload["dest_path"])
+                assert dest.read_bytes() == b"payload\n" * 100
+                assert str(dest).startswith(str(workspace) + "/")
+    assert wrong == []
+    assert sorted(os.listdir(outside)) == outside_before
+    assert leftovers(workspace) == []
+
+
+# -- integrity -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 5 * 1024 * 1024 + 7])
+async def test_round_trip(center: DevCenter, workspace: Path, size: int) -> None:
+    data = os.urandom(size)
+    (workspace / "src.bin").write_bytes(data)
+    async with open_host(center.binding_env("unix")) as client:
+        up = await upload(client, "src.bin")
+        assert up["size"] == size and up["sha256"] == sha(data) and up["filename"] == "src.bin"
+        assert up["file_uri"].startswith("ac://files/")
+        is_error, down = await call(
+            client, "download_file", {"file": up["file_uri"], "dest_path": "out/copy.bin"}
+        )
+    assert not is_error, down
+    assert down["size"] == size and down["sha256"] == sha(data)
+    copy = workspace / "out" / "copy.bin"
+    assert copy.read_bytes() == data
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert leftovers(workspace) == []
+
+
+async def test_metadata_for_attachments(center: DevCenter, workspace: Path) -> None:
+    (workspace / "notes.json").write_text('{"a": 1}')
+    (workspace / "picture").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 32)
+    (workspace / "README").write_text("plain words\n")
+    (workspace / "blob").write_bytes(b"\x00\x01\x02\xff")
+    async with open_host(center.binding_env("unix")) as client:
+        kinds = {
+            name: (await upload(client, name))["mime_type"]
+            for name in ("notes.json", "picture", "README", "blob")
+        }
+        up = await upload(client, "notes.json", scope="project", scope_id="p-1")
+        assert up["reference_id"] and up["scope"] == "project"
+        is_error, down = await call(
+            client,
+            "download_file",
+            {"file": up["file_uri"].removeprefix("ac://files/"), "dest_path": "n.json"},
+        )
+    assert kinds == {
+        "notes.json": "application/json",
+        "picture": "image/png",
+        "README": "text/plain",
+        "blob": "application/octet-stream",
+    }
+    assert not is_error and down["mime_type"] == "application/json"
+
+
+@pytest.mark.slow
+async def test_large_round_trip_256_mib(center: DevCenter, workspace: Path) -> None:
+    block = os.urandom(1 << 20)
+    digest = hashlib.sha256()
+    with (workspace / "large.bin").open("wb") as out:
+        for index in range(256):
+            chunk = block[index:] + block[:index]
+            digest.update(chunk)
+            out.write(chunk)
+    async with open_host(center.binding_env("unix")) as client:
+        up = await upload(client, "large.bin")
+        assert up["size"] == 256 << 20 and up["sha256"] == digest.hexdigest()
+        is_error, down = await call(
+            client, "download_file", {"file": up["file_uri"], "dest_path": "large.copy"}
+        )
+    assert not is_error, down
+    assert down["sha256"] == digest.hexdigest()
+    check = hashlib.sha256()
+    with (workspace / "large.copy").open("rb") as copy:
+        while chunk := copy.read(1 << 20):
+            check.update(chunk)
+    assert check.hexdigest() == digest.hexdigest()
+
+
+# -- download rules --------------------------------------------------------------------------
+
+
+async def test_overwrite(center: DevCenter, workspace: Path) -> None:
+    (workspace / "new.txt").write_text("new contents\n")
+    (workspace / "old.txt").write_text("old\n")
+    async with open_host(center.binding_env("unix")) as client:
+        uri = (await upload(client, "new.txt"))["file_uri"]
+        refused, payload = await call(
+            client, "download_file", {"file": uri, "dest_path": "old.txt"}
+        )
+        assert refused and payload["error"] == "destination_exists"
+        assert "overwrite" in payload["message"]
+        assert (workspace / "old.txt").read_text() == "old\n"
+        is_error, _ = await call(
+            client, "download_file", {"file": uri, "dest_path": "old.txt", "overwrite": True}
+        )
+    assert not is_error
+    assert (workspace / "old.txt").read_text() == "new contents\n"
+
+
+async def test_not_reachable_and_not_found(center: DevCenter, workspace: Path) -> None:
+    (workspace / "theirs.txt").write_text("agent-2's\n")
+    async with open_host(center.binding_env("unix", agent_id="agent-2")) as other:
+        theirs = (await upload(other, "theirs.txt"))["file_uri"]
+    async with open_host(center.binding_env("unix")) as client:
+        is_error, payload = await call(
+            client, "download_file", {"file": theirs, "dest_path": "deep/dir/x.txt"}
+        )
+        assert is_error and payload["error"] == "file_not_reachable" and payload["status"] == 403
+        assert "not attached to a scope you belong to" in payload["message"]  # the center's words
+        is_error, payload = await call(
+            client,
+            "download_file",
+            {"file": "ac://files/01ARZ3NDEKTSV4RRFFQ69G5FAV", "dest_path": "deep/dir/y.txt"},
+        )
+        assert is_error and payload["error"] == "file_not_found" and payload["status"] == 404
+        is_error, payload = await call(client, "download_file", {"file": "nope", "dest_path": "z"})
+        assert is_error and payload["error"] == "invalid_file_uri"
+    assert not (workspace / "deep").exists()  # parents are created only for a 200
+
+
+async def test_size_cap(center: DevCenter, workspace: Path) -> None:
+    (workspace / "big.bin").write_bytes(os.urandom(10_000))
+    env = {**center.binding_env("unix"), "MCPHOST_MAX_DOWNLOAD_BYTES": "4096"}
+    async with open_host(env) as client:
+        uri = (await upload(client, "big.bin"))["file_uri"]
+        is_error, payload = await call(
+            client, "download_file", {"file": uri, "dest_path": "new/big.copy"}
+        )
+    assert is_error and payload["error"] == "file_too_large"
+    assert payload["details"]["limit_bytes"] == 4096
+    assert not (workspace / "new").exists()
+
+
+async def test_workspace_root_errors(center: DevCenter, workspace: Path, tmp_path: Path) -> None:
+    async with open_host(center.binding_env("unix", agent_root=None)) as client:
+        is_error, payload = await call(client, "upload_file", {"path": "a.txt"})
+        assert is_error and payload["error"] == "workspace_root_unset"
+    async with open_host(center.binding_env("unix", agent_root=str(tmp_path / "gone"))) as client:
+        is_error, payload = await call(
+            client, "download_file", {"file": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "dest_path": "a"}
+        )
+        assert is_error and payload["error"] == "workspace_root_missing"
+
+
+async def test_schema_refuses_identity_and_unknown_fields(
+    center: DevCenter, workspace: Path
+) -> None:
+    async with open_host(center.binding_env("unix")) as client:
+        is_error, payload = await call(client, "upload_file", {"path": "a", "agent_id": "agent-2"})
+        assert is_error and payload["error"] == "invalid_arguments"
+        is_error, payload = await call(client, "upload_file", {"path": "a", "scope": "task"})
+        assert is_error and payload["error"] == "invalid_arguments"
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert {"upload_file", "download_file"} <= set(tools)
+    assert tools["download_file"].annotations.destructive_hint is True
+
+
+# -- changes, progress, cancellation (in process, where timing can be controlled) -----------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, method: str, params: dict[str, Any]) -> None:
+        self.sent.append((method, params))
+
+
+def context(token: Any = None) -> tuple[CallContext, Recorder]:
+    recorder = Recorder()
+    return CallContext(request_id=1, progress_token=token, send_notification=recorder), recorder
+
+
+async def test_file_changed_during_upload_is_not_completed(
+    center: DevCenter, workspace: Path
+) -> None:
+    source = workspace / "growing.log"
+    source.write_bytes(os.urandom(24 << 20))
+    surface = HostSurface(center_binding(center))
+    ctx, _ = context()
+    try:
+        with center.faults(delay_ms={"transfer_put": 800}):
+            before = len(center.requests(500))
+            task = asyncio.create_task(
+                surface.call_tool("upload_file", {"path": "growing.log"}, ctx)
+            )
+            await asyncio.sleep(0.3)
+            with source.open("ab") as out:
+                out.write(b"more lines\n" * 1000)
+            result = await task
+    finally:
+        await surface.aclose()
+    assert result.is_error and '"file_changed_during_upload"' in result.text
+    routes = [r["route"] for r in center.requests(500)[before:]]
+    assert not any(r.endswith("/complete") for r in routes)
+
+
+async def test_progress_is_reported(center: DevCenter, workspace: Path) -> None:
+    (workspace / "p.bin").write_bytes(os.urandom(32 << 20))
+    surface = HostSurface(center_binding(center))
+    try:
+        with center.faults(delay_ms={"transfer_put": 300, "download": 300}):
+            ctx, recorder = context("tok-1")
+            result = await surface.call_tool("upload_file", {"path": "p.bin"}, ctx)
+            assert not result.is_error, result.text
+            assert result.structured is not None
+            uri = result.structured["file_uri"]
+            up = [p for m, p in recorder.sent if m == "notifications/progress"]
+            ctx, recorder = context("tok-2")
+            result = await surface.call_tool("download_file", {"file": uri, "dest_path": "p2"}, ctx)
+            assert not result.is_error, result.text
+            down = [p for m, p in recorder.sent if m == "notifications/progress"]
+            ctx, recorder = context()  # no token: no notifications
+            await surface.call_tool("download_file", {"file": uri, "dest_path": "p3"}, ctx)
+            assert recorder.sent == []
+    finally:
+        await surface.aclose()
+    for events, token in ((up, "tok-1"), (down, "tok-2")):
+        assert events and all(e["progressToken"] == token for e in events)
+        assert events[-1]["progress"] == events[-1]["total"] == 32 << 20
+        assert [e["progress"] for e in events] == sorted(e["progress"] for e in events)
+
+
+async def test_cancelled_download_leaves_nothing(center: DevCenter, workspace: Path) -> None:
+    (workspace / "c.bin").write_bytes(os.urandom(64 << 20))
+    surface = HostSurface(center_binding(center))
+    try:
+        ctx, _ = context()
+        result = await surface.call_tool("upload_file", {"path": "c.bin"}, ctx)
+        assert result.structured is not None
+        uri = result.structured["file_uri"]
+
+        async def slow_reports(method: str, params: dict[str, Any]) -> None:
+            await asyncio.sleep(0.05)  # keeps the transfer running long enough to cancel it
+
+        slow = CallContext(request_id=2, progress_token="t", send_notification=slow_reports)
+        task = asyncio.create_task(
+            surface.call_tool("download_file", {"file": uri, "dest_path": "new/dir/c.copy"}, slow)
+        )
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            if leftovers(workspace):
+                break
+        assert leftovers(workspace), "the download never started writing"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await surface.aclose()
+    assert leftovers(workspace) == []
+    assert not (workspace / "new").exists()
+
+
+async def test_cancelled_upload_is_not_completed(center: DevCenter, workspace: Path) -> None:
+    (workspace / "u.bin").write_bytes(os.urandom(16 << 20))
+    surface = HostSurface(center_binding(center))
+    try:
+        with center.faults(delay_ms={"transfer_put": 2000}):
+            before = len(center.requests(500))
+            ctx, _ = context()
+            task = asyncio.create_task(surface.call_tool("upload_file", {"path": "u.bin"}, ctx))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    finally:
+        await surface.aclose()
+    await asyncio.sleep(1.8)
+    routes = [r["route"] for r in center.requests(500)[before:]]
+    assert any(r.startswith("/admin/files/transfer/") for r in routes)
+    assert not any(r.endswith("/complete") for r in routes)
