@@ -324,9 +324,9 @@ class StdioServer:
 
 def _take_over_stdout() -> int:
     """Give the wire a private duplicate of fd 1 and point fd 1 at stderr."""
-    sys.stdout.flush()
     wire_fd = os.dup(1)
     os.dup2(2, 1)
+    sys.stdout.flush()  # after the move: text printed before serving goes to stderr too
     return wire_fd
 
 
