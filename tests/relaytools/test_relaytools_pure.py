@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from relayharness import Env
 
 from mcphost.relaytools import errors, help, layout, params, tools
@@ -385,3 +387,58 @@ def test_inscriptions(tmp_path: Path) -> None:
     assert set(record) == {"timestamp", "pid", "event", "details"}
     assert record["timestamp"].endswith("Z")
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+# -- property: validation is total ----------------------------------------------------------
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2000) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_keys = st.sampled_from(
+    [
+        "message",
+        "targets",
+        "broadcast",
+        "request_id",
+        "target_session",
+        "lines",
+        "offset",
+        "text",
+        "no_enter",
+        "choice_request_id",
+        "outcome",
+        "option_id",
+        "command",
+        "args",
+        "query",
+        "bogus",
+    ]
+)
+_validators = [
+    V.validate_list,
+    V.validate_help,
+    V.validate_send,
+    V.validate_look,
+    V.validate_raww,
+    V.validate_choose,
+    V.validate_updown,
+    V.validate_new,
+    V.validate_change,
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_validators), st.dictionaries(_keys, _json, max_size=5))
+def test_validation_only_ever_raises_tool_failures(
+    validate: Any, arguments: dict[str, Any]
+) -> None:
+    try:
+        validate(arguments)
+    except ToolFailure as failure:
+        assert failure.rpc_code == -32602
+        assert failure.details is None or isinstance(failure.details, dict)
