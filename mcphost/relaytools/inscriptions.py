@@ -37,6 +37,16 @@ def _timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
 
 
+def _make_private_dirs(directory: Path) -> None:
+    """Create `directory` and any missing parents with mode 0700 (existing ones are left alone)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
+
+
 class Inscriptions:
     """An append-only JSON-lines sink; opened lazily on the first record."""
 
@@ -58,7 +68,7 @@ class Inscriptions:
         try:
             if self._fd is None:
                 assert self.path is not None
-                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                _make_private_dirs(self.path.parent)
                 self._fd = os.open(
                     self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
                 )

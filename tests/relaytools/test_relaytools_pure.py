@@ -387,6 +387,7 @@ def test_inscriptions(tmp_path: Path) -> None:
     assert set(record) == {"timestamp", "pid", "event", "details"}
     assert record["timestamp"].endswith("Z")
     assert path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "bundles").stat().st_mode & 0o777 == 0o700
 
 
 # -- property: validation is total ----------------------------------------------------------
