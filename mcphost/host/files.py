@@ -330,6 +330,21 @@ class Walker:
             symlink=where,
         )
 
+    def symlink_failure(self, dir_fd: int, name: str, depth: list[str]) -> ToolFailure:
+        """The failure for a component seen as a symlink, even if it changed since."""
+        link = self.link_failure(dir_fd, name, depth)
+        if link is not None:
+            return link
+        where = "/".join([*depth, name])
+        return _fail(
+            "path_through_symlink",
+            f"{self.given!r}: {where} was a symlink when it was opened (it is changing under "
+            "us); the file tools never follow symlinks. Give the real path inside the workspace",
+            path=self.given,
+            root=self.root,
+            symlink=where,
+        )
+
     def lexically_inside(self, depth: list[str], target: str) -> bool:
         """Whether a link at `depth` pointing at `target` would stay inside (message only)."""
         if not target:
@@ -376,6 +391,16 @@ class Walker:
                 root=self.root,
                 missing=where,
             )
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_dir_now(dir_fd, name):
+            return _fail(
+                "path_changed",
+                f"{self.given!r}: {where} was replaced while it was being resolved (it was not "
+                "a plain directory when opened, e.g. a symlink was swapped in); nothing was "
+                "touched. Retry once the workspace is stable",
+                path=self.given,
+                root=self.root,
+                component=where,
+            )
         if exc.errno == errno.ENOTDIR:
             return _fail(
                 "path_not_a_directory",
@@ -393,6 +418,8 @@ class Walker:
             )
         if exc.errno == errno.ENAMETOOLONG:
             return _invalid(self.given, self.root, "a name is too long")
+        if exc.errno == errno.ELOOP:
+            return self.symlink_failure(dir_fd, name, depth)
         return _fail(
             "path_unusable",
             f"{self.given!r}: {where} cannot be opened ({exc.strerror})",
@@ -444,6 +471,13 @@ class Walker:
         resolved.made.clear()
 
 
+def _is_dir_now(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 @contextmanager
 def walker(binding: AgentBinding, given: str) -> Iterator[Walker]:
     w = Walker(binding, given)
@@ -464,9 +498,7 @@ def open_for_upload(w: Walker) -> tuple[Resolved, int, os.stat_result]:
     except OSError as exc:
         raise w.classify(exc, resolved.parent_fd, resolved.leaf, depth, want_dir=False) from None
     if stat.S_ISLNK(pre.st_mode):
-        link = w.link_failure(resolved.parent_fd, resolved.leaf, depth)
-        assert link is not None
-        raise link
+        raise w.symlink_failure(resolved.parent_fd, resolved.leaf, depth)
     if not stat.S_ISREG(pre.st_mode):
         raise _not_regular(w, resolved.display, _kind(pre.st_mode))
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -527,9 +559,7 @@ def check_destination(w: Walker, resolved: Resolved, *, overwrite: bool) -> None
             exc, resolved.parent_fd, resolved.leaf, resolved.names[:-1], want_dir=False
         ) from None
     if stat.S_ISLNK(info.st_mode):
-        link = w.link_failure(resolved.parent_fd, resolved.leaf, resolved.names[:-1])
-        assert link is not None
-        raise link
+        raise w.symlink_failure(resolved.parent_fd, resolved.leaf, resolved.names[:-1])
     if stat.S_ISDIR(info.st_mode):
         raise _fail(
             "destination_is_directory",
