@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import traceback
@@ -333,11 +334,12 @@ def _take_over_stdout() -> int:
 async def _read_stdin(reader: _LineReader) -> None:
     loop = asyncio.get_running_loop()
     stdin = os.fdopen(os.dup(0), "rb", buffering=0)
-    try:
+    mode = os.fstat(stdin.fileno()).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
         await loop.connect_read_pipe(lambda: reader, stdin)
         return
-    except ValueError:
-        pass  # a regular file on stdin: read it in a thread
+    # A regular file, /dev/null or a terminal: epoll cannot watch some of these, so read in a
+    # thread.
 
     def pump() -> None:
         while chunk := stdin.read(1 << 16):

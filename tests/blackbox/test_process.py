@@ -144,3 +144,32 @@ def test_check_reports_a_pin_mismatch_with_exit_1(center: DevCenter) -> None:
     report = json.loads(out)
     assert report["center"]["error"] == "admin_pin_mismatch"
     assert center.token.encode() not in out + err
+
+
+@pytest.mark.parametrize("stdin", ["devnull", "file"])
+def test_non_pipe_stdin_is_served_and_ends_at_eof(
+    center: DevCenter, tmp_path: Any, stdin: str
+) -> None:
+    if stdin == "devnull":
+        source = open(os.devnull, "rb")  # noqa: SIM115
+    else:
+        path = tmp_path / "requests.jsonl"
+        path.write_text(
+            json.dumps(INIT)
+            + "\n"
+            + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            + "\n"
+        )
+        source = path.open("rb")
+    with source:
+        proc = subprocess.run(
+            [sys.executable, *HOST_ARGS],
+            stdin=source,
+            capture_output=True,
+            timeout=20,
+            env={"PATH": os.environ["PATH"], **center.binding_env("unix")},
+            check=False,
+        )
+    assert proc.returncode == 0
+    replies = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [r["id"] for r in replies] == ([] if stdin == "devnull" else [1, 2])

@@ -1,0 +1,1 @@
+"""Peer MCP servers measured beside the host, launched as separate processes."""
