@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -87,3 +88,20 @@ async def call(client: Client, tool: str, args: dict[str, Any], **kw: Any) -> tu
         return bool(result.is_error), json.loads(text)
     except ValueError:
         return bool(result.is_error), text
+
+
+def mark(center: DevCenter) -> str:
+    """Put a unique entry in the center's request log; `since(center, marker)` reads after it.
+    (The log is a sliding window, so positions are not stable across a session.)"""
+    marker = f"marker-{uuid.uuid4().hex}"
+    center.call("get_issue", {"issue_id": marker})
+    return marker
+
+
+def since(center: DevCenter, marker: str) -> list[dict[str, Any]]:
+    entries = center.requests(1000)
+    for index in range(len(entries) - 1, -1, -1):
+        body = entries[index].get("body")
+        if isinstance(body, dict) and body.get("issue_id") == marker:
+            return entries[index + 1 :]
+    raise AssertionError("the marker fell out of the center's request log")

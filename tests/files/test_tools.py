@@ -17,7 +17,7 @@ from mcphost.host.server import HostSurface
 from mcphost.mcpwire.protocol import CallContext
 from mcphost.testing import DevCenter
 from tests.files import corpus
-from tests.files.conftest import call, center_binding, open_host
+from tests.files.conftest import call, center_binding, mark, open_host, since
 
 pytestmark = pytest.mark.anyio
 
@@ -26,8 +26,8 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_gets(center: DevCenter, since: int) -> list[dict[str, Any]]:
-    return [r for r in center.requests(500)[since:] if r["route"].startswith("/admin/files/")]
+def file_gets(center: DevCenter, marker: str) -> list[dict[str, Any]]:
+    return [r for r in since(center, marker) if r["route"].startswith("/admin/files/")]
 
 
 def leftovers(root: Path) -> list[str]:
@@ -56,14 +56,14 @@ async def test_upload_attack_corpus_end_to_end(
             if template in E2E_SKIP:
                 continue
             path = corpus.expand(template, workspace)
-            before = len(center.requests(500))
+            before = mark(center)
             is_error, payload = await call(client, "upload_file", {"path": path})
             got = payload["error"] if is_error else None
             if got != expected:
                 wrong.append((template[:60], expected, payload))
             if is_error:
                 assert payload["details"].get("path", path) == path
-                assert center.requests(500)[before:] == [], f"{template!r} reached the center"
+                assert since(center, before) == [], f"{template!r} reached the center"
             else:
                 assert payload["sha256"] != secret
     assert wrong == []
@@ -82,7 +82,7 @@ async def test_download_attack_corpus_end_to_end(
             if template in E2E_SKIP:
                 continue
             path = corpus.expand(template, workspace)
-            before = len(center.requests(500))
+            before = mark(center)
             is_error, payload = await call(
                 client, "download_file", {"file": uri, "dest_path": path}
             )
@@ -276,7 +276,7 @@ async def test_file_changed_during_upload_is_not_completed(
     ctx, _ = context()
     try:
         with center.faults(delay_ms={"transfer_put": 800}):
-            before = len(center.requests(500))
+            before = mark(center)
             task = asyncio.create_task(
                 surface.call_tool("upload_file", {"path": "growing.log"}, ctx)
             )
@@ -287,7 +287,7 @@ async def test_file_changed_during_upload_is_not_completed(
     finally:
         await surface.aclose()
     assert result.is_error and '"file_changed_during_upload"' in result.text
-    routes = [r["route"] for r in center.requests(500)[before:]]
+    routes = [r["route"] for r in since(center, before)]
     assert not any(r.endswith("/complete") for r in routes)
 
 
@@ -352,7 +352,7 @@ async def test_cancelled_upload_is_not_completed(center: DevCenter, workspace: P
     surface = HostSurface(center_binding(center))
     try:
         with center.faults(delay_ms={"transfer_put": 2000}):
-            before = len(center.requests(500))
+            before = mark(center)
             ctx, _ = context()
             task = asyncio.create_task(surface.call_tool("upload_file", {"path": "u.bin"}, ctx))
             await asyncio.sleep(0.5)
@@ -362,6 +362,6 @@ async def test_cancelled_upload_is_not_completed(center: DevCenter, workspace: P
     finally:
         await surface.aclose()
     await asyncio.sleep(1.8)
-    routes = [r["route"] for r in center.requests(500)[before:]]
+    routes = [r["route"] for r in since(center, before)]
     assert any(r.startswith("/admin/files/transfer/") for r in routes)
     assert not any(r.endswith("/complete") for r in routes)
