@@ -50,6 +50,7 @@ changed, or leave a partial download at the destination.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import hashlib
 import mimetypes
@@ -590,6 +591,57 @@ def _destination_exists(w: Walker, resolved: Resolved) -> ToolFailure:
     )
 
 
+# -- blocking work off the event loop ------------------------------------------------------
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="mcphost-files")
+    return _POOL
+
+
+class _Jobs:
+    """Blocking descriptor work (read, write, hash) in threads, so the loop keeps moving bytes.
+
+    Holds the thread futures themselves (not asyncio wrappers, which report "done" as soon as
+    the awaiting task is cancelled while the thread is still running), so `drain()` really waits:
+    a descriptor is never closed, and a temp file never unlinked, under a running job.
+    """
+
+    def __init__(self) -> None:
+        self.running: list[concurrent.futures.Future[Any]] = []
+
+    def submit(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        job = _pool().submit(fn, *args)
+        self.running.append(job)
+        return asyncio.wrap_future(job)
+
+    async def wait(self) -> None:
+        """Wait for every submitted job; re-raise the first failure."""
+        jobs, self.running = self.running, []
+        try:
+            for job in jobs:
+                await asyncio.wrap_future(job)
+        finally:
+            self.running = [job for job in jobs if not job.done()] + self.running
+
+    async def drain(self) -> None:
+        """Wait for running jobs even under cancellation (re-raised after they finish)."""
+        cancelled = False
+        for job in self.running:
+            while not job.done():
+                try:
+                    await asyncio.wait([asyncio.wrap_future(job)])
+                except asyncio.CancelledError:
+                    cancelled = True
+        self.running = []
+        if cancelled:
+            raise asyncio.CancelledError
+
+
 # -- progress -----------------------------------------------------------------------------
 
 
@@ -660,23 +712,30 @@ async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContex
         sent = 0
         changed: list[str] = []
         report = Progress(ctx, size, "uploaded")
-        loop = asyncio.get_running_loop()
+        jobs = _Jobs()
 
-        def read_chunk() -> bytes:
-            chunk = os.read(fd, min(CHUNK, size - sent + 1))
+        def read_chunk(limit: int) -> bytes:
+            chunk = os.read(fd, limit)
             digest.update(chunk)
             return chunk
 
+        def read_ahead() -> asyncio.Future[bytes]:
+            # one byte past the declared size, so growth is seen without a second read
+            return jobs.submit(read_chunk, min(CHUNK, size - sent + 1))
+
         async def body() -> AsyncIterator[bytes]:
             nonlocal sent
+            pending = read_ahead()
             while True:
-                chunk = await loop.run_in_executor(None, read_chunk)
+                chunk = await pending
+                jobs.running.clear()
                 if not chunk:
                     break
                 sent += len(chunk)
                 if sent > size:
                     changed.append("it grew")
                     raise _Changed()
+                pending = read_ahead()  # read and hash the next chunk while this one is sent
                 yield chunk
                 await report(sent)
             if sent < size:
@@ -699,6 +758,8 @@ async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContex
             if changed:
                 raise _changed(w, resolved.display, changed[0]) from None
             raise
+        finally:
+            await jobs.drain()  # the descriptor closes after this, never under a read
         after = os.fstat(fd)
         if after.st_size != size or after.st_mtime_ns != info.st_mtime_ns:
             raise _changed(w, resolved.display, "it was modified")
@@ -782,6 +843,7 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
         check_destination(w, resolved, overwrite=params.overwrite)
         temp: str | None = None
         temp_fd = -1
+        jobs = _Jobs()
         kept = False
         try:
             try:
@@ -805,11 +867,10 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
                         0o600,
                         dir_fd=resolved.parent_fd,
                     )
-                    size, sha256 = await _receive(response, temp_fd, cap, params.file, ctx)
+                    size, sha256 = await _receive(response, temp_fd, cap, params.file, ctx, jobs)
             except ToolFailure as failure:
                 raise _download_failure(failure, file_id) from None
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, os.fsync, temp_fd)
+            await jobs.submit(os.fsync, temp_fd)
             os.close(temp_fd)
             temp_fd = -1
             _place(w, resolved, temp, overwrite=params.overwrite)
@@ -819,6 +880,7 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
         except OSError as exc:
             raise _write_failed(w, exc) from None
         finally:
+            await jobs.drain()  # no write may still run when the temp file goes
             if temp_fd >= 0:
                 os.close(temp_fd)
             if not kept:
@@ -868,23 +930,26 @@ def _place(w: Walker, resolved: Resolved, temp: str | None, *, overwrite: bool) 
 
 
 async def _receive(
-    response: Any, fd: int, cap: int, given: str, ctx: CallContext
+    response: Any, fd: int, cap: int, given: str, ctx: CallContext, jobs: _Jobs
 ) -> tuple[int, str]:
     """Stream the body into `fd`, hashing in the same pass, enforcing `cap`."""
     digest = hashlib.sha256()
-    loop = asyncio.get_running_loop()
     total = response.content_length
     report = Progress(ctx, total, "downloaded")
     size = 0
     pending: list[bytes] = []
     pending_size = 0
 
-    def flush(chunks: list[bytes]) -> None:
-        for chunk in chunks:
-            digest.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+    def write_all(batch: bytes) -> None:
+        view = memoryview(batch)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    async def hand_off(chunks: list[bytes]) -> None:
+        await jobs.wait()  # the previous batch is on disk and hashed
+        batch = b"".join(chunks)
+        jobs.submit(digest.update, batch)  # hashing and writing run side by side,
+        jobs.submit(write_all, batch)  # while the loop keeps receiving the next batch
 
     async for chunk in response.content.iter_chunked(CHUNK):
         size += len(chunk)
@@ -893,11 +958,12 @@ async def _receive(
         pending.append(chunk)
         pending_size += len(chunk)
         if pending_size >= CHUNK:
-            batch, pending, pending_size = pending, [], 0
-            await loop.run_in_executor(None, flush, batch)
+            await hand_off(pending)
+            pending, pending_size = [], 0
             await report(size)
     if pending:
-        await loop.run_in_executor(None, flush, pending)
+        await hand_off(pending)
+    await jobs.wait()
     if total is not None and size != total:
         raise _fail(
             "download_incomplete",
