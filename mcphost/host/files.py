@@ -379,9 +379,12 @@ class Walker:
     def classify(
         self, exc: OSError, dir_fd: int, name: str, depth: list[str], *, want_dir: bool
     ) -> ToolFailure:
-        link = self.link_failure(dir_fd, name, depth)
-        if link is not None:
-            return link
+        try:  # one lstat decides, so a name flipping again cannot confuse the verdict
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        except OSError:
+            now = 0
+        if stat.S_ISLNK(now):
+            return self.symlink_failure(dir_fd, name, depth)
         where = "/".join([*depth, name])
         if exc.errno == errno.ENOENT:
             return _fail(
@@ -392,7 +395,7 @@ class Walker:
                 root=self.root,
                 missing=where,
             )
-        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_dir_now(dir_fd, name):
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and stat.S_ISDIR(now):
             return _fail(
                 "path_changed",
                 f"{self.given!r}: {where} was replaced while it was being resolved (it was not "
@@ -470,13 +473,6 @@ class Walker:
             with suppress(OSError):
                 os.rmdir(name, dir_fd=dir_fd)
         resolved.made.clear()
-
-
-def _is_dir_now(dir_fd: int, name: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
 
 
 @contextmanager
