@@ -105,20 +105,11 @@ class CenterBinding:
 
     def __post_init__(self) -> None:
         env = self._raw_env()
-        # The token file is checked for shape only; the host reads it (and checks its mode).
-        token_file = env.pop(grammar.WORKER_TOKEN_FILE, "")
-        if token_file:
-            if self.token:
-                raise ConfigError(
-                    grammar.WORKER_TOKEN_FILE,
-                    f"{grammar.WORKER_TOKEN_FILE} and {grammar.WORKER_TOKEN} are both set: "
-                    "give one (prefer the file, so the config on disk holds no secret)",
-                )
-            _absolute_path(grammar.WORKER_TOKEN_FILE, token_file)
         for name, value in env.items():
             _text(name, value, allow_empty=True)
         try:
-            parsed = grammar.AgentBinding.from_env(env)
+            # The token file is checked for shape only; the host reads it (and checks its mode).
+            parsed = grammar.AgentBinding.from_env(env, read_token_file=False)
         except grammar.BindingError as exc:
             raise ConfigError(exc.variable, str(exc)) from None
         # Store canonical forms: what the host would normalise to anyway.
@@ -126,7 +117,7 @@ class CenterBinding:
         set_(self, "agent_id", parsed.agent_id)
         set_(self, "admin_url", str(parsed.target))
         set_(self, "token", parsed.token.reveal())
-        set_(self, "token_file", token_file or None)
+        set_(self, "token_file", parsed.token_file)
         set_(self, "fingerprint", ",".join(format_pin(pin) for pin in parsed.pins))
         set_(self, "agent_root", parsed.agent_root)
         set_(self, "runtime_socket", parsed.runtime_socket)

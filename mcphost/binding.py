@@ -91,8 +91,14 @@ class AgentBinding:
     token_file: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AgentBinding:
-        """Parse the `AC_MCP_*` variables of `env` (default: the process environment)."""
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, read_token_file: bool = True
+    ) -> AgentBinding:
+        """Parse the `AC_MCP_*` variables of `env` (default: the process environment).
+
+        `read_token_file=False` checks `AC_MCP_WORKER_TOKEN_FILE` for shape only (configgen
+        validates bindings for another process and must not read the secret).
+        """
         env = os.environ if env is None else env
 
         def get(name: str) -> str:
@@ -131,7 +137,9 @@ class AgentBinding:
                 "pinned so the token never reaches an unverified peer",
             )
 
-        token, token_file = _read_token(get(WORKER_TOKEN), get(WORKER_TOKEN_FILE))
+        token, token_file = _read_token(
+            get(WORKER_TOKEN), get(WORKER_TOKEN_FILE), read_file=read_token_file
+        )
 
         return cls(
             agent_id=agent_id,
@@ -173,7 +181,7 @@ def _absolute_or_none(variable: str, raw: str) -> str | None:
     return os.path.normpath(raw)
 
 
-def _read_token(inline: str, path: str) -> tuple[str, str | None]:
+def _read_token(inline: str, path: str, *, read_file: bool = True) -> tuple[str, str | None]:
     """The bearer token, from `AC_MCP_WORKER_TOKEN` or a private file; never both."""
     if inline and path:
         raise BindingError(
@@ -185,6 +193,8 @@ def _read_token(inline: str, path: str) -> tuple[str, str | None]:
         return inline, None
     if not path.startswith("/"):
         raise BindingError(WORKER_TOKEN_FILE, repr(path), "an absolute path to the token file")
+    if not read_file:
+        return "", path
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:

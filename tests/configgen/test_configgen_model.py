@@ -24,7 +24,7 @@ GOOD = {"agent_id": "a1", "admin_url": "unix:/run/center.sock"}
         ({"agent_root": "tasks"}, "AC_MCP_AGENT_ROOT", "absolute path"),
         ({"runtime_socket": "rt.sock"}, "AC_MCP_RUNTIME_SOCKET", "absolute path"),
         ({"token_file": "token"}, "AC_MCP_WORKER_TOKEN_FILE", "absolute path"),
-        ({"token_file": "/t", "token": "x"}, "AC_MCP_WORKER_TOKEN_FILE", "both set"),
+        ({"token_file": "/t", "token": "x"}, "AC_MCP_WORKER_TOKEN_FILE", "not both"),
         ({"generation": -1}, "AC_MCP_GENERATION", "non-negative"),
         ({"generation": True}, "AC_MCP_GENERATION", "integer"),
         ({"tier_tools": "no"}, "AC_MCP_TIER_TOOLS", "true or false"),
