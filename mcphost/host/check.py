@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
         + (f" (from {binding.token_file})" if binding.token_file else ""),
         f"  call           {center_line}",
         f"  workspace      {root_text}",
-        f"  runtime socket {binding.runtime_socket or ''} {runtime}".rstrip(),
+        f"  runtime socket {binding.runtime_socket + ' ' if binding.runtime_socket else ''}{runtime}",
         f"  tools          {'core + search_tools' if binding.tier_tools else 'full catalog'}",
     ]
     print("\n".join(lines), file=sys.stderr)
