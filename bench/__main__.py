@@ -93,6 +93,35 @@ async def section_startup(center: DevCenter, task_id: str, out: Report) -> None:
     out.append("")
 
 
+async def section_imports(out: Report) -> None:
+    """The performance pass in figures: what the host's import path costs, and what it avoids."""
+    import subprocess
+
+    rows = [
+        ("interpreter only (`pass`)", "pass"),
+        ("host import path (aiohttp deferred to first call)", "import mcphost.host.server"),
+        ("host import path + aiohttp eagerly", "import mcphost.host.server, aiohttp"),
+        ("SDK server (`import mcp.server`)", "import mcp.server"),
+    ]
+    measured = []
+    for label, statement in rows:
+        samples = []
+        for _ in range(STARTUP_RUNS):
+            started = time.perf_counter()
+            subprocess.run([PY, "-c", statement], check=True)
+            samples.append(time.perf_counter() - started)
+        measured.append((label, Stats.of(samples)))
+    base = measured[-1][1]
+    out += [
+        "## 1b. Import cost (wall time of `python -c <imports>`)",
+        "",
+        "| imports | time | vs `import mcp.server` |",
+        "|---|---|---|",
+    ]
+    out += [f"| {label} | {st.fmt()} | {ratio(st.median, base.median)} |" for label, st in measured]
+    out.append("")
+
+
 async def direct_post(
     center: DevCenter, transport: str, task_id: str
 ) -> Callable[[], Awaitable[None]]:
@@ -215,6 +244,7 @@ async def main() -> None:
         )
         task_id = reply.json()["task_id"]
         await section_startup(center, task_id, out)
+        await section_imports(out)
         await section_calls(center, task_id, out)
         await section_concurrency(center, task_id, out)
     for extra in ("bench.files", "bench.relay"):
