@@ -33,11 +33,15 @@ def _socket_state(path: str) -> str:
 
 
 def _workspace(binding: AgentBinding) -> tuple[bool, str]:
-    if binding.agent_root is None:
+    """Whether the file tools can use the workspace root (an unset root is allowed)."""
+    from mcphost.host.files import workspace_problem
+
+    problem = workspace_problem(binding)
+    if problem is None:
+        return True, f"{binding.agent_root}: ok"
+    if problem.code == "workspace_root_unset":
         return True, "unset (file tools will answer workspace_root_unset)"
-    if not os.path.isdir(binding.agent_root):
-        return False, f"{binding.agent_root}: missing (workspace_root_missing)"
-    return True, f"{binding.agent_root}: ok"
+    return False, f"{problem.code}: {problem.message}"
 
 
 async def _probe(binding: AgentBinding) -> dict[str, Any]:

@@ -173,3 +173,13 @@ def test_non_pipe_stdin_is_served_and_ends_at_eof(
     assert proc.returncode == 0
     replies = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     assert [r["id"] for r in replies] == ([] if stdin == "devnull" else [1, 2])
+
+
+def test_check_reports_a_missing_workspace_root(center: DevCenter, tmp_path: Any) -> None:
+    env = center.binding_env("unix", AC_MCP_AGENT_ROOT=str(tmp_path / "gone"))
+    proc = spawn(env, "-m", "mcphost.cli", "check", "--json")
+    out, _err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    report = json.loads(out)
+    assert report["center"]["ok"] is True
+    assert report["workspace"].startswith("workspace_root_missing")
