@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import RawMcp, peak_rss_mb
 from mcphost.testing import DevCenter
 
 SIZE_MB = int(os.environ.get("BENCH_FILE_MB", "1024"))
@@ -30,92 +31,11 @@ RUNS = int(os.environ.get("BENCH_FILE_RUNS", "3"))
 CHUNK = 1 << 20
 
 
-def _vm_hwm_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _generate(path: Path, size_mb: int) -> None:
     block = os.urandom(CHUNK)
     with path.open("wb") as out:
         for index in range(size_mb):
             out.write(block[index % CHUNK :] + block[: index % CHUNK])
-
-
-class _Host:
-    """The host over stdio, with the fewest moving parts (one line per JSON-RPC message)."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = {**os.environ, **env}
-        self.proc: asyncio.subprocess.Process | None = None
-        self.next_id = 0
-
-    async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "mcphost.cli",
-            "host",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=self.env,
-        )
-        await self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "bench-files", "version": "1"},
-            },
-        )
-        await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        import json
-
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        await self.proc.stdin.drain()
-
-    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        import json
-
-        assert self.proc is not None and self.proc.stdout is not None
-        self.next_id += 1
-        await self._send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        while True:
-            message = json.loads(await self.proc.stdout.readline())
-            if message.get("id") == self.next_id:
-                return message  # type: ignore[no-any-return]
-
-    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        import json
-
-        reply = await self.request("tools/call", {"name": tool, "arguments": arguments})
-        result = reply.get("result") or {}
-        if "error" in reply or result.get("isError"):
-            raise RuntimeError(f"{tool} failed: {json.dumps(reply)[:400]}")
-        return json.loads(result["content"][0]["text"])  # type: ignore[no-any-return]
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    async def close(self) -> None:
-        if self.proc is None:
-            return
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), 10)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
 
 
 class _Raw:
@@ -214,13 +134,13 @@ async def _measure(center: DevCenter, out: list[str]) -> None:
     }
 
     raw = _Raw(center)
-    host = _Host(center.binding_env("unix"))
+    host = RawMcp([sys.executable, "-m", "mcphost.cli", "host"], center.binding_env("unix"))
     await host.start()
     try:
         (root / "tiny.txt").write_text("tiny\n")
-        tiny = await host.call("upload_file", {"path": "tiny.txt"})
-        await host.call("download_file", {"file": tiny["file_uri"], "dest_path": "tiny.copy"})
-        rss_idle = _vm_hwm_mb(host.pid)
+        tiny = await host.call_json("upload_file", {"path": "tiny.txt"})
+        await host.call_json("download_file", {"file": tiny["file_uri"], "dest_path": "tiny.copy"})
+        rss_idle = peak_rss_mb(host.pid)
         uri = ""
         for _ in range(RUNS):
             started = time.perf_counter()
@@ -240,16 +160,16 @@ async def _measure(center: DevCenter, out: list[str]) -> None:
             dest.unlink()
 
             started = time.perf_counter()
-            up = await host.call("upload_file", {"path": "bench.bin"})
+            up = await host.call_json("upload_file", {"path": "bench.bin"})
             timings["host_up"].append(time.perf_counter() - started)
             started = time.perf_counter()
-            down = await host.call(
+            down = await host.call_json(
                 "download_file", {"file": up["file_uri"], "dest_path": "host.copy"}
             )
             timings["host_down"].append(time.perf_counter() - started)
             assert down["sha256"] == up["sha256"] and down["size"] == size
             (root / "host.copy").unlink()
-        rss_peak = _vm_hwm_mb(host.pid)
+        rss_peak = peak_rss_mb(host.pid)
     finally:
         await host.close()
         await raw.close()

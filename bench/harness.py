@@ -114,6 +114,11 @@ class RawMcp:
             raise RuntimeError(f"{tool} failed: {json.dumps(reply)[:500]}")
         return reply
 
+    async def call_json(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        """Call a tool and parse its text result as JSON."""
+        reply = await self.call(tool, arguments)
+        return json.loads(reply["result"]["content"][0]["text"])
+
     async def _send(self, message: Mapping[str, Any]) -> None:
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message).encode() + b"\n")
