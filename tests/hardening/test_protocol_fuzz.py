@@ -140,6 +140,15 @@ def expects_answer(message: Any) -> Any:
     return request_id
 
 
+def check_raw_line(host: RawHost, line: bytes) -> None:
+    """`check_input` for bytes that may or may not parse: the answer owed follows from them."""
+    try:
+        parsed = json.loads(line)
+    except (ValueError, RecursionError):
+        parsed = None
+    check_input(host, line, expects_answer(parsed))
+
+
 def check_input(host: RawHost, line: bytes, owed: Any) -> None:
     """Send one fuzz line, then prove the host is alive, pure and answered what it owed."""
     FIGURES["inputs"] += 1
@@ -196,11 +205,7 @@ def test_truncated_and_corrupted_lines(center: DevCenter) -> None:
             full = encode(message)
             line = full[: int(len(full) * cut)] + junk
             line = line.replace(b"\n", b" ")
-            try:
-                parsed = json.loads(line)
-            except (ValueError, RecursionError):
-                parsed = None
-            check_input(host, line, expects_answer(parsed))
+            check_raw_line(host, line)
 
         run()
         assert host.close() == 0
@@ -232,11 +237,7 @@ def test_raw_bytes_and_odd_framing(center: DevCenter) -> None:
         )
         def run(raw: bytes) -> None:
             for line in raw.split(b"\n"):
-                try:
-                    parsed = json.loads(line)
-                except (ValueError, RecursionError):
-                    parsed = None
-                check_input(host, line, expects_answer(parsed))
+                check_raw_line(host, line)
 
         run()
         assert host.close() == 0
