@@ -136,6 +136,12 @@ class Handlers:
             raise relay_io_failure(self.socket, exc) from None
         return self._payload(event, response, kind)
 
+    def _succeeded(
+        self, event: str, payload: dict[str, Any], fields: Sequence[str], **extra: Any
+    ) -> None:
+        """Inscribe `<event>.success` with the named payload fields and any computed extras."""
+        self.inscribe(f"{event}.success", **extra, **{name: payload.get(name) for name in fields})
+
     # -- list -------------------------------------------------------------------------------
 
     async def list_principals(self, req: V.ListPrincipals) -> dict[str, Any]:
@@ -247,11 +253,10 @@ class Handlers:
             body["offset"] = req.offset
         payload = await self._call(event, body, "look")
         snapshot = payload.get("snapshot_lines", payload.get("snapshot_entries"))
-        self.inscribe(
-            f"{event}.success",
-            requester_session=payload.get("requester_session"),
-            target_session=payload.get("target_session"),
-            snapshot_format=payload.get("snapshot_format"),
+        self._succeeded(
+            event,
+            payload,
+            ("requester_session", "target_session", "snapshot_format"),
             snapshot_count=len(snapshot) if isinstance(snapshot, list) else 0,
         )
         return payload
@@ -275,12 +280,8 @@ class Handlers:
             "no_enter": req.no_enter,
         }
         payload = await self._call(event, body, "raww")
-        self.inscribe(
-            f"{event}.success",
-            namespace=self.bundle,
-            status=payload.get("status"),
-            target_session=payload.get("target_session"),
-            transport=payload.get("transport"),
+        self._succeeded(
+            event, payload, ("status", "target_session", "transport"), namespace=self.bundle
         )
         return payload
 
@@ -301,12 +302,8 @@ class Handlers:
         if req.option_id is not None:
             body["option_id"] = req.option_id
         payload = await self._call(event, body, "choices_pick")
-        self.inscribe(
-            f"{event}.success",
-            namespace=self.bundle,
-            choice_request_id=payload.get("choice_request_id"),
-            status=payload.get("status"),
-            outcome=payload.get("outcome"),
+        self._succeeded(
+            event, payload, ("choice_request_id", "status", "outcome"), namespace=self.bundle
         )
         return payload
 
@@ -316,13 +313,11 @@ class Handlers:
         event = f"mcp.tool.updown.{req.command}"
         self.inscribe(f"{event}.request", namespace=self.bundle, command=req.command)
         payload = await self._call(event, {"operation": req.command}, "bundle_transition")
-        self.inscribe(
-            f"{event}.success",
+        self._succeeded(
+            event,
+            payload,
+            ("action", "changed_bundle_count", "skipped_bundle_count", "failed_bundle_count"),
             namespace=self.bundle,
-            action=payload.get("action"),
-            changed_bundle_count=payload.get("changed_bundle_count"),
-            skipped_bundle_count=payload.get("skipped_bundle_count"),
-            failed_bundle_count=payload.get("failed_bundle_count"),
         )
         return payload
 
@@ -341,11 +336,8 @@ class Handlers:
             "destination": req.destination,
         }
         payload = await self._call(event, body, "new_peer")
-        self.inscribe(
-            f"{event}.success",
-            principal_id=payload.get("principal_id"),
-            principal_type=payload.get("principal_type"),
-            written="written_path" in payload,
+        self._succeeded(
+            event, payload, ("principal_id", "principal_type"), written="written_path" in payload
         )
         return payload
 
@@ -358,5 +350,5 @@ class Handlers:
             "destination": req.destination,
         }
         payload = await self._call(event, body, "change_psk")
-        self.inscribe(f"{event}.success", principal_id=payload.get("principal_id"))
+        self._succeeded(event, payload, ("principal_id",))
         return payload
