@@ -214,8 +214,8 @@ class StdioServer:
     def _on_notification(self, method: str, params: Any) -> None:
         if method == "notifications/cancelled" and isinstance(params, dict):
             target = params.get("requestId")
-            if not isinstance(target, (str, int)):  # an unhashable id would raise here
-                return
+            if isinstance(target, bool) or not isinstance(target, (str, int)):
+                return  # not a request id (an unhashable one would even raise here)
             task = self.inflight.pop(target, None)
             if task is not None:
                 task.cancel()
