@@ -225,8 +225,11 @@ class StdioServer:
     async def _answer_simple(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
         if method == "initialize":
             requested = params.get("protocolVersion")
-            known = requested in HANDSHAKE_VERSIONS
-            self.protocol_version = requested if known else LATEST_HANDSHAKE_VERSION
+            self.protocol_version = (
+                requested
+                if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS
+                else LATEST_HANDSHAKE_VERSION
+            )
             result: dict[str, Any] = {
                 "protocolVersion": self.protocol_version,
                 "capabilities": {"tools": {"listChanged": self.surface.list_changed}},
