@@ -115,8 +115,10 @@ _UNLOGGED = ("/_devcenter/", "/healthz", "/openapi.json", "/runtime/")
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     center: Center = request.app[CENTER_KEY]
     if not request.path.startswith(_UNLOGGED):
+        # a repeated key shows its first value: the one the handlers read
+        query = {key: request.query.getone(key) for key in request.query}
         request["log_entry"] = center.requests.record(
-            request.method, request.path, dict(request.headers)
+            request.method, request.path, query, dict(request.headers)
         )
     try:
         return await handler(request)

@@ -1,7 +1,7 @@
 """Test and benchmark controls: the fault table and the log of received requests.
 
 Owns: `Faults` (per-route delay, forced error, padded success) and `RequestLog` (the last
-requests received, with the bearer redacted). The `/_devcenter/*` routes that change them are
+requests received, with their query parameters and the bearer redacted). The `/_devcenter/*` routes that change them are
 mounted only with `--control`; the table itself is always consulted (empty by default).
 Must never: keep a bearer token (Authorization is stored as `Bearer ***`) or a PUT body.
 """
@@ -87,9 +87,17 @@ class RequestLog:
     def __init__(self, limit: int = 1000) -> None:
         self.entries: deque[dict[str, Any]] = deque(maxlen=limit)
 
-    def record(self, method: str, route: str, headers: dict[str, str]) -> dict[str, Any]:
+    def record(
+        self, method: str, route: str, query: dict[str, str], headers: dict[str, str]
+    ) -> dict[str, Any]:
         clean = {k: REDACTED_HEADERS.get(k.lower(), v) for k, v in headers.items()}
-        entry: dict[str, Any] = {"method": method, "route": route, "headers": clean, "body": None}
+        entry: dict[str, Any] = {
+            "method": method,
+            "route": route,
+            "query": query,
+            "headers": clean,
+            "body": None,
+        }
         self.entries.append(entry)
         return entry
 

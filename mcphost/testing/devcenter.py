@@ -322,7 +322,7 @@ class DevCenter:
             self.clear_faults()
 
     def requests(self, limit: int = 50) -> list[dict[str, Any]]:
-        """The last admin requests received, oldest first: {method, route, headers, body}."""
+        """The last admin requests, oldest first: {method, route, query, headers, body}."""
         return list(self._control("GET", f"/_devcenter/requests?limit={limit}"))
 
     def forks(self) -> list[dict[str, Any]]:

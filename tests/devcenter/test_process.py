@@ -152,7 +152,23 @@ def test_requests_log_shows_what_was_sent(devcenter_session: DevCenter) -> None:
     last = c.requests(1)[0]
     assert last["route"] == "/admin/agent-tools/get_task"
     assert last["body"] == {"agent_id": "agent-1", "task_id": "t-log-probe"}
+    assert last["query"] == {}
     assert c.token not in json.dumps(c.requests(100))
+
+
+def test_requests_log_shows_the_query(devcenter_session: DevCenter) -> None:
+    """Transfers carry the agent in the query string; the log keeps it (first value of a key)."""
+    c = devcenter_session
+    ulid = "01" + "A" * 24
+    auth = {"Authorization": f"Bearer {c.token}"}
+    reply = c.request(
+        "GET", f"/admin/files/{ulid}?agent_id=agent-1&agent_id=agent-2&x=%20y", None, auth
+    )
+    assert reply.error == "not_found"
+    last = c.requests(1)[0]
+    assert (last["method"], last["route"]) == ("GET", f"/admin/files/{ulid}")
+    assert last["query"] == {"agent_id": "agent-1", "x": " y"}
+    assert last["headers"]["Authorization"] == "Bearer ***"
 
 
 def test_forks(devcenter_session: DevCenter) -> None:
