@@ -5,7 +5,9 @@ arguments plus arbitrary extra keys — `agent_id`, `agentId`, case and separato
 zero-width and fullwidth look-alikes, Cyrillic homoglyphs, nested objects carrying `agent_id`,
 and values that are themselves JSON with an `agent_id`. The proof is on the center's side:
 every body it recorded (and every fork the runtime socket recorded) names `agent-1` only, and
-no body carries any other identity-like key at any depth.
+no body carries any other identity-like key at any depth. File transfers (the `PUT` of upload
+bytes and the download `GET`) carry the agent in the query string instead: every one the
+center logged has `query["agent_id"] == "agent-1"`, and no query has another identity-like key.
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ IDENTITY_KEYS = [
     "arguments",
     "__proto__",
 ]
-FIGURES: dict[str, int] = {"calls": 0, "refused": 0, "reached_center": 0, "bodies_checked": 0}
+FIGURES: dict[str, int] = {
+    "calls": 0,
+    "refused": 0,
+    "reached_center": 0,
+    "bodies_checked": 0,
+    "transfer_queries_checked": 0,
+}
 
 smuggled_values = st.recursive(
     st.sampled_from([OTHER, "agent-1 ", "AGENT-2", "agent\u200b-1", "*", "", "../agent-2"])
@@ -131,8 +139,20 @@ def walk_keys(value: Any, depth: int = 0) -> Iterator[tuple[int, str, Any]]:
             yield from walk_keys(item, depth + 1)
 
 
+def is_transfer(entry: dict[str, Any]) -> bool:
+    """The file routes whose agent is in the query: `PUT .../transfer/<id>`, `GET .../<ulid>`."""
+    return entry["method"] in ("PUT", "GET") and entry["route"].startswith("/admin/files/")
+
+
 def assert_center_heard_only_agent_1(center: DevCenter) -> None:
     for entry in center.requests(1000):
+        query = entry["query"]
+        if is_transfer(entry):
+            FIGURES["transfer_queries_checked"] += 1
+            assert query.get("agent_id") == "agent-1", entry
+        for key, value in query.items():
+            if identity_like(key):
+                assert key == "agent_id" and value == "agent-1", entry
         body = entry.get("body")
         if not isinstance(body, dict):
             continue  # a file PUT (bytes) or a request that never parsed
@@ -200,3 +220,19 @@ def test_identity_smuggling_is_refused_before_any_io(center: DevCenter, host: Ra
             FIGURES["refused"] += 1
             assert is_error and result["error"] == "invalid_arguments", (tool, key, result)
     assert center.requests(1000) == before
+
+
+def test_file_transfers_name_the_binding_agent_in_the_query(
+    center: DevCenter, host: RawHost
+) -> None:
+    """An upload's PUT and a download's GET (found, and not found) all carry agent-1."""
+    is_error, uploaded = host.call("upload_file", {"path": "ident.txt"})
+    assert not is_error, uploaded
+    for file in (uploaded["file_uri"], "ac://files/01" + "A" * 24):
+        is_error, result = host.call(
+            "download_file", {"file": file, "dest_path": "ident.copy", "overwrite": True}
+        )
+        assert is_error == (file != uploaded["file_uri"]), result
+    transfers = [e for e in center.requests(1000) if is_transfer(e)]
+    assert {e["method"] for e in transfers[-3:]} == {"PUT", "GET"}, transfers[-3:]
+    assert_center_heard_only_agent_1(center)
