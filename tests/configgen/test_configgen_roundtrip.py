@@ -1,9 +1,10 @@
-"""Round trip: start the host exactly as a generated config says (Claude, Codex) and call a tool.
+"""Round trip: start the servers exactly as a generated config says and call a tool.
 
 The config is generated through the public API with default command resolution (the installed
 `mcphost` script, an absolute path) and the token in a 0600 file, the way a worker daemon would.
 The official SDK client launches `command` with `args` and `env` as written, against the real
-reference center over its Unix socket.
+reference center over its Unix socket; the relay tools (`agentmux`) the same way, against the
+relay test harness's fake relay.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from configgen import AgentConfig, CenterBinding, ConfigError, write_config
+from configgen import AgentConfig, CenterBinding, ConfigError, RelayBinding, write_config
+from tests.relaytools.relayharness import FakeRelay, cleanup, make_env, tool_json
 
 testing = pytest.importorskip(
     "mcphost.testing", reason="mcphost.testing (the reference-center fixture) is not available"
@@ -64,3 +66,61 @@ async def test_generated_config_starts_a_working_host(tmp_path: Path, client: st
             assert ("search_tools" in names) == (client != "codex")
             result = await session.call_tool("get_my_work", {})
             assert not result.is_error, result
+
+
+@pytest.mark.anyio
+async def test_generated_config_starts_working_relay_tools(tmp_path: Path) -> None:
+    """Both servers side by side; the `agentmux` entry reaches the relay as `alpha@party`."""
+    from mcp import Client, StdioServerParameters
+
+    env = make_env()
+    relay = await FakeRelay(env.socket).start()
+    relay.respond(
+        "send",
+        {
+            "kind": "send",
+            "schema_version": "1",
+            "requester_session": "alpha@party",
+            "results": [{"target_session": "bravo@party", "message_id": "m1", "outcome": "queued"}],
+        },
+    )
+    try:
+        config = AgentConfig(
+            center=CenterBinding(agent_id="agent-1", admin_url=str(tmp_path / "admin.sock")),
+            relay=RelayBinding(
+                bundle="party",
+                session_name="alpha",
+                configuration_directories=(str(env.config),),
+                state_directory=str(env.state),
+            ),
+        )
+        path = tmp_path / "mcp.json"
+        try:
+            write_config(str(path), "claude", config)
+        except ConfigError as exc:
+            if "cannot find the mcphost command" in str(exc):
+                pytest.skip(f"the mcphost console script is not installed: {exc}")
+            raise
+        servers = json.loads(path.read_text())["mcpServers"]
+        assert set(servers) == {"agent-center", "agentmux"}
+        entry = servers["agentmux"]
+        assert os.path.isabs(entry["command"])
+        params = StdioServerParameters(
+            command=entry["command"], args=entry["args"], env=entry["env"]
+        )
+        async with Client(params, mode="legacy", read_timeout_seconds=15) as session:
+            result = await session.call_tool("list", {"command": "principals"})
+            assert not result.is_error, result
+            listed = tool_json(result)
+            assert [b["id"] for b in listed["bundles"]] == ["party", "GLOBAL"]
+            result = await session.call_tool("send", {"message": "hi", "targets": ["bravo"]})
+            assert not result.is_error, result
+            assert tool_json(result)["results"][0]["outcome"] == "queued"
+        assert [h["principal_id"] for h in relay.hellos] == ["alpha@party"]
+        assert relay.operations() == ["list", "list", "send"]
+        assert {r["request"]["requester_session"] for r in relay.requests} == {"alpha"}
+        assert relay.requests[-1]["request"]["targets"] == ["bravo@party"]
+        assert (env.inscriptions / "bundles/party/sessions/alpha/mcp.log").exists()
+    finally:
+        await relay.stop()
+        cleanup(env)
