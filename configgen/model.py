@@ -236,8 +236,14 @@ class RelayBinding:
             _absolute_path("relay inscriptions directory", self.inscriptions_directory)
 
     def args(self) -> list[str]:
-        """The flags both `mcphost relay-tools` and `agentmux host mcp` take."""
-        args = ["--bundle", self.bundle, "--session-name", self.session_name]
+        """The flags both `mcphost relay-tools` and `agentmux host mcp` take.
+
+        A name starting with `-` is written `--flag=value`: as a separate word both argparse and
+        clap would take it for an option and refuse to start.
+        """
+        args: list[str] = []
+        for flag, value in (("--bundle", self.bundle), ("--session-name", self.session_name)):
+            args += [f"{flag}={value}"] if value.startswith("-") else [flag, value]
         for directory in self.configuration_directories:
             args += ["--configuration-directory", directory]
         if self.state_directory is not None:

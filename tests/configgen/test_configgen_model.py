@@ -110,6 +110,16 @@ def test_relay_errors(kwargs: dict[str, object], fragment: str) -> None:
         RelayBinding(**kwargs)  # type: ignore[arg-type]
 
 
+def test_relay_names_starting_with_a_dash_stay_values() -> None:
+    """`--bundle -x` makes `mcphost relay-tools` exit 2 at start; `--bundle=-x` is the value."""
+    relay = RelayBinding(bundle="-x", session_name="--alpha", state_directory="/s")
+    assert relay.args() == ["--bundle=-x", "--session-name=--alpha", "--state-directory", "/s"]
+    from mcphost.relaytools.cli import _parser
+
+    parsed = _parser().parse_args(relay.args())
+    assert (parsed.bundle, parsed.session, parsed.state) == ("-x", "--alpha", "/s")
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
