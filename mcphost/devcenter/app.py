@@ -148,6 +148,13 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         )
     except web.HTTPException:
         raise
+    except ConnectionError:
+        # the client hung up mid-request (a cancelled upload or download): not a center bug,
+        # and no one is left to read the answer (499: client closed request)
+        return web.json_response(
+            {"error": "client_closed_request", "message": "the client closed the connection"},
+            status=499,
+        )
     except Exception as exc:  # a bug in the reference center: say so, in the envelope
         traceback.print_exc(file=sys.stderr)
         return web.json_response(
