@@ -647,14 +647,16 @@ class Progress:
         self.total = total
         self.verb = verb
         self.last = 0.0
+        self.sent = -1  # the last progress sent: MCP requires each one to be higher
 
     async def __call__(self, done: int, *, final: bool = False) -> None:
-        if self.ctx.progress_token is None:
+        if self.ctx.progress_token is None or done <= self.sent:
             return
         now = time.monotonic()
         if not final and now - self.last < PROGRESS_INTERVAL:
             return
         self.last = now
+        self.sent = done
         total = f" of {self.total}" if self.total is not None else ""
         await self.ctx.progress(done, self.total, f"{self.verb} {done}{total} bytes")
 
@@ -841,6 +843,7 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
         temp_fd = -1
         jobs = _Jobs()
         kept = False
+        report = Progress(ctx, None, "downloaded")
         try:
             try:
                 async with surface.admin.stream(
@@ -850,7 +853,7 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
                     headers={"Accept": "*/*"},
                 ) as response:
                     mime = response.headers.get("Content-Type", "application/octet-stream")
-                    announced = response.content_length
+                    announced = report.total = response.content_length
                     if announced is not None and announced > cap:
                         raise _too_large(params.file, cap, announced)
                     w.make_missing(resolved)
@@ -863,7 +866,7 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
                         0o600,
                         dir_fd=resolved.parent_fd,
                     )
-                    size, sha256 = await _receive(response, temp_fd, cap, params.file, ctx, jobs)
+                    size, sha256 = await _receive(response, temp_fd, cap, params.file, report, jobs)
             except ToolFailure as failure:
                 raise _download_failure(failure, file_id) from None
             await jobs.submit(os.fsync, temp_fd)
@@ -884,7 +887,8 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
                     with suppress(OSError):
                         os.unlink(temp, dir_fd=resolved.parent_fd)
                 w.undo_made(resolved)
-        await Progress(ctx, size, "downloaded")(size, final=True)
+        report.total = size
+        await report(size, final=True)
         return _ok(
             {
                 "dest_path": resolved.display,
@@ -926,12 +930,11 @@ def _place(w: Walker, resolved: Resolved, temp: str | None, *, overwrite: bool) 
 
 
 async def _receive(
-    response: Any, fd: int, cap: int, given: str, ctx: CallContext, jobs: _Jobs
+    response: Any, fd: int, cap: int, given: str, report: Progress, jobs: _Jobs
 ) -> tuple[int, str]:
     """Stream the body into `fd`, hashing in the same pass, enforcing `cap`."""
     digest = hashlib.sha256()
     total = response.content_length
-    report = Progress(ctx, total, "downloaded")
     size = 0
     pending: list[bytes] = []
     pending_size = 0

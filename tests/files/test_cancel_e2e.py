@@ -192,3 +192,18 @@ def test_progress_through_the_process(center: DevCenter, workspace: Path, host: 
         if m.get("method") == "notifications/progress"
     }
     assert tokens == {7, "dl-1"}  # the call without a token got none
+
+
+@pytest.mark.parametrize("size", [100_000, 1 << 20])
+def test_progress_never_repeats_a_value(
+    center: DevCenter, workspace: Path, host: RawHost, size: int
+) -> None:
+    """A transfer of one batch (1 MiB) or less: its last batch and the final report are the
+    same value, which MCP forbids sending twice; exactly one notification each way."""
+    (workspace / "s.bin").write_bytes(os.urandom(size))
+    up = start_call(host, "upload_file", {"path": "s.bin"}, token="up")
+    uri = host.wait(up)["result"]["structuredContent"]["file_uri"]
+    down = start_call(host, "download_file", {"file": uri, "dest_path": "s2"}, token="down")
+    assert not host.wait(down)["result"]["isError"]
+    for call, token in ((up, "up"), (down, "down")):
+        assert [e["progress"] for e in progress_of(host, token, call)] == [size]
