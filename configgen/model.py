@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from mcphost import binding as grammar
 from mcphost.admin.pinning import format_pin
+from mcphost.relaytools.layout import is_bundle_name
 
 CENTER_NAME = "agent-center"
 RELAY_NAME = "agentmux"
@@ -221,6 +222,12 @@ class RelayBinding:
                     name,
                     f"{name} is {value!r}: expected no surrounding space or control characters",
                 )
+        if not is_bundle_name(self.bundle):
+            raise ConfigError(
+                "relay bundle",
+                f"relay bundle is {self.bundle!r}: expected a bundle name of letters, digits, "
+                "'.', '_' and '-' (the relay tools refuse anything else at start)",
+            )
         if isinstance(self.configuration_directories, str):
             raise ConfigError(
                 "relay configuration directories",

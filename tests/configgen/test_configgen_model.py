@@ -175,3 +175,10 @@ def test_interpolation_is_refused_where_the_client_expands(
             render(client_name, config)
     else:
         assert value.encode() in render(client_name, config)
+
+
+@pytest.mark.parametrize("bundle", ["my party", "a/b", "..", "ünïcode", "semi;colon"])
+def test_relay_bundle_names_follow_the_relay_tools_grammar(bundle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RelayBinding(bundle=bundle, session_name="alpha")
+    assert info.value.field == "relay bundle"

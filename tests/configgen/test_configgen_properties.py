@@ -47,7 +47,7 @@ def configs(draw: st.DrawFn) -> AgentConfig:
         st.none()
         | st.builds(
             RelayBinding,
-            bundle=st.from_regex(r"[A-Za-z0-9][ -~]{0,20}[A-Za-z0-9]", fullmatch=True),
+            bundle=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True),
             session_name=st.from_regex(r"[A-Za-z0-9]{1,20}", fullmatch=True),
             state_directory=st.none() | TEXT.map(lambda t: "/" + t),
         )
