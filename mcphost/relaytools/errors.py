@@ -6,6 +6,10 @@ relay I/O classification (Python exception -> Rust-style `io_error_kind` -> `rel
 `relay_timeout` / `internal_unexpected_failure`), and the constructors for the failures this
 package raises itself.
 
+Why not `mcphost.errors.ToolFailure`: the host's failures become `isError` tool results with
+`details` always an object; agentmux's contract is a JSON-RPC error whose `data.details` may be
+`null` and whose code class follows from the code. Same idea, a different wire contract.
+
 Must never: do I/O, or put a credential (PSK) into a message or details.
 """
 
