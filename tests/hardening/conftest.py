@@ -209,3 +209,14 @@ def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
         tmp_path_factory.mktemp("center"), unix=True, tcp=True, runtime_socket=True, control=True
     ) as running:
         yield running
+
+
+def walk_keys(value: Any, depth: int = 0) -> Iterator[tuple[int, str, Any]]:
+    """Every (depth, key, value) in a JSON document, depth-first: where identity could hide."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield depth, key, item
+            yield from walk_keys(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            yield from walk_keys(item, depth + 1)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from mcphost.catalog import CATALOG
 from mcphost.catalog.model import ToolDecl
 from mcphost.testing import DevCenter
-from tests.hardening.conftest import RawHost, host_env
+from tests.hardening.conftest import RawHost, host_env, walk_keys
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -127,16 +127,6 @@ def valid_arguments(decl: ToolDecl) -> st.SearchStrategy[dict[str, Any]]:
 calls = st.sampled_from(list(CATALOG)).flatmap(
     lambda decl: st.tuples(st.just(decl.name), valid_arguments(decl), extras)
 )
-
-
-def walk_keys(value: Any, depth: int = 0) -> Iterator[tuple[int, str, Any]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield depth, key, item
-            yield from walk_keys(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            yield from walk_keys(item, depth + 1)
 
 
 def is_transfer(entry: dict[str, Any]) -> bool:

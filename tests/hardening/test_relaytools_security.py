@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hardening.conftest import ROOT, RawHost
+from tests.hardening.conftest import ROOT, RawHost, walk_keys
 from tests.relaytools.relayharness import Env, FakeRelay, cleanup, make_env, relay_error
 
 pytestmark = pytest.mark.timeout(120)
@@ -237,16 +237,6 @@ def identity_like(key: str) -> bool:
     )
 
 
-def walk(value: Any, depth: int = 0) -> Iterator[tuple[int, str, Any]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield depth, key, item
-            yield from walk(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            yield from walk(item, depth + 1)
-
-
 def check_frames(relay: FakeRelay, start: int) -> None:
     """Frames from `start` on speak for alpha only; every Hello so far named alpha@party."""
     for hello in relay.hellos:
@@ -261,7 +251,7 @@ def check_frames(relay: FakeRelay, start: int) -> None:
             assert frame["namespace"] in ("party", "GLOBAL", "alpha", "zeta"), frame
         else:
             assert frame.get("namespace") in (None, "party"), frame
-        for depth, key, item in walk(request):
+        for depth, key, item in walk_keys(request):
             if not identity_like(key):
                 continue
             declared = depth == 0 and (
