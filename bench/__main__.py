@@ -80,7 +80,7 @@ async def section_startup(center: DevCenter, task_id: str, out: Report) -> None:
         measured[label] = await startup(kind, env, call)
     sdk_time, sdk_rss = measured["SDK hello-world MCPServer"]
     out += [
-        "## 1. Start-up (spawn → first `initialize` reply) and peak RSS",
+        "## 1. Start-up (spawn → first `initialize` reply) and peak RSS, with peers (3)",
         "",
         "| server | start-up | vs SDK hello | peak RSS | vs SDK hello |",
         "|---|---|---|---|---|",
@@ -168,7 +168,7 @@ async def mcp_caller(
 
 async def section_calls(center: DevCenter, task_id: str, out: Report) -> None:
     out += [
-        f"## 2. Per call: `tools/call get_task` → center ({CALLS} sequential calls after warm-up)",
+        f"## 2. Per call: `tools/call get_task` → center, with peers (3) ({CALLS} sequential calls after warm-up)",
         "",
         "| path | p50 | p99 | p50 vs direct POST |",
         "|---|---|---|---|",

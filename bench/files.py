@@ -182,7 +182,7 @@ async def _measure(center: DevCenter, out: list[str]) -> None:
     host_up, host_up_text = _fmt(timings["host_up"], size)
     host_down, host_down_text = _fmt(timings["host_down"], size)
     out += [
-        f"## File transfer ({size >> 20} MiB over the Unix socket, medians of {RUNS})",
+        f"## 5. File transfer ({size >> 20} MiB over the Unix socket, medians of {RUNS})",
         "",
         "Raw copy: the same HTTP steps with a bare aiohttp client (no MCP, no containment, no "
         "client-side SHA-256, no fsync). Equal-work copy: the same, plus SHA-256 inline and "
