@@ -28,18 +28,41 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the agentmux relay tools (list, help, look, send, raww, choose, "
         "updown, new, change) over MCP stdio, bound to one bundle session.",
     )
-    p.add_argument("--bundle", "--bundle-name", dest="bundle")
-    p.add_argument("--session-name", dest="session")
-    p.add_argument("--default-bundle", dest="default_bundle")
+    p.add_argument(
+        "--bundle",
+        "--bundle-name",
+        dest="bundle",
+        help="the bundle this session belongs to (else AGENTMUX_BUNDLE, then mcp.toml)",
+    )
+    p.add_argument(
+        "--session-name",
+        dest="session",
+        help="this session's id in the bundle (else AGENTMUX_SESSION, then the member whose "
+        "directory holds the working directory)",
+    )
+    p.add_argument(
+        "--default-bundle", dest="default_bundle", help="the bundle to use when none is given"
+    )
     p.add_argument(
         "--configuration-directory",
         "--config-directory",
         dest="configuration",
         action="append",
         default=[],
+        help="where bundles/<bundle>.toml live; repeatable (else "
+        "AGENTMUX_CONFIGURATION_DIRECTORY, then $XDG_CONFIG_HOME/agentmux)",
     )
-    p.add_argument("--state-directory", dest="state")
-    p.add_argument("--inscriptions-directory", dest="inscriptions")
+    p.add_argument(
+        "--state-directory",
+        dest="state",
+        help="where relay.sock and session PSKs live (else AGENTMUX_STATE_DIRECTORY, then "
+        "$XDG_STATE_HOME/agentmux)",
+    )
+    p.add_argument(
+        "--inscriptions-directory",
+        dest="inscriptions",
+        help="where mcp.tool.* event lines are written (default: <state>/inscriptions)",
+    )
     return p
 
 
