@@ -184,3 +184,19 @@ async def test_unknown_tool_is_an_error_result(center: DevCenter) -> None:
     async with open_host(center.binding_env("unix")) as client:
         failed, err = await call(client, "no_such_tool", {})
     assert failed and err["error"] == "unknown_tool" and "search_tools" in err["message"]
+
+
+async def test_an_auto_mode_client_falls_back_to_the_handshake(center: DevCenter) -> None:
+    """SDK clients in `mode="auto"` probe `server/discover` first; the host answers "method not
+    found", and the client falls back to `initialize`."""
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcphost.cli", "host"], env=center.binding_env("unix")
+    )
+    async with Client(params, mode="auto") as client:
+        assert client.session.protocol_version == "2025-11-25"
+        failed, work = await call(client, "get_my_work", {})
+    assert not failed and "tasks" in work
