@@ -5,10 +5,11 @@ Owns: the merge semantics (docs/configgen.md, "Merge"):
 - **Ours** is a server whose `env` holds `MCPHOST_CONFIGGEN` (every server configgen writes
   carries it). A server of the same name without the marker is the user's: replacing it is
   refused unless `force=True`. Servers we wrote under other names are left alone.
-- **JSON** clients: the document is parsed (order kept), our entries replace same-named ones in
-  place or are appended, and it is written back with two-space indentation. Every foreign key
-  and server keeps its content and order; only whitespace is normalised. Comments (JSONC) are
-  refused rather than silently dropped.
+- **JSON** clients: edited as text (`configgen.jsonedit`), so foreign bytes stay byte for byte:
+  our entries replace same-named values in place or are appended in their neighbours' style.
+  The result is re-parsed and must equal the intended document; a shape the text editor cannot
+  handle falls back to rewriting the document with two-space indentation (content and order
+  kept). Comments (JSONC) are refused rather than silently dropped.
 - **Codex TOML**: edited as text, so foreign bytes stay byte-for-byte: our `[mcp_servers.NAME]`
   tables (and their sub-tables) are cut out and fresh ones appended. The result is re-parsed
   and checked: every foreign value must be unchanged, and ours must be exactly what we meant.
@@ -32,6 +33,7 @@ from configgen.clients import (
     entries,
     render,
 )
+from configgen.jsonedit import set_members
 from configgen.model import MARKER, AgentConfig, ConfigError
 
 
@@ -90,6 +92,12 @@ def _merge_json(fmt: ClientFormat, text: str, ours: Mapping[str, Entry], force: 
     merged = {name: ours.get(name, entry) for name, entry in present.items()}
     merged.update({name: entry for name, entry in ours.items() if name not in merged})
     document[fmt.servers_key] = merged
+    try:
+        edited = set_members(text, fmt.servers_key, ours)
+        if json.loads(edited) == document:
+            return edited.encode("utf-8")
+    except (ValueError, IndexError, UnicodeEncodeError):
+        pass  # a shape the text editor does not handle: rewrite the whole document instead
     return dump_json(document)
 
 
