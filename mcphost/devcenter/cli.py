@@ -103,6 +103,11 @@ def binding_lines(
 
 
 async def serve(args: argparse.Namespace) -> int:
+    # Handlers first: a SIGTERM sent as soon as the ready file appears must stop us cleanly.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     state: Path = args.state.resolve()
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     store = Store(state / "center.db")
@@ -183,10 +188,6 @@ async def serve(args: argparse.Namespace) -> int:
         summary.append("  control:       /_devcenter/faults, /_devcenter/requests")
     print("\n".join(summary), file=sys.stderr, flush=True)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
