@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from mcphost.devcenter.app import admin_app, runtime_app
+from mcphost.devcenter.atomic import write_atomic
 from mcphost.devcenter.center import Center
 from mcphost.devcenter.store import SEED_AGENT, Store, token_file
 from mcphost.devcenter.tls import ensure_identity
@@ -57,16 +58,6 @@ def _display_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    """Create a temp sibling with O_EXCL at `mode`, write, then rename over `path`."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(tmp, path)
 
 
 def _unlink_socket(path: Path) -> None:

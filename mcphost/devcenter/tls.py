@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from mcphost.admin.pinning import format_pin, leaf_digest
+from mcphost.devcenter.atomic import write_atomic
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +39,6 @@ class TlsIdentity:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(self.cert_path, self.key_path)
         return ctx
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    tmp.replace(path)
 
 
 def ensure_identity(state: Path) -> TlsIdentity:
@@ -79,7 +70,7 @@ def ensure_identity(state: Path) -> TlsIdentity:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(key, hashes.SHA256())
         )
-        _write_private(
+        write_atomic(
             key_path,
             key.private_bytes(
                 serialization.Encoding.PEM,
@@ -87,6 +78,6 @@ def ensure_identity(state: Path) -> TlsIdentity:
                 serialization.NoEncryption(),
             ),
         )
-        _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+        write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     return TlsIdentity(cert_path, key_path, cert.public_bytes(serialization.Encoding.DER))
