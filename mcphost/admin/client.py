@@ -4,24 +4,39 @@ Owns: the transport (Unix socket, or TCP+TLS pinned to a certificate set), the h
 call carries (`Authorization: Bearer`, `X-AC-MCP-Generation`), timeouts, the response-size cap,
 keep-alive reuse, and the classification of every transport failure into a `ToolFailure` with
 a stable code (`admin_unavailable`, `admin_timeout`, `admin_pin_mismatch`, `admin_tls_error`,
-`admin_response_too_large`, `admin_protocol_error`).
+`admin_redirect_refused`, `admin_response_too_large`, `admin_protocol_error`), and the failure
+for center JSON nested deeper than Python's recursion limit (`nesting_failure`, raised by the
+reply parsers in `mcphost.host.results`): an `admin_protocol_error`, never a `RecursionError`.
 
 The pin is checked by the connector right after the TLS handshake and before the connection is
 handed to a request, so no request byte (and so no token) ever reaches an unpinned peer. Pins
-are SHA-256 over the leaf certificate's DER; a pinned certificate that has expired is refused.
+are SHA-256 over the leaf certificate's DER; a pinned certificate outside its validity window
+(expired, or notBefore in the future) is refused. Redirects are never followed (on any route:
+JSON tools, the runtime socket, transfers): a 3xx is `admin_redirect_refused` and nothing is sent
+to its Location, which would otherwise be reached without the pin.
+
+Concurrency: at most `POOL_SIZE` exchanges are in flight per client; further calls wait in a
+FIFO (`_Slots`) before any connection is taken, bounded by `queue_timeout` (default: four call
+timeouts, since waiting sends nothing and a healthy center drains a burst steadily; the
+exchange then has its own budget). aiohttp's own connector limit is off, so waiting for a slot
+never counts against the connect timeout. `admin_timeout` phase `queue`: nothing was sent;
+phase `connect`: the connection (TCP, TLS, pin) was not established within `connect_timeout`,
+so nothing was sent; phase `reply`: the request may have taken effect.
 
 aiohttp is imported on first use, not at module import: the host answers `initialize` first.
-Must never: log or echo the token; send a request over TCP without a pin set.
+Must never: log or echo the token; send a request over TCP without a pin set; follow a redirect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import cache
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mcphost import __version__
 from mcphost.admin.pinning import format_pin
@@ -34,6 +49,8 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 5.0
 CALL_TIMEOUT = 30.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+POOL_SIZE = 64  # exchanges in flight per client; the rest wait in FIFO order
+QUEUE_TIMEOUTS = 4  # a call may wait this many call timeouts for a slot before giving up
 GENERATION_HEADER = "X-AC-MCP-Generation"
 
 
@@ -46,17 +63,28 @@ class Reply:
     content_type: str
 
 
-def _pin_set_class() -> type:
-    """Build the aiohttp Fingerprint subclass lazily (aiohttp is imported on first use)."""
+class _PinClasses(NamedTuple):
+    pin_set: type
+    not_valid: type
+
+
+@cache
+def _pin_classes() -> _PinClasses:
+    """Build the aiohttp Fingerprint subclass once, lazily (aiohttp is imported on first use).
+
+    Cached so `classify` can test `isinstance` against the very class `check` raises.
+    """
     import aiohttp
 
-    class PinnedCertificateExpired(aiohttp.ServerFingerprintMismatch):
-        """The certificate matches a pin but is past its notAfter date."""
+    class PinnedCertificateNotValid(aiohttp.ServerFingerprintMismatch):
+        """The certificate matches a pin but is outside its validity window."""
+
+        def __init__(self, expected: bytes, got: bytes, host: str, port: int, *, reason: str):
+            super().__init__(expected, got, host, port)
+            self.reason = reason  # "certificate_expired" | "certificate_not_yet_valid"
 
     class PinSet(aiohttp.Fingerprint):
         """A set of SHA-256 leaf pins; any one matching admits the connection."""
-
-        Expired = PinnedCertificateExpired
 
         def __init__(self, pins: tuple[bytes, ...]) -> None:
             super().__init__(pins[0])
@@ -76,11 +104,60 @@ def _pin_set_class() -> type:
 
             from cryptography import x509
 
-            not_after = x509.load_der_x509_certificate(der).not_valid_after_utc
-            if not_after < datetime.now(UTC):
-                raise PinnedCertificateExpired(self.pins[0], got, host, port)
+            cert = x509.load_der_x509_certificate(der)
+            now = datetime.now(UTC)
+            if cert.not_valid_after_utc < now:
+                raise PinnedCertificateNotValid(
+                    self.pins[0], got, host, port, reason="certificate_expired"
+                )
+            if cert.not_valid_before_utc > now:
+                raise PinnedCertificateNotValid(
+                    self.pins[0], got, host, port, reason="certificate_not_yet_valid"
+                )
 
-    return PinSet
+    return _PinClasses(PinSet, PinnedCertificateNotValid)
+
+
+class _Slots:
+    """A FIFO of request slots: at most `size` exchanges in flight, waiters served in order.
+
+    A released slot is handed straight to the oldest live waiter, so a newcomer never overtakes
+    the queue (a new caller takes a free slot only when no live waiter exists). A waiter that
+    gives up (timeout, cancellation) after being handed a slot passes it on.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for fut in self._waiters if not fut.done())
+
+    async def acquire(self, timeout: float | None) -> None:
+        if self._free > 0:  # free slots imply no live waiter (see release)
+            self._free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a slot just as we gave up: pass it on
+            else:
+                fut.cancel()
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
 
 
 class AdminClient:
@@ -96,6 +173,8 @@ class AdminClient:
         connect_timeout: float = CONNECT_TIMEOUT,
         call_timeout: float = CALL_TIMEOUT,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        pool_size: int = POOL_SIZE,
+        queue_timeout: float | None = None,
     ) -> None:
         if target.kind == "tcp" and not pins:
             raise ValueError("a tcp:// target needs at least one certificate pin")
@@ -106,6 +185,10 @@ class AdminClient:
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.max_response_bytes = max_response_bytes
+        self.queue_timeout = (
+            QUEUE_TIMEOUTS * call_timeout if queue_timeout is None else queue_timeout
+        )
+        self._slots = _Slots(pool_size)
         self._session: aiohttp.ClientSession | None = None
         self._session_lock = asyncio.Lock()
 
@@ -122,11 +205,13 @@ class AdminClient:
         import aiohttp
 
         connector: aiohttp.BaseConnector
+        # limit=0: `_Slots` bounds concurrency, so aiohttp never makes a request wait for a
+        # pooled connection inside its connect timeout
         if self.target.kind == "unix":
-            connector = aiohttp.UnixConnector(path=self.target.path, keepalive_timeout=30)
+            connector = aiohttp.UnixConnector(path=self.target.path, keepalive_timeout=30, limit=0)
         else:
             connector = aiohttp.TCPConnector(
-                ssl=_pin_set_class()(self._pins), keepalive_timeout=30, limit=64
+                ssl=_pin_classes().pin_set(self._pins), keepalive_timeout=30, limit=0
             )
         headers = {"Accept": "application/json", "User-Agent": f"mcphost/{__version__}"}
         headers[GENERATION_HEADER] = str(self._generation)
@@ -182,8 +267,9 @@ class AdminClient:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open a request and yield the response with a 2xx status; errors are classified.
 
-        `timeout` bounds the whole exchange; `None` means connect/read timeouts only (for
-        streaming transfers whose length is not bounded in time).
+        `timeout` bounds the whole exchange once a slot is held; `None` means connect/read
+        timeouts only (for streaming transfers whose length is not bounded in time). Waiting for
+        a slot is bounded separately by `queue_timeout`. A 3xx is refused, never followed.
         """
         import aiohttp
 
@@ -195,9 +281,23 @@ class AdminClient:
             sock_read=None if timeout else self.call_timeout,
         )
         try:
+            await self._slots.acquire(self.queue_timeout)
+        except TimeoutError:
+            raise queue_failure(self.target, self.queue_timeout, self._slots) from None
+        try:
             async with session.request(
-                method, path, data=data, headers=headers, params=params, timeout=client_timeout
+                method,
+                path,
+                data=data,
+                headers=headers,
+                params=params,
+                timeout=client_timeout,
+                allow_redirects=False,
             ) as response:
+                if 300 <= response.status < 400:
+                    raise redirect_failure(
+                        response.status, response.headers.get("Location"), method, self.target
+                    )
                 if response.status >= 300:
                     body = await read_capped(response, 64 * 1024, self.target, truncate=True)
                     raise http_failure(response.status, body)
@@ -205,7 +305,11 @@ class AdminClient:
         except ToolFailure:
             raise
         except Exception as exc:
-            raise classify(exc, self.target, timeout) from None
+            raise classify(
+                exc, self.target, timeout or self.call_timeout, connect_timeout=self.connect_timeout
+            ) from None
+        finally:
+            self._slots.release()
 
 
 async def read_capped(
@@ -235,7 +339,7 @@ def http_failure(status: int, body: bytes) -> ToolFailure:
     envelope: Any = None
     try:
         envelope = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     if isinstance(envelope, dict) and isinstance(envelope.get("error"), str):
         details = {k: v for k, v in envelope.items() if k not in ("error", "message")}
@@ -252,19 +356,94 @@ def http_failure(status: int, body: bytes) -> ToolFailure:
     )
 
 
-def classify(exc: BaseException, target: AdminTarget, timeout: float | None) -> ToolFailure:
-    """A transport exception -> a `ToolFailure` with a stable code and a remedy."""
+_MAX_LOCATION_CHARS = 2048
+
+
+def redirect_failure(
+    status: int, location: str | None, method: str, target: AdminTarget
+) -> ToolFailure:
+    """A 3xx from the center: refused, never followed (it would leave the pinned connection)."""
+    where = str(target)
+    return ToolFailure(
+        "admin_redirect_refused",
+        f"the center at {where} answered HTTP {status} redirecting to "
+        f"{location or '(no Location)'}; redirects are not followed (the new address would not "
+        "be covered by the pin or the socket binding), so nothing was sent there and the call "
+        "did not complete. Do not retry: the operator should point AC_MCP_ADMIN_URL (or "
+        "AC_MCP_RUNTIME_SOCKET) at the address that answers directly, or stop the center or "
+        "proxy from redirecting",
+        {
+            "target": where,
+            "status": status,
+            "location": location[:_MAX_LOCATION_CHARS] if location else None,
+            "method": method,
+        },
+        status=status,
+    )
+
+
+def queue_failure(target: AdminTarget, waited: float | None, slots: _Slots) -> ToolFailure:
+    """Gave up waiting for a free request slot: nothing was sent."""
+    where = str(target)
+    return ToolFailure(
+        "admin_timeout",
+        f"no connection to the center at {where} became free within {waited} s ({slots.size} "
+        "calls were in flight, more were waiting); nothing was sent, so the call did not take "
+        "effect. Retry it, ideally with fewer calls at once",
+        {
+            "target": where,
+            "phase": "queue",
+            "timeout_seconds": waited,
+            "in_flight": slots.size,
+            "waiting": slots.waiting,
+        },
+    )
+
+
+def nesting_failure(size: int, step: str = "reply") -> ToolFailure:
+    """A 2xx center body whose JSON nests deeper than this process can parse (RecursionError)."""
+    import sys
+
+    return ToolFailure(
+        "admin_protocol_error",
+        f"the center's {step} ({size} bytes) is JSON nested too deeply to read (over about "
+        f"{sys.getrecursionlimit()} levels), so it was dropped. The center reported success, so "
+        "a write did take effect: check with a read (a narrower one) before repeating it, and "
+        "report this reply to the center's operators",
+        {"reason": "json_nesting_too_deep", "step": step, "reply_bytes": size},
+    )
+
+
+def classify(
+    exc: BaseException,
+    target: AdminTarget,
+    timeout: float | None,
+    *,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> ToolFailure:
+    """A transport exception -> a `ToolFailure` with a stable code and a remedy.
+
+    `timeout` is the reply budget of the exchange, `connect_timeout` the connection budget:
+    each is reported with the phase it bounded.
+    """
     import aiohttp
 
     where = str(target)
-    if isinstance(exc, aiohttp.ServerFingerprintMismatch):
-        if type(exc).__name__ == "PinnedCertificateExpired":
-            return ToolFailure(
-                "admin_tls_error",
-                f"the center at {where} presented a pinned certificate that has expired; the "
-                "center must rotate its certificate and operators must update the pin",
-                {"target": where, "reason": "certificate_expired"},
+    if isinstance(exc, _pin_classes().not_valid):
+        reason = str(getattr(exc, "reason", "certificate_expired"))
+        return ToolFailure(
+            "admin_tls_error",
+            f"the center at {where} presented a pinned certificate that "
+            + (
+                "has expired"
+                if reason == "certificate_expired"
+                else "is not valid yet (its notBefore is in the future)"
             )
+            + "; nothing was sent. Check this worker's clock; otherwise the center must "
+            "present a currently valid certificate and operators must update the pin",
+            {"target": where, "reason": reason},
+        )
+    if isinstance(exc, aiohttp.ServerFingerprintMismatch):
         return ToolFailure(
             "admin_pin_mismatch",
             f"the certificate presented by {where} matches none of the pinned fingerprints: "
@@ -277,14 +456,21 @@ def classify(exc: BaseException, target: AdminTarget, timeout: float | None) -> 
                 "received": format_pin(exc.got),
             },
         )
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        phase = "connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "reply"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return ToolFailure(
             "admin_timeout",
-            f"the center at {where} did not {'accept the connection' if phase == 'connect' else 'answer'} "
-            "in time; it may be overloaded. The call may or may not have taken effect: check "
-            "with a read (e.g. get_task) before retrying a write",
-            {"target": where, "phase": phase, "timeout_seconds": timeout},
+            f"the center at {where} did not accept the connection within {connect_timeout} s "
+            "(TCP, TLS and pin check); nothing was sent, so the call did not take effect. The "
+            "center may be down or overloaded: retry in a moment",
+            {"target": where, "phase": "connect", "timeout_seconds": connect_timeout},
+        )
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return ToolFailure(
+            "admin_timeout",
+            f"the center at {where} did not answer within {timeout} s; it may be overloaded. "
+            "The call may or may not have taken effect: check with a read (e.g. get_task) "
+            "before retrying a write",
+            {"target": where, "phase": "reply", "timeout_seconds": timeout},
         )
     if isinstance(exc, aiohttp.ClientSSLError):
         return ToolFailure(

@@ -4,7 +4,8 @@ The server is a few lines of `ssl` + `socket`: it completes the TLS handshake wi
 certificate it is told to present, then records the decrypted bytes the client sends. The
 promise under test: a connection whose leaf certificate matches no pin carries zero
 application bytes (so the bearer token never leaves), a pin set survives a rotation, an expired
-pinned certificate is refused as `admin_tls_error`, and nothing hangs.
+or not-yet-valid pinned certificate is refused as `admin_tls_error` before any byte is sent, and
+nothing hangs.
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ def certs() -> dict[str, trustme.LeafCert]:
             not_before=now - datetime.timedelta(days=30),
             not_after=now - datetime.timedelta(days=1),
         ),
+        "not_yet_valid": ca.issue_cert(
+            "127.0.0.1",
+            not_before=now + datetime.timedelta(days=1),
+            not_after=now + datetime.timedelta(days=30),
+        ),
     }
 
 
@@ -205,6 +211,21 @@ def test_expired_certificate_matching_the_pin_is_a_tls_error(
         assert result["details"]["reason"] == "certificate_expired"
         assert took < 5 and server.app_bytes() == 0
         assert host.close() == 0
+
+
+def test_not_yet_valid_certificate_matching_the_pin_is_a_tls_error(
+    server: RecordingTLSServer, certs: dict[str, trustme.LeafCert]
+) -> None:
+    server.cert = certs["not_yet_valid"]
+    with pinned_host(server.port, pin_of(certs["not_yet_valid"])) as host:
+        is_error, result, _ = timed_call(host)
+        assert is_error and result["error"] == "admin_tls_error", result
+        assert result["details"]["reason"] == "certificate_not_yet_valid"
+        assert "not valid yet" in result["message"] and "nothing was sent" in result["message"]
+        assert any(c.handshake for c in server.connections)
+        assert server.app_bytes() == 0, "no HTTP byte may reach a not-yet-valid certificate"
+        assert host.close() == 0
+        assert TOKEN.encode() not in host.all_output()
 
 
 def test_a_peer_that_never_finishes_the_handshake_times_out(
