@@ -1,4 +1,4 @@
-"""A lean MCP server core for stdio: JSON-RPC framing, the handshake, tools, progress, cancellation.
+"""A lean MCP server core for stdio: framing, handshake, tools, progress, cancellation, backpressure.
 
 Owns: the wire. Both tool surfaces (the center host and the relay tools) plug a `Surface` into
 `serve_stdio` and never touch stdin or stdout themselves.

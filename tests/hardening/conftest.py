@@ -146,6 +146,17 @@ class RawHost:
                 self._cond.wait(min(remaining, 0.5))
             return self.by_id.pop(request_id)
 
+    def wait_for(self, done: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until `done(messages)` is true for the messages so far; returns them."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not done(self.messages):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._out_done:
+                    raise AssertionError(f"condition not met within {timeout}s")
+                self._cond.wait(min(remaining, 0.5))
+            return list(self.messages)
+
     def rpc(self, method: str, params: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
         return self.wait(self.request(method, params), timeout)
 
