@@ -3,7 +3,8 @@
 Owns: argv -> `AgentConfig` -> bytes -> stdout or a private file. Center bindings come from
 options, from the current `AC_MCP_*` environment (`--from-env`), or both (options win); they
 are validated with the host's grammar. Every error is one stderr line and exit status 2.
-Must never: print the token (stdout carries the config, which may hold it, only without --out).
+Must never: print the token (stdout carries the config, which may hold it, only without --out),
+take an abbreviated option for a longer one, or echo the value of an option it does not know.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from configgen.model import (
     RelayBinding,
 )
 from mcphost import binding as grammar
+from mcphost.cliargs import Parser, redact
 
 # option dest -> the AC_MCP_* variable it sets
 _CENTER_OPTIONS = {
@@ -45,9 +47,11 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
+    """No abbreviations (`--token` is not `--token-file`), unknown values never echoed."""
+
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see configgen --help)")
+        raise UsageError(f"{redact(message)} (see configgen --help)")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,8 +1,10 @@
 """The generator's input: one agent's center binding, its relay association, and the launch specs.
 
 Owns: turning what a caller knows about an agent into validated, canonical values, using the
-host's own grammar (`mcphost.binding`, `mcphost.admin.target`, `mcphost.admin.pinning`), so a
-config that generates is a config the host accepts. Errors are `ConfigError`s whose message
+host's own grammar (`mcphost.binding`, `mcphost.admin.target`, `mcphost.admin.pinning`, and the
+relay tools' bundle and session-id grammars in `mcphost.relaytools.layout`), so a config that
+generates is a config the host and the relay tools accept; a bad token is refused with the host's
+own message, which never shows it. Errors are `ConfigError`s whose message
 names the offending variable or field and what is expected.
 
 Pure: no I/O. In particular the token file named by `AC_MCP_WORKER_TOKEN_FILE` is *not* read
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 from mcphost import binding as grammar
 from mcphost.admin.pinning import format_pin
-from mcphost.relaytools.layout import is_bundle_name
+from mcphost.relaytools.layout import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
 
 CENTER_NAME = "agent-center"
 RELAY_NAME = "agentmux"
@@ -228,6 +230,12 @@ class RelayBinding:
                 f"relay bundle is {self.bundle!r}: expected a bundle name of letters, digits, "
                 "'.', '_' and '-' (the relay tools refuse anything else at start)",
             )
+        if not is_session_id(self.session_name):
+            raise ConfigError(
+                "relay session name",
+                f"relay session name is {self.session_name!r}: expected a session id: "
+                f"{SESSION_ID_EXPECTED} (the relay tools refuse anything else at start)",
+            )
         if isinstance(self.configuration_directories, str):
             raise ConfigError(
                 "relay configuration directories",
@@ -245,8 +253,9 @@ class RelayBinding:
     def args(self) -> list[str]:
         """The flags both `mcphost relay-tools` and `agentmux host mcp` take.
 
-        A name starting with `-` is written `--flag=value`: as a separate word both argparse and
-        clap would take it for an option and refuse to start.
+        A bundle name starting with `-` is written `--flag=value`: as a separate word both
+        argparse and clap would take it for an option and refuse to start. (A session id starts
+        with a letter, so it never needs this; the code does not rely on that.)
         """
         args: list[str] = []
         for flag, value in (("--bundle", self.bundle), ("--session-name", self.session_name)):

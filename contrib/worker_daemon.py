@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from configgen import AgentConfig, CenterBinding, ConfigError, RelayBinding, write_config
+from mcphost.cliargs import Parser
 
 
 def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str], Path, Path]:
@@ -80,7 +81,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[str], dict[str, str], Path, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # No abbreviations (`--token` must not become `--token-file`); unknown values never echoed.
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--client", choices=["claude", "codex"], default="claude")
     parser.add_argument("--base", required=True, help="the worker's agent home base")
     parser.add_argument("--agent-id", required=True)

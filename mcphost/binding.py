@@ -4,6 +4,13 @@ Owns: the binding grammar shared by the host, `mcphost check` and configgen. Eve
 the environment variable (never a Python field), shows the bad value (never a token), and says
 what is expected. Pure apart from reading the token file named by `AC_MCP_WORKER_TOKEN_FILE`.
 
+The token grammar (`check_token`): 1-8192 characters of printable ASCII without spaces, the
+characters an `Authorization: Bearer` header can carry. A token file holds the token on one line;
+one trailing line ending (`\n` or `\r\n`) is removed and anything else (a second line, a space,
+a control or non-ASCII character) is refused at start with the variable named, the position of
+the first bad character given, and the token not shown. A `AC_MCP_WORKER_TOKEN_FILE` value that
+is not an absolute path is not shown either: it is most likely the token itself.
+
 Why not pydantic-settings: its errors name fields rather than variables and it costs ~140 ms of
 start-up per agent; ten variables do not need it.
 
@@ -37,17 +44,36 @@ _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
 _AGENT_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
 _GENERATION = re.compile(r"\+?[0-9]{1,18}")
+TOKEN_MAX = 8192
+_TOKEN = re.compile(rf"[!-~]{{1,{TOKEN_MAX}}}")
+TOKEN_EXPECTED = (
+    "a bearer token on one line: printable ASCII letters, digits and punctuation, "
+    f"no spaces, line breaks or control characters, at most {TOKEN_MAX} characters"
+)
 
 
 class BindingError(ValueError):
     """A bad `AC_MCP_*` value. `str()` is the one-line operator message."""
 
-    def __init__(self, variable: str, shown_value: str | None, expected: str) -> None:
+    code = "bad_binding"
+
+    def __init__(
+        self, variable: str, shown_value: str | None, expected: str, *, problem: str | None = None
+    ) -> None:
+        """`problem` replaces "is <shown_value>" when the value must not be shown."""
         self.variable = variable
         self.shown_value = shown_value
         self.expected = expected
-        got = "is not set" if shown_value is None else f"is {shown_value}"
+        if problem is not None:
+            got = problem
+        else:
+            got = "is not set" if shown_value is None else f"is {shown_value}"
+        self.problem = got
         super().__init__(f"{variable} {got}: expected {expected}")
+
+    def details(self) -> dict[str, str]:
+        """Structured details for machine-readable reports (never the token)."""
+        return {"variable": self.variable, "problem": self.problem, "expected": self.expected}
 
 
 class Secret:
@@ -181,18 +207,65 @@ def _absolute_or_none(variable: str, raw: str) -> str | None:
     return os.path.normpath(raw)
 
 
+def _describe(char: str) -> str:
+    if char in "\r\n":
+        return "a line break"
+    if char == " ":
+        return "a space"
+    if char == "\t":
+        return "a tab"
+    if ord(char) < 0x20 or ord(char) == 0x7F:
+        return f"a control character (U+{ord(char):04X})"
+    return f"a non-ASCII character (U+{ord(char):04X})"
+
+
+def token_problem(token: str) -> str | None:
+    """What is wrong with `token` as a bearer token, without showing it; None when it is fine."""
+    if _TOKEN.fullmatch(token):
+        return None
+    if not token:
+        return "is empty"
+    if len(token) > TOKEN_MAX:
+        return f"is longer than {TOKEN_MAX} characters"
+    index, char = next((i, c) for i, c in enumerate(token) if not "!" <= c <= "~")
+    return f"holds {_describe(char)} at character {index + 1}"
+
+
+def check_token(variable: str, token: str, *, source: str = "") -> str:
+    """`token` if an `Authorization: Bearer` header can carry it, else a `BindingError` naming
+    `variable` that never shows the token. `source` prefixes the problem (e.g. the file path)."""
+    problem = token_problem(token)
+    if problem is None:
+        return token
+    raise BindingError(
+        variable, None, TOKEN_EXPECTED, problem=f"{source}{problem} (the token is not shown)"
+    )
+
+
+def _token_file_shown(path: str) -> str | None:
+    """How a token-file setting may be shown: an absolute path is, anything else is not."""
+    return repr(path) if path.startswith("/") else None
+
+
+_NOT_A_PATH = "is not an absolute path (its value is not shown: it may be the token itself)"
+
+
 def _read_token(inline: str, path: str, *, read_file: bool = True) -> tuple[str, str | None]:
     """The bearer token, from `AC_MCP_WORKER_TOKEN` or a private file; never both."""
     if inline and path:
+        shown = _token_file_shown(path)
         raise BindingError(
             WORKER_TOKEN_FILE,
-            repr(path),
-            f"either {WORKER_TOKEN} or {WORKER_TOKEN_FILE}, not both",
+            shown,
+            f"either {WORKER_TOKEN} or {WORKER_TOKEN_FILE} (an absolute path), not both",
+            problem=None if shown else f"is set along with {WORKER_TOKEN} and {_NOT_A_PATH}",
         )
     if not path:
-        return inline, None
+        return (check_token(WORKER_TOKEN, inline) if inline else ""), None
     if not path.startswith("/"):
-        raise BindingError(WORKER_TOKEN_FILE, repr(path), "an absolute path to the token file")
+        raise BindingError(
+            WORKER_TOKEN_FILE, None, "an absolute path to the token file", problem=_NOT_A_PATH
+        )
     if not read_file:
         return "", path
     try:
@@ -213,7 +286,9 @@ def _read_token(inline: str, path: str, *, read_file: bool = True) -> tuple[str,
                 f"{path!r} (mode {stat.S_IMODE(info.st_mode):04o})",
                 "a file readable by its owner only: chmod 600 it",
             )
-        token = handle.read(64 * 1024).decode("utf-8", "replace").strip()
+        raw = handle.read(TOKEN_MAX + 3)
+    token = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
     if not token:
         raise BindingError(WORKER_TOKEN_FILE, repr(path), "a file containing the token")
+    check_token(WORKER_TOKEN_FILE, token, source=f"is {path!r}, whose content ")
     return token, path

@@ -2,16 +2,20 @@
 
 Owns: argv dispatch and nothing else. `mcphost` with no subcommand is `mcphost host`.
 Must never: import a subcommand's modules before that subcommand is chosen (start-up time is
-multiplied by the number of agents on a worker), or write to stdout on the host path.
+multiplied by the number of agents on a worker), write to stdout on the host path, or echo a
+word that does not look like a subcommand name (it may be a token).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
 
 from mcphost import __version__
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
 
 # subcommand -> (module, one-line help); each module exposes `main(argv: list[str]) -> int`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -40,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name = args.pop(0) if args and not args[0].startswith("-") else "host"
     if name not in SUBCOMMANDS:
-        print(f"mcphost: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        # A word that is no plausible subcommand name may be a token pasted in the wrong place.
+        shown = repr(name) if _WORD.fullmatch(name) else "(not shown)"
+        print(f"mcphost: unknown subcommand {shown}\n\n{_usage()}", file=sys.stderr)
         return 2
     entry: Callable[[list[str]], int] = import_module(SUBCOMMANDS[name][0]).main
     return entry(args)

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from mcphost.cliargs import Parser
 from mcphost.devcenter.app import admin_app, runtime_app
 from mcphost.devcenter.atomic import write_atomic
 from mcphost.devcenter.center import Center
@@ -29,7 +30,7 @@ from mcphost.devcenter.tls import ensure_identity
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mcphost devcenter", description="Run the reference center.")
+    p = Parser(prog="mcphost devcenter", description="Run the reference center.")
     p.add_argument("--state", required=True, type=Path, help="state directory (created if missing)")
     p.add_argument("--unix", type=Path, help="serve the admin API on this Unix socket")
     p.add_argument("--tcp", help="serve the admin API with TLS on HOST:PORT (port 0 picks one)")

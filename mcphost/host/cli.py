@@ -2,7 +2,8 @@
 
 Owns: start-up of the per-agent host. A bad binding exits 2 with one stderr line naming the
 variable; a center that is down does not stop start-up (each call then gets a classified error).
-Must never: write to stdout (it is the JSON-RPC stream) or accept identity from argv.
+Must never: write to stdout (it is the JSON-RPC stream), accept identity from argv, or echo an
+argument it was given (one may be a token typed where it does not belong; it is named, not shown).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 0
     if argv:
+        from mcphost.cliargs import describe_unexpected
+
         print(
-            f"mcphost host: unexpected arguments {argv!r}; configure with AC_MCP_* variables",
+            f"mcphost host: {describe_unexpected(argv)}; configure with AC_MCP_* variables "
+            "(see mcphost host --help)",
             file=sys.stderr,
         )
         return 2

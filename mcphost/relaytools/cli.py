@@ -4,7 +4,8 @@ Owns: the command line (agentmux's `host mcp` flags, plus the older spellings), 
 overrides (`MCPHOST_RELAY_REQUEST_TIMEOUT_MS`, `MCPHOST_RELAY_HELLO_TIMEOUT_MS`; defaults 5000 and
 2000, as upstream), and wiring layout -> stream -> surface -> `mcpwire.stdio.run`.
 
-Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), exit non-zero for
+Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), take an abbreviated
+option for a longer one or echo an unknown argument's value (`mcphost.cliargs`), exit non-zero for
 an association problem (the server starts and reports it per call), or connect to the relay
 before the first relay-backed tool call.
 """
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from mcphost.cliargs import Parser
+
+    p = Parser(
         prog="mcphost relay-tools",
         description="Serve the agentmux relay tools (list, help, look, send, raww, choose, "
         "updown, new, change) over MCP stdio, bound to one bundle session.",

@@ -14,6 +14,12 @@ Precedence (agentmux's):
   session: `--session-name` > `AGENTMUX_SESSION` > `mcp.toml` `session_name` > the member whose
   `directory` contains the working directory.
 
+Names are path segments, so both follow agentmux's grammars before any path is built: a bundle id
+`[A-Za-z0-9._-]+` (not `.`/`..`), a session id an ASCII letter then letters, digits, `-` or `_`,
+at most 31 characters. A bundle file with a member id outside the grammar (`../../x`) is an
+invalid configuration as a whole (as upstream refuses it), a session name outside it is refused,
+and `psk_path` answers None for either, so no PSK is ever read from outside `sessions/<id>/`.
+
 An association that was asked for explicitly (flag or env) but cannot be built becomes a
 retained *fault*: the server still starts, and relay-backed tools report the fault's code. An
 implicit one that fails leaves the server plainly unassociated.
@@ -34,6 +40,8 @@ from typing import Any
 SOCKET_NAME = "relay.sock"
 SOCKET_TRUST = "socket-trust"
 BUNDLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+SESSION_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,30}")
+SESSION_ID_EXPECTED = "an ASCII letter, then letters, digits, '-' or '_', at most 31 characters"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +88,8 @@ class Layout:
     def psk_path(self) -> Path | None:
         if self.bundle is None or self.session is None:
             return None
+        if not is_bundle_name(self.bundle) or not is_session_id(self.session):
+            return None  # never a path built from a name outside the grammar
         return (
             self.state_root / "bundles" / self.bundle / "sessions" / self.session / "identity.psk"
         )
@@ -113,6 +123,11 @@ class Layout:
 
 def is_bundle_name(name: str) -> bool:
     return bool(BUNDLE_NAME.fullmatch(name)) and name not in (".", "..")
+
+
+def is_session_id(name: str) -> bool:
+    """agentmux's session-id grammar (bundle member ids and `--session-name`)."""
+    return bool(SESSION_ID.fullmatch(name))
 
 
 # -- roots -----------------------------------------------------------------------------------
@@ -212,6 +227,12 @@ def load_members(roots: Sequence[Path], bundle: str) -> tuple[Member, ...] | Non
     for entry in doc.get("sessions", []) or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             continue
+        if not is_session_id(entry["id"]):
+            raise ConfigError(
+                "validation_invalid_arguments",
+                f"bundle configuration is invalid: bundle '{bundle}' has session id "
+                f"{entry['id']!r}: expected {SESSION_ID_EXPECTED}",
+            )
         if "ui" in entry:
             transport = "ui"
         elif "pubsub" in entry:
@@ -308,6 +329,11 @@ def resolve(
         return replace(base, reason="no_bundle")
     if not is_bundle_name(bundle):
         return fail("validation_invalid_params", "bundle_name contains unsupported characters")
+    if session is not None and not is_session_id(session):
+        return fail(
+            "validation_invalid_params",
+            f"session_name {session!r} is not a session id: expected {SESSION_ID_EXPECTED}",
+        )
     try:
         members = load_members(roots, bundle)
     except ConfigError as exc:

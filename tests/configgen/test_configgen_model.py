@@ -111,13 +111,22 @@ def test_relay_errors(kwargs: dict[str, object], fragment: str) -> None:
 
 
 def test_relay_names_starting_with_a_dash_stay_values() -> None:
-    """`--bundle -x` makes `mcphost relay-tools` exit 2 at start; `--bundle=-x` is the value."""
-    relay = RelayBinding(bundle="-x", session_name="--alpha", state_directory="/s")
-    assert relay.args() == ["--bundle=-x", "--session-name=--alpha", "--state-directory", "/s"]
+    """`--bundle -x` makes `mcphost relay-tools` exit 2 at start; `--bundle=-x` is the value.
+    (A session id starts with a letter: `--alpha` is refused, see the grammar test below.)"""
+    relay = RelayBinding(bundle="-x", session_name="alpha", state_directory="/s")
+    assert relay.args() == ["--bundle=-x", "--session-name", "alpha", "--state-directory", "/s"]
     from mcphost.relaytools.cli import _parser
 
     parsed = _parser().parse_args(relay.args())
-    assert (parsed.bundle, parsed.session, parsed.state) == ("-x", "--alpha", "/s")
+    assert (parsed.bundle, parsed.session, parsed.state) == ("-x", "alpha", "/s")
+
+
+@pytest.mark.parametrize("session", ["--alpha", "../../x", "a.b", "1st", "x" * 32, "a b"])
+def test_relay_session_names_follow_the_session_id_grammar(session: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RelayBinding(bundle="party", session_name=session)
+    assert info.value.field == "relay session name"
+    assert "expected a session id" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ TEXT = st.text(
 )
 PRINTABLE = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=40)
 NAME = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
+# The host's token grammar: printable ASCII without spaces (empty: no inline token).
+TOKEN = st.from_regex(r"[!-~]{0,40}", fullmatch=True)
 SETTINGS = settings(max_examples=150, deadline=None)
 
 
@@ -38,7 +40,7 @@ def configs(draw: st.DrawFn) -> AgentConfig:
     center = CenterBinding(
         agent_id=draw(st.from_regex(r"[!-~]{1,30}", fullmatch=True)),
         admin_url="unix:" + path,
-        token=draw(TEXT).strip(),
+        token=draw(TOKEN),
         agent_root=draw(st.none() | st.just("/" + draw(TEXT).strip())),
         tier_tools=draw(st.none() | st.booleans()),
         generation=draw(st.integers(0, 10**12)),
@@ -48,7 +50,7 @@ def configs(draw: st.DrawFn) -> AgentConfig:
         | st.builds(
             RelayBinding,
             bundle=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True),
-            session_name=st.from_regex(r"[A-Za-z0-9]{1,20}", fullmatch=True),
+            session_name=st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,20}", fullmatch=True),
             state_directory=st.none() | TEXT.map(lambda t: "/" + t),
         )
     )

@@ -1,12 +1,15 @@
-"""AC_MCP_* parsing: defaults, trimming, every error names the variable and never the token."""
+"""AC_MCP_* parsing: defaults, trimming, the token grammar; every error names the variable and
+never the token."""
 
 import hashlib
 import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from mcphost.binding import AgentBinding, BindingError
+from mcphost.binding import TOKEN_MAX, AgentBinding, BindingError, check_token
 
 PIN = "sha256:" + ":".join(f"{b:02X}" for b in hashlib.sha256(b"x").digest())
 BASE = {"AC_MCP_AGENT_ID": "agent-1", "AC_MCP_ADMIN_URL": "unix:/run/center.sock"}
@@ -125,3 +128,90 @@ def test_binding_is_frozen() -> None:
     b = parse()
     with pytest.raises(AttributeError):
         b.agent_id = "other"  # type: ignore[misc]
+
+
+# -- the token grammar (issue 10, item 4) and token-file hygiene (item 5) ------------------------
+
+
+def private_file(tmp_path: Path, content: bytes) -> str:
+    path = tmp_path / "token"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("token", "fragment"),
+    [
+        ("acat_SECRET\nsecond", "a line break at character 12"),
+        ("acat_SECRET\r\nX-Injected: 1", "a line break at character 12"),
+        ("acat_SE CRET", "a space at character 8"),
+        ("acat_SECRET\x1b", "a control character (U+001B) at character 12"),
+        ("acat_SECRETé", "a non-ASCII character (U+00E9) at character 12"),
+        ("acat_SECRET" + "x" * TOKEN_MAX, f"longer than {TOKEN_MAX} characters"),
+    ],
+)
+def test_inline_token_outside_the_grammar_is_refused_unshown(token: str, fragment: str) -> None:
+    err = error(AC_MCP_WORKER_TOKEN=token)
+    assert err.variable == "AC_MCP_WORKER_TOKEN"
+    assert fragment in str(err) and "expected a bearer token on one line" in str(err)
+    assert "SECRET" not in str(err) and "SECRET" not in repr(err.details())
+    assert err.details()["variable"] == "AC_MCP_WORKER_TOKEN"
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
+def test_token_file_loses_one_line_ending(tmp_path: Path, ending: bytes) -> None:
+    path = private_file(tmp_path, b"acat_fromfile" + ending)
+    assert parse(AC_MCP_WORKER_TOKEN_FILE=path).token.reveal() == "acat_fromfile"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"acat_SECRET\nsecond line\n", "line break at character 12"),
+        (b"acat_SECRET\n\n", "line break at character 12"),
+        (b" acat_SECRET\n", "space at character 1"),
+        (b"acat_SECRET\xff", "non-ASCII character (U+FFFD)"),
+        (b"\n", "a file containing the token"),
+    ],
+)
+def test_token_file_outside_the_grammar_is_refused_unshown(
+    tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    path = private_file(tmp_path, content)
+    err = error(AC_MCP_WORKER_TOKEN_FILE=path)
+    assert err.variable == "AC_MCP_WORKER_TOKEN_FILE"
+    assert fragment in str(err) and path in str(err) and "SECRET" not in str(err)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"AC_MCP_WORKER_TOKEN_FILE": "acat_SECRET"},
+        {"AC_MCP_WORKER_TOKEN_FILE": "acat_SECRET", "AC_MCP_WORKER_TOKEN": "acat_other"},
+        {"AC_MCP_WORKER_TOKEN_FILE": "relative/acat_SECRET"},
+    ],
+)
+def test_token_file_value_that_is_not_a_path_is_not_shown(env: dict[str, str]) -> None:
+    err = error(**env)
+    assert err.variable == "AC_MCP_WORKER_TOKEN_FILE" and "absolute path" in str(err)
+    assert "SECRET" not in str(err) and "not shown" in str(err)
+
+
+def test_token_file_path_is_shown_when_it_is_a_path() -> None:
+    err = error(AC_MCP_WORKER_TOKEN_FILE="/run/t", AC_MCP_WORKER_TOKEN="acat_SECRET")
+    assert "'/run/t'" in str(err) and "not both" in str(err) and "SECRET" not in str(err)
+
+
+@given(st.text(max_size=60))
+def test_check_token_accepts_exactly_printable_ascii_and_never_shows_a_refused_one(
+    tail: str,
+) -> None:
+    token = "SECRET" + tail
+    try:
+        assert check_token("AC_MCP_WORKER_TOKEN", token) == token
+    except BindingError as exc:
+        assert any(not "!" <= c <= "~" for c in token)
+        assert "SECRET" not in str(exc) and str(exc).startswith("AC_MCP_WORKER_TOKEN ")
+    else:
+        assert all("!" <= c <= "~" for c in token)
