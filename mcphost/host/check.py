@@ -4,12 +4,14 @@ Owns: reading the binding exactly as the host does, dialling the center (the pin
 the TLS handshake), making one harmless read (`get_my_work`), checking the workspace root and
 runtime socket, and printing a human report to stderr (`--json` prints a JSON report to stdout
 instead). Exit 0 when the host would work, 1 when something needs fixing, 2 on a bad binding.
-Must never: print the token (only whether one is configured).
+Every outcome is a classified result, in text and with `--json` alike: a bad binding is
+`bad_binding` with the variable in its details, and a failure nobody foresaw is
+`internal_unexpected_failure` naming only the exception's type, never a traceback.
+Must never: print the token (only whether one is configured), or echo an unknown argument.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -19,6 +21,7 @@ import time
 from typing import Any
 
 from mcphost.binding import AgentBinding, BindingError
+from mcphost.cliargs import Parser
 from mcphost.errors import ToolFailure
 
 
@@ -69,19 +72,48 @@ async def _probe(binding: AgentBinding) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="mcphost check", description=__doc__.split("\n")[0])
+    parser = Parser(prog="mcphost check", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print a JSON report on stdout")
     args = parser.parse_args(argv)
     try:
+        return _check(args.json)
+    except Exception as exc:  # a bug: still a classified result, never a traceback
+        message = (
+            f"the check failed unexpectedly ({type(exc).__name__}); "
+            "rerun with MCPHOST_LOG_LEVEL=debug and report it"
+        )
+        failure = {
+            "ok": False,
+            "error": "internal_unexpected_failure",
+            "message": message,
+            "details": {"exception": type(exc).__name__},
+        }
+        if args.json:
+            print(json.dumps(failure))
+        print(f"mcphost check: internal_unexpected_failure: {message}", file=sys.stderr)
+        return 1
+
+
+def _check(as_json: bool) -> int:
+    try:
         binding = AgentBinding.from_env()
     except BindingError as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "error": "bad_binding", "message": str(exc)}))
+        if as_json:
+            failure = {
+                "ok": False,
+                "error": exc.code,
+                "message": str(exc),
+                "details": exc.details(),
+            }
+            print(json.dumps(failure, ensure_ascii=False))
         print(f"mcphost check: {exc}", file=sys.stderr)
         return 2
 
     center = asyncio.run(_probe(binding))
     root_ok, root_text = _workspace(binding)
+    from mcphost.host.files import root_ancestor_warnings
+
+    root_warnings = root_ancestor_warnings(binding)  # a warning: does not change `ok`
     runtime = _socket_state(binding.runtime_socket) if binding.runtime_socket else "unset"
     ok = center["ok"] and root_ok and runtime in ("ok", "unset")
     report = {
@@ -94,9 +126,10 @@ def main(argv: list[str]) -> int:
         "generation": binding.generation,
         "center": center,
         "workspace": root_text,
+        "workspace_warnings": root_warnings,
         "runtime_socket": runtime,
     }
-    if args.json:
+    if as_json:
         print(json.dumps(report, ensure_ascii=False))
         return 0 if ok else 1
     if center["ok"]:
@@ -112,6 +145,7 @@ def main(argv: list[str]) -> int:
         + (f" (from {binding.token_file})" if binding.token_file else ""),
         f"  call           {center_line}",
         f"  workspace      {root_text}",
+        *(f"  workspace      WARNING {w['code']}: {w['message']}" for w in root_warnings),
         f"  runtime socket {binding.runtime_socket + ' ' if binding.runtime_socket else ''}{runtime}",
         f"  tools          {'core + search_tools' if binding.tier_tools else 'full catalog'}",
     ]

@@ -2,7 +2,8 @@
 
 Owns: resolving model-given paths inside `AC_MCP_AGENT_ROOT`, the streaming upload (three center
 steps, SHA-256 in the same pass as the PUT), the atomic download (temp file + fsync + rename),
-progress and cancellation for both, and `workspace_problem()` for `mcphost check`.
+progress and cancellation for both, the held root (`HeldRoot`), the center-given transfer id
+as a URL segment, and `workspace_problem()` / `root_ancestor_warnings()` for `mcphost check`.
 
 Containment method (why it cannot be raced)
 -------------------------------------------
@@ -14,7 +15,9 @@ A path is never handed to the kernel as a string to resolve. Instead:
    (`a//b`) are dropped; `..` pops one component and refuses to pop past the root
    (`path_escapes_workspace`). Because step 2 refuses every symlink, lexical `..` handling equals
    what the kernel would do, and the result is a list of plain names.
-2. The root is opened once per call as an `O_DIRECTORY` descriptor. Each name is then opened
+2. The root is opened once, at host start, as an `O_DIRECTORY` descriptor and held
+   (`HeldRoot`); swapping the root's path later (rename it away, put a symlink to `/` in its
+   place) changes nothing for a running host. Each name is then opened
    *relative to the previous directory's descriptor* (`dir_fd=`) with `O_NOFOLLOW`, so a
    component that is — or has just been swapped for — a symlink fails with `ELOOP`/`ENOTDIR`
    instead of being followed. Such a failure is classified with `fstatat(..., AT_SYMLINK_NOFOLLOW)`
@@ -26,10 +29,17 @@ A path is never handed to the kernel as a string to resolve. Instead:
    that was inside the root when we walked it. (That directory may itself be *moved* elsewhere
    by a process with write access to the workspace; that process could equally copy the file
    out itself, so this grants it nothing.)
+4. Every directory opened and the upload leaf must be on the root's file system (`st_dev`),
+   else `path_other_filesystem` (unless `MCPHOST_ALLOW_OTHER_FILESYSTEMS=1`); an upload leaf
+   with more than one hard link is `path_hard_linked` (the other name may be outside).
+5. The walk holds only the root, the directory it is in and, when a download creates parents,
+   the directory the first one was made in: depth costs no descriptors. Undoing created
+   parents climbs by `..`, accepting each parent only if it is the directory (dev, inode) made.
 
 This is `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` done by hand, since Python exposes no
 `openat2`. The root itself is operator configuration and is opened normally (its own path may
-contain symlinks).
+contain symlinks). A path ending in `/` or `/.` names a directory: on a file it is
+`path_not_a_directory`, as the kernel would say.
 
 Upload leaves are opened `O_NONBLOCK` (a FIFO cannot hang us) and must be regular files by
 `fstat` on the open descriptor. Bytes are read from that descriptor only, hashed in the same
@@ -37,14 +47,18 @@ pass as they are sent, and the size and mtime are re-checked at the end: a file 
 while being sent fails with `file_changed_during_upload` and the transfer is never completed.
 
 Downloads are checked for containment before any HTTP. After a 200, missing parents are created
-one `mkdirat` at a time, bytes go to `.mcphost-<random>.part` created `O_EXCL|O_NOFOLLOW` mode
-0600 in the destination directory, are fsynced, then `link`ed into place (refusing an existing
-destination atomically) or `rename`d over it with `overwrite`. On any failure or cancellation
-the temp file and any directories this call created are removed.
+(mode 0700) one `mkdirat` at a time, bytes go to `.mcphost-<16 hex>.part` created
+`O_EXCL|O_NOFOLLOW` mode 0600 in the destination directory and held under `flock(LOCK_EX)`
+until placed, are fsynced, then `link`ed into place (refusing an existing destination
+atomically) or `rename`d over it with `overwrite`. On any failure or cancellation the temp file
+and any directories this call created are removed. Before a download creates its temp file, the
+destination directory is swept: a `.part` of exactly this pattern that nobody holds locked (the
+leftover of a killed host) is removed; a locked one is a download in flight and is left alone.
 
-Must never: follow a symlink under the root, open a model-given path string relative to the
-process's working directory, buffer a whole file in memory, complete an upload whose bytes
-changed, or leave a partial download at the destination.
+Must never: follow a symlink under the root, reopen the root by its path once held, open a
+model-given path string relative to the process's working directory, upload a hard-linked file,
+put a center-given id into a URL unchecked, buffer a whole file in memory, complete an upload
+whose bytes changed, or leave a partial download at the destination.
 """
 
 from __future__ import annotations
@@ -52,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import fcntl
 import hashlib
 import mimetypes
 import os
@@ -63,7 +78,9 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
+from mcphost import events
 from mcphost.binding import AgentBinding
 from mcphost.catalog.files import DownloadFile, UploadFile
 from mcphost.catalog.model import StrictInput
@@ -73,6 +90,7 @@ from mcphost.mcpwire.protocol import CallContext, ToolResult
 
 CHUNK = 1 << 20
 MAX_DOWNLOAD_ENV = "MCPHOST_MAX_DOWNLOAD_BYTES"
+ALLOW_OTHER_FS_ENV = "MCPHOST_ALLOW_OTHER_FILESYSTEMS"
 DEFAULT_MAX_DOWNLOAD = 4 << 30
 MAX_PATH_BYTES = 4096
 PROGRESS_INTERVAL = 0.25
@@ -80,6 +98,10 @@ FILE_URI_PREFIX = "ac://files/"
 _ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_PREFIX = ".mcphost-"
+_TEMP_NAME = re.compile(r"\.mcphost-[0-9a-f]{16}\.part")  # exactly what this host creates
+# A center-given transfer id becomes a URL path segment: it must be one plain id, never a path,
+# query or fragment (`T1?agent_id=agent-2`, `..`). It is also percent-quoted when used.
+_TRANSFER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:~-]{0,127}")
 
 
 # -- failures -------------------------------------------------------------------------------
@@ -114,12 +136,116 @@ def _invalid(given: str, root: str, why: str) -> ToolFailure:
 def workspace_problem(binding: AgentBinding) -> ToolFailure | None:
     """Why the file tools cannot work for `binding`, or None when the root is usable. Pure
     apart from one `open` of the root (for `mcphost check`)."""
+    root = HeldRoot(binding)
+    root.close()
+    return root.failure
+
+
+def root_ancestor_warnings(binding: AgentBinding) -> list[dict[str, Any]]:
+    """The directories above the workspace root that someone other than this user (or root)
+    could rename entries in, i.e. swap the root for something else before a host starts. For
+    `mcphost check`; read-only (`lstat` of each ancestor of the root as configured and of its
+    symlink-free spelling)."""
+    root = binding.agent_root
+    if not root:
+        return []
+    me = os.geteuid()
+    trusted = {0, me}
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for spelling in (os.path.abspath(root), os.path.realpath(root)):
+        child = spelling
+        while True:
+            parent = os.path.dirname(child)
+            if parent == child:
+                break
+            if parent not in seen:
+                seen.add(parent)
+                why = _unsafe_ancestor(parent, child, trusted)
+                if why is not None:
+                    out.append(
+                        {
+                            "code": "workspace_root_ancestor_writable",
+                            "path": parent,
+                            "message": f"{parent} {why}, so others can swap the workspace root "
+                            f"{root} (AC_MCP_AGENT_ROOT) before a host opens it; the operator "
+                            "should make it writable by its owner only (chmod go-w) or move "
+                            "the workspace under a private directory",
+                            "variable": "AC_MCP_AGENT_ROOT",
+                        }
+                    )
+            child = parent
+    return out
+
+
+def _unsafe_ancestor(parent: str, child: str, trusted: set[int]) -> str | None:
     try:
-        fd = _open_root(binding)
-    except ToolFailure as failure:
-        return failure
-    os.close(fd)
-    return None
+        info = os.lstat(parent)
+    except OSError:
+        return None  # a missing root is reported by workspace_problem
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid not in trusted:
+        return f"is owned by uid {info.st_uid}"
+    if not mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    if mode & stat.S_ISVTX:  # sticky: only the entry's owner may rename it
+        try:
+            if os.lstat(child).st_uid in trusted:
+                return None
+        except OSError:
+            return None
+    who = "others" if mode & stat.S_IWOTH else f"its group (gid {info.st_gid})"
+    return f"is writable by {who} (mode {mode:04o})"
+
+
+def allow_other_filesystems(env: dict[str, str] | None = None) -> bool:
+    raw = (os.environ if env is None else env).get(ALLOW_OTHER_FS_ENV, "").strip().lower()
+    return raw in ("1", "true", "yes", "on")
+
+
+class HeldRoot:
+    """The workspace root as one `O_DIRECTORY` descriptor, opened once and held.
+
+    A host opens it at start (`HostSurface` holds one), and every file call resolves beneath this
+    descriptor, so renaming the root's path or replacing it with a symlink later changes
+    nothing. If the root cannot be opened at start, each call tries again (and fails with the
+    root's code); the first success is then held for the rest of the session.
+    """
+
+    def __init__(self, binding: AgentBinding) -> None:
+        self.binding = binding
+        self.path = binding.agent_root or ""
+        self.fd = -1
+        self.real = self.path  # the symlink-free spelling, as the kernel saw it at open
+        self.dev = 0
+        self.failure: ToolFailure | None = None
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            fd = _open_root(self.binding)
+        except ToolFailure as failure:
+            self.failure = failure
+            return
+        self.fd, self.failure = fd, None
+        self.dev = os.fstat(fd).st_dev
+        try:
+            self.real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            self.real = os.path.realpath(self.path)
+
+    def descriptor(self) -> int:
+        if self.fd < 0:
+            self._open()
+        if self.failure is not None:
+            raise ToolFailure(self.failure.code, self.failure.message, self.failure.details)
+        return self.fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
 
 
 def _open_root(binding: AgentBinding) -> int:
@@ -281,7 +407,10 @@ class Resolved:
     parent_fd: int
     leaf: str
     missing: list[str] = field(default_factory=list)  # parents still to create (download)
-    made: list[tuple[int, str]] = field(default_factory=list)  # (dir fd, name) we created
+    # directories this call created, top down: (name, st_dev, st_ino); st_dev -1 when it was
+    # made but could not be opened. `anchor_fd` is the existing directory the first was made in.
+    made: list[tuple[str, int, int]] = field(default_factory=list)
+    anchor_fd: int = -1
 
     @property
     def display(self) -> str:
@@ -289,23 +418,59 @@ class Resolved:
 
 
 class Walker:
-    """Walks names from the root descriptor; every hop `openat(..., O_NOFOLLOW)`."""
+    """Walks names from the held root descriptor; every hop `openat(..., O_NOFOLLOW)`.
 
-    def __init__(self, binding: AgentBinding, given: str) -> None:
+    Holds only what the walk needs: the root, the directory it is in, and (for a download that
+    creates parents) the existing directory the first new one was made in. Each directory is
+    closed as soon as the next one is open, so depth costs no descriptors.
+    """
+
+    def __init__(self, binding: AgentBinding, given: str, root: HeldRoot | None = None) -> None:
         self.given = given
-        self.root = binding.agent_root or ""
-        self.root_fd = _open_root(binding)
-        self.fds: list[int] = [self.root_fd]
+        self.owns_root = root is None
+        self.held = HeldRoot(binding) if root is None else root
+        self.root = self.held.path
+        self.root_fd = self.held.descriptor()
+        self.fds: list[int] = []  # descriptors this walk opened and still holds
+        self.other_fs_allowed = allow_other_filesystems()
+        # `ok.txt/` and `ok.txt/.` name a directory: the kernel would say "not a directory"
+        self.wants_dir = given.endswith("/") or given.endswith("/.")
 
     def close(self) -> None:
         for fd in reversed(self.fds):
             with suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+        if self.owns_root:
+            self.held.close()
+
+    def release(self, fd: int, *keep: int) -> None:
+        """Close a directory the walk has moved past (never the root or one in `keep`)."""
+        if fd == self.root_fd or fd in keep or fd not in self.fds:
+            return
+        self.fds.remove(fd)
+        with suppress(OSError):
+            os.close(fd)
 
     def names(self) -> list[str]:
-        real = os.path.realpath(self.root)
+        real = self.held.real
         return split_inside(self.given, self.root, real if real != self.root else None)
+
+    def check_filesystem(self, info: os.stat_result, where: str) -> None:
+        """Refuse a component on another file system than the root's, unless allowed."""
+        if info.st_dev == self.held.dev or self.other_fs_allowed:
+            return
+        raise _fail(
+            "path_other_filesystem",
+            f"{self.given!r}: {where} is on another file system than the workspace root "
+            f"{self.root} (something is mounted there); the file tools stay on the root's file "
+            "system. Copy the file into the workspace proper, or the operator can set "
+            f"{ALLOW_OTHER_FS_ENV}=1 to allow mounts inside the workspace",
+            path=self.given,
+            root=self.root,
+            component=where,
+            variable=ALLOW_OTHER_FS_ENV,
+        )
 
     def link_failure(self, dir_fd: int, name: str, depth: list[str]) -> ToolFailure | None:
         """If `name` under `dir_fd` is a symlink, the failure to report for it."""
@@ -374,6 +539,7 @@ class Walker:
         except OSError as exc:
             raise self.classify(exc, dir_fd, name, depth, want_dir=True) from None
         self.fds.append(fd)
+        self.check_filesystem(os.fstat(fd), "/".join([*depth, name]))
         return fd
 
     def classify(
@@ -442,42 +608,85 @@ class Walker:
         missing: list[str] = []
         for index, name in enumerate(names[:-1]):
             try:
-                fd = self.open_dir(fd, name, depth)
+                child = self.open_dir(fd, name, depth)
             except ToolFailure as failure:
                 if failure.code == "path_not_found" and create_missing:
                     missing = names[index:-1]
                     break
                 raise
+            self.release(fd)
+            fd = child
             depth.append(name)
         return Resolved(self.given, self.root, names, fd, names[-1], missing)
 
     def make_missing(self, resolved: Resolved) -> None:
-        """Create the recorded missing parents, one `mkdirat` + `O_NOFOLLOW` open at a time."""
-        fd = resolved.parent_fd
+        """Create the recorded missing parents (mode 0700), one `mkdirat` + `O_NOFOLLOW` open at
+        a time, holding only the directory the first was made in and the current one."""
+        resolved.anchor_fd = fd = resolved.parent_fd
         depth = resolved.names[: len(resolved.names) - 1 - len(resolved.missing)]
         for name in resolved.missing:
+            made = False
             try:
-                os.mkdir(name, 0o777, dir_fd=fd)
-                resolved.made.append((fd, name))
+                os.mkdir(name, 0o700, dir_fd=fd)
+                made = True
             except FileExistsError:
                 pass  # raced with another creator: the O_NOFOLLOW open below decides
             except OSError as exc:
                 raise self.classify(exc, fd, name, depth, want_dir=True) from None
-            fd = self.open_dir(fd, name, depth)
+            try:
+                child = self.open_dir(fd, name, depth)
+            except ToolFailure:
+                if made:
+                    resolved.made.append((name, -1, -1))
+                raise
+            if made:
+                info = os.fstat(child)
+                resolved.made.append((name, info.st_dev, info.st_ino))
+            self.release(fd, resolved.anchor_fd)
+            resolved.parent_fd = fd = child
             depth.append(name)
-        resolved.parent_fd = fd
         resolved.missing = []
 
     def undo_made(self, resolved: Resolved) -> None:
-        for dir_fd, name in reversed(resolved.made):
+        """Remove the directories this call made, deepest first, without holding one
+        descriptor per level: each parent is reached by `..` from its child and accepted only
+        if it is the very directory (device and inode) this call made there."""
+        made = resolved.made
+        fd = resolved.parent_fd
+        index = len(made) - 1
+        if index >= 0 and made[index][1] < 0:  # made, never opened: it is right under `fd`
             with suppress(OSError):
-                os.rmdir(name, dir_fd=dir_fd)
-        resolved.made.clear()
+                os.rmdir(made[index][0], dir_fd=fd)
+            index -= 1
+        while index >= 0:
+            name, dev, ino = made[index]
+            if index == 0:
+                parent = resolved.anchor_fd
+            else:
+                try:
+                    parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    break
+                self.fds.append(parent)
+                info = os.fstat(parent)
+                if (info.st_dev, info.st_ino) != made[index - 1][1:]:
+                    break  # moved meanwhile: leave the rest alone
+            try:
+                now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) != (dev, ino):
+                    break
+                os.rmdir(name, dir_fd=parent)
+            except OSError:
+                break
+            self.release(fd, resolved.anchor_fd)
+            resolved.parent_fd = fd = parent
+            index -= 1
+        made.clear()
 
 
 @contextmanager
-def walker(binding: AgentBinding, given: str) -> Iterator[Walker]:
-    w = Walker(binding, given)
+def walker(binding: AgentBinding, given: str, root: HeldRoot | None = None) -> Iterator[Walker]:
+    w = Walker(binding, given, root)
     try:
         yield w
     finally:
@@ -496,6 +705,8 @@ def open_for_upload(w: Walker) -> tuple[Resolved, int, os.stat_result]:
         raise w.classify(exc, resolved.parent_fd, resolved.leaf, depth, want_dir=False) from None
     if stat.S_ISLNK(pre.st_mode):
         raise w.symlink_failure(resolved.parent_fd, resolved.leaf, depth)
+    if w.wants_dir and not stat.S_ISDIR(pre.st_mode):
+        raise _not_a_directory(w, "/".join(resolved.names))
     if not stat.S_ISREG(pre.st_mode):
         raise _not_regular(w, resolved.display, _kind(pre.st_mode))
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -507,8 +718,30 @@ def open_for_upload(w: Walker) -> tuple[Resolved, int, os.stat_result]:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise _not_regular(w, resolved.display, _kind(info.st_mode))
+    w.check_filesystem(info, "/".join(resolved.names))
+    if info.st_nlink > 1:
+        raise _fail(
+            "path_hard_linked",
+            f"{w.given!r} ({resolved.display}) has {info.st_nlink} hard links: another name, "
+            "possibly outside the workspace, shares its bytes, so it is not uploaded. Make an "
+            "independent copy inside the workspace (e.g. cp name name.copy) and upload the copy",
+            path=w.given,
+            root=w.root,
+            links=info.st_nlink,
+        )
     os.set_blocking(fd, True)
     return resolved, fd, info
+
+
+def _not_a_directory(w: Walker, where: str) -> ToolFailure:
+    return _fail(
+        "path_not_a_directory",
+        f"{w.given!r} ends with '/', which names a directory, but {where} is not a directory "
+        "(the kernel would say 'not a directory'); drop the trailing '/' to name the file",
+        path=w.given,
+        root=w.root,
+        component=where,
+    )
 
 
 def _kind(mode: int) -> str:
@@ -545,11 +778,22 @@ def check_destination(w: Walker, resolved: Resolved, *, overwrite: bool) -> None
             path=w.given,
             root=w.root,
         )
+    trailing = _fail(
+        "destination_is_directory",
+        f"{w.given!r} ends with '/', which names a directory; give a file path such as "
+        "downloads/name.ext",
+        path=w.given,
+        root=w.root,
+    )
     if resolved.missing:
+        if w.wants_dir:
+            raise trailing
         return
     try:
         info = os.stat(resolved.leaf, dir_fd=resolved.parent_fd, follow_symlinks=False)
     except FileNotFoundError:
+        if w.wants_dir:
+            raise trailing from None
         return
     except OSError as exc:
         raise w.classify(
@@ -557,6 +801,8 @@ def check_destination(w: Walker, resolved: Resolved, *, overwrite: bool) -> None
         ) from None
     if stat.S_ISLNK(info.st_mode):
         raise w.symlink_failure(resolved.parent_fd, resolved.leaf, resolved.names[:-1])
+    if w.wants_dir and not stat.S_ISDIR(info.st_mode):
+        raise _not_a_directory(w, "/".join(resolved.names))
     if stat.S_ISDIR(info.st_mode):
         raise _fail(
             "destination_is_directory",
@@ -682,7 +928,7 @@ def _changed(w: Walker, shown: str, why: str) -> ToolFailure:
 async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContext) -> ToolResult:
     assert isinstance(params, UploadFile)
     agent_id = surface.binding.agent_id
-    with walker(surface.binding, params.path) as w:
+    with walker(surface.binding, params.path, surface.workspace) as w:
         resolved, fd, info = open_for_upload(w)
         size = info.st_size
         filename = resolved.leaf
@@ -699,13 +945,7 @@ async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContex
             },
         )
         session = _json_object(opened.body, "upload_file")
-        transfer_id = str(session.get("transfer_id") or "")
-        if not transfer_id or "/" in transfer_id:
-            raise _fail(
-                "admin_protocol_error",
-                "the center opened no usable upload session (no transfer_id); retry once, "
-                "then report it",
-            )
+        transfer = _transfer_segment(session.get("transfer_id"))
         digest = hashlib.sha256()
         sent = 0
         changed: list[str] = []
@@ -743,7 +983,7 @@ async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContex
         try:
             async with surface.admin.stream(
                 "PUT",
-                f"/admin/files/transfer/{transfer_id}",
+                f"/admin/files/transfer/{transfer}",
                 data=body(),
                 headers={
                     "Content-Type": "application/octet-stream",
@@ -763,7 +1003,7 @@ async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContex
             raise _changed(w, resolved.display, "it was modified")
         sha256 = digest.hexdigest()
         done = await surface.admin.call(
-            f"/admin/files/transfer/{transfer_id}/complete",
+            f"/admin/files/transfer/{transfer}/complete",
             {"agent_id": agent_id, "sha256": sha256, "size": size, **scope},
         )
         await report(sent, final=True)
@@ -782,12 +1022,31 @@ async def upload_file(surface: HostSurface, params: StrictInput, ctx: CallContex
         return _ok(result)
 
 
+def _transfer_segment(value: Any) -> str:
+    """The center's transfer id as one quoted URL path segment, or `admin_protocol_error`.
+
+    The id is data the host did not write: it must match the id grammar (so `..`, `a/b`,
+    `T1?agent_id=agent-2` or a fragment can never change the route or the query), and it is
+    percent-quoted as well, so no character of it is ever read as URL syntax."""
+    if isinstance(value, str) and _TRANSFER_ID.fullmatch(value):
+        return quote(value, safe="")
+    shown = None if value is None else str(value)[:200]
+    raise _fail(
+        "admin_protocol_error",
+        "the center opened no usable upload session: its transfer_id "
+        + ("is missing" if value is None else f"{shown!r} is not a plain id")
+        + " (letters, digits and . _ : ~ -, at most 128); nothing was sent. Retry once, then "
+        "report it to the center's operators",
+        transfer_id=shown,
+    )
+
+
 def _json_object(body: bytes, step: str) -> dict[str, Any]:
     import json
 
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to read
         value = None
     if not isinstance(value, dict):
         raise _fail(
@@ -836,7 +1095,7 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
     assert isinstance(params, DownloadFile)
     file_id = parse_file_ref(params.file)
     cap = max_download_bytes()
-    with walker(surface.binding, params.dest_path) as w:
+    with walker(surface.binding, params.dest_path, surface.workspace) as w:
         resolved = w.parent(create_missing=True)
         check_destination(w, resolved, overwrite=params.overwrite)
         temp: str | None = None
@@ -859,20 +1118,13 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
                     w.make_missing(resolved)
                     if resolved.made:
                         check_destination(w, resolved, overwrite=params.overwrite)
-                    temp = f"{_TEMP_PREFIX}{secrets.token_hex(8)}.part"
-                    temp_fd = os.open(
-                        temp,
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                        0o600,
-                        dir_fd=resolved.parent_fd,
-                    )
+                    await jobs.submit(_sweep_stale_parts, resolved.parent_fd, w.root)
+                    temp, temp_fd = _create_temp(resolved.parent_fd)
                     size, sha256 = await _receive(response, temp_fd, cap, params.file, report, jobs)
             except ToolFailure as failure:
                 raise _download_failure(failure, file_id) from None
             await jobs.submit(os.fsync, temp_fd)
-            os.close(temp_fd)
-            temp_fd = -1
-            _place(w, resolved, temp, overwrite=params.overwrite)
+            _place(w, resolved, temp, overwrite=params.overwrite)  # still locked: see _create_temp
             kept = True
             with suppress(OSError):
                 os.fsync(resolved.parent_fd)
@@ -880,12 +1132,12 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
             raise _write_failed(w, exc) from None
         finally:
             await jobs.drain()  # no write may still run when the temp file goes
+            if not kept and temp is not None:
+                with suppress(OSError):  # removed while still locked, then closed
+                    os.unlink(temp, dir_fd=resolved.parent_fd)
             if temp_fd >= 0:
                 os.close(temp_fd)
             if not kept:
-                if temp is not None:
-                    with suppress(OSError):
-                        os.unlink(temp, dir_fd=resolved.parent_fd)
                 w.undo_made(resolved)
         report.total = size
         await report(size, final=True)
@@ -897,6 +1149,61 @@ async def download_file(surface: HostSurface, params: StrictInput, ctx: CallCont
                 "mime_type": mime.split(";")[0].strip() or "application/octet-stream",
             }
         )
+
+
+def _create_temp(dir_fd: int) -> tuple[str, int]:
+    """A new `.mcphost-<random>.part` in `dir_fd`, mode 0600, held under an exclusive `flock`
+    until the download is placed or removed: the lock is what tells a sweeper (this host or
+    another) that the file is in flight. Taken right after creation, then the name is checked
+    to still be ours, so a sweeper that won the moment in between costs only a retry."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(16):
+        name = f"{_TEMP_PREFIX}{secrets.token_hex(8)}.part"
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mine = os.fstat(fd)
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                return name, fd
+        except OSError:
+            pass  # a sweeper holds or removed it; it removes the name, we take another
+        os.close(fd)
+    raise OSError(errno.EAGAIN, "could not create a temporary file")
+
+
+def _sweep_stale_parts(dir_fd: int, root: str) -> list[str]:
+    """Remove `.mcphost-<16 hex>.part` files in `dir_fd` that no download holds locked: the
+    leftovers of a host killed mid-download. A file whose lock is held (a download in flight,
+    in this host or another) is left alone, and nothing of any other name is touched."""
+    removed: list[str] = []
+    try:
+        names = [n for n in os.listdir(dir_fd) if _TEMP_NAME.fullmatch(n)]
+    except OSError:
+        return removed
+    for name in names:
+        try:
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+            )
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live download: OSError
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):
+                os.unlink(name, dir_fd=dir_fd)  # still under our lock: nobody can be using it
+                removed.append(name)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    if removed:
+        events.emit("mcp.files.stale_temp_removed", root=root, names=removed)
+    return removed
 
 
 def _place(w: Walker, resolved: Resolved, temp: str | None, *, overwrite: bool) -> None:

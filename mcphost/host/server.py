@@ -1,9 +1,11 @@
 """HostSurface: the catalog served over MCP for one agent, through one generic passthrough.
 
 Owns: listing (tiering: core tools plus `search_tools`, deferred tools loaded additively),
-argument validation before any I/O, identity injection (`agent_id` from the binding into every
-body), routing to the center or the runtime socket, and mapping replies to results. Tools with
-`destination="local"` are served by handlers registered in `LOCAL_HANDLERS`.
+argument validation before any I/O (first the size bounds of `mcphost.argbounds`, so an
+oversized object is refused without being walked, then the tool's pydantic model), identity
+injection (`agent_id` from the binding into every body), routing to the center or the runtime
+socket, and mapping replies to results. Tools with `destination="local"` are served by handlers
+registered in `LOCAL_HANDLERS`.
 
 Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
 client that ignores `tools/list_changed` still reaches what `search_tools` found.
@@ -24,12 +26,18 @@ from pydantic import ValidationError
 from mcphost import __version__, events
 from mcphost.admin.client import CALL_TIMEOUT, AdminClient
 from mcphost.admin.target import AdminTarget
+from mcphost.argbounds import oversize, short_name
 from mcphost.binding import AgentBinding
 from mcphost.catalog import CATALOG
 from mcphost.catalog.meta import SearchTools
 from mcphost.catalog.model import StrictInput, ToolDecl
 from mcphost.errors import ToolFailure
-from mcphost.host.results import failure_result, invalid_arguments, success_text
+from mcphost.host.results import (
+    arguments_too_large,
+    failure_result,
+    invalid_arguments,
+    success_text,
+)
 from mcphost.mcpwire.protocol import CallContext, ToolResult, ToolSpec
 
 LocalHandler = Callable[["HostSurface", StrictInput, CallContext], Awaitable[ToolResult]]
@@ -103,6 +111,10 @@ class HostSurface:
             )
         ).strip()
         self._specs = {decl.name: _spec(decl) for decl in self.catalog.values()}
+        from mcphost.host.files import HeldRoot  # late: files.py imports this module
+
+        # the workspace root, opened once now and held: every file call resolves beneath it
+        self.workspace = HeldRoot(binding)
 
     # -- listing --------------------------------------------------------------------------
     def visible(self, decl: ToolDecl) -> bool:
@@ -123,9 +135,13 @@ class HostSurface:
             if decl is None:
                 raise ToolFailure(
                     "unknown_tool",
-                    f"there is no tool named {name!r}; call search_tools to find the right one",
-                    {"tool": name},
+                    f"there is no tool named {short_name(name)!r}; call search_tools to find "
+                    "the right one",
+                    {"tool": short_name(name)},
                 )
+            too_large = oversize(arguments)
+            if too_large is not None:
+                raise arguments_too_large(name, too_large, arguments, self.binding.agent_id)
             try:
                 params = decl.input.model_validate(arguments)
             except ValidationError as exc:
@@ -141,7 +157,7 @@ class HostSurface:
             events.emit(
                 "mcp.tool.failed",
                 level="warning",
-                tool=name,
+                tool=short_name(name),
                 code=failure.code,
                 status=failure.status,
                 ms=round((time.perf_counter() - started) * 1000, 2),
@@ -188,6 +204,7 @@ class HostSurface:
         for client in (self.admin, self.runtime):
             if client is not None:
                 await client.aclose()
+        self.workspace.close()
 
     def warm_up(self) -> None:
         """Import the HTTP stack in the background so the first call does not pay for it."""
@@ -229,8 +246,9 @@ async def search_tools(surface: HostSurface, params: StrictInput, ctx: CallConte
         ],
         "already_available": core_hits,
         "note": (
-            "The loaded tools are callable by name now, even if your tool list does not "
-            "refresh. Loading is additive."
+            "The host serves the loaded tools by name now; they join your tool list once "
+            "your client refreshes it. If your client refuses a call as an unknown tool, "
+            "call it again on your next turn. Loading is additive."
             if matches
             else "No deferred tool matched; try fewer or different words, or omit query to "
             "list them all."

@@ -1,8 +1,15 @@
 """Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
 
-Owns: the upstream validation order for every tool (unknown fields -> JSON types -> per-tool
-rules), the exact codes, messages and details, the meta-tool `args` parsing rules, the
-`new`/`change` destination mapping, and `send` target qualification.
+Owns: the upstream validation order for every tool (size bounds -> unknown fields -> JSON
+types -> per-tool rules), the exact codes, messages and details, the meta-tool `args` parsing
+rules, the `new`/`change` destination mapping, and `send` target qualification.
+
+Size bounds come first (`mcphost.argbounds`, shared with the center-tools host): an arguments
+object over a limit is refused unread with `validation_invalid_params` and
+`details.reason = "arguments_too_large"` (the code agentmux uses for every malformed-arguments
+refusal made on the MCP side), and an unknown-field refusal names at most
+`MAX_REPORTED_FIELDS` fields (each cut short) plus `details.omitted_fields`. Below those limits
+agentmux's exact message and `details: {"fields": [...]}` are kept.
 
 Validation runs before the association guard and before any relay traffic, so a malformed call
 never touches the relay and gets the same answer whether or not the server is associated.
@@ -13,10 +20,12 @@ perform authorization (the relay is the sole decision point).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
+from mcphost.argbounds import Oversize, oversize, report_names
 from mcphost.relaytools import params as P
 from mcphost.relaytools.errors import (
     ToolFailure,
@@ -25,6 +34,8 @@ from mcphost.relaytools.errors import (
     unknown_fields,
 )
 from mcphost.relaytools.layout import is_bundle_name
+
+R = TypeVar("R")
 
 # -- typed requests --------------------------------------------------------------------------
 
@@ -95,6 +106,47 @@ class Help:
 # -- generic checks --------------------------------------------------------------------------
 
 
+def too_large(tool: str, found: Oversize) -> ToolFailure:
+    """An arguments object over a limit of `mcphost.argbounds`, refused without being walked."""
+    return invalid_params(
+        f"arguments too large for {tool} request: {found.message}; pass only the fields of "
+        "the tool's input schema",
+        {**found.details(), "hint": f"use help query '{tool}' for exact schema"},
+    )
+
+
+def bounded(
+    tool: str,
+) -> Callable[[Callable[[Mapping[str, Any]], R]], Callable[[Mapping[str, Any]], R]]:
+    """Run the size bounds before a tool's validator; everything after sees bounded input."""
+
+    def wrap(validate: Callable[[Mapping[str, Any]], R]) -> Callable[[Mapping[str, Any]], R]:
+        @wraps(validate)
+        def checked(arguments: Mapping[str, Any]) -> R:
+            found = oversize(arguments)
+            if found is not None:
+                raise too_large(tool, found)
+            return validate(arguments)
+
+        return checked
+
+    return wrap
+
+
+def unknown(context: str, extra: list[str]) -> ToolFailure:
+    """agentmux's unknown-field refusal, verbatim while short; else cut to a few names + a count."""
+    names = sorted(extra)  # at most MAX_KEYS_PER_OBJECT of them: the bounds ran first
+    shown, omitted = report_names(names, len(names))
+    if shown == names:
+        return unknown_fields(context, names)
+    message = f"unknown parameter(s) for {context}: {', '.join(shown)}"
+    details: dict[str, Any] = {"fields": shown}
+    if omitted:
+        message += f" and {omitted} more"
+        details["omitted_fields"] = omitted
+    return invalid_params(message, details)
+
+
 def json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -155,7 +207,7 @@ def check_fields(arguments: Mapping[str, Any], tool: str) -> None:
     schema = P.TOOL_PARAMS[tool]
     extra = [k for k in arguments if k not in schema["properties"]]
     if extra:
-        raise unknown_fields(f"{tool} request", extra)
+        raise unknown(f"{tool} request", extra)
     mismatch = _type_mismatch(arguments, schema)
     if mismatch is not None:
         name, expected, got = mismatch
@@ -175,7 +227,7 @@ def parse_args(
         raise invalid_args(label, f"args must be a JSON object, got {json_type(raw)}", help_query)
     extra = [f"args.{k}" for k in raw if k not in schema["properties"]]
     if extra:
-        raise unknown_fields(context, extra)
+        raise unknown(context, extra)
     mismatch = _type_mismatch(raw, schema)
     if mismatch is not None:
         name, expected, got = mismatch
@@ -197,10 +249,11 @@ def _blank(value: Any) -> bool:
 # -- per tool --------------------------------------------------------------------------------
 
 
+@bounded("list")
 def validate_list(arguments: Mapping[str, Any]) -> ListPrincipals | ListDecisions:
     extra = [k for k in arguments if k not in P.LIST_PARAMS["properties"]]
     if extra:
-        raise unknown_fields("list request", extra)
+        raise unknown("list request", extra)
     command = _command(arguments, P.LIST_COMMANDS, 'command must be "principals" or "decisions"')
     if command == "decisions":
         parse_args(
@@ -232,12 +285,14 @@ def validate_list(arguments: Mapping[str, Any]) -> ListPrincipals | ListDecision
     return ListPrincipals(namespace)
 
 
+@bounded("help")
 def validate_help(arguments: Mapping[str, Any]) -> Help:
     check_fields(arguments, "help")
     query = arguments.get("query")
     return Help(query.strip() if isinstance(query, str) else "")
 
 
+@bounded("send")
 def validate_send(arguments: Mapping[str, Any]) -> Send:
     check_fields(arguments, "send")
     message = arguments.get("message")
@@ -271,6 +326,7 @@ def _target(arguments: Mapping[str, Any]) -> str:
     return target.strip()
 
 
+@bounded("look")
 def validate_look(arguments: Mapping[str, Any]) -> Look:
     check_fields(arguments, "look")
     target = _target(arguments)
@@ -289,6 +345,7 @@ def validate_look(arguments: Mapping[str, Any]) -> Look:
     return Look(target, lines, offset)
 
 
+@bounded("raww")
 def validate_raww(arguments: Mapping[str, Any]) -> Raww:
     check_fields(arguments, "raww")
     target = _target(arguments)
@@ -298,6 +355,7 @@ def validate_raww(arguments: Mapping[str, Any]) -> Raww:
     return Raww(target, text, bool(arguments.get("no_enter") or False), arguments.get("request_id"))
 
 
+@bounded("choose")
 def validate_choose(arguments: Mapping[str, Any]) -> Choose:
     check_fields(arguments, "choose")
     choice = arguments.get("choice_request_id")
@@ -327,10 +385,11 @@ def validate_choose(arguments: Mapping[str, Any]) -> Choose:
     return Choose(choice.strip(), outcome, option.strip() if isinstance(option, str) else None)
 
 
+@bounded("updown")
 def validate_updown(arguments: Mapping[str, Any]) -> Updown:
     extra = [k for k in arguments if k not in P.UPDOWN_PARAMS["properties"]]
     if extra:
-        raise unknown_fields("updown request", extra)
+        raise unknown("updown request", extra)
     command = _command(arguments, P.UPDOWN_COMMANDS, 'updown command must be "up" or "down"')
     parse_args(
         arguments.get("args"),
@@ -368,10 +427,11 @@ def _principal(args: Mapping[str, Any], command: str) -> str:
     return principal.strip()
 
 
+@bounded("new")
 def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
     extra = [k for k in arguments if k not in P.NEW_PARAMS["properties"]]
     if extra:
-        raise unknown_fields("new request", extra)
+        raise unknown("new request", extra)
     _command(arguments, P.NEW_COMMANDS, 'new command must be "peer"')
     args = parse_args(
         arguments.get("args"), P.NEW_PEER_ARGS, "new peer command", "new peer", "new.peer"
@@ -381,10 +441,11 @@ def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
     return NewPeer(principal, args.get("scope"), target)
 
 
+@bounded("change")
 def validate_change(arguments: Mapping[str, Any]) -> ChangePsk:
     extra = [k for k in arguments if k not in P.CHANGE_PARAMS["properties"]]
     if extra:
-        raise unknown_fields("change request", extra)
+        raise unknown("change request", extra)
     _command(arguments, P.CHANGE_COMMANDS, 'change command must be "psk"')
     args = parse_args(
         arguments.get("args"), P.CHANGE_PSK_ARGS, "change psk command", "change psk", "change.psk"

@@ -143,6 +143,25 @@ def test_workspace_problem(tmp_path: Path) -> None:
     assert workspace_problem(local_binding(tmp_path)) is None
 
 
+def test_deep_parents_are_made_and_undone_holding_few_descriptors(tmp_path: Path) -> None:
+    """1,500 missing parents: made 0700 and removed again, never more than a few descriptors
+    held (the walk keeps the root, the anchor and the current directory only)."""
+    root = tmp_path / "ws"
+    (root / "keep").mkdir(parents=True)
+    w = Walker(local_binding(root), "keep/" + "/".join(["n"] * 1500) + "/f.bin")
+    try:
+        resolved = w.parent(create_missing=True)
+        assert len(resolved.missing) == 1500 and len(w.fds) == 1
+        w.make_missing(resolved)
+        assert len(resolved.made) == 1500 and len(w.fds) == 2, len(w.fds)
+        assert stat.S_IMODE(os.fstat(resolved.parent_fd).st_mode) == 0o700
+        w.undo_made(resolved)
+        assert len(w.fds) <= 2, len(w.fds)
+    finally:
+        w.close()
+    assert os.listdir(root / "keep") == []
+
+
 # -- the pure layer at volume ---------------------------------------------------------------
 
 _NAMES = st.sampled_from(

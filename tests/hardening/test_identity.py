@@ -8,22 +8,31 @@ every body it recorded (and every fork the runtime socket recorded) names `agent
 no body carries any other identity-like key at any depth. File transfers (the `PUT` of upload
 bytes and the download `GET`) carry the agent in the query string instead: every one the
 center logged has `query["agent_id"] == "agent-1"`, and no query has another identity-like key.
+Ids the *center* supplies are data too: a stub center answers `upload_file` with hostile
+`transfer_id`s (`T1?agent_id=agent-2`, `..`, slashes, fragments, arbitrary text), and every
+request the host then sends carries exactly one `agent_id=agent-1` and the id as one quoted path
+segment, or the call is refused (`admin_protocol_error`) before anything else is sent.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import unicodedata
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mcphost.catalog import CATALOG
 from mcphost.catalog.model import ToolDecl
 from mcphost.testing import DevCenter
+from tests.files.stub_center import StubCenter
 from tests.hardening.conftest import RawHost, host_env, walk_keys
 
 pytestmark = pytest.mark.timeout(300)
@@ -226,3 +235,75 @@ def test_file_transfers_name_the_binding_agent_in_the_query(
     transfers = [e for e in center.requests(1000) if is_transfer(e)]
     assert {e["method"] for e in transfers[-3:]} == {"PUT", "GET"}, transfers[-3:]
     assert_center_heard_only_agent_1(center)
+
+
+HOSTILE_TRANSFER_IDS = [
+    "T1?agent_id=agent-2",
+    "T1&agent_id=agent-2",
+    "T1;agent_id=agent-2",
+    "T1#agent_id=agent-2",
+    "..",
+    ".",
+    "T1/../../agent-tools/delete_task",
+    "T1/complete",
+    "%2e%2e",
+    "T1%3Fagent_id%3Dagent-2",
+    "T1 agent_id=agent-2",
+    "T1\r\nX-Agent: agent-2",
+    "\u0000",
+    "T1.ok:2~x-y_z",
+]
+
+
+def split_raw(entry: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(method, path segments each percent-decoded, raw query) of a request as it arrived."""
+    path, _, query = entry["raw_path"].partition("?")
+    return entry["method"], [unquote(segment) for segment in path.split("/")], query
+
+
+def test_center_supplied_transfer_ids_stay_one_path_segment() -> None:
+    """The PUT and complete URLs the host builds from a center-given `transfer_id`."""
+    short = Path(tempfile.mkdtemp(prefix="ident-", dir="/tmp"))  # short Unix socket path
+    (short / "root").mkdir()
+    (short / "root" / "ident.txt").write_text("identity probe\n")
+    outcomes = {"refused": 0, "sent": 0}
+    try:
+        with (
+            StubCenter.start(short / "center.sock") as stub,
+            RawHost(host_env(stub.binding_env(short / "root"))) as host,
+        ):
+            host.initialize()
+
+            def check(transfer_id: str) -> None:
+                stub.transfer_id = transfer_id
+                seen = len(stub.seen())
+                is_error, result = host.call("upload_file", {"path": "ident.txt"})
+                sent = stub.seen()[seen:]
+                assert sent[0]["raw_path"] == "/admin/agent-tools/upload_file", sent
+                route = ["", "admin", "files", "transfer", transfer_id]
+                expected = [
+                    ("PUT", route, "agent_id=agent-1"),
+                    ("POST", [*route, "complete"], ""),
+                ]
+                later = [split_raw(entry) for entry in sent[1:]]
+                if later:
+                    assert later == expected, (transfer_id, later)
+                    assert sent[1]["query"] == [("agent_id", "agent-1")], sent[1]
+                    assert not is_error, result
+                    outcomes["sent"] += 1
+                else:
+                    assert is_error and result["error"] == "admin_protocol_error", result
+                    assert result["details"]["transfer_id"] == transfer_id[:200], result
+                    outcomes["refused"] += 1
+
+            run = given(st.sampled_from(HOSTILE_TRANSFER_IDS) | st.text(min_size=1, max_size=16))(
+                check
+            )
+            for hostile in HOSTILE_TRANSFER_IDS:
+                run = example(hostile)(run)
+            settings(max_examples=200, deadline=None)(run)()
+            host.alive()
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    print(f"\ntransfer id figures: {outcomes}")
+    assert outcomes["refused"] >= len(HOSTILE_TRANSFER_IDS) - 1 and outcomes["sent"] > 0

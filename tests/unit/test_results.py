@@ -58,6 +58,14 @@ def test_shrink_always_gives_valid_json_near_the_budget(value: object, budget: i
     assert len(encoded) <= budget + 400
 
 
+def test_the_omitted_keys_of_a_cut_object_stay_within_the_budget() -> None:
+    wide = {f"k{i:03d}" + "x" * 300: i for i in range(100)}  # listing them all took 16 KB
+    out = shrink(wide, 1000)
+    encoded = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+    assert len(encoded) <= 1000 + 400
+    assert out["…omitted_keys"][-1].endswith("more keys]")
+
+
 def test_center_envelope_is_kept_intact() -> None:
     failure = http_failure(
         409, b'{"error":"illegal_transition","message":"task is completed","extra":1}'
