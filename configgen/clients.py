@@ -31,7 +31,10 @@ class ClientFormat:
     servers_key: str
     where: str
     entry: Callable[[Server, AgentConfig], Entry]
-    # Codex's tool search only indexes the startup catalog, so it gets the full catalog.
+    # False: the client gets the full catalog (AC_MCP_TIER_TOOLS=false) unless told otherwise.
+    # Codex's tool search only indexes the startup catalog. Claude Code defers MCP tools itself
+    # (its ToolSearch) and builds its next request from the tool list it held before a
+    # `tools/list_changed` refresh lands, so a tool `search_tools` loads is not offered there.
     tier_tools_default: bool = True
     # Values this client would expand (and so corrupt); None when it expands nothing.
     interpolation: re.Pattern[str] | None = None
@@ -71,6 +74,7 @@ CLIENTS: Mapping[str, ClientFormat] = {
             "mcpServers",
             "claude --mcp-config FILE --strict-mcp-config; or .mcp.json",
             _stdio,
+            tier_tools_default=False,
             interpolation=_DOLLAR_BRACE,
             interpolation_hint="${...}",
         ),

@@ -30,9 +30,10 @@ SEARCH_TOOLS = ToolDecl(
     summary="find and load more tools by keyword or exact name",
     description=(
         "Find tools that are not in your tool list yet and load them. Returns each match's "
-        "name, description and input schema; a found tool is callable by name right away, even "
-        "if your tool list does not refresh. Loading is additive. Call this before concluding "
-        "a tool does not exist."
+        "name, description and input schema. Loaded tools join your tool list once your client "
+        "has refreshed it, which can take until a later turn: if a call to a loaded tool is "
+        "refused because no such tool exists, call it again on your next turn. Loading is "
+        "additive. Call this before concluding a tool does not exist."
     ),
     input=SearchTools,
     read_only=True,

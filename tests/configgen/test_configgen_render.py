@@ -81,9 +81,9 @@ def test_shape(client_name: str) -> None:
         assert center["type"] == "stdio"
     if client_name == "codex":
         assert center["startup_timeout_sec"] == 30 and center["tool_timeout_sec"] == 300
-        assert center["env"]["AC_MCP_TIER_TOOLS"] == "false"
-    else:
-        assert center["env"]["AC_MCP_TIER_TOOLS"] == "true"
+    # Codex and Claude Code get the full catalog (see configgen/clients.py, docs/configgen.md)
+    full_catalog = client_name in ("codex", "claude")
+    assert center["env"]["AC_MCP_TIER_TOOLS"] == ("false" if full_catalog else "true")
 
 
 @pytest.mark.parametrize("client_name", list(CLIENTS))
@@ -125,11 +125,12 @@ def test_deterministic_across_equal_inputs() -> None:
     assert [pin[7:9] for pin in pins] == ["CD", "AB"]
 
 
-def test_client_default_tiering_can_be_overridden() -> None:
+@pytest.mark.parametrize("client_name", ["codex", "claude"])
+def test_client_default_tiering_can_be_overridden(client_name: str) -> None:
     config = sample_config(
         center=CenterBinding(agent_id="a", admin_url="unix:/s", tier_tools=True), relay=None
     )
-    env = servers_of("codex", render("codex", config))["agent-center"]["env"]
+    env = servers_of(client_name, render(client_name, config))["agent-center"]["env"]
     assert env["AC_MCP_TIER_TOOLS"] == "true"
 
 

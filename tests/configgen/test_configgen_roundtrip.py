@@ -62,8 +62,8 @@ async def test_generated_config_starts_a_working_host(tmp_path: Path, client: st
         async with Client(params, mode="legacy") as session:
             names = {tool.name for tool in (await session.list_tools()).tools}
             assert "get_my_work" in names
-            # Codex gets the whole catalog at start-up (no tiering meta-tool)
-            assert ("search_tools" in names) == (client != "codex")
+            # Claude Code and Codex get the whole catalog at start-up (no tiering meta-tool)
+            assert "search_tools" not in names and "subscribe" in names
             result = await session.call_tool("get_my_work", {})
             assert not result.is_error, result
 
