@@ -86,7 +86,7 @@ from mcphost.catalog.files import DownloadFile, UploadFile
 from mcphost.catalog.model import StrictInput
 from mcphost.errors import ToolFailure
 from mcphost.host.server import HostSurface, local_handler
-from mcphost.mcpwire.protocol import CallContext, ToolResult
+from mcphost.surface import CallContext, ToolResult
 
 CHUNK = 1 << 20
 MAX_DOWNLOAD_ENV = "MCPHOST_MAX_DOWNLOAD_BYTES"

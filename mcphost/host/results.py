@@ -16,7 +16,7 @@ from typing import Any
 from mcphost.admin.client import nesting_failure
 from mcphost.argbounds import MAX_REPORTED_FIELDS, Oversize, short_name
 from mcphost.errors import ToolFailure
-from mcphost.mcpwire.protocol import ToolResult
+from mcphost.surface import ToolResult
 
 MAX_RESULT_BYTES = 64 * 1024
 _NOTE = (

@@ -38,7 +38,7 @@ from mcphost.host.results import (
     invalid_arguments,
     success_text,
 )
-from mcphost.mcpwire.protocol import CallContext, ToolResult, ToolSpec
+from mcphost.surface import CallContext, ToolResult, ToolSpec
 
 LocalHandler = Callable[["HostSurface", StrictInput, CallContext], Awaitable[ToolResult]]
 LOCAL_HANDLERS: dict[str, LocalHandler] = {}

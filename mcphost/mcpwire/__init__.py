@@ -1,7 +1,7 @@
 """A lean MCP server core for stdio: framing, handshake, tools, progress, cancellation, backpressure.
 
-Owns: the wire. Both tool surfaces (the center host and the relay tools) plug a `Surface` into
-`serve_stdio` and never touch stdin or stdout themselves.
+Owns: the wire. Both tool surfaces (the center host and the relay tools) plug a
+`mcphost.surface.Surface` into `serve_stdio` and never touch stdin or stdout themselves.
 
 Why not the SDK's server: importing `mcp.server` costs about a second and ~70 MB per process,
 and a worker runs one host per agent. This core speaks the handshake-era protocol
@@ -11,13 +11,3 @@ the TypeScript Inspector. Nothing here imports `mcp`.
 
 Must never: write anything but JSON-RPC to the protocol stream, or import heavy modules.
 """
-
-from mcphost.mcpwire.protocol import (
-    CallContext,
-    RpcError,
-    Surface,
-    ToolResult,
-    ToolSpec,
-)
-
-__all__ = ["CallContext", "RpcError", "Surface", "ToolResult", "ToolSpec"]

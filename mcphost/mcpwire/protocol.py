@@ -1,15 +1,10 @@
-"""The contract between the wire core and a tool surface: tool specs, results, errors, call context.
+"""JSON-RPC and MCP constants of the wire core: error codes and the handshake versions spoken.
 
-Owns: the data a surface hands the core (`ToolSpec`, `ToolResult`), the exception that becomes a
-JSON-RPC error (`RpcError`), and what a running call can do (`CallContext`).
-Must never: do I/O; it is pure data plus the surface protocol.
+The surface contract (tool specs, results, errors, call context) lives in `mcphost.surface`.
+Must never: do I/O.
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -19,106 +14,3 @@ INTERNAL_ERROR = -32603
 
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """One tool as `tools/list` shows it."""
-
-    name: str
-    description: str
-    input_schema: Mapping[str, Any]
-    annotations: Mapping[str, Any] | None = None
-    title: str | None = None
-
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-        }
-        if self.title:
-            out["title"] = self.title
-        if self.annotations:
-            out["annotations"] = dict(self.annotations)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """A `tools/call` result: one text block, optionally structured content, optionally an error."""
-
-    text: str
-    is_error: bool = False
-    structured: Mapping[str, Any] | None = None
-
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "content": [{"type": "text", "text": self.text}],
-            "isError": self.is_error,
-        }
-        if self.structured is not None:
-            out["structuredContent"] = dict(self.structured)
-        return out
-
-
-class RpcError(Exception):
-    """Raised by a surface to answer the request with a JSON-RPC error object."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            out["data"] = self.data
-        return out
-
-
-@dataclass(slots=True)
-class CallContext:
-    """What a tool call may do besides returning: report progress, announce a new tool list."""
-
-    request_id: Any
-    progress_token: Any = None
-    send_notification: Callable[[str, dict[str, Any]], Awaitable[None]] | None = field(
-        default=None, repr=False
-    )
-
-    async def progress(
-        self, progress: float, total: float | None = None, message: str | None = None
-    ) -> None:
-        """Send `notifications/progress` if the client asked for it; otherwise do nothing."""
-        if self.progress_token is None or self.send_notification is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.send_notification("notifications/progress", params)
-
-    async def tools_changed(self) -> None:
-        """Tell the client the tool list changed (`notifications/tools/list_changed`)."""
-        if self.send_notification is not None:
-            await self.send_notification("notifications/tools/list_changed", {})
-
-
-class Surface(Protocol):
-    """A set of tools served over MCP. The core owns the wire; the surface owns the tools."""
-
-    name: str
-    version: str
-    instructions: str | None
-    list_changed: bool
-
-    def list_tools(self) -> Sequence[ToolSpec]: ...
-
-    async def call_tool(
-        self, name: str, arguments: Mapping[str, Any], ctx: CallContext
-    ) -> ToolResult: ...
-
-    async def aclose(self) -> None: ...

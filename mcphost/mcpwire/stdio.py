@@ -50,10 +50,8 @@ from mcphost.mcpwire.protocol import (
     LATEST_HANDSHAKE_VERSION,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
-    CallContext,
-    RpcError,
-    Surface,
 )
+from mcphost.surface import CallContext, RpcError, Surface
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 ID_SCAN_BYTES = 64 * 1024  # how much of an over-cap line is searched for its request id

@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from mcphost import __version__
-from mcphost.mcpwire.protocol import CallContext, RpcError, ToolResult, ToolSpec
 from mcphost.relaytools import errors, help, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.handlers import Handlers, Relay
 from mcphost.relaytools.inscriptions import Inscriptions
 from mcphost.relaytools.layout import Layout
+from mcphost.surface import CallContext, RpcError, ToolResult, ToolSpec
 
 BASE_INSTRUCTIONS = "agentmux MCP server for tmux-backed multi-agent coordination."
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcphost.mcpwire.protocol import ToolSpec
 from mcphost.relaytools.params import TOOL_PARAMS
+from mcphost.surface import ToolSpec
 
 
 @dataclass(frozen=True, slots=True)

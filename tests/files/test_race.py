@@ -23,7 +23,7 @@ import pytest
 from mcphost.errors import ToolFailure
 from mcphost.host.files import Walker, open_for_upload
 from mcphost.host.server import HostSurface
-from mcphost.mcpwire.protocol import CallContext
+from mcphost.surface import CallContext
 from mcphost.testing import DevCenter
 from tests.files.conftest import call, center_binding, local_binding, open_host
 

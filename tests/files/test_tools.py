@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mcphost.host.server import HostSurface
-from mcphost.mcpwire.protocol import CallContext
+from mcphost.surface import CallContext
 from mcphost.testing import DevCenter
 from tests.files import corpus
 from tests.files.conftest import call, center_binding, mark, open_host, since

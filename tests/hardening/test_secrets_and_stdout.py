@@ -162,7 +162,7 @@ WIRE_SCRIPT = textwrap.dedent(
     """
     import os, sys
     from mcphost import events
-    from mcphost.mcpwire.protocol import ToolResult, ToolSpec
+    from mcphost.surface import ToolResult, ToolSpec
     from mcphost.mcpwire.stdio import run
 
     class Noisy:

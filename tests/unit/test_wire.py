@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mcphost.mcpwire import stdio
-from mcphost.mcpwire.protocol import CallContext, RpcError, ToolResult, ToolSpec
+from mcphost.surface import CallContext, RpcError, ToolResult, ToolSpec
 
 
 def test_lines_split_across_chunks_and_overlong_lines_are_discarded(
