@@ -2,7 +2,7 @@
 
 Owns: turning what a caller knows about an agent into validated, canonical values, using the
 host's own grammar (`mcphost.binding`, `mcphost.admin.target`, `mcphost.admin.pinning`, and the
-relay tools' bundle and session-id grammars in `mcphost.relaytools.layout`), so a config that
+bundle and session-id grammars the relay tools check, in `mcphost.names`), so a config that
 generates is a config the host and the relay tools accept; a bad token is refused with the host's
 own message, which never shows it. Errors are `ConfigError`s whose message
 names the offending variable or field and what is expected.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from mcphost import binding as grammar
 from mcphost.admin.pinning import format_pin
-from mcphost.relaytools.layout import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
+from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
 
 CENTER_NAME = "agent-center"
 RELAY_NAME = "agentmux"

@@ -14,9 +14,9 @@ Precedence (agentmux's):
   session: `--session-name` > `AGENTMUX_SESSION` > `mcp.toml` `session_name` > the member whose
   `directory` contains the working directory.
 
-Names are path segments, so both follow agentmux's grammars before any path is built: a bundle id
-`[A-Za-z0-9._-]+` (not `.`/`..`), a session id an ASCII letter then letters, digits, `-` or `_`,
-at most 31 characters. A bundle file with a member id outside the grammar (`../../x`) is an
+Names are path segments, so both follow agentmux's grammars (`mcphost.names`) before any path
+is built: a bundle id `[A-Za-z0-9._-]+` (not `.`/`..`), a session id an ASCII letter then
+letters, digits, `-` or `_`, at most 31 characters. A bundle file with a member id outside the grammar (`../../x`) is an
 invalid configuration as a whole (as upstream refuses it), a session name outside it is refused,
 and `psk_path` answers None for either, so no PSK is ever read from outside `sessions/<id>/`.
 
@@ -31,17 +31,15 @@ when a TOML file is actually read).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
+
 SOCKET_NAME = "relay.sock"
 SOCKET_TRUST = "socket-trust"
-BUNDLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
-SESSION_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,30}")
-SESSION_ID_EXPECTED = "an ASCII letter, then letters, digits, '-' or '_', at most 31 characters"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +117,6 @@ class Layout:
                 if is_bundle_name(stem):
                     ids.add(stem)
         return sorted(ids)
-
-
-def is_bundle_name(name: str) -> bool:
-    return bool(BUNDLE_NAME.fullmatch(name)) and name not in (".", "..")
-
-
-def is_session_id(name: str) -> bool:
-    """agentmux's session-id grammar (bundle member ids and `--session-name`)."""
-    return bool(SESSION_ID.fullmatch(name))
 
 
 # -- roots -----------------------------------------------------------------------------------

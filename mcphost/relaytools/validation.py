@@ -26,6 +26,7 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from mcphost.argbounds import Oversize, oversize, report_names
+from mcphost.names import is_bundle_name
 from mcphost.relaytools import params as P
 from mcphost.relaytools.errors import (
     ToolFailure,
@@ -33,7 +34,6 @@ from mcphost.relaytools.errors import (
     invalid_params,
     unknown_fields,
 )
-from mcphost.relaytools.layout import is_bundle_name
 
 R = TypeVar("R")
 

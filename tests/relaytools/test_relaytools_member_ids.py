@@ -112,7 +112,7 @@ async def test_a_good_member_still_presents_its_psk(env: Env, relay: FakeRelay) 
 
 
 def test_session_id_grammar() -> None:
-    from mcphost.relaytools.layout import is_session_id
+    from mcphost.names import is_session_id
 
     for good in ("alpha", "a", "Bravo-2", "c_3", "x" * 31):
         assert is_session_id(good), good
