@@ -1,14 +1,12 @@
 """The center's error envelope: `{"error": "<snake_code>", "message": "<what to do>"}`.
 
 Owns: `ApiError` (raised anywhere in a handler, turned into a JSON reply by the app's
-middleware) and `error_response`. Must never: put a token or a stack trace in a message.
+middleware). Must never: put a token or a stack trace in a message.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from aiohttp import web
 
 
 class ApiError(Exception):
@@ -23,7 +21,3 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": self.code, "message": self.message, **self.extra}
-
-
-def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": code, "message": message}, status=status)

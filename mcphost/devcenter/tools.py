@@ -19,7 +19,6 @@ from mcphost.devcenter.store import Store
 
 LEASE = timedelta(minutes=10)
 ACTIVE = ("open", "running")
-TERMINAL = ("completed", "discarded", "verified")
 FILE_URI_PREFIX = "ac://files/"
 
 

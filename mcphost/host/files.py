@@ -537,14 +537,12 @@ class Walker:
         try:
             fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
-            raise self.classify(exc, dir_fd, name, depth, want_dir=True) from None
+            raise self.classify(exc, dir_fd, name, depth) from None
         self.fds.append(fd)
         self.check_filesystem(os.fstat(fd), "/".join([*depth, name]))
         return fd
 
-    def classify(
-        self, exc: OSError, dir_fd: int, name: str, depth: list[str], *, want_dir: bool
-    ) -> ToolFailure:
+    def classify(self, exc: OSError, dir_fd: int, name: str, depth: list[str]) -> ToolFailure:
         try:  # one lstat decides, so a name flipping again cannot confuse the verdict
             now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
         except OSError:
@@ -632,7 +630,7 @@ class Walker:
             except FileExistsError:
                 pass  # raced with another creator: the O_NOFOLLOW open below decides
             except OSError as exc:
-                raise self.classify(exc, fd, name, depth, want_dir=True) from None
+                raise self.classify(exc, fd, name, depth) from None
             try:
                 child = self.open_dir(fd, name, depth)
             except ToolFailure:
@@ -702,7 +700,7 @@ def open_for_upload(w: Walker) -> tuple[Resolved, int, os.stat_result]:
     try:
         pre = os.stat(resolved.leaf, dir_fd=resolved.parent_fd, follow_symlinks=False)
     except OSError as exc:
-        raise w.classify(exc, resolved.parent_fd, resolved.leaf, depth, want_dir=False) from None
+        raise w.classify(exc, resolved.parent_fd, resolved.leaf, depth) from None
     if stat.S_ISLNK(pre.st_mode):
         raise w.symlink_failure(resolved.parent_fd, resolved.leaf, depth)
     if w.wants_dir and not stat.S_ISDIR(pre.st_mode):
@@ -713,7 +711,7 @@ def open_for_upload(w: Walker) -> tuple[Resolved, int, os.stat_result]:
     try:
         fd = os.open(resolved.leaf, flags, dir_fd=resolved.parent_fd)
     except OSError as exc:
-        raise w.classify(exc, resolved.parent_fd, resolved.leaf, depth, want_dir=False) from None
+        raise w.classify(exc, resolved.parent_fd, resolved.leaf, depth) from None
     w.fds.append(fd)
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -796,9 +794,7 @@ def check_destination(w: Walker, resolved: Resolved, *, overwrite: bool) -> None
             raise trailing from None
         return
     except OSError as exc:
-        raise w.classify(
-            exc, resolved.parent_fd, resolved.leaf, resolved.names[:-1], want_dir=False
-        ) from None
+        raise w.classify(exc, resolved.parent_fd, resolved.leaf, resolved.names[:-1]) from None
     if stat.S_ISLNK(info.st_mode):
         raise w.symlink_failure(resolved.parent_fd, resolved.leaf, resolved.names[:-1])
     if w.wants_dir and not stat.S_ISDIR(info.st_mode):

@@ -9,7 +9,7 @@ One small module per concern:
 - `tools`        the catalog: tool names, descriptions, kinds, commands
 - `help`         the `help` tool's documents, composed from the catalog and the schemas
 - `stream`       the one long-lived, multiplexed relay connection
-- `relaycalls`   relay request building and response mapping, per tool
+- `handlers`     relay request building and response mapping, per tool
 - `inscriptions` the `mcp.*` JSON-lines event records
 - `surface`      the MCP `Surface` the wire core serves
 - `cli`          argv -> layout -> `mcpwire.stdio.run`

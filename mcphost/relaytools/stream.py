@@ -107,7 +107,6 @@ class RelayStream:
         self._lock = asyncio.Lock()
         self._unreported_events = 0
         self.events_ignored = 0
-        self.connects = 0
 
     # -- public ---------------------------------------------------------------------------
 
@@ -162,7 +161,6 @@ class RelayStream:
             conn = await self._connect()
             conn.task = asyncio.ensure_future(self._read_loop(conn))
             self._conn = conn
-            self.connects += 1
             return conn
 
     async def _connect(self) -> _Connection:
