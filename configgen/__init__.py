@@ -1,6 +1,6 @@
 """configgen: one pure generator of MCP client configs for the center host and the relay tools.
 
-The pure layer (`model`, `clients`, `merge`, `toml`) turns an `AgentConfig` into the bytes of a
+The pure layer (`model`, `clients`, `merge`; TOML via `tomli_w` and `tomlkit`) turns an `AgentConfig` into the bytes of a
 client's config; the edge (`launch`, `files`, `cli`) finds commands and writes files. The
 functions here are the Python API a worker daemon uses:
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from configgen import toml
+import tomli_w
+
 from configgen.model import AgentConfig, ConfigError, Server, servers
 
 Entry = dict[str, Any]
@@ -177,7 +178,11 @@ def dump_json(document: Any) -> bytes:
 
 
 def codex_tables(fmt: ClientFormat, ours: Mapping[str, Entry]) -> str:
-    return "\n".join(toml.table([fmt.servers_key, name], entry) for name, entry in ours.items())
+    """Our `[servers_key.NAME]` tables as TOML text (`tomli_w`: every control character and DEL
+    escaped, keys bare where they can be, scalars before sub-tables, arrays one item a line)."""
+    if not ours:
+        return ""
+    return tomli_w.dumps({fmt.servers_key: dict(ours)})
 
 
 def render(client_name: str, config: AgentConfig) -> bytes:

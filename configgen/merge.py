@@ -10,9 +10,13 @@ Owns: the merge semantics (docs/configgen.md, "Merge"):
   The result is re-parsed and must equal the intended document; a shape the text editor cannot
   handle falls back to rewriting the document with two-space indentation (content and order
   kept). Comments (JSONC) are refused rather than silently dropped.
-- **Codex TOML**: edited as text, so foreign bytes stay byte-for-byte: our `[mcp_servers.NAME]`
-  tables (and their sub-tables) are cut out and fresh ones appended. The result is re-parsed
-  and checked: every foreign value must be unchanged, and ours must be exactly what we meant.
+- **Codex TOML**: edited with `tomlkit` (style-preserving), so foreign bytes stay byte for
+  byte: each of our `[mcp_servers.NAME]` tables (and its sub-tables) is replaced where it stands
+  by a fresh one written by `tomli_w` (the trailing comment and blank lines, which annotate what
+  follows, are kept); new servers are appended at the end as `render` writes them. The input
+  must parse with `tomllib` (else a `ConfigError` naming line and column; nothing is written).
+  The result is re-parsed and checked: every foreign value must be unchanged, and ours must be
+  exactly what we meant; a form we do not rewrite (inline table, dotted keys) is refused.
 
 Pure: bytes in, bytes out. Must never: lose or alter a foreign server or key.
 """
@@ -23,6 +27,10 @@ import json
 import tomllib
 from collections.abc import Mapping
 from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import Comment, Table, Whitespace
 
 from configgen.clients import (
     ClientFormat,
@@ -105,20 +113,44 @@ def _merge_toml(fmt: ClientFormat, text: str, ours: Mapping[str, Entry], force: 
     try:
         before = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("merge", f"the existing config is not TOML ({exc})") from None
+        raise ConfigError(
+            "merge", f"the existing config is not TOML ({exc}); fix it or merge by hand"
+        ) from None
     present = before.get(fmt.servers_key, {})
     if not isinstance(present, dict):
         raise ConfigError("merge", f"the existing config's {fmt.servers_key!r} is not a table")
     _check_conflicts(fmt, present, ours, force)
+    unsafe = ConfigError(
+        "merge",
+        f"cannot replace server(s) {', '.join(sorted(n for n in ours if n in present)) or '?'} "
+        f"safely: configgen rewrites only servers written as [{fmt.servers_key}.NAME] tables; "
+        "edit the existing entry by hand",
+    )
 
-    kept = _cut_tables(text, fmt.servers_key, set(ours))
-    if not kept or kept.endswith("\n\n"):
-        glue = ""
-    elif kept.endswith("\n"):
-        glue = "\n"
-    else:
-        glue = "\n\n"
-    result = kept + glue + codex_tables(fmt, ours)
+    try:
+        document = tomlkit.parse(text)
+    except tomlkit.exceptions.TOMLKitError as exc:  # tomllib took it: a tomlkit limitation
+        raise ConfigError(
+            "merge", f"the existing config cannot be edited in place ({exc}); merge by hand"
+        ) from None
+    parts = [  # the `[servers_key.…]` tables, in as many runs as the file splits them into
+        item
+        for key, item in document.body
+        if key is not None and key.key == fmt.servers_key and not key.is_dotted()
+    ]
+    for name, entry in ours.items():
+        if name in present:
+            _replace_table(parts, name, _fresh_table(fmt, name, entry), unsafe)
+    result = tomlkit.dumps(document)
+    appended = {name: entry for name, entry in ours.items() if name not in present}
+    if appended:
+        if not result or result.endswith("\n\n"):
+            glue = ""
+        elif result.endswith("\n"):
+            glue = "\n"
+        else:
+            glue = "\n\n"
+        result += glue + codex_tables(fmt, appended)
 
     try:
         after = tomllib.loads(result)
@@ -130,122 +162,57 @@ def _merge_toml(fmt: ClientFormat, text: str, ours: Mapping[str, Entry], force: 
         **ours,
     }
     if after != expected:
-        names = ", ".join(sorted(name for name in ours if name in present))
-        raise ConfigError(
-            "merge",
-            f"cannot replace server(s) {names or '?'} safely: configgen rewrites only servers "
-            f"written as [{fmt.servers_key}.NAME] tables; edit the existing entry by hand",
-        )
+        raise unsafe
     return result.encode("utf-8")
 
 
-def _cut_tables(text: str, root: str, names: set[str]) -> str:
-    """`text` without the tables whose key path starts with `root.NAME` for NAME in `names`.
+def _fresh_table(fmt: ClientFormat, name: str, entry: Entry) -> Table:
+    """Our table for `name`, parsed by tomlkit from exactly the text `render` writes."""
+    fragment = tomlkit.parse(codex_tables(fmt, {name: entry}))
+    table = fragment[fmt.servers_key][name]
+    assert isinstance(table, Table)
+    return table
 
-    A trailing run of comment lines at the end of a cut table is kept: it annotates the table
-    that follows, not ours (configgen writes no comments inside its tables).
+
+def _replace_table(parts: list[Any], name: str, fresh: Table, unsafe: ConfigError) -> None:
+    """Put `fresh` where the `[servers.NAME]` table stands, keeping the trivia that ends it.
+
+    Comment and blank lines at the end of a table annotate what follows it (configgen writes no
+    comments), so they move to the end of the fresh table. Only a table written with its own
+    header(s), in one run, is replaced: an inline table, dotted keys, or our table split around
+    others raise `unsafe` (the re-parse guard would refuse the result anyway).
     """
-    headers = _headers(text)
-    if not headers:
-        return text
-    out = [text[: headers[0][0]]]
-    for index, (start, path) in enumerate(headers):
-        end = headers[index + 1][0] if index + 1 < len(headers) else len(text)
-        section = text[start:end]
-        if len(path) >= 2 and path[0] == root and path[1] in names:
-            out.append(_trailing_comments(section))
-        else:
-            out.append(section)
-    return "".join(out)
-
-
-def _trailing_comments(section: str) -> str:
-    lines = section.splitlines(keepends=True)
-    keep: list[str] = []
-    for line in reversed(lines[1:]):
-        stripped = line.strip()
-        if stripped.startswith("#") or (not stripped and keep):
-            keep.insert(0, line)
-        elif stripped:
-            break
-        # blank lines after the last comment belong to the cut table
-    while keep and not keep[0].strip():
-        keep.pop(0)
-    return "".join(keep)
-
-
-def _headers(text: str) -> list[tuple[int, tuple[str, ...]]]:
-    """(offset of the line, key path) of every table header in valid TOML `text`."""
-    headers: list[tuple[int, tuple[str, ...]]] = []
-    i, n, depth, line_start = 0, len(text), 0, True
-    while i < n:
-        if line_start:
-            line_start = False
-            j = i
-            while j < n and text[j] in " \t":
-                j += 1
-            if depth == 0 and j < n and text[j] == "[":
-                end = _header_end(text, j)
-                headers.append((i, _header_path(text[j:end])))
-                i = end
-                continue
-            i = j
+    for part in parts:
+        if not isinstance(part, Table) or name not in part:
             continue
-        char = text[i]
-        if char == "\n":
-            line_start = True
-            i += 1
-        elif char == "#":
-            newline = text.find("\n", i)
-            i = n if newline < 0 else newline
-        elif text.startswith('"""', i) or text.startswith("'''", i):
-            i = _skip_multiline(text, i)
-        elif char in "\"'":
-            i = _skip_string(text, i)
-        else:
-            if char in "[{":
-                depth += 1
-            elif char in "]}":
-                depth -= 1
-            i += 1
-    return headers
+        old = part.get(name)
+        dotted = any(k is not None and k.key == name and k.is_dotted() for k, _ in part.value.body)
+        if isinstance(old, Table) and not dotted:
+            break
+        raise unsafe
+    else:
+        raise unsafe
+    trailing = _pop_trailing_trivia(old)
+    part[name] = fresh
+    _pop_trailing_trivia(fresh)  # tomlkit may append a cosmetic blank line: the old one rules
+    last = fresh
+    while last.value.body and isinstance(last.value.body[-1][1], Table):
+        last = last.value.body[-1][1]
+    for item in trailing:
+        last.add(item)
 
 
-def _skip_string(text: str, i: int) -> int:
-    quote = text[i]
-    i += 1
-    while text[i] != quote:
-        i += 2 if quote == '"' and text[i] == "\\" else 1
-    return i + 1
-
-
-def _skip_multiline(text: str, i: int) -> int:
-    delimiter = text[i : i + 3]
-    i += 3
-    while not text.startswith(delimiter, i):
-        i += 2 if delimiter == '"""' and text[i] == "\\" else 1
-    i += 3
-    extra = 0
-    while extra < 2 and i < len(text) and text[i] == delimiter[0]:
-        i += 1
-        extra += 1
-    return i
-
-
-def _header_end(text: str, i: int) -> int:
-    """Index just past the `]` / `]]` closing the header that opens at `i`."""
-    array = text.startswith("[[", i)
-    i += 2 if array else 1
-    while text[i] != "]":
-        i = _skip_string(text, i) if text[i] in "\"'" else i + 1
-    return i + (2 if array else 1)
-
-
-def _header_path(header: str) -> tuple[str, ...]:
-    inner = header[2:-2] if header.startswith("[[") else header[1:-1]
-    node: Any = tomllib.loads(inner + " = 0")
-    path: list[str] = []
-    while isinstance(node, dict):
-        ((name, node),) = node.items()
-        path.append(name)
-    return tuple(path)
+def _pop_trailing_trivia(table: Table) -> list[Whitespace | Comment]:
+    """Remove and return the comment and blank lines that end `table` (rendered last: after its
+    last sub-table's keys)."""
+    body = table.value.body
+    trailing: list[Whitespace | Comment] = []
+    while body and body[-1][0] is None:
+        item = body[-1][1]
+        if not isinstance(item, Whitespace | Comment):
+            break
+        trailing.insert(0, item)
+        body.pop()
+    if body and isinstance(body[-1][1], Table):
+        trailing = _pop_trailing_trivia(body[-1][1]) + trailing
+    return trailing

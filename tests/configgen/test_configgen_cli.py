@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,17 @@ def test_merge_and_force(tmp_path: Path) -> None:
     assert env["AC_MCP_GENERATION"] == "2"
 
 
+def test_merge_refuses_a_codex_config_that_does_not_parse_and_leaves_it_alone(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.toml"
+    broken = b'# mine\nmodel = "o4"\n[mcp_servers.github\ncommand = "npx"\n'
+    path.write_bytes(broken)
+    one_line_error(run("codex", *BASE, "--merge", str(path), "--out", str(path)), "is not TOML")
+    assert path.read_bytes() == broken
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+
+
 def test_merge_of_a_missing_file_to_stdout(tmp_path: Path) -> None:
     result = run("vscode", *BASE, "--merge", str(tmp_path / "absent.json"))
     assert result.returncode == 0, result.stderr
@@ -187,5 +199,13 @@ def test_relay_only_upstream() -> None:
         "/usr/local/bin/agentmux",
     )
     assert result.returncode == 0, result.stderr
-    assert 'args = ["host", "mcp", "--bundle", "party", "--session-name", "beta"]' in result.stdout
-    assert "agent-center" not in result.stdout
+    servers = tomllib.loads(result.stdout)["mcp_servers"]
+    assert list(servers) == ["agentmux"]
+    assert servers["agentmux"]["args"] == [
+        "host",
+        "mcp",
+        "--bundle",
+        "party",
+        "--session-name",
+        "beta",
+    ]

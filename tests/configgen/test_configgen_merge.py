@@ -117,14 +117,14 @@ def test_codex_merge_keeps_foreign_bytes() -> None:
     for name in ("github", "local"):
         assert parsed["mcp_servers"][name] == before["mcp_servers"][name]
     assert parsed["mcp_servers"]["agent-center"]["env"]["AC_MCP_TIER_TOOLS"] == "false"
-    # replacing: the foreign text stays byte-for-byte, our tables are rewritten at the end
+    # replacing: the foreign text stays byte-for-byte, our tables are rewritten where they stand
     again = merge("codex", merged.encode(), sample_config(tool_timeout_sec=77)).decode()
     assert again.startswith(CODEX_USER)
     assert "tool_timeout_sec = 77" in again and "tool_timeout_sec = 300" not in again
     assert merge("codex", again.encode(), sample_config(tool_timeout_sec=77)).decode() == again
 
 
-def test_codex_merge_cuts_ours_from_the_middle_keeping_following_comments() -> None:
+def test_codex_merge_replaces_ours_in_the_middle_keeping_following_comments() -> None:
     ours = render("codex", sample_config()).decode()
     text = ours + "\n# about the next one\n[mcp_servers.after]\ncommand = 'x'\n"
     merged = merge("codex", text.encode(), sample_config()).decode()
@@ -132,6 +132,27 @@ def test_codex_merge_cuts_ours_from_the_middle_keeping_following_comments() -> N
     assert merged.count("[mcp_servers.agent-center]") == 1
     assert tomllib.loads(merged)["mcp_servers"]["after"] == {"command": "x"}
     assert merged.startswith(render("codex", sample_config()).decode().split("[mcp_servers")[0])
+
+
+def test_codex_merge_replaces_ours_where_they_stand_keeping_the_comment_above() -> None:
+    ours = render("codex", sample_config()).decode().split("\n\n", 1)[1]  # without the header
+    text = '# mine\nmodel = "o4"\n\n# the center, written by configgen\n' + ours
+    text += "\n[profiles.fast]\nmodel = 'mini'\n"
+    merged = merge("codex", text.encode(), sample_config(tool_timeout_sec=9)).decode()
+    assert merged.startswith('# mine\nmodel = "o4"\n\n# the center, written by configgen\n')
+    assert merged.endswith("\n\n[profiles.fast]\nmodel = 'mini'\n")
+    assert merged.count("tool_timeout_sec = 9") == 2
+    assert merged.replace("tool_timeout_sec = 9", "tool_timeout_sec = 300") == text
+
+
+def test_codex_merge_replaces_ours_after_foreign_tables_split_the_servers() -> None:
+    # the first merge appends ours after [profiles.fast]: mcp_servers now comes in two runs
+    text = '[mcp_servers.github]\ncommand = "npx"\n\n# about profiles\n[profiles.fast]\nm = 1\n'
+    once = merge("codex", text.encode(), sample_config()).decode()
+    assert once.startswith(text)
+    twice = merge("codex", once.encode(), sample_config(tool_timeout_sec=7)).decode()
+    assert twice.startswith(text) and "tool_timeout_sec = 7" in twice
+    assert merge("codex", twice.encode(), sample_config()).decode() == once
 
 
 def test_codex_merge_without_trailing_newline() -> None:
@@ -161,6 +182,7 @@ def test_codex_merge_refuses_what_it_cannot_rewrite_safely(existing: bytes) -> N
         ("claude", b"[1]", "not a JSON object"),
         ("vscode", b'{"servers": []}', "'servers' is not an object"),
         ("codex", b"a = ", "not TOML"),
+        ("codex", b'[mcp_servers.x]\ncommand = "a"\n[mcp_servers.x]\n', "not TOML"),
         ("codex", b"mcp_servers = 1", "not a table"),
         ("claude", b"\xff\xfe", "not UTF-8"),
     ],

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import tomllib
 
+import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from configgen import CLIENTS, AgentConfig, CenterBinding, RelayBinding, render, toml
+from configgen import CLIENTS, AgentConfig, CenterBinding, RelayBinding, render
+from configgen.clients import codex_tables
 from configgen.merge import merge
 
 # Any Unicode scalar value except NUL (which no path or env value can hold).
@@ -28,10 +30,11 @@ SETTINGS = settings(max_examples=150, deadline=None)
     st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1),
 )
 def test_toml_string_and_key_round_trip(value: str, name: str) -> None:
-    line = f"{toml.key(name)} = {toml.string(value)}\n"
-    assert tomllib.loads(line) == {name: value}
-    assert all(c == "\t" or ord(c) >= 0x20 for c in line[:-1] if ord(c) != 0x7F)
-    assert "\x7f" not in line
+    text = codex_tables(CLIENTS["codex"], {"s": {"args": [value], "env": {name: value}}})
+    assert tomllib.loads(text) == {"mcp_servers": {"s": {"args": [value], "env": {name: value}}}}
+    # every control character but tab is escaped (newlines only end lines), and DEL too
+    assert all(c in "\t\n" or ord(c) >= 0x20 for c in text)
+    assert "\x7f" not in text
 
 
 @st.composite
@@ -116,17 +119,21 @@ def test_codex_merge_keeps_arbitrary_foreign_servers_byte_for_byte(
         mcphost="/m",
     )
     text = "".join(
-        f"# {name}\n" + toml.table(["mcp_servers", name], {"command": command, "env": env}) + "\n"
+        f"# {name}\n" + _table(name, command, env) + "\n"
         for name, (command, env) in foreign.items()
     )
-    if ours_first:  # our tables in the middle of foreign ones: cut out, appended again
+    if ours_first:  # our tables before foreign ones: replaced where they stand
         text = render("codex", config).decode() + "\n" + text
     merged = merge("codex", text.encode(), config).decode()
     parsed = tomllib.loads(merged)["mcp_servers"]
     for name, (command, env) in foreign.items():
         assert parsed[name] == {"command": command, "env": env}
-        block = f"# {name}\n" + toml.table(["mcp_servers", name], {"command": command, "env": env})
+        block = f"# {name}\n" + _table(name, command, env)
         assert block in merged
     if not ours_first:
         assert merged.startswith(text)
     assert merge("codex", merged.encode(), config).decode() == merged
+
+
+def _table(name: str, command: str, env: dict[str, str]) -> str:
+    return tomli_w.dumps({"mcp_servers": {name: {"command": command, "env": env}}})
