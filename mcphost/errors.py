@@ -2,8 +2,27 @@
 what to do next, structured details, and (for center replies) the HTTP status.
 
 Owns: `ToolFailure` and its JSON shape `{"error", "message", "details", "status"?}`, which is the
-text of every `isError` result the host returns. Pure.
-Must never: carry a token, a raw traceback or an unbounded body.
+text of every `isError` result the host returns, and its small hierarchy of families: the
+class says what kind of failure it is, the code says which one, so code that must tell failures
+apart catches a class and never compares code strings.
+
+    ToolFailure                 argument refusals, unknown tools, missing configuration
+    ├── AdminFailure            the center or the way to it (mcphost.admin.client)
+    │   ├── AdminUnavailable      not reachable, or hung up before answering (retryable reads)
+    │   └── CenterRefusal         the center's own non-2xx answer, with its status
+    │       └── AdmissionRefused    it refused the caller, not the request (auth_*, worker, ...)
+    │           └── StaleGeneration   a newer host has taken over this agent
+    └── FileFailure             workspace containment and transfers (mcphost.host.workspace, ...)
+        ├── PathNotFound          a component of the path does not exist
+        └── WorkspaceRootUnset    AC_MCP_AGENT_ROOT is not set
+
+Every class takes the same arguments and has the same wire payload: a subclass never changes
+what the model sees. The center's codes become classes in one place only, where its error
+envelope is read (`mcphost.admin.client.http_failure`).
+
+The relay tools keep their own failure type (`mcphost.relaytools.errors`): agentmux's contract is
+a JSON-RPC error whose `data.details` may be `null`, which this payload never is.
+Pure. Must never: carry a token, a raw traceback or an unbounded body.
 """
 
 from __future__ import annotations
@@ -39,3 +58,46 @@ class ToolFailure(Exception):
 
     def text(self) -> str:
         return json.dumps(self.payload(), ensure_ascii=False, sort_keys=False)
+
+    def again(self) -> ToolFailure:
+        """A fresh failure of the same class, code, message, details and status (to raise a
+        remembered failure again without sharing its traceback)."""
+        return type(self)(self.code, self.message, self.details, status=self.status)
+
+
+# -- the center and the way to it -----------------------------------------------------------
+
+
+class AdminFailure(ToolFailure):
+    """The center, or the transport to it, failed the call."""
+
+
+class AdminUnavailable(AdminFailure):
+    """The center was not reachable, or closed the connection before answering."""
+
+
+class CenterRefusal(AdminFailure):
+    """The center answered with a non-2xx status: its own code, message and details."""
+
+
+class AdmissionRefused(CenterRefusal):
+    """The center refused the caller (token, worker binding, generation), not the request."""
+
+
+class StaleGeneration(AdmissionRefused):
+    """A newer host generation has taken over this agent: this host must stop."""
+
+
+# -- the workspace and file transfers -------------------------------------------------------
+
+
+class FileFailure(ToolFailure):
+    """A file tool refused a path or a transfer (containment, destination, size, changes)."""
+
+
+class PathNotFound(FileFailure):
+    """A component of a workspace path does not exist."""
+
+
+class WorkspaceRootUnset(FileFailure):
+    """The host has no workspace root (`AC_MCP_AGENT_ROOT`)."""

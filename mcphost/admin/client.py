@@ -1,12 +1,19 @@
 """AdminClient: one pooled aiohttp session to the center (or the runtime socket).
 
-Owns: the transport (Unix socket, or TCP+TLS pinned to a certificate set), the headers every
-call carries (`Authorization: Bearer`, `X-AC-MCP-Generation`), timeouts, the response-size cap,
-keep-alive reuse, and the classification of every transport failure into a `ToolFailure` with
-a stable code (`admin_unavailable`, `admin_timeout`, `admin_pin_mismatch`, `admin_tls_error`,
-`admin_redirect_refused`, `admin_response_too_large`, `admin_protocol_error`), and the failure
-for center JSON nested deeper than Python's recursion limit (`nesting_failure`, raised by the
-reply parsers in `mcphost.host.results`): an `admin_protocol_error`, never a `RecursionError`.
+Owns: the transport (Unix socket, or TCP+TLS pinned to a certificate set), sending an
+`AdminRequest` exactly as it was built (route, JSON body, query, headers) plus the transport's own
+headers (`Authorization: Bearer`, `User-Agent`), timeouts, the response-size cap, keep-alive
+reuse, and the classification of every transport failure into an `AdminFailure` with a stable
+code (`admin_unavailable`, `admin_timeout`, `admin_pin_mismatch`, `admin_tls_error`,
+`admin_redirect_refused`, `admin_response_too_large`, `admin_protocol_error`), of every center
+error envelope into a `CenterRefusal` (the one place the center's codes become classes), and
+the failure for center JSON nested deeper than Python's recursion limit (`nesting_failure`,
+raised by the reply parsers in `mcphost.host.results`): an `admin_protocol_error`, never a
+`RecursionError`.
+
+The client knows no agent: who is speaking (`agent_id`, `X-AC-MCP-Generation`) is in the
+request, written by `mcphost.host.requests.RequestBuilder` alone, so one pooled client can carry
+the requests of many bindings.
 
 The pin is checked by the connector right after the TLS handshake and before the connection is
 handed to a request, so no request byte (and so no token) ever reaches an unpinned peer. Pins
@@ -24,7 +31,8 @@ phase `connect`: the connection (TCP, TLS, pin) was not established within `conn
 so nothing was sent; phase `reply`: the request may have taken effect.
 
 aiohttp is imported on first use, not at module import: the host answers `initialize` first.
-Must never: log or echo the token; send a request over TCP without a pin set; follow a redirect.
+Must never: log or echo the token; send a request over TCP without a pin set; follow a redirect;
+add or change identity (body, query or headers of a request).
 """
 
 from __future__ import annotations
@@ -34,14 +42,22 @@ import json
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mcphost import __version__
 from mcphost.admin.pinning import format_pin
 from mcphost.admin.target import AdminTarget
-from mcphost.errors import ToolFailure
+from mcphost.errors import (
+    AdminFailure,
+    AdminUnavailable,
+    AdmissionRefused,
+    CenterRefusal,
+    StaleGeneration,
+    ToolFailure,
+)
 
 if TYPE_CHECKING:
     import aiohttp
@@ -51,7 +67,24 @@ CALL_TIMEOUT = 30.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 POOL_SIZE = 64  # exchanges in flight per client; the rest wait in FIFO order
 QUEUE_TIMEOUTS = 4  # a call may wait this many call timeouts for a slot before giving up
-GENERATION_HEADER = "X-AC-MCP-Generation"
+
+
+@dataclass(frozen=True, slots=True)
+class AdminRequest:
+    """One request to the center (or the runtime socket), complete: the client sends exactly
+    this. `body` is a JSON object, or None (a GET, or a byte stream handed to `stream`)."""
+
+    method: str
+    route: str
+    body: Mapping[str, Any] | None = None
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("query", "headers"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        if self.body is not None:
+            object.__setattr__(self, "body", MappingProxyType(dict(self.body)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +202,6 @@ class AdminClient:
         *,
         token: str = "",
         pins: tuple[bytes, ...] = (),
-        generation: int = 0,
         connect_timeout: float = CONNECT_TIMEOUT,
         call_timeout: float = CALL_TIMEOUT,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
@@ -181,7 +213,6 @@ class AdminClient:
         self.target = target
         self._token = token
         self._pins = pins
-        self._generation = generation
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.max_response_bytes = max_response_bytes
@@ -214,7 +245,6 @@ class AdminClient:
                 ssl=_pin_classes().pin_set(self._pins), keepalive_timeout=30, limit=0
             )
         headers = {"Accept": "application/json", "User-Agent": f"mcphost/{__version__}"}
-        headers[GENERATION_HEADER] = str(self._generation)
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         return aiohttp.ClientSession(
@@ -233,39 +263,31 @@ class AdminClient:
             self._session = None
 
     # -- calls ----------------------------------------------------------------------------
-    async def call(self, path: str, body: Mapping[str, Any], *, retry_safe: bool = False) -> Reply:
-        """POST a JSON body, read the whole (capped) reply. Non-2xx raises `ToolFailure`."""
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    async def call(self, request: AdminRequest, *, retry_safe: bool = False) -> Reply:
+        """Send a JSON request, read the whole (capped) reply. Non-2xx raises `ToolFailure`.
+
+        With `retry_safe` (reads), a call that found the center unavailable is tried once more.
+        """
         attempts = 2 if retry_safe else 1
         for attempt in range(attempts):
             try:
-                async with self.stream(
-                    "POST",
-                    path,
-                    data=data,
-                    headers={"Content-Type": "application/json"},
-                    timeout=self.call_timeout,
-                ) as response:
+                async with self.stream(request, timeout=self.call_timeout) as response:
                     payload = await read_capped(response, self.max_response_bytes, self.target)
                     return Reply(response.status, payload, response.content_type)
-            except ToolFailure as failure:
-                if failure.code != "admin_unavailable" or attempt == attempts - 1:
+            except AdminUnavailable:
+                if attempt == attempts - 1:
                     raise
                 await asyncio.sleep(0.05)
         raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def stream(
-        self,
-        method: str,
-        path: str,
-        *,
-        data: Any = None,
-        headers: Mapping[str, str] | None = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float | None = None,
+        self, request: AdminRequest, *, data: Any = None, timeout: float | None = None
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """Open a request and yield the response with a 2xx status; errors are classified.
+        """Send `request` and yield the response with a 2xx status; errors are classified.
+
+        The body is `data` (bytes or an async iterator of bytes, for uploads) when given, else
+        the request's JSON body, if any.
 
         `timeout` bounds the whole exchange once a slot is held; `None` means connect/read
         timeouts only (for streaming transfers whose length is not bounded in time). Waiting for
@@ -284,19 +306,27 @@ class AdminClient:
             await self._slots.acquire(self.queue_timeout)
         except TimeoutError:
             raise queue_failure(self.target, self.queue_timeout, self._slots) from None
+        headers = dict(request.headers)
+        if data is None and request.body is not None:
+            data = json.dumps(dict(request.body), ensure_ascii=False, separators=(",", ":"))
+            data = data.encode()
+            headers.setdefault("Content-Type", "application/json")
         try:
             async with session.request(
-                method,
-                path,
+                request.method,
+                request.route,
                 data=data,
                 headers=headers,
-                params=params,
+                params=dict(request.query) or None,
                 timeout=client_timeout,
                 allow_redirects=False,
             ) as response:
                 if 300 <= response.status < 400:
                     raise redirect_failure(
-                        response.status, response.headers.get("Location"), method, self.target
+                        response.status,
+                        response.headers.get("Location"),
+                        request.method,
+                        self.target,
                     )
                 if response.status >= 300:
                     body = await read_capped(response, 64 * 1024, self.target, truncate=True)
@@ -324,7 +354,7 @@ async def read_capped(
             if truncate:
                 chunks.append(chunk[: len(chunk) - (size - cap)])
                 break
-            raise ToolFailure(
+            raise AdminFailure(
                 "admin_response_too_large",
                 f"the center's reply exceeded {cap} bytes and was dropped; ask for less "
                 "(narrower query, smaller page) and try again",
@@ -334,7 +364,7 @@ async def read_capped(
     return b"".join(chunks)
 
 
-def http_failure(status: int, body: bytes) -> ToolFailure:
+def http_failure(status: int, body: bytes) -> AdminFailure:
     """A non-2xx center reply -> its own `{error, message}` intact, with the status."""
     envelope: Any = None
     try:
@@ -342,12 +372,11 @@ def http_failure(status: int, body: bytes) -> ToolFailure:
     except (ValueError, RecursionError):
         pass
     if isinstance(envelope, dict) and isinstance(envelope.get("error"), str):
+        code = envelope["error"]
         details = {k: v for k, v in envelope.items() if k not in ("error", "message")}
-        return ToolFailure(
-            envelope["error"], str(envelope.get("message") or ""), details, status=status
-        )
+        return refusal_class(code)(code, str(envelope.get("message") or ""), details, status=status)
     excerpt = body[:2048].decode("utf-8", "replace")
-    return ToolFailure(
+    return CenterRefusal(
         "admin_http_error",
         f"the center answered HTTP {status} without an error envelope; the call did not "
         "succeed — check the arguments, or report this reply to the center's operators",
@@ -356,15 +385,30 @@ def http_failure(status: int, body: bytes) -> ToolFailure:
     )
 
 
+_ADMISSION_CODES = frozenset({"agent_not_bound_to_worker"})
+
+
+def refusal_class(code: str) -> type[CenterRefusal]:
+    """The class of a center error code: the only place the center's codes are read.
+
+    Admission codes say the center refused *this host* (its token, its worker, its generation),
+    whatever was asked; every other code refuses the request itself."""
+    if code == "stale_generation":
+        return StaleGeneration
+    if code.startswith("auth_") or code in _ADMISSION_CODES:
+        return AdmissionRefused
+    return CenterRefusal
+
+
 _MAX_LOCATION_CHARS = 2048
 
 
 def redirect_failure(
     status: int, location: str | None, method: str, target: AdminTarget
-) -> ToolFailure:
+) -> AdminFailure:
     """A 3xx from the center: refused, never followed (it would leave the pinned connection)."""
     where = str(target)
-    return ToolFailure(
+    return AdminFailure(
         "admin_redirect_refused",
         f"the center at {where} answered HTTP {status} redirecting to "
         f"{location or '(no Location)'}; redirects are not followed (the new address would not "
@@ -382,10 +426,10 @@ def redirect_failure(
     )
 
 
-def queue_failure(target: AdminTarget, waited: float | None, slots: _Slots) -> ToolFailure:
+def queue_failure(target: AdminTarget, waited: float | None, slots: _Slots) -> AdminFailure:
     """Gave up waiting for a free request slot: nothing was sent."""
     where = str(target)
-    return ToolFailure(
+    return AdminFailure(
         "admin_timeout",
         f"no connection to the center at {where} became free within {waited} s ({slots.size} "
         "calls were in flight, more were waiting); nothing was sent, so the call did not take "
@@ -400,11 +444,11 @@ def queue_failure(target: AdminTarget, waited: float | None, slots: _Slots) -> T
     )
 
 
-def nesting_failure(size: int, step: str = "reply") -> ToolFailure:
+def nesting_failure(size: int, step: str = "reply") -> AdminFailure:
     """A 2xx center body whose JSON nests deeper than this process can parse (RecursionError)."""
     import sys
 
-    return ToolFailure(
+    return AdminFailure(
         "admin_protocol_error",
         f"the center's {step} ({size} bytes) is JSON nested too deeply to read (over about "
         f"{sys.getrecursionlimit()} levels), so it was dropped. The center reported success, so "
@@ -420,7 +464,7 @@ def classify(
     timeout: float | None,
     *,
     connect_timeout: float = CONNECT_TIMEOUT,
-) -> ToolFailure:
+) -> AdminFailure:
     """A transport exception -> a `ToolFailure` with a stable code and a remedy.
 
     `timeout` is the reply budget of the exchange, `connect_timeout` the connection budget:
@@ -431,7 +475,7 @@ def classify(
     where = str(target)
     if isinstance(exc, _pin_classes().not_valid):
         reason = str(getattr(exc, "reason", "certificate_expired"))
-        return ToolFailure(
+        return AdminFailure(
             "admin_tls_error",
             f"the center at {where} presented a pinned certificate that "
             + (
@@ -444,7 +488,7 @@ def classify(
             {"target": where, "reason": reason},
         )
     if isinstance(exc, aiohttp.ServerFingerprintMismatch):
-        return ToolFailure(
+        return AdminFailure(
             "admin_pin_mismatch",
             f"the certificate presented by {where} matches none of the pinned fingerprints: "
             "the center's certificate rotated, or the connection is being intercepted. Nothing "
@@ -457,7 +501,7 @@ def classify(
             },
         )
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return ToolFailure(
+        return AdminFailure(
             "admin_timeout",
             f"the center at {where} did not accept the connection within {connect_timeout} s "
             "(TCP, TLS and pin check); nothing was sent, so the call did not take effect. The "
@@ -465,7 +509,7 @@ def classify(
             {"target": where, "phase": "connect", "timeout_seconds": connect_timeout},
         )
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return ToolFailure(
+        return AdminFailure(
             "admin_timeout",
             f"the center at {where} did not answer within {timeout} s; it may be overloaded. "
             "The call may or may not have taken effect: check with a read (e.g. get_task) "
@@ -473,7 +517,7 @@ def classify(
             {"target": where, "phase": "reply", "timeout_seconds": timeout},
         )
     if isinstance(exc, aiohttp.ClientSSLError):
-        return ToolFailure(
+        return AdminFailure(
             "admin_tls_error",
             f"the TLS handshake with {where} failed; check that AC_MCP_ADMIN_URL points at the "
             "center's TLS port",
@@ -485,7 +529,7 @@ def classify(
             FileNotFoundError: "socket_missing",
             ConnectionRefusedError: "connection_refused",
         }.get(type(os_error), type(os_error).__name__)
-        return ToolFailure(
+        return AdminUnavailable(
             "admin_unavailable",
             f"the center at {where} is not reachable ({reason.replace('_', ' ')}); it may be "
             "down or restarting. Retry in a moment; if it persists, the operator should check "
@@ -493,14 +537,14 @@ def classify(
             {"target": where, "reason": reason},
         )
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return ToolFailure(
+        return AdminUnavailable(
             "admin_unavailable",
             f"the center at {where} closed the connection before answering; the call may or "
             "may not have taken effect: check with a read before retrying a write",
             {"target": where, "reason": "disconnected"},
         )
     if isinstance(exc, aiohttp.ClientError):
-        return ToolFailure(
+        return AdminFailure(
             "admin_protocol_error",
             f"the exchange with {where} failed ({type(exc).__name__}); retry once, then report it",
             {"target": where, "reason": type(exc).__name__},

@@ -1,7 +1,8 @@
 """`mcphost check`: launch preflight for operators and worker daemons.
 
 Owns: reading the binding exactly as the host does, dialling the center (the pin is verified on
-the TLS handshake), making one harmless read (`get_my_work`), checking the workspace root and
+the TLS handshake), making one harmless read (`get_my_work`, built like every host request by
+`mcphost.host.requests.RequestBuilder`, so it carries the binding's agent and generation), checking the workspace root and
 runtime socket, and printing a human report to stderr (`--json` prints a JSON report to stdout
 instead). Exit 0 when the host would work, 1 when something needs fixing, 2 on a bad binding.
 Every outcome is a classified result, in text and with `--json` alike: a bad binding is
@@ -22,7 +23,7 @@ from typing import Any
 
 from mcphost.binding import AgentBinding, BindingError
 from mcphost.cliargs import Parser
-from mcphost.errors import ToolFailure
+from mcphost.errors import ToolFailure, WorkspaceRootUnset
 
 
 def _socket_state(path: str) -> str:
@@ -37,28 +38,24 @@ def _socket_state(path: str) -> str:
 
 def _workspace(binding: AgentBinding) -> tuple[bool, str]:
     """Whether the file tools can use the workspace root (an unset root is allowed)."""
-    from mcphost.host.files import workspace_problem
+    from mcphost.host.workspace import workspace_problem
 
     problem = workspace_problem(binding)
     if problem is None:
         return True, f"{binding.agent_root}: ok"
-    if problem.code == "workspace_root_unset":
+    if isinstance(problem, WorkspaceRootUnset):
         return True, "unset (file tools will answer workspace_root_unset)"
     return False, f"{problem.code}: {problem.message}"
 
 
 async def _probe(binding: AgentBinding) -> dict[str, Any]:
     from mcphost.admin.client import AdminClient
+    from mcphost.host.requests import RequestBuilder
 
-    client = AdminClient(
-        binding.target,
-        token=binding.token.reveal(),
-        pins=binding.pins,
-        generation=binding.generation,
-    )
+    client = AdminClient(binding.target, token=binding.token.reveal(), pins=binding.pins)
     started = time.perf_counter()
     try:
-        reply = await client.call("/admin/agent-tools/get_my_work", {"agent_id": binding.agent_id})
+        reply = await client.call(RequestBuilder(binding).probe())
     except ToolFailure as failure:
         return {"ok": False, **failure.payload()}
     finally:
@@ -106,12 +103,13 @@ def _check(as_json: bool) -> int:
                 "details": exc.details(),
             }
             print(json.dumps(failure, ensure_ascii=False))
-        print(f"mcphost check: {exc}", file=sys.stderr)
+        for line in exc.lines():  # one line per bad variable
+            print(f"mcphost check: {line}", file=sys.stderr)
         return 2
 
     center = asyncio.run(_probe(binding))
     root_ok, root_text = _workspace(binding)
-    from mcphost.host.files import root_ancestor_warnings
+    from mcphost.host.workspace import root_ancestor_warnings
 
     root_warnings = root_ancestor_warnings(binding)  # a warning: does not change `ok`
     runtime = _socket_state(binding.runtime_socket) if binding.runtime_socket else "unset"

@@ -2,14 +2,16 @@
 
 Owns: listing (tiering: core tools plus `search_tools`, deferred tools loaded additively),
 argument validation before any I/O (first the size bounds of `mcphost.argbounds`, so an
-oversized object is refused without being walked, then the tool's pydantic model), identity
-injection (`agent_id` from the binding into every body), routing to the center or the runtime
-socket, and mapping replies to results. Tools with `destination="local"` are served by handlers
-registered in `LOCAL_HANDLERS`.
+oversized object is refused without being walked, then the tool's pydantic model), sending each
+call's request (built, identity included, by `mcphost.host.requests.RequestBuilder`) to the
+center or the runtime socket, and mapping replies to results. Tools with `destination="local"`
+are served by the surface's table of local handlers: `search_tools` here, the file tools from
+`mcphost.host.files.FileTools.handlers()` (this module imports the file tools; they never import
+it).
 
 Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
 client that ignores `tools/list_changed` still reaches what `search_tools` found.
-Must never: let an argument decide the identity; log the token.
+Must never: let an argument decide the identity, or write identity itself; log the token.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,25 +34,17 @@ from mcphost.binding import AgentBinding
 from mcphost.catalog import CATALOG
 from mcphost.catalog.meta import SearchTools
 from mcphost.catalog.model import StrictInput, ToolDecl
-from mcphost.errors import ToolFailure
+from mcphost.errors import StaleGeneration, ToolFailure
+from mcphost.host.files import FileTools, LocalHandler
+from mcphost.host.requests import RequestBuilder
 from mcphost.host.results import (
     arguments_too_large,
     failure_result,
     invalid_arguments,
     success_text,
 )
+from mcphost.host.workspace import HeldRoot
 from mcphost.surface import CallContext, ToolResult, ToolSpec
-
-LocalHandler = Callable[["HostSurface", StrictInput, CallContext], Awaitable[ToolResult]]
-LOCAL_HANDLERS: dict[str, LocalHandler] = {}
-
-
-def local_handler(name: str) -> Callable[[LocalHandler], LocalHandler]:
-    def register(handler: LocalHandler) -> LocalHandler:
-        LOCAL_HANDLERS[name] = handler
-        return handler
-
-    return register
 
 
 def call_timeout_from_env() -> float:
@@ -89,11 +84,11 @@ class HostSurface:
         self.catalog = {decl.name: decl for decl in catalog}
         self.list_changed = binding.tier_tools
         self.loaded: set[str] = set()
+        self.requests = RequestBuilder(binding)
         self.admin = AdminClient(
             binding.target,
             token=binding.token.reveal(),
             pins=binding.pins,
-            generation=binding.generation,
             call_timeout=call_timeout_from_env(),
         )
         self.runtime = (
@@ -111,10 +106,13 @@ class HostSurface:
             )
         ).strip()
         self._specs = {decl.name: _spec(decl) for decl in self.catalog.values()}
-        from mcphost.host.files import HeldRoot  # late: files.py imports this module
-
         # the workspace root, opened once now and held: every file call resolves beneath it
         self.workspace = HeldRoot(binding)
+        self.files = FileTools(self.requests, self.admin, self.workspace)
+        self.local: dict[str, LocalHandler] = {
+            "search_tools": partial(search_tools, self),
+            **self.files.handlers(),
+        }
 
     # -- listing --------------------------------------------------------------------------
     def visible(self, decl: ToolDecl) -> bool:
@@ -149,7 +147,7 @@ class HostSurface:
                     name, exc.errors(include_url=False), self.binding.agent_id
                 ) from None
             if decl.destination == "local":
-                result = await LOCAL_HANDLERS[name](self, params, ctx)
+                result = await self.local[name](params, ctx)
             else:
                 result = await self._forward(decl, params)
         except ToolFailure as failure:
@@ -173,9 +171,7 @@ class HostSurface:
         return result
 
     async def _forward(self, decl: ToolDecl, params: StrictInput) -> ToolResult:
-        """The one generic passthrough: body from arguments, identity from the binding."""
-        body = params.model_dump(mode="json", exclude_none=True)
-        body["agent_id"] = self.binding.agent_id
+        """The one generic passthrough: the request from the builder, the reply mapped."""
         client = self.admin if decl.destination == "center" else self.runtime
         if client is None:
             raise ToolFailure(
@@ -184,13 +180,13 @@ class HostSurface:
                 "has none: the operator must set AC_MCP_RUNTIME_SOCKET",
                 {"tool": decl.name, "variable": "AC_MCP_RUNTIME_SOCKET"},
             )
-        reply = await client.call(decl.route, body, retry_safe=decl.read_only)
+        reply = await client.call(self.requests.tool(decl, params), retry_safe=decl.read_only)
         return ToolResult(text=success_text(reply.body))
 
     def _explain(self, failure: ToolFailure) -> ToolFailure:
         """Add the remedy the center cannot know about to center codes that need one."""
-        if failure.code == "stale_generation":
-            return ToolFailure(
+        if isinstance(failure, StaleGeneration):
+            return StaleGeneration(
                 "stale_generation",
                 f"this host (generation {self.binding.generation}) has been superseded by a "
                 f"newer host for agent {self.binding.agent_id}; stop using these tools — the "
@@ -212,7 +208,6 @@ class HostSurface:
         loop.run_in_executor(None, __import__, "aiohttp")
 
 
-@local_handler("search_tools")
 async def search_tools(surface: HostSurface, params: StrictInput, ctx: CallContext) -> ToolResult:
     assert isinstance(params, SearchTools)
     deferred = [d for d in surface.catalog.values() if d.tier == "deferred"]
@@ -257,6 +252,3 @@ async def search_tools(surface: HostSurface, params: StrictInput, ctx: CallConte
     if unknown:
         payload["unknown_names"] = unknown
     return ToolResult(text=json.dumps(payload, ensure_ascii=False))
-
-
-from mcphost.host import files as _files  # noqa: E402,F401  registers upload_file/download_file

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcphost.errors import ToolFailure
-from mcphost.host.files import (
+from mcphost.host.files import parse_file_ref
+from mcphost.host.workspace import (
     Walker,
     check_destination,
     open_for_upload,
-    parse_file_ref,
     split_inside,
     workspace_problem,
 )

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from mcphost.errors import ToolFailure
-from mcphost.host.files import Walker, open_for_upload
 from mcphost.host.server import HostSurface
+from mcphost.host.workspace import Walker, open_for_upload
 from mcphost.surface import CallContext
 from mcphost.testing import DevCenter
 from tests.files.conftest import call, center_binding, local_binding, open_host

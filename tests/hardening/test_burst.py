@@ -58,7 +58,7 @@ def test_a_burst_on_a_healthy_center_completes(center: DevCenter) -> None:
 
 def test_the_client_queues_a_burst_instead_of_timing_out_on_connect(center: DevCenter) -> None:
     """The pooled client itself, in process, against the real devcenter over pinned TLS."""
-    from mcphost.admin.client import AdminClient
+    from mcphost.admin.client import AdminClient, AdminRequest
     from mcphost.admin.pinning import parse_pins
     from mcphost.admin.target import parse_target
 
@@ -73,7 +73,8 @@ def test_the_client_queues_a_burst_instead_of_timing_out_on_connect(center: DevC
 
         async def one() -> str:
             try:
-                await client.call("/admin/agent-tools/get_my_work", body, retry_safe=True)
+                request = AdminRequest("POST", "/admin/agent-tools/get_my_work", body)
+                await client.call(request, retry_safe=True)
             except ToolFailure as failure:
                 return f"{failure.code}:{failure.details.get('phase')}"
             return "ok"
@@ -111,7 +112,7 @@ def test_calls_that_give_up_in_the_queue_say_nothing_was_sent(
     silent_center: tuple[ScriptedServer, threading.Event],
 ) -> None:
     """4 slots held by a center that has not answered yet; 8 more calls give up in the queue."""
-    from mcphost.admin.client import AdminClient
+    from mcphost.admin.client import AdminClient, AdminRequest
     from mcphost.admin.target import AdminTarget
 
     server, release = silent_center
@@ -127,7 +128,9 @@ def test_calls_that_give_up_in_the_queue_say_nothing_was_sent(
 
         async def one(n: int) -> str | dict:
             try:
-                await client.call(f"/admin/agent-tools/get_task?n={n}", {"n": n})
+                await client.call(
+                    AdminRequest("POST", f"/admin/agent-tools/get_task?n={n}", {"n": n})
+                )
             except ToolFailure as failure:
                 return failure.payload()
             return "ok"
@@ -158,7 +161,7 @@ def test_calls_that_give_up_in_the_queue_say_nothing_was_sent(
 
 
 def test_waiting_calls_are_served_first_come_first_served() -> None:
-    from mcphost.admin.client import AdminClient
+    from mcphost.admin.client import AdminClient, AdminRequest
     from mcphost.admin.target import AdminTarget
 
     short = Path(tempfile.mkdtemp(prefix="mcph-bf-"))
@@ -167,7 +170,9 @@ def test_waiting_calls_are_served_first_come_first_served() -> None:
     async def scenario() -> None:
         client = AdminClient(AdminTarget(kind="unix", path=str(short / "admin.sock")), pool_size=1)
         try:
-            await asyncio.gather(*(client.call(f"/x/{n}", {}) for n in range(40)))
+            await asyncio.gather(
+                *(client.call(AdminRequest("POST", f"/x/{n}", {})) for n in range(40))
+            )
         finally:
             await client.aclose()
 
