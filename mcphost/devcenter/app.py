@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from mcphost.devcenter import files, ids, openapi, specs
-from mcphost.devcenter.center import CENTER_KEY, Center
+from mcphost.devcenter.center import CENTER_KEY, GENERATION_HEADER, Center
 from mcphost.devcenter.control import Faults
 from mcphost.devcenter.errors import ApiError
 from mcphost.devcenter.tools import HANDLERS
@@ -79,13 +79,14 @@ async def fork_executor(request: web.Request) -> web.Response:
     args = specs.check_values(body, specs.FORK_FIELDS)
     fork_id = "f-" + ids.ulid()
     center.store.run(
-        "INSERT INTO forks VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO forks VALUES (?, ?, ?, ?, ?, ?, ?)",
         fork_id,
         agent_id,
         args["task_id"],
         args["model"],
         args["context"],
         ids.stamp(),
+        request.headers.get(GENERATION_HEADER),  # recorded as sent (None: absent), not fenced
     )
     return web.json_response(
         {

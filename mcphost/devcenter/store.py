@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS file_refs (
     scope_id TEXT NOT NULL, created_by TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS forks (
     fork_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, task_id TEXT NOT NULL,
-    model TEXT, context TEXT, created_at TEXT NOT NULL);
+    model TEXT, context TEXT, created_at TEXT NOT NULL, generation TEXT);
 """
 
 TOKEN_PREFIX = "acat_"

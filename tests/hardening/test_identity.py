@@ -12,12 +12,18 @@ Ids the *center* supplies are data too: a stub center answers `upload_file` with
 `transfer_id`s (`T1?agent_id=agent-2`, `..`, slashes, fragments, arbitrary text), and every
 request the host then sends carries exactly one `agent_id=agent-1` and the id as one quoted path
 segment, or the call is refused (`admin_protocol_error`) before anything else is sent.
+The generation is identity too: the host runs as generation 3, and every request the center
+logged, every fork the runtime socket recorded (`fork_executor` goes there, not to the center)
+and `mcphost check`'s probe carry `X-AC-MCP-Generation: 3`. `mcphost check` is covered as its
+own route: its one request names `agent-1` in the body and nothing else.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import unicodedata
 from collections.abc import Iterator
@@ -33,11 +39,12 @@ from mcphost.catalog import CATALOG
 from mcphost.catalog.model import ToolDecl
 from mcphost.testing import DevCenter
 from tests.files.stub_center import StubCenter
-from tests.hardening.conftest import RawHost, host_env, walk_keys
+from tests.hardening.conftest import ROOT, RawHost, host_env, walk_keys
 
 pytestmark = pytest.mark.timeout(300)
 
 OTHER = "agent-2"
+GENERATION = "3"  # the host's AC_MCP_GENERATION: every request must carry it
 IDENTITY_KEYS = [
     "agent_id",
     "agentId",
@@ -143,8 +150,14 @@ def is_transfer(entry: dict[str, Any]) -> bool:
     return entry["method"] in ("PUT", "GET") and entry["route"].startswith("/admin/files/")
 
 
+def generation_header(entry: dict[str, Any]) -> str | None:
+    headers = {key.lower(): value for key, value in entry["headers"].items()}
+    return headers.get("x-ac-mcp-generation")
+
+
 def assert_center_heard_only_agent_1(center: DevCenter) -> None:
     for entry in center.requests(1000):
+        assert generation_header(entry) == GENERATION, entry
         query = entry["query"]
         if is_transfer(entry):
             FIGURES["transfer_queries_checked"] += 1
@@ -162,13 +175,15 @@ def assert_center_heard_only_agent_1(center: DevCenter) -> None:
                 assert depth == 0 and key == "agent_id" and item == "agent-1", entry
     for fork in center.forks():
         assert fork.get("agent_id") == "agent-1", fork
+        assert fork.get("generation") == GENERATION, fork
 
 
 @pytest.fixture(scope="module")
 def host(center: DevCenter) -> Iterator[RawHost]:
     center.agent_root.mkdir(parents=True, exist_ok=True)
     (center.agent_root / "ident.txt").write_text("identity probe\n")
-    with RawHost(host_env(center.binding_env("unix", AC_MCP_TIER_TOOLS="false"))) as running:
+    env = center.binding_env("unix", AC_MCP_TIER_TOOLS="false", AC_MCP_GENERATION=GENERATION)
+    with RawHost(host_env(env)) as running:
         running.initialize()
         yield running
         print(f"\nidentity figures: {FIGURES}")
@@ -234,6 +249,39 @@ def test_file_transfers_name_the_binding_agent_in_the_query(
         assert is_error == (file != uploaded["file_uri"]), result
     transfers = [e for e in center.requests(1000) if is_transfer(e)]
     assert {e["method"] for e in transfers[-3:]} == {"PUT", "GET"}, transfers[-3:]
+    assert_center_heard_only_agent_1(center)
+
+
+def test_fork_executor_reaches_the_runtime_socket_as_the_binding(
+    center: DevCenter, host: RawHost
+) -> None:
+    """The runtime socket hears the binding's agent and generation, whatever the arguments."""
+    is_error, result = host.call("fork_executor", {"task_id": "t-gen", "model": "agent-2"})
+    assert not is_error, result
+    fork = [f for f in center.forks() if f["task_id"] == "t-gen"][-1]
+    assert (fork["agent_id"], fork["generation"]) == ("agent-1", GENERATION), fork
+    assert_center_heard_only_agent_1(center)
+
+
+def test_mcphost_check_probes_as_the_binding(center: DevCenter) -> None:
+    """`mcphost check`: its one request is the binding's agent and generation, nothing else."""
+    before = center.requests(1)  # the log keeps 1,000 entries: compare its tail, not its length
+    env = host_env(center.binding_env("unix", AC_MCP_GENERATION=GENERATION))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mcphost.cli", "check", "--json"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    tail = center.requests(len(before) + 1)
+    assert tail[: len(before)] == before, "check sent more than one request"
+    sent = tail[len(before) :]
+    assert [(e["method"], e["route"]) for e in sent] == [
+        ("POST", "/admin/agent-tools/get_my_work")
+    ], sent
+    assert sent[0]["body"] == {"agent_id": "agent-1"} and sent[0]["query"] == {}, sent
     assert_center_heard_only_agent_1(center)
 
 
