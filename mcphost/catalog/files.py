@@ -1,7 +1,9 @@
 """File tools that move bytes between the agent's workspace and the center.
 
 Owns: the `upload_file` / `download_file` declarations (core tier, served locally by
-`mcphost.host.files`, which owns containment and the byte movers). Pure data.
+`mcphost.host.files`; containment is `mcphost.host.workspace`, the byte movers
+`mcphost.host.transfer`). Pure data. `UPLOAD_FILE.route` is also the center route of an
+upload's first step (`mcphost.host.requests`).
 Must never: declare `agent_id` or a workspace root; both come from the binding.
 """
 
