@@ -6,8 +6,8 @@ overrides (`MCPHOST_RELAY_REQUEST_TIMEOUT_MS`, `MCPHOST_RELAY_HELLO_TIMEOUT_MS`;
 
 Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), take an abbreviated
 option for a longer one or echo an unknown argument's value (`mcphost.cliargs`), exit non-zero for
-an association problem (the server starts and reports it per call), or connect to the relay
-before the first relay-backed tool call.
+an association problem (the server starts and reports it per call), or wait for the relay before
+serving (the stream's Hello goes out in the background when the server is built).
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def make_stream(
         request_timeout=_millis("MCPHOST_RELAY_REQUEST_TIMEOUT_MS", 5.0),
         on_events=on_events,
         on_note=on_note,
+        register_now=True,  # seed 000: Hello-registered when the server is built
     )
 
 

@@ -1,9 +1,17 @@
 """The one long-lived relay connection, multiplexed by `request_id`.
 
-Owns: connecting to the relay's Unix socket (lazily, on the first call; deep paths go through
+Owns: connecting to the relay's Unix socket (deep paths go through
 `/proc/self/fd/<dirfd>/relay.sock` to dodge the 107-byte `sun_path` limit), the Hello handshake
 (2 s ack timeout; `runtime_identity_claim_conflict` retried every 50 ms for up to 1 s, then
 `TimedOut`), framing (newline-delimited JSON), and matching responses to waiting calls.
+
+When: as seed 000 says, the stream is Hello-registered when the server is built
+(`register_now=True`, which `mcphost relay-tools` passes): a background task connects and sends
+Hello at once, so serving never waits for the relay. If that fails (the relay is down, or refuses
+the Hello), nothing is reported then and the stream stays unconnected: a call that was waiting on
+that first Hello gets its failure, and every later call connects afresh, as a call after any
+transport failure does (so `list principals` still synthesizes the down home bundle). Without
+`register_now` (or outside a running loop) the stream connects on the first call.
 
 Concurrency: unlike upstream (one call at a time behind a mutex), any number of calls share the
 connection at once. Each call registers a future under a fresh `request_id`, writes one frame and
@@ -81,7 +89,8 @@ class _Connection:
 
 
 class RelayStream:
-    """A lazily opened, self-healing, multiplexed client connection to the relay."""
+    """A self-healing, multiplexed client connection to the relay, opened at `register()` or
+    on the first call."""
 
     def __init__(
         self,
@@ -94,6 +103,7 @@ class RelayStream:
         claim_retry: float = 1.0,
         on_events: Callable[[int], None] | None = None,
         on_note: Callable[..., None] | None = None,
+        register_now: bool = False,
     ) -> None:
         self.socket_path = socket_path
         self.principal_id = principal_id
@@ -107,6 +117,29 @@ class RelayStream:
         self._lock = asyncio.Lock()
         self._unreported_events = 0
         self.events_ignored = 0
+        self._registering: asyncio.Task[None] | None = None
+        self._register_failure: RelayIOError | ToolFailure | None = None
+        if register_now:
+            self.register()
+
+    def register(self) -> None:
+        """Connect and send Hello now, in the background (seed 000: Hello-registered at server
+        construction). Never raises: a failure is kept for a call already waiting on it."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the first call connects
+        if self._registering is None or self._registering.done():
+            self._registering = loop.create_task(self._register())
+
+    async def _register(self) -> None:
+        self._register_failure = None
+        try:
+            await self._open()
+        except (RelayIOError, ToolFailure) as exc:
+            self._register_failure = exc
+        except Exception:  # anything else: the next call connects and reports for itself
+            pass
 
     # -- public ---------------------------------------------------------------------------
 
@@ -139,6 +172,11 @@ class RelayStream:
             conn.pending.pop(request_id, None)
 
     async def aclose(self) -> None:
+        registering, self._registering = self._registering, None
+        if registering is not None and not registering.done():
+            registering.cancel()
+            with contextlib.suppress(BaseException):
+                await registering
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -154,6 +192,18 @@ class RelayStream:
         conn = self._conn
         if conn is not None and not conn.closed:
             return conn
+        registering = self._registering
+        if registering is not None and not registering.done():
+            # the Hello sent when the server was built is in flight: its outcome is ours too
+            await asyncio.shield(registering)
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            if self._register_failure is not None:
+                raise self._register_failure
+        return await self._open()
+
+    async def _open(self) -> _Connection:
         async with self._lock:
             conn = self._conn
             if conn is not None and not conn.closed:

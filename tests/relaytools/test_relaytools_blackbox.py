@@ -146,7 +146,7 @@ async def test_associated_instructions_help_and_schemas(env: Env, relay: FakeRel
         assert data["details"] == {"fields": ["unexpected"]}
         code, data = await error_of(c, "nosuch", {})
         assert (code, data["code"]) == (-32602, "validation_invalid_params")
-    assert relay.connections == 0  # help never reaches the relay
+    assert relay.requests == []  # help never reaches the relay (only the start-up Hello does)
 
 
 async def test_session_psk_is_presented_at_hello(env: Env, relay: FakeRelay) -> None:
@@ -240,6 +240,37 @@ async def test_list_unreachable_relay_synthesizes_down_views(env: Env) -> None:
         assert out["bundles"][0]["state_reason_code"] == "relay_unavailable"
         code, data = await error_of(c, "send", {"message": "hi", "targets": ["bravo"]})
         assert data["details"]["io_error_kind"] == "ConnectionRefused"
+
+
+async def _poll(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_hello_is_registered_when_the_server_is_built(env: Env, relay: FakeRelay) -> None:
+    # seed 000: the relay stream is Hello-registered at server construction, before any call
+    relay.respond("up", {"kind": "bundle_transition", "schema_version": "1"})
+    async with sdk_client(env) as c:
+        await _poll(lambda: len(relay.hellos) == 1)
+        assert relay.requests == [] and relay.connections == 1
+        assert relay.hellos[0]["principal_id"] == "alpha@party"
+        await ok(c, "updown", {"command": "up"})
+        assert relay.connections == 1 and len(relay.hellos) == 1  # the same connection
+
+
+async def test_relay_down_at_start_then_up_serves_and_connects_on_the_next_call(env: Env) -> None:
+    async with sdk_client(env) as c:
+        out = await ok(c, "list", {"command": "principals"})
+        assert out["bundles"][0]["state_reason_code"] == "not_started"
+        relay = await FakeRelay(env.socket).start()
+        try:
+            relay.respond("up", {"kind": "bundle_transition", "schema_version": "1"})
+            await ok(c, "updown", {"command": "up"})
+            assert relay.connections == 1 and len(relay.hellos) == 1
+        finally:
+            await relay.stop()
 
 
 async def test_list_decisions_passthrough(env: Env, relay: FakeRelay) -> None:

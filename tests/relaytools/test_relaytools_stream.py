@@ -46,6 +46,52 @@ async def test_hello_then_lazy_single_connection(relay: FakeRelay, env: Env) -> 
     assert len(frame["request_id"]) == 36
 
 
+async def test_register_now_sends_hello_before_any_call(relay: FakeRelay, env: Env) -> None:
+    relay.respond("send", echo)
+    stream = make_stream(env.socket, register_now=True)
+    deadline = time.monotonic() + 5
+    while not relay.hellos:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    assert relay.requests == []
+    out = await stream.request({"operation": "send", "request_id": "r"})
+    assert out["request_id"] == "r"
+    await stream.aclose()
+    assert relay.connections == 1 and len(relay.hellos) == 1
+
+
+async def test_register_now_with_the_relay_down_raises_nothing_and_calls_connect_later(
+    env: Env,
+) -> None:
+    stream = make_stream(env.socket, register_now=True)
+    with pytest.raises(RelayIOError) as caught:  # waits on the start-up Hello: its failure
+        await stream.request({"operation": "send"})
+    assert caught.value.kind == "NotFound"
+    relay = await FakeRelay(env.socket).start()
+    try:
+        relay.respond("send", echo)
+        out = await stream.request({"operation": "send", "request_id": "later"})
+        assert out["request_id"] == "later" and relay.connections == 1
+    finally:
+        await stream.aclose()
+        await relay.stop()
+
+
+async def test_a_call_waiting_on_the_start_up_hello_gets_its_refusal(
+    relay: FakeRelay, env: Env
+) -> None:
+    relay.hello_reply = {
+        "frame": "response",
+        "response": relay_error("validation_unknown_sender", "no"),
+    }
+    stream = make_stream(env.socket, register_now=True)
+    with pytest.raises(ToolFailure) as caught:
+        await stream.request({"operation": "send"})
+    assert caught.value.code == "validation_unknown_sender"
+    await stream.aclose()
+    assert relay.requests == [] and len(relay.hellos) == 1
+
+
 async def test_parallel_calls_answered_out_of_order_take_one_round_trip(
     relay: FakeRelay, env: Env
 ) -> None:
