@@ -11,8 +11,10 @@ a control or non-ASCII character) is refused at start with the variable named, t
 the first bad character given, and the token not shown. A `AC_MCP_WORKER_TOKEN_FILE` value that
 is not an absolute path is not shown either: it is most likely the token itself.
 
-Why not pydantic-settings: its errors name fields rather than variables and it costs ~140 ms of
-start-up per agent; ten variables do not need it.
+Built on the settings base (`mcphost.settings`): `AgentBinding` is a frozen pydantic-settings
+model with the `AC_MCP_` prefix; the grammar functions here stay pure (configgen imports them)
+and each field validator calls one, so pydantic's field names never reach an operator. All
+problems are collected (`BindingError.problems`), the first is `str()`.
 
 Must never: take identity from anywhere but the environment given, or put the token in a
 message, repr or log record.
@@ -24,10 +26,13 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from mcphost.admin.pinning import PinError, parse_pins
 from mcphost.admin.target import AdminTarget, TargetError, parse_target
+from mcphost.settings import SettingError, Settings
 
 PREFIX = "AC_MCP_"
 AGENT_ID = "AC_MCP_AGENT_ID"
@@ -50,30 +55,13 @@ TOKEN_EXPECTED = (
     "a bearer token on one line: printable ASCII letters, digits and punctuation, "
     f"no spaces, line breaks or control characters, at most {TOKEN_MAX} characters"
 )
+_TARGET_EXPECTED = "unix:/abs/path.sock, /abs/path.sock or tcp://host:port"
 
 
-class BindingError(ValueError):
-    """A bad `AC_MCP_*` value. `str()` is the one-line operator message."""
+class BindingError(SettingError):
+    """A bad `AC_MCP_*` value. `str()` is the one-line operator message; `.variable` names it."""
 
     code = "bad_binding"
-
-    def __init__(
-        self, variable: str, shown_value: str | None, expected: str, *, problem: str | None = None
-    ) -> None:
-        """`problem` replaces "is <shown_value>" when the value must not be shown."""
-        self.variable = variable
-        self.shown_value = shown_value
-        self.expected = expected
-        if problem is not None:
-            got = problem
-        else:
-            got = "is not set" if shown_value is None else f"is {shown_value}"
-        self.problem = got
-        super().__init__(f"{variable} {got}: expected {expected}")
-
-    def details(self) -> dict[str, str]:
-        """Structured details for machine-readable reports (never the token)."""
-        return {"variable": self.variable, "problem": self.problem, "expected": self.expected}
 
 
 class Secret:
@@ -102,19 +90,33 @@ class Secret:
         return hash(self._value)
 
 
-@dataclass(frozen=True, slots=True)
-class AgentBinding:
-    """One agent's identity and where its center lives. Built once; never mutated."""
+class AgentBinding(Settings):
+    """One agent's identity and where its center lives. Built once; never mutated.
 
-    agent_id: str
-    target: AdminTarget
-    token: Secret = field(default_factory=lambda: Secret(""))
-    pins: tuple[bytes, ...] = ()
+    A pydantic-settings model over the `AC_MCP_*` variables (`from_env`); each field's
+    validator calls the pure grammar below, so every error is a `BindingError` that names the
+    variable. Built directly (`AgentBinding(agent_id=..., target=...)`) it reads no environment.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX)
+    error_class = BindingError
+
+    # Field order is the order problems are reported in.
+    agent_id: str = Field(description="the agent's id (a non-empty string)")
+    target: AdminTarget = Field(validation_alias=ADMIN_URL, description=_TARGET_EXPECTED)
+    pins: tuple[bytes, ...] = Field((), validation_alias=SERVER_FINGERPRINT)
+    token: Secret = Field(
+        default_factory=lambda: Secret(""),
+        validation_alias=WORKER_TOKEN,
+        json_schema_extra={"secret": True},
+    )
+    token_file: str | None = Field(
+        None, validation_alias=WORKER_TOKEN_FILE, json_schema_extra={"secret": True}
+    )
     agent_root: str | None = None
     runtime_socket: str | None = None
     tier_tools: bool = True
     generation: int = 0
-    token_file: str | None = None
 
     @classmethod
     def from_env(
@@ -122,62 +124,102 @@ class AgentBinding:
     ) -> AgentBinding:
         """Parse the `AC_MCP_*` variables of `env` (default: the process environment).
 
-        `read_token_file=False` checks `AC_MCP_WORKER_TOKEN_FILE` for shape only (configgen
-        validates bindings for another process and must not read the secret).
+        Values are trimmed; an empty one is unset. `read_token_file=False` checks
+        `AC_MCP_WORKER_TOKEN_FILE` for shape only (configgen validates bindings for another
+        process and must not read the secret).
         """
-        env = os.environ if env is None else env
+        return cls.load(env=os.environ if env is None else env, read_token_file=read_token_file)
 
-        def get(name: str) -> str:
-            return env.get(name, "").strip()
-
-        agent_id = get(AGENT_ID)
-        if not agent_id:
-            raise BindingError(AGENT_ID, None, "the agent's id (a non-empty string)")
-        if not _AGENT_ID.fullmatch(agent_id):
+    @field_validator("agent_id", mode="before")
+    @classmethod
+    def _agent_id(cls, raw: object) -> object:
+        if isinstance(raw, str) and not _AGENT_ID.fullmatch(raw):
+            if not raw.strip():
+                raise BindingError(AGENT_ID, None, "the agent's id (a non-empty string)")
             raise BindingError(
-                AGENT_ID, repr(agent_id), "an id without whitespace or control characters"
+                AGENT_ID, repr(raw), "an id without whitespace or control characters"
             )
+        return raw
 
-        raw_url = get(ADMIN_URL)
-        if not raw_url:
-            raise BindingError(
-                ADMIN_URL, None, "unix:/abs/path.sock, /abs/path.sock or tcp://host:port"
-            )
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target(cls, raw: object) -> object:
+        if not isinstance(raw, str):
+            return raw
         try:
-            target = parse_target(raw_url)
+            return parse_target(raw)
         except TargetError as exc:
-            raise BindingError(ADMIN_URL, repr(raw_url), str(exc)) from None
+            raise BindingError(ADMIN_URL, repr(raw), str(exc)) from None
 
-        raw_pins = get(SERVER_FINGERPRINT)
-        pins: tuple[bytes, ...] = ()
-        if raw_pins:
+    @field_validator("pins", mode="before")
+    @classmethod
+    def _pins(cls, raw: object, info: ValidationInfo) -> object:
+        if isinstance(raw, str):
             try:
-                pins = parse_pins(raw_pins)
+                raw = parse_pins(raw) if raw.strip() else ()
             except PinError as exc:
-                raise BindingError(SERVER_FINGERPRINT, repr(raw_pins), str(exc)) from None
-        elif target.kind == "tcp":
+                raise BindingError(SERVER_FINGERPRINT, repr(raw), str(exc)) from None
+        target = info.data.get("target")
+        if not raw and isinstance(target, AdminTarget) and target.kind == "tcp":
             raise BindingError(
                 SERVER_FINGERPRINT,
                 None,
                 "the center's certificate fingerprint (sha256:AB:CD:...); tcp:// targets are "
                 "pinned so the token never reaches an unverified peer",
             )
+        return raw
 
-        token, token_file = _read_token(
-            get(WORKER_TOKEN), get(WORKER_TOKEN_FILE), read_file=read_token_file
-        )
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, raw: object) -> object:
+        if isinstance(raw, str):
+            return Secret(check_token(WORKER_TOKEN, raw) if raw else "")
+        return raw
 
-        return cls(
-            agent_id=agent_id,
-            target=target,
-            token=Secret(token),
-            pins=pins,
-            agent_root=_absolute_or_none(AGENT_ROOT, get(AGENT_ROOT)),
-            runtime_socket=_absolute_or_none(RUNTIME_SOCKET, get(RUNTIME_SOCKET)),
-            tier_tools=parse_bool(TIER_TOOLS, get(TIER_TOOLS), default=True),
-            generation=parse_generation(get(GENERATION)),
-            token_file=token_file,
-        )
+    @field_validator("token_file", mode="before")
+    @classmethod
+    def _token_file(cls, raw: object, info: ValidationInfo) -> object:
+        if not isinstance(raw, str) or not raw:
+            return raw or None
+        inline = info.data.get("token")
+        if isinstance(inline, Secret) and inline:
+            shown = _token_file_shown(raw)
+            raise BindingError(
+                WORKER_TOKEN_FILE,
+                shown,
+                f"either {WORKER_TOKEN} or {WORKER_TOKEN_FILE} (an absolute path), not both",
+                problem=None if shown else f"is set along with {WORKER_TOKEN} and {_NOT_A_PATH}",
+            )
+        if not raw.startswith("/"):
+            raise BindingError(
+                WORKER_TOKEN_FILE, None, "an absolute path to the token file", problem=_NOT_A_PATH
+            )
+        return raw
+
+    @field_validator("agent_root", "runtime_socket", mode="before")
+    @classmethod
+    def _absolute(cls, raw: object, info: ValidationInfo) -> object:
+        if isinstance(raw, str):
+            return _absolute_or_none(cls.env_name(info.field_name or ""), raw)
+        return raw
+
+    @field_validator("tier_tools", mode="before")
+    @classmethod
+    def _tier_tools(cls, raw: object) -> object:
+        return parse_bool(TIER_TOOLS, raw, default=True) if isinstance(raw, str) else raw
+
+    @field_validator("generation", mode="before")
+    @classmethod
+    def _generation(cls, raw: object) -> object:
+        return parse_generation(raw) if isinstance(raw, str) else raw
+
+    @model_validator(mode="after")
+    def _read_token(self) -> AgentBinding:
+        """Read the token file (when `from_env` was asked to) once every field is valid."""
+        if self.token_file and self.load_option("read_token_file", False):
+            token = Secret(_read_token_file(self.token_file))
+            object.__setattr__(self, "token", token)
+        return self
 
 
 def parse_bool(variable: str, raw: str, *, default: bool) -> bool:
@@ -250,24 +292,8 @@ def _token_file_shown(path: str) -> str | None:
 _NOT_A_PATH = "is not an absolute path (its value is not shown: it may be the token itself)"
 
 
-def _read_token(inline: str, path: str, *, read_file: bool = True) -> tuple[str, str | None]:
-    """The bearer token, from `AC_MCP_WORKER_TOKEN` or a private file; never both."""
-    if inline and path:
-        shown = _token_file_shown(path)
-        raise BindingError(
-            WORKER_TOKEN_FILE,
-            shown,
-            f"either {WORKER_TOKEN} or {WORKER_TOKEN_FILE} (an absolute path), not both",
-            problem=None if shown else f"is set along with {WORKER_TOKEN} and {_NOT_A_PATH}",
-        )
-    if not path:
-        return (check_token(WORKER_TOKEN, inline) if inline else ""), None
-    if not path.startswith("/"):
-        raise BindingError(
-            WORKER_TOKEN_FILE, None, "an absolute path to the token file", problem=_NOT_A_PATH
-        )
-    if not read_file:
-        return "", path
+def _read_token_file(path: str) -> str:
+    """The bearer token from a private file: regular, not a symlink, 0600, one line."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -291,4 +317,4 @@ def _read_token(inline: str, path: str, *, read_file: bool = True) -> tuple[str,
     if not token:
         raise BindingError(WORKER_TOKEN_FILE, repr(path), "a file containing the token")
     check_token(WORKER_TOKEN_FILE, token, source=f"is {path!r}, whose content ")
-    return token, path
+    return token

@@ -42,7 +42,8 @@ def main(argv: list[str]) -> int:
     try:
         binding = AgentBinding.from_env()
     except BindingError as exc:
-        print(f"mcphost: {exc}", file=sys.stderr)
+        for line in exc.lines():  # one line per bad variable
+            print(f"mcphost: {line}", file=sys.stderr)
         return 2
 
     from mcphost import events
