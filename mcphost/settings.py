@@ -146,6 +146,8 @@ class Settings(BaseSettings):
     )
 
     error_class: ClassVar[type[SettingError]] = SettingError
+    # field -> its command-line flag, where it is not `--<field-with-dashes>`
+    flag_names: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     def settings_customise_sources(
@@ -217,7 +219,7 @@ class Settings(BaseSettings):
         """How the operator spelled the setting at `loc` (a field name first) in `source`."""
         first = str(loc[0])
         if source == FLAG:
-            return "--" + first.replace("_", "-")
+            return cls.flag_names.get(first) or "--" + first.replace("_", "-")
         if source == FILE:
             return f"{file}: {'.'.join(str(part) for part in loc)}"
         return cls.env_name(first)

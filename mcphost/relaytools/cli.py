@@ -2,7 +2,9 @@
 
 Owns: the command line (agentmux's `host mcp` flags, plus the older spellings), the two timeout
 overrides (`MCPHOST_RELAY_REQUEST_TIMEOUT_MS`, `MCPHOST_RELAY_HELLO_TIMEOUT_MS`; defaults 5000 and
-2000, as upstream), and wiring layout -> stream -> surface -> `mcpwire.stdio.run`.
+2000, as upstream; read by `relaytools.settings.RelayTimeouts`: a value that is not a positive
+number of milliseconds exits 2 naming the variable), and wiring layout -> stream -> surface ->
+`mcpwire.stdio.run`.
 
 Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), take an abbreviated
 option for a longer one or echo an unknown argument's value (`mcphost.cliargs`), exit non-zero for
@@ -13,7 +15,6 @@ serving (the stream's Hello goes out in the background when the server is built)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -69,25 +70,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _millis(name: str, default: float) -> float:
-    try:
-        value = float(os.environ[name]) / 1000.0
-    except (KeyError, ValueError):
-        return default
-    return value if value > 0 else default
-
-
 def make_stream(
     layout: Layout, on_events: Callable[[int], None], on_note: Callable[..., None]
 ) -> Relay:
+    from mcphost.relaytools.settings import RelayTimeouts
     from mcphost.relaytools.stream import RelayStream
 
+    timeouts = RelayTimeouts.from_env()  # checked at start by `main`
     return RelayStream(
         str(layout.socket_path),
         layout.principal_id,
         layout.identity_token,
-        hello_timeout=_millis("MCPHOST_RELAY_HELLO_TIMEOUT_MS", 2.0),
-        request_timeout=_millis("MCPHOST_RELAY_REQUEST_TIMEOUT_MS", 5.0),
+        hello_timeout=timeouts.hello_s,
+        request_timeout=timeouts.request_s,
         on_events=on_events,
         on_note=on_note,
         register_now=True,  # seed 000: Hello-registered when the server is built
@@ -98,6 +93,15 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.state == "":
         print("mcphost relay-tools: --state-directory must not be empty", file=sys.stderr)
+        return 2
+    from mcphost.relaytools.settings import RelayTimeouts
+    from mcphost.settings import SettingError
+
+    try:
+        RelayTimeouts.from_env()
+    except SettingError as exc:
+        for line in exc.lines():  # one line per bad variable
+            print(f"mcphost relay-tools: {line}", file=sys.stderr)
         return 2
 
     from mcphost.mcpwire import stdio

@@ -24,8 +24,11 @@ An association that was asked for explicitly (flag or env) but cannot be built b
 retained *fault*: the server still starts, and relay-backed tools report the fault's code. An
 implicit one that fails leaves the server plainly unassociated.
 
-Must never: log or return the PSK; write anything; import heavy modules (tomllib is imported only
-when a TOML file is actually read).
+Flags and `AGENTMUX_*` are read by `mcphost.relaytools.settings.AgentmuxSettings` (pydantic-settings,
+imported lazily by `resolve`); `XDG_*` and `HOME` are only fallbacks and read here.
+
+Must never: log or return the PSK; write anything; import heavy modules at module level (tomllib
+and the settings model are imported only when used).
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
+
+if TYPE_CHECKING:
+    from mcphost.relaytools.settings import AgentmuxSettings
 
 SOCKET_NAME = "relay.sock"
 SOCKET_TRUST = "socket-trust"
@@ -122,22 +128,30 @@ class Layout:
 # -- roots -----------------------------------------------------------------------------------
 
 
+def _settings(env: Mapping[str, str], **flags: Any) -> AgentmuxSettings:
+    """Flags > `AGENTMUX_*`, read by the settings model (imported here: it costs start-up)."""
+    from mcphost.relaytools.settings import AgentmuxSettings
+
+    return AgentmuxSettings.from_env(env, **flags)
+
+
 def configuration_roots(flags: Sequence[str], env: Mapping[str, str]) -> tuple[Path, ...]:
-    if flags:
-        return tuple(_absolute(p) for p in flags)
-    value = env.get("AGENTMUX_CONFIGURATION_DIRECTORY", "")
-    parts = [p for p in value.split(":") if p]
-    if parts:
-        return tuple(_absolute(p) for p in parts)
-    return (_xdg(env, "XDG_CONFIG_HOME", ".config") / "agentmux",)
+    return _configuration_roots(_settings(env, configuration_directory=tuple(flags)), env)
 
 
 def state_root(flag: str | None, env: Mapping[str, str]) -> Path:
-    if flag:
-        return _absolute(flag)
-    value = env.get("AGENTMUX_STATE_DIRECTORY")
-    if value:
-        return _absolute(value)
+    return _state_root(_settings(env, state_directory=flag), env)
+
+
+def _configuration_roots(settings: AgentmuxSettings, env: Mapping[str, str]) -> tuple[Path, ...]:
+    if settings.configuration_directory:
+        return tuple(_absolute(p) for p in settings.configuration_directory)
+    return (_xdg(env, "XDG_CONFIG_HOME", ".config") / "agentmux",)
+
+
+def _state_root(settings: AgentmuxSettings, env: Mapping[str, str]) -> Path:
+    if settings.state_directory:
+        return _absolute(settings.state_directory)
     return _xdg(env, "XDG_STATE_HOME", ".local/state") / "agentmux"
 
 
@@ -289,16 +303,23 @@ def resolve(
 ) -> Layout:
     """Resolve roots and association. Never raises: failures become a `Fault` or unassociation."""
     env = os.environ if env is None else env
-    roots = configuration_roots(configuration_flags, env)
-    state = state_root(state_flag, env)
+    settings = _settings(
+        env,
+        bundle=bundle_flag,
+        session=session_flag,
+        configuration_directory=tuple(configuration_flags),
+        state_directory=state_flag,
+    )
+    roots = _configuration_roots(settings, env)
+    state = _state_root(settings, env)
     inscriptions = _absolute(inscriptions_flag) if inscriptions_flag else state / "inscriptions"
     base = Layout(configuration_roots=roots, state_root=state, inscriptions_root=inscriptions)
 
     overrides = _mcp_overrides(roots)
-    bundle = bundle_flag or env.get("AGENTMUX_BUNDLE") or None
+    bundle = settings.bundle  # flag or AGENTMUX_BUNDLE: explicit
     explicit = bundle is not None
     bundle = bundle or overrides.get("bundle_name") or default_bundle
-    session = session_flag or env.get("AGENTMUX_SESSION") or None
+    session = settings.session  # flag or AGENTMUX_SESSION
     explicit = explicit or session is not None
     session = session or overrides.get("session_name")
 
