@@ -1,14 +1,19 @@
 """The relay tools' error taxonomy: one exception type carrying a stable code, and its JSON-RPC form.
 
-Owns: `ToolFailure` (code, message, details), the rule that maps a code to a JSON-RPC error
-code (`validation_*` and `authorization_forbidden` -> -32602, everything else -> -32603), the
+Owns: `ToolFailure` (code, message, details) and `ClaimConflict`, the one relay error the
+stream acts on (it retries the Hello) rather than passing through, the rule that maps a code to a
+JSON-RPC error code (`validation_*` and `authorization_forbidden` -> -32602, everything else ->
+-32603: agentmux's contract names the class by the code, so this rule reads codes), the
 relay I/O classification (Python exception -> Rust-style `io_error_kind` -> `relay_unavailable` /
 `relay_timeout` / `internal_unexpected_failure`), and the constructors for the failures this
 package raises itself.
 
 Why not `mcphost.errors.ToolFailure`: the host's failures become `isError` tool results with
 `details` always an object; agentmux's contract is a JSON-RPC error whose `data.details` may be
-`null` and whose code class follows from the code. Same idea, a different wire contract.
+`null` (kept as `None`, distinct from `{}`, when a relay error passes through) and whose code
+class follows from the code. Same idea, a different wire contract, so folding the two into one
+class would make one of them lie about `details`; the families stay apart, and neither surface
+can catch the other's failures by accident.
 
 Must never: do I/O, or put a credential (PSK) into a message or details.
 """
@@ -23,6 +28,8 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
 REMEDY = "mcphost relay-tools --bundle <name> --session-name <id>"
+
+CLAIM_CONFLICT = "runtime_identity_claim_conflict"
 
 UNAVAILABLE_KINDS = frozenset(
     {
@@ -54,6 +61,10 @@ class ToolFailure(Exception):
 
     def __repr__(self) -> str:
         return f"ToolFailure({self.code!r}, {self.message!r}, {self.details!r})"
+
+
+class ClaimConflict(ToolFailure):
+    """The relay refused the Hello: this identity is still claimed by a live connection."""
 
 
 def rpc_code_for(code: str) -> int:
@@ -115,12 +126,14 @@ def unexpected_response(response: Any) -> ToolFailure:
 
 
 def from_relay_error(error: Any) -> ToolFailure:
-    """A relay `{"kind":"error","error":{code,message,details?}}` passes through unchanged."""
+    """A relay `{"kind":"error","error":{code,message,details?}}` passes through unchanged (as a
+    `ClaimConflict` when it is one: the only relay code read here)."""
     if not isinstance(error, dict) or not isinstance(error.get("code"), str):
         return unexpected_response({"kind": "error", "error": error})
     message = error.get("message")
     details = error.get("details")
-    return ToolFailure(
+    kind = ClaimConflict if error["code"] == CLAIM_CONFLICT else ToolFailure
+    return kind(
         error["code"],
         message if isinstance(message, str) else error["code"],
         details if isinstance(details, dict) else None,

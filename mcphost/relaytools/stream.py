@@ -38,12 +38,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mcphost.relaytools.errors import RelayIOError, ToolFailure, from_relay_error, io_kind
+from mcphost.relaytools.errors import (
+    ClaimConflict,
+    RelayIOError,
+    ToolFailure,
+    from_relay_error,
+    io_kind,
+)
 
 SCHEMA_VERSION = "1"
 READ_LIMIT = 64 * 1024 * 1024
 SUN_PATH_MAX = 100
-CLAIM_CONFLICT = "runtime_identity_claim_conflict"
 
 
 def new_request_id() -> str:
@@ -239,7 +244,7 @@ class RelayStream:
                 )
             await asyncio.sleep(0.05)
 
-    async def _hello(self, conn: _Connection) -> ToolFailure | None:
+    async def _hello(self, conn: _Connection) -> ClaimConflict | None:
         """None when acknowledged; the conflict failure when the identity is claimed."""
         hello = {
             "frame": "hello",
@@ -278,7 +283,7 @@ class RelayStream:
         response = frame.get("response") if frame.get("frame") == "response" else None
         if isinstance(response, dict) and response.get("kind") == "error":
             failure = from_relay_error(response.get("error"))
-            if failure.code == CLAIM_CONFLICT:
+            if isinstance(failure, ClaimConflict):
                 return failure
             raise failure
         raise RelayIOError("InvalidData", f"relay answered hello with frame {frame.get('frame')!r}")
