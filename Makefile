@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mcphost-installed
 NODE_STAMP := tools/node_modules/.mcphost-installed
 
-.PHONY: demo test lint bench clean venv node
+.PHONY: demo test test-slow lint bench clean venv node
 
 venv: $(STAMP)
 
@@ -30,8 +30,13 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff format --check mcphost configgen tests bench
 	@$(VENV)/bin/mypy
 
+# The suite to run before every commit: lint, then pytest in parallel without `slow` tests.
 test: $(STAMP) node lint
 	@$(PY) -m pytest
+
+# The long load and payload tests (CI runs them after `make test`).
+test-slow: $(STAMP) node
+	@$(PY) -m pytest -m slow
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
