@@ -2,6 +2,8 @@
 
 The host must classify each failure with a stable code, keep serving, and recover by itself
 when the center comes back: no host restart, no stale pooled connection poisoning a later call.
+The tests wait for conditions and compare orders, never wall time; `make bench`
+(bench/lifecycle.py) reports how fast a dead center is noticed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from mcphost.testing import DevCenter
 from tests.hardening.conftest import RawHost, host_env
+from tests.waiting import arrived, count, until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,17 +30,17 @@ def test_center_killed_mid_call_then_restarted(center: DevCenter, transport: str
         host.initialize()
         ok, _ = host.call("get_my_work", {})
         assert not ok
-        center.set_faults(delay_ms={"get_my_work": 5000})
+        center.set_faults(delay_ms={"get_my_work": 60_000})
+        before = count(center, "/admin/agent-tools/get_my_work")
         pending = host.request("tools/call", {"name": "get_my_work", "arguments": {}})
-        time.sleep(0.5)
+        until(arrived(center, "/admin/agent-tools/get_my_work", before), what="call at center")
         assert center.pid is not None
         os.kill(center.pid, signal.SIGKILL)  # no graceful close: the socket just dies
         FIGURES["faults_injected"] += 1
-        started = time.monotonic()
-        answer = host.wait(pending, timeout=10)
+        # the dead socket is noticed: `admin_unavailable`, not the call timeout's `admin_timeout`
+        answer = host.wait(pending, timeout=30)
         result = answer["result"]
         assert result["isError"] and '"admin_unavailable"' in result["content"][0]["text"]
-        assert time.monotonic() - started < 2
         # while it is down: classified, fast
         is_error, down = host.call("get_my_work", {}, timeout=10)
         assert is_error and down["error"] == "admin_unavailable", down
@@ -54,7 +57,7 @@ def test_center_killed_mid_call_then_restarted(center: DevCenter, transport: str
 
 
 def test_slow_center_times_out_one_call_while_others_complete(center: DevCenter) -> None:
-    env = host_env(center.binding_env("unix"), MCPHOST_CALL_TIMEOUT_SECONDS="1.5")
+    env = host_env(center.binding_env("unix"), MCPHOST_CALL_TIMEOUT_SECONDS="3")
     with center.faults(delay_ms={"get_task": 6000}), RawHost(env) as host:
         host.initialize()
         FIGURES["faults_injected"] += 1
@@ -64,14 +67,17 @@ def test_slow_center_times_out_one_call_while_others_complete(center: DevCenter)
             host.request("tools/call", {"name": "get_my_work", "arguments": {}}) for _ in range(30)
         ]
         for request_id in fast:
-            answer = host.wait(request_id, timeout=5)
+            answer = host.wait(request_id, timeout=30)
             assert not answer["result"]["isError"], answer
-        fast_done = time.monotonic() - started
-        answer = host.wait(slow, timeout=10)
+        answer = host.wait(slow, timeout=30)
         slow_done = time.monotonic() - started
         text = answer["result"]["content"][0]["text"]
+        # the host's own timeout (3 s), not the center's answer (6 s) and not a hang
         assert answer["result"]["isError"] and '"admin_timeout"' in text, text
-        assert fast_done < 1.5 < slow_done < 3.5, (fast_done, slow_done)
+        assert slow_done >= 3, slow_done  # a lower bound: it holds however busy the machine
+        # the slow call held up nothing: all 30 others were answered before it (stdout order)
+        order = [m.get("id") for m in host.messages]
+        assert all(order.index(request_id) < order.index(slow) for request_id in fast), order
         host.alive()
         FIGURES["calls"] += 31
         assert host.close() == 0

@@ -1,0 +1,39 @@
+"""`until()`: poll for a condition instead of sleeping for a guess or bounding wall time.
+
+A sleep long enough for a quiet machine is too short on a loaded one, and an upper bound on
+wall time fails whenever the machine is busy. Tests wait for the condition they need (a request
+reached the center, a file appeared, a process is gone), with a generous deadline that only a
+real hang reaches; how long things take is measured in `make bench`, not asserted here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def until(
+    condition: Callable[[], T], timeout: float = 30.0, what: str = "condition", every: float = 0.01
+) -> T:
+    """Call `condition` until it returns something truthy; return that. Fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout:.0f}s")
+        time.sleep(every)
+
+
+def arrived(center: Any, route: str, before: int) -> Callable[[], bool]:
+    """A condition: the center's request log holds more than `before` requests to `route`."""
+    return lambda: count(center, route) > before
+
+
+def count(center: Any, route: str) -> int:
+    """How many requests to `route` the center's request log holds (its last 1,000)."""
+    return sum(1 for entry in center.requests(1000) if entry.get("route") == route)
