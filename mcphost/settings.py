@@ -9,7 +9,7 @@ is trimmed and an empty one means unset, no JSON decoding of env values, no `.en
 directory, unknown file keys and init keywords refused.
 
 Sources are explicit: `Model.load(env=..., file=..., cli=...)` reads exactly those, highest
-precedence first: CLI flags (a mapping of the flags that were given, parsed by the caller's own
+precedence first (a named file must exist): CLI flags (a mapping of the flags that were given, parsed by the caller's own
 argparse, e.g. `mcphost.cliargs`), then the environment mapping, then a TOML file. Constructing a
 model directly (`Model(field=...)`) reads nothing else, so a test or a caller that builds a value
 never picks up the process environment by accident.
@@ -28,6 +28,7 @@ marked secret (`json_schema_extra={"secret": True}`) in any message.
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn, Self
@@ -184,6 +185,11 @@ class Settings(BaseSettings):
     ) -> Self:
         """Build from the given sources (flags > env > file). `options` reach validators through
         `Settings.load_option(name)`. Raises `cls.error_class` (a `SettingError`)."""
+        if file is not None and not os.path.isfile(file):
+            # pydantic-settings reads a missing file as empty; a named file must exist.
+            raise cls.error_class(
+                file, repr(file), "a readable TOML settings file", problem="is not a file"
+            )
         state = _Load(env, file, cli, options)
         reset = _LOADING.set(state)
         try:
@@ -194,7 +200,7 @@ class Settings(BaseSettings):
             if file is None or isinstance(exc, SettingError):
                 raise
             raise cls.error_class(
-                file, repr(file), "a readable TOML settings file", problem=f"is {file!r}: {exc}"
+                file, repr(file), "a readable TOML settings file", problem=f"is unreadable: {exc}"
             ) from None
         finally:
             _LOADING.reset(reset)

@@ -72,6 +72,11 @@ def test_malformed_file_is_one_named_error(tmp_path: Path) -> None:
     with pytest.raises(SettingError) as info:
         Demo.load(file=str(toml))
     assert info.value.variable == str(toml) and "TOML" in str(info.value)
+    with pytest.raises(SettingError) as info:
+        Demo.load(file=str(tmp_path / "absent.toml"))
+    assert str(info.value) == (
+        f"{tmp_path}/absent.toml is not a file: expected a readable TOML settings file"
+    )
 
 
 def test_direct_construction_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
