@@ -3,7 +3,9 @@
 `RawHost` speaks newline-delimited JSON-RPC to a real `mcphost host` subprocess without any SDK
 in between, so tests can send anything (malformed, huge, concurrent) and see every stdout byte.
 A reader thread parses each stdout line (a line that does not parse is recorded as a purity
-violation) and a second thread keeps stderr, so neither pipe ever blocks the host.
+violation) and validates it against the MCP SDK's models (tests/mcpschema.py; `close()` and the
+context manager fail on any violation), and a second thread keeps stderr, so neither pipe ever
+blocks the host.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from mcphost.testing import DevCenter
+from tests.mcpschema import check_message
 
 HOST_ARGS = ["-m", "mcphost.cli", "host"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,10 +82,13 @@ class RawHost:
         self.bad_lines: list[bytes] = []
         self.by_id: dict[Any, dict[str, Any]] = {}
         self.stderr = bytearray()
+        self.schema_violations: list[str] = []
+        self.methods: dict[Any, str] = {}  # request id -> method, to pick the result model
         self._cond = threading.Condition()
         self._ids = itertools.count(1_000_000)
         self._out_done = False
-        threading.Thread(target=self._pump_out, daemon=True).start()
+        self._out_thread = threading.Thread(target=self._pump_out, daemon=True)
+        self._out_thread.start()
         threading.Thread(target=self._pump_err, daemon=True).start()
 
     # -- pumps -------------------------------------------------------------------------------
@@ -99,6 +105,9 @@ class RawHost:
                 if not ok:
                     self.bad_lines.append(line)
                 else:
+                    problem = check_message(message, self.methods.get(message.get("id")))
+                    if problem is not None:
+                        self.schema_violations.append(problem)
                     self.messages.append(message)
                     if "id" in message and ("result" in message or "error" in message):
                         self.by_id[message["id"]] = message
@@ -119,6 +128,10 @@ class RawHost:
         self.proc.stdin.flush()
 
     def send(self, message: dict[str, Any]) -> None:
+        request_id = message.get("id")
+        if type(request_id) in (int, str) and isinstance(message.get("method"), str):
+            with self._cond:
+                self.methods[request_id] = message["method"]
         self.write(json.dumps(message).encode() + b"\n")
 
     def next_id(self) -> int:
@@ -189,11 +202,18 @@ class RawHost:
             except BrokenPipeError:
                 pass
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"host did not exit within {timeout}s of stdin EOF") from None
+        self.check_schema()
+        return code
+
+    def check_schema(self) -> None:
+        """Fail if any stdout message did not validate against the SDK's models."""
+        self._out_thread.join(10)  # the process is gone: let the reader take its last lines
+        assert not self.schema_violations, self.schema_violations[:5]
 
     def all_output(self) -> bytes:
         """Everything the host wrote: stdout messages (re-serialised) plus stderr."""
@@ -205,12 +225,14 @@ class RawHost:
     def __enter__(self) -> RawHost:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.proc.poll() is None:
             try:
                 self.close(5)
             except AssertionError:
                 pass
+        if exc_type is None and self.proc.poll() is not None:
+            self.check_schema()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """Test harness for the relay tools: a fake relay on a real Unix socket, a config fixture, and
 two ways to drive the real `mcphost relay-tools` process over stdio (the official SDK client, and
-a raw JSON-RPC line driver for wire-exact checks).
+a raw JSON-RPC line driver for wire-exact checks, which validates every stdout line against the
+MCP SDK's models and fails the test on any violation: tests/mcpschema.py).
 
 The fake relay mirrors upstream's `FakeRelay`: it binds the relay socket, answers any Hello with a
 `hello_ack` (or a configured rejection), records every request frame, and answers each request
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client, StdioServerParameters
+
+from tests.mcpschema import check_message
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 
@@ -350,6 +353,8 @@ class RawServer:
         self.proc = proc
         self._next = 100
         self._waiters: dict[Any, asyncio.Future[dict[str, Any]]] = {}
+        self._methods: dict[Any, str] = {}
+        self.schema_violations: list[str] = []
         self._reader = asyncio.ensure_future(self._read())
         self.lines: list[bytes] = []
 
@@ -358,6 +363,9 @@ class RawServer:
         while line := await self.proc.stdout.readline():
             self.lines.append(line)
             message = json.loads(line)
+            problem = check_message(message, self._methods.get(message.get("id")))
+            if problem is not None:
+                self.schema_violations.append(problem)
             fut = self._waiters.pop(message.get("id"), None)
             if fut is not None and not fut.done():
                 fut.set_result(message)
@@ -367,6 +375,7 @@ class RawServer:
         rid = self._next
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiters[rid] = fut
+        self._methods[rid] = method
         await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         return await asyncio.wait_for(fut, 15)
 
@@ -393,6 +402,7 @@ async def raw_server(
         cwd=env.root,
     )
     server = RawServer(proc)
+    completed = False
     try:
         init = await server.request(
             "initialize",
@@ -405,6 +415,7 @@ async def raw_server(
         assert "result" in init, init
         await server.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         yield server
+        completed = True
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
@@ -413,4 +424,8 @@ async def raw_server(
         except TimeoutError:
             proc.kill()
             await proc.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server._reader, 5)  # the last lines, up to stdout EOF
         server._reader.cancel()
+    if completed:
+        assert not server.schema_violations, server.schema_violations[:5]
