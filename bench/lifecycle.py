@@ -104,11 +104,11 @@ async def section(out: list[str]) -> None:
         with center.faults(delay_ms={"get_my_work": 200}):
             eof = [await _exit_with_call_in_flight(center, "eof") for _ in range(RUNS)]
         rows.append(("EOF with a call in flight (200 ms at the center) → exit 0", "1.5 s", eof))
-        with center.faults(delay_ms={"get_my_work": 8000}):
+        with center.faults(delay_ms={"get_my_work": 5000}):
             for sig in ("SIGTERM", "SIGINT", "SIGHUP"):
                 took = [await _exit_with_call_in_flight(center, sig) for _ in range(RUNS)]
                 rows.append(
-                    (f"{sig} with a call in flight (8 s at the center) → exit 0", "1.2 s", took)
+                    (f"{sig} with a call in flight (5 s at the center) → exit 0", "1.2 s", took)
                 )
         dead = [await _dead_center_noticed(center) for _ in range(RUNS)]
         rows.append(("center SIGKILLed mid-call → `admin_unavailable`", "2 s", dead))

@@ -53,7 +53,7 @@ def test_eof_with_a_call_in_flight_delivers_the_answer_then_exits_0(center: DevC
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_with_a_call_in_flight_exits_0_promptly(center: DevCenter, sig: int) -> None:
-    with center.faults(delay_ms={"get_my_work": 8000}):
+    with center.faults(delay_ms={"get_my_work": 5000}):
         host = RawHost(host_env(center.binding_env("unix")))
         host.initialize()
         before = count(center, WORK)
@@ -61,7 +61,7 @@ def test_signal_with_a_call_in_flight_exits_0_promptly(center: DevCenter, sig: i
         until(arrived(center, WORK, before), what="the call reaching the center")
         host.proc.send_signal(sig)  # stdin stays open: only the signal can end it
         assert host.proc.wait(timeout=30) == 0
-        # had the host awaited the call (8 s at the center), its answer would be on stdout
+        # had the host awaited the call (5 s at the center), its answer would be on stdout
         until(lambda: host._out_done, what="the host's stdout closing")
         assert pending not in host.by_id, "a signal must not wait for the call in flight"
         assert b"Traceback" not in host.stderr and not host.bad_lines
