@@ -280,7 +280,10 @@ async def test_file_changed_during_upload_is_not_completed(
             task = asyncio.create_task(
                 surface.call_tool("upload_file", {"path": "growing.log"}, ctx)
             )
-            await asyncio.sleep(0.3)
+            # the upload is under way once its first PUT reaches the (slowed) center
+            while not any(r["method"] == "PUT" for r in since(center, before)):
+                assert not task.done(), task.result().text
+                await asyncio.sleep(0.01)
             with source.open("ab") as out:
                 out.write(b"more lines\n" * 1000)
             result = await task
