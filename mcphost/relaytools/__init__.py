@@ -12,7 +12,7 @@ One small module per concern:
 - `relaycalls`   relay request building and response mapping, per tool
 - `inscriptions` the `mcp.*` JSON-lines event records
 - `surface`      the MCP `Surface` the wire core serves
-- `cli`          argv -> layout -> `mcpwire.stdio.run`
+- `cli`          argv -> layout -> `mcpserve.stdio.run`
 
 Must never: import the MCP SDK, or anything heavy at package import time (this file imports
 nothing).

@@ -2,7 +2,7 @@
 
 Owns: the command line (agentmux's `host mcp` flags, plus the older spellings), the two timeout
 overrides (`MCPHOST_RELAY_REQUEST_TIMEOUT_MS`, `MCPHOST_RELAY_HELLO_TIMEOUT_MS`; defaults 5000 and
-2000, as upstream), and wiring layout -> stream -> surface -> `mcpwire.stdio.run`.
+2000, as upstream), and wiring layout -> stream -> surface -> `mcpserve.stdio.run`.
 
 Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), take an abbreviated
 option for a longer one or echo an unknown argument's value (`mcphost.cliargs`), exit non-zero for
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
         print("mcphost relay-tools: --state-directory must not be empty", file=sys.stderr)
         return 2
 
-    from mcphost.mcpwire import stdio
+    from mcphost.mcpserve import stdio
     from mcphost.relaytools import layout as layout_mod
     from mcphost.relaytools.surface import RelayToolsSurface
 
