@@ -705,6 +705,7 @@ async def serve_stdio(surface: Surface) -> None:
 
             tg.start_soon(guard)
             tg.start_soon(transport.feed, to_sdk)
+
             async def write() -> None:
                 try:
                     await transport.write(from_sdk)
