@@ -72,7 +72,7 @@ MAX_ACTIVE_CALLS = 64  # tool calls with the SDK at once; later lines wait
 MAX_ACTIVE_OTHER = 16  # other requests (tools/list, ping, ...) with the SDK at once
 MAX_QUEUED = 1024  # lines waiting before stdin is paused
 MAX_HELD_BYTES = 2 * MAX_LINE_BYTES  # request bytes waiting, and with the SDK, before pausing
-EOF_GRACE_SECONDS = 0.8
+EOF_GRACE_SECONDS = 2.0
 STOP_GRACE_SECONDS = 2.0  # after a signal: time for the SDK's closing answers to be written
 PARENT_POLL_SECONDS = 1.0
 
