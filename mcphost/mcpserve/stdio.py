@@ -12,7 +12,7 @@ progress); this module answers only what never becomes a message:
   `JSONRPCError` would write `null`); a response or notification that does not validate is
   dropped (a notification is never answered);
 - a second request under an id still being served: -32600 (the SDK would otherwise lose track
-  of the first);
+  of the first; like the SDK, "7" and 7 are the same id here);
 - a line over the cap: -32600 with `data.code = message_too_large`, under its own id when a
   bounded scan of its first `ID_SCAN_BYTES` finds a top-level string or integer `id`; the rest
   of the line is discarded as it streams, never kept.
@@ -485,10 +485,11 @@ class StdioTransport:
         if message is None:
             await self._error(request_id, INVALID_REQUEST, "Invalid Request", _why_invalid(obj))
             return None
-        if request_id in self._owed:
+        key = _correlation_key(request_id)
+        if key in self._owed:
             await self._error(request_id, INVALID_REQUEST, "duplicate request id")
             return None
-        await self._admit(request_id, method == "tools/call", len(line))
+        await self._admit(key, method == "tools/call", len(line))
         return message
 
     def _validate(self, obj: dict[str, Any]) -> Any:
@@ -504,7 +505,7 @@ class StdioTransport:
             params = obj.get("params")
             target = params.get("requestId") if isinstance(params, dict) else None
             if _is_request_id(target):
-                self._release(target)  # the SDK never answers a cancelled request
+                self._release(_correlation_key(target))  # a cancelled request is never answered
         return message
 
     async def _admit(self, request_id: Any, calls: bool, size: int) -> None:
@@ -577,7 +578,7 @@ class StdioTransport:
                 await self.wire.send(functools.partial(_encode, message))
                 if isinstance(message, JSONRPCResponse | JSONRPCError):
                     if message.id is not None:
-                        self._release(message.id)
+                        self._release(_correlation_key(message.id))
                     if not self._answered_once:
                         self._answered_once = True
                         self.on_first_answer()
@@ -596,6 +597,13 @@ def _encode(message: Any) -> bytes:
         return (
             json.dumps(body, ensure_ascii=True, separators=(",", ":"), default=str).encode() + b"\n"
         )
+
+
+def _correlation_key(request_id: Any) -> Any:
+    """The id as the SDK correlates it ("7" and 7 are one request), so our count matches."""
+    from mcp.shared.dispatcher import coerce_request_id
+
+    return coerce_request_id(request_id)
 
 
 def _why_invalid(obj: dict[str, Any]) -> str:

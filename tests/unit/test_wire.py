@@ -261,8 +261,12 @@ async def test_the_framing_answers_what_never_becomes_a_message() -> None:
     ]
     assert all("id" not in m for m in wire.sent[:2]), "MCP: omit, never null"
     assert await transport._parse(b'{"jsonrpc":"2.0","id":1,"method":"ping"}') is not None
-    assert await transport._parse(b'{"jsonrpc":"2.0","id":1,"method":"ping"}') is None
-    assert wire.sent[-1]["error"]["message"] == "duplicate request id"
+    assert await transport._parse(b'{"jsonrpc":"2.0","id":"1","method":"ping"}') is None
+    assert wire.sent[-1] == {
+        "jsonrpc": "2.0",
+        "id": "1",
+        "error": {"code": -32600, "message": "duplicate request id"},
+    }
 
 
 def test_lone_surrogates_are_escaped_not_dropped() -> None:
