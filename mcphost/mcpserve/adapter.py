@@ -6,9 +6,10 @@ Owns: the mapping between the protocol-neutral contract (`mcphost.surface`) and
   wire form, `outputSchema` included where the tool declares one;
 - `tools/call` -> `Surface.call_tool()` with a `CallContext` whose progress goes out as
   `notifications/progress` under the request's `progressToken` and whose `tools_changed()` is
-  the session's `send_tool_list_changed` (handshake era; the 2026-07-28 era delivers list
-  changes only on `subscriptions/listen`, which we do not serve, so there it is a no-op and the
-  tools stay callable by name);
+  the session's `send_tool_list_changed` in the handshake era, and in the 2026-07-28 era (which
+  delivers list changes only on `subscriptions/listen` streams) a `ToolsListChanged` event on
+  the session's subscription bus, served by the SDK's `ListenHandler` (only for surfaces whose
+  list changes);
 - `ToolResult` -> `CallToolResult` (`content`, `isError`, `structuredContent`);
 - `RpcError` -> a JSON-RPC error with its `data` (`MCPError`); any other exception -> -32603
   with `data: {code: internal_unexpected_failure, ...}` and the traceback in an event on stderr,
@@ -30,8 +31,10 @@ import mcp_types as types
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp.shared.subscriptions import ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcphost import events
@@ -48,6 +51,7 @@ UNEXPECTED = "the tool failed unexpectedly; the error was logged on the server"
 
 def build_server(surface: Surface) -> Server[Any]:
     """The SDK low-level server that serves `surface`'s tools (and nothing else)."""
+    bus = InMemorySubscriptionBus()
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams
@@ -76,8 +80,11 @@ def build_server(surface: Surface) -> Server[Any]:
                     body.get("message"),
                     related_request_id=request_id,  # type: ignore[arg-type]
                 )
-            elif method == "notifications/tools/list_changed" and not modern:
-                await session.send_tool_list_changed()
+            elif method == "notifications/tools/list_changed":
+                if modern:
+                    await bus.publish(ToolsListChanged())
+                else:
+                    await session.send_tool_list_changed()
 
         call = CallContext(request_id=request_id, progress_token=token, send_notification=send)
         try:
@@ -115,6 +122,11 @@ def build_server(surface: Surface) -> Server[Any]:
     )
     server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    if surface.list_changed:
+        listen = ListenHandler(bus)
+        server.add_request_handler(
+            "subscriptions/listen", types.SubscriptionsListenRequestParams, listen
+        )
     # No tracing exporter is ever installed in these processes: skip the per-message span.
     server.middleware = []
     return server

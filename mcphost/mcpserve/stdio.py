@@ -485,6 +485,8 @@ class StdioTransport:
         if message is None:
             await self._error(request_id, INVALID_REQUEST, "Invalid Request", _why_invalid(obj))
             return None
+        if method == "subscriptions/listen":
+            return message  # a stream open for the session's life: neither counted nor awaited
         key = _correlation_key(request_id)
         if key in self._owed:
             await self._error(request_id, INVALID_REQUEST, "duplicate request id")
