@@ -2,6 +2,10 @@
 
 Prints one markdown report and writes it to bench/results/latest.md. Every figure is a median
 with its interquartile range, next to a baseline measured in the same run, and a ratio.
+
+`BENCH_BASELINE=<dir holding another mcphost package>` adds that host (e.g. an export of an
+older commit: `git archive <rev> mcphost | tar -x -C <dir>`) to the start-up and per-call
+tables, with before/after ratios.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ RESULTS = ROOT / "bench" / "results" / "latest.md"
 STARTUP_RUNS = int(os.environ.get("BENCH_STARTUP_RUNS", "10"))
 CALLS = int(os.environ.get("BENCH_CALLS", "300"))
 PY = sys.executable
+BASELINE = os.environ.get("BENCH_BASELINE", "")
 
 Report = list[str]
 
@@ -35,6 +40,12 @@ def server_argv(kind: str) -> list[str]:
         "floor": [PY, "-m", "bench.peers.floor"],
         "naive-bridge": [PY, "-m", "bench.peers.naive_bridge"],
         "openapi-peer": [PY, "-m", "bench.peers.openapi_peer"],
+        "host-baseline": [
+            PY,
+            "-c",
+            f"import sys; sys.path.insert(0, {BASELINE!r}); "
+            "from mcphost.cli import main; sys.exit(main(['host']))",
+        ],
     }[kind]
 
 
@@ -75,6 +86,15 @@ async def section_startup(center: DevCenter, task_id: str, out: Report) -> None:
             ("get_task", {"agent_id": center.agent_id, "task_id": task_id}),
         ),
     ]
+    if BASELINE:
+        rows[3:3] = [
+            ("baseline host (BENCH_BASELINE)", "host-baseline", None),
+            (
+                "baseline host, after one tools/call",
+                "host-baseline",
+                ("get_task", {"task_id": task_id}),
+            ),
+        ]
     measured = {}
     for label, kind, call in rows:
         measured[label] = await startup(kind, env, call)
@@ -91,6 +111,16 @@ async def section_startup(center: DevCenter, task_id: str, out: Report) -> None:
             f"{r.median * 1000:.1f} MB | {ratio(r.median, sdk_rss.median)} |"
         )
     out.append("")
+    if BASELINE:
+        out += ["| before → after (baseline host → host) | start-up | peak RSS |", "|---|---|---|"]
+        for suffix in ("", ", after one tools/call"):
+            old_t, old_r = measured[f"baseline host{suffix or ' (BENCH_BASELINE)'}"]
+            new_t, new_r = measured[f"mcphost host{suffix}"]
+            out.append(
+                f"| host{suffix} | {ratio(new_t.median, old_t.median)} | "
+                f"{ratio(new_r.median, old_r.median)} |"
+            )
+        out.append("")
 
 
 async def section_imports(out: Report) -> None:
@@ -180,6 +210,8 @@ async def section_calls(center: DevCenter, task_id: str, out: Report) -> None:
         await direct.session.close()  # type: ignore[attr-defined]
         rows = [(f"direct aiohttp POST ({transport})", base)]
         candidates = [("host", args)]
+        if BASELINE:
+            candidates.append(("host-baseline", args))
         if transport == "unix":
             candidates += [
                 ("naive-bridge", args),

@@ -23,6 +23,7 @@ class ToolSpec:
     input_schema: Mapping[str, Any]
     annotations: Mapping[str, Any] | None = None
     title: str | None = None
+    output_schema: Mapping[str, Any] | None = None  # declared by tools that return `structured`
 
     def wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -34,6 +35,8 @@ class ToolSpec:
             out["title"] = self.title
         if self.annotations:
             out["annotations"] = dict(self.annotations)
+        if self.output_schema is not None:
+            out["outputSchema"] = self.output_schema
         return out
 
 

@@ -63,6 +63,35 @@ class DownloadFile(StrictInput):
     )
 
 
+_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_SIZE = {"type": "integer", "minimum": 0}
+
+UPLOADED = {
+    "type": "object",
+    "properties": {
+        "file_uri": {"type": ["string", "null"]},
+        "filename": {"type": "string"},
+        "mime_type": {"type": "string"},
+        "size": _SIZE,
+        "sha256": _SHA256,
+        "reference_id": {},
+        "scope": {"type": "string"},
+        "scope_id": {"type": "string"},
+    },
+    "required": ["file_uri", "filename", "mime_type", "size", "sha256"],
+}
+
+DOWNLOADED = {
+    "type": "object",
+    "properties": {
+        "dest_path": {"type": "string"},
+        "size": _SIZE,
+        "sha256": _SHA256,
+        "mime_type": {"type": "string"},
+    },
+    "required": ["dest_path", "size", "sha256", "mime_type"],
+}
+
 UPLOAD_FILE = ToolDecl(
     name="upload_file",
     summary="upload a workspace file to the center and get its ac://files URI",
@@ -76,6 +105,7 @@ UPLOAD_FILE = ToolDecl(
     ),
     input=UploadFile,
     destination="local",
+    output_schema=UPLOADED,
 )
 
 DOWNLOAD_FILE = ToolDecl(
@@ -92,6 +122,7 @@ DOWNLOAD_FILE = ToolDecl(
     destructive=True,
     idempotent=True,
     destination="local",
+    output_schema=DOWNLOADED,
 )
 
 TOOLS = (UPLOAD_FILE, DOWNLOAD_FILE)

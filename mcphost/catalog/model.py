@@ -9,6 +9,7 @@ Must never: declare an `agent_id` field (identity comes from the binding only).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, Literal
@@ -45,6 +46,8 @@ class ToolDecl:
     destructive: bool = False
     idempotent: bool = False
     destination: Destination = "center"
+    # JSON Schema of `structuredContent`, for tools that return one (MCP `outputSchema`)
+    output_schema: Mapping[str, Any] | None = None
 
     @property
     def route(self) -> str:

@@ -48,12 +48,10 @@ def main(argv: list[str]) -> int:
 
     from mcphost import events
     from mcphost.host.server import HostSurface
-    from mcphost.mcpwire.stdio import run
+    from mcphost.mcpserve.stdio import run
 
     def build() -> HostSurface:
-        surface = HostSurface(binding)
-        surface.warm_up()
-        return surface
+        return HostSurface(binding)  # warmed up by the core once `initialize` is answered
 
     events.emit(
         "mcp.startup",

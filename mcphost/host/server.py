@@ -63,6 +63,7 @@ def _spec(decl: ToolDecl) -> ToolSpec:
         description=decl.description,
         input_schema=decl.input_schema,
         annotations=decl.annotations,
+        output_schema=decl.output_schema,
     )
 
 

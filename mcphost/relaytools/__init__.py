@@ -11,8 +11,8 @@ One small module per concern:
 - `stream`       the one long-lived, multiplexed relay connection
 - `handlers`     relay request building and response mapping, per tool
 - `inscriptions` the `mcp.*` JSON-lines event records
-- `surface`      the MCP `Surface` the wire core serves
-- `cli`          argv -> layout -> `mcpwire.stdio.run`
+- `surface`      the MCP `Surface` the protocol core (`mcphost.mcpserve`) serves
+- `cli`          argv -> layout -> `mcpserve.stdio.run`
 
 Must never: import the MCP SDK, or anything heavy at package import time (this file imports
 nothing).

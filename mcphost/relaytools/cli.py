@@ -4,7 +4,7 @@ Owns: the command line (agentmux's `host mcp` flags, plus the older spellings), 
 overrides (`MCPHOST_RELAY_REQUEST_TIMEOUT_MS`, `MCPHOST_RELAY_HELLO_TIMEOUT_MS`; defaults 5000 and
 2000, as upstream; read by `relaytools.settings.RelayTimeouts`: a value that is not a positive
 number of milliseconds exits 2 naming the variable), and wiring layout -> stream -> surface ->
-`mcpwire.stdio.run`.
+`mcpserve.stdio.run`.
 
 Must never: write to stdout (JSON-RPC owns it; usage and errors go to stderr), take an abbreviated
 option for a longer one or echo an unknown argument's value (`mcphost.cliargs`), exit non-zero for
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
             print(f"mcphost relay-tools: {line}", file=sys.stderr)
         return 2
 
-    from mcphost.mcpwire import stdio
+    from mcphost.mcpserve import stdio
     from mcphost.relaytools import layout as layout_mod
     from mcphost.relaytools.surface import RelayToolsSurface
 

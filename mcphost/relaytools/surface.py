@@ -1,4 +1,4 @@
-"""The relay tools as an `mcpwire` Surface: dispatch, the association guard, result and error shapes.
+"""The relay tools as a `mcphost.surface` Surface: dispatch, the association guard, result and error shapes.
 
 Owns: the order every call goes through (validate -> association guard -> handler), turning a
 `ToolFailure` into a JSON-RPC error (`-32602`/`-32603`, `data: {code, message, details}` with
@@ -6,7 +6,7 @@ Owns: the order every call goes through (validate -> association guard -> handle
 compact JSON document, the `initialize` instructions, and `mcp.startup` /
 `mcp.tool.stream.events_ignored` inscriptions.
 
-Must never: touch stdin/stdout (the wire core owns them), let a Python exception escape as
+Must never: touch stdin/stdout (the protocol core, `mcphost.mcpserve`, owns them), let a Python exception escape as
 anything but a `ToolFailure`-shaped error, or surface relay stream events to the client.
 """
 

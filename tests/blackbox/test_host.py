@@ -186,9 +186,11 @@ async def test_unknown_tool_is_an_error_result(center: DevCenter) -> None:
     assert failed and err["error"] == "unknown_tool" and "search_tools" in err["message"]
 
 
-async def test_an_auto_mode_client_falls_back_to_the_handshake(center: DevCenter) -> None:
-    """SDK clients in `mode="auto"` probe `server/discover` first; the host answers "method not
-    found", and the client falls back to `initialize`."""
+async def test_an_auto_mode_client_speaks_2026_07_28_without_falling_back(
+    center: DevCenter,
+) -> None:
+    """SDK clients in `mode="auto"` probe `server/discover` first; the SDK core answers it, so
+    the session runs in the 2026-07-28 era (no `initialize` handshake), and tools work there."""
     import sys
 
     from mcp import Client, StdioServerParameters
@@ -197,6 +199,10 @@ async def test_an_auto_mode_client_falls_back_to_the_handshake(center: DevCenter
         command=sys.executable, args=["-m", "mcphost.cli", "host"], env=center.binding_env("unix")
     )
     async with Client(params, mode="auto") as client:
-        assert client.session.protocol_version == "2025-11-25"
+        assert client.session.protocol_version == "2026-07-28"
         failed, work = await call(client, "get_my_work", {})
+        _, found = await call(client, "search_tools", {"query": "subscribe"})
+        failed_deferred, ok = await call(client, "get_task", {"task_id": "t-missing"})
     assert not failed and "tasks" in work
+    assert found["loaded"], found
+    assert failed_deferred and ok["error"], ok  # a deferred tool, reached by name

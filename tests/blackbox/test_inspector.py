@@ -1,4 +1,9 @@
-"""Interop: the TypeScript SDK's client (MCP Inspector CLI from npm) drives the real host."""
+"""Interop: the TypeScript SDK's client (MCP Inspector CLI from npm) drives the real host.
+
+Every protocol era the Inspector speaks: `legacy` (the initialize handshake), `modern`
+(2026-07-28, per-request envelopes, no handshake) and `auto` (probe `server/discover`, which
+the SDK core answers, so it stays modern).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +27,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def inspect(center: DevCenter, tmp_path: Path, *method_args: str) -> Any:
+ERAS = ["legacy", "modern", "auto"]
+
+
+def inspect(center: DevCenter, tmp_path: Path, era: str, *method_args: str) -> Any:
     if not INSPECTOR.exists():
         pytest.fail(f"{INSPECTOR} missing: run `make node` (make test does it)")
     env_flags = [f"-e{key}={value}" for key, value in center.binding_env("unix").items()]
@@ -30,6 +38,8 @@ def inspect(center: DevCenter, tmp_path: Path, *method_args: str) -> Any:
         [
             str(INSPECTOR),
             "--cli",
+            "--protocol-era",
+            era,
             *env_flags,
             sys.executable,
             "-m",
@@ -46,17 +56,20 @@ def inspect(center: DevCenter, tmp_path: Path, *method_args: str) -> Any:
     return json.loads(proc.stdout)
 
 
-def test_inspector_lists_tools(center: DevCenter, tmp_path: Path) -> None:
-    listed = inspect(center, tmp_path, "--method", "tools/list")
+@pytest.mark.parametrize("era", ERAS)
+def test_inspector_lists_tools(center: DevCenter, tmp_path: Path, era: str) -> None:
+    listed = inspect(center, tmp_path, era, "--method", "tools/list")
     names = {tool["name"] for tool in listed["tools"]}
     assert {"get_my_work", "create_task", "search_tools"} <= names
     assert all(t["inputSchema"]["additionalProperties"] is False for t in listed["tools"])
 
 
-def test_inspector_calls_a_tool(center: DevCenter, tmp_path: Path) -> None:
+@pytest.mark.parametrize("era", ERAS)
+def test_inspector_calls_a_tool(center: DevCenter, tmp_path: Path, era: str) -> None:
     result = inspect(
         center,
         tmp_path,
+        era,
         "--method",
         "tools/call",
         "--tool-name",

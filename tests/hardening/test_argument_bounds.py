@@ -8,7 +8,7 @@ unknown keys (a 15 MB line) took the host to 1.7 GB and froze its loop for many 
 Each test measures the process's own baseline (VmHWM after warm-up calls) and checks that:
 (a) the refusal is the bounded one (`arguments_too_large` with the limits, or at most
 `MAX_REPORTED_FIELDS` fields plus a count), (b) the reply is small, (c) peak RSS grows by a
-small multiple of the request line at most (parsing the line is the wire core's cost and stays),
+small multiple of the request line at most (parsing the line is the protocol core's cost and stays),
 (d) a ping and a real call sent right behind the big line are answered. No wall-clock bounds:
 every wait is on an answer.
 """

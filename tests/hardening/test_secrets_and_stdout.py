@@ -163,7 +163,7 @@ WIRE_SCRIPT = textwrap.dedent(
     import os, sys
     from mcphost import events
     from mcphost.surface import ToolResult, ToolSpec
-    from mcphost.mcpwire.stdio import run
+    from mcphost.mcpserve.stdio import run
 
     class Noisy:
         name = "noisy"; version = "1"; instructions = None; list_changed = False

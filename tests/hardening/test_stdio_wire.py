@@ -2,7 +2,7 @@
 
 Black-box: each test drives the real `mcphost host` process (and `mcphost relay-tools`, which
 serves on the same core) over raw pipes, so the same tests hold whichever protocol core serves
-stdio (today mcpwire, later the SDK server).
+stdio (the SDK server behind our framing, `mcphost.mcpserve`).
 
 - Backpressure: a client writes many `tools/list` requests from a thread and reads nothing
   until the host has stopped reading its stdin (the pipe into the host stays full while the

@@ -1,4 +1,8 @@
-"""The wire core without a process: framing, dispatch, cancellation, error shapes."""
+"""The protocol core without a process: our framing, and the SDK server behind the adapter.
+
+The adapter is driven over in-memory SDK streams with raw JSON-RPC messages (the same
+`serve_streams` a supervisor hands Unix-socket streams); the framing by feeding lines.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from mcphost.mcpwire import stdio
+from mcphost.mcpserve import stdio
+from mcphost.mcpserve.adapter import serve_streams
 from mcphost.surface import CallContext, RpcError, ToolResult, ToolSpec
 
 
@@ -102,29 +107,39 @@ class Recorder:
         self.sent: list[dict[str, Any]] = []
         self.closed = False
 
-    async def send(self, message: Mapping[str, Any]) -> None:
-        self.sent.append(json.loads(stdio._dumps(message)))
+    async def send(self, message: Any) -> None:
+        data = message() if callable(message) else stdio._dumps(message)
+        self.sent.append(json.loads(data))
 
 
 class Slow:
     name = "slow"
     version = "1"
     instructions = None
-    list_changed = False
+    list_changed = True
 
     def __init__(self) -> None:
         self.cancelled: list[Any] = []
+        self.started: list[Any] = []
 
     def list_tools(self) -> Sequence[ToolSpec]:
-        return [ToolSpec("wait", "waits", {"type": "object"})]
+        return [
+            ToolSpec("wait", "waits", {"type": "object"}),
+            ToolSpec("shape", "structured", {"type": "object"}, output_schema={"type": "object"}),
+        ]
 
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any], ctx: CallContext
     ) -> ToolResult:
+        self.started.append(ctx.request_id)
         if name == "boom":
             raise RuntimeError("secret detail")
         if name == "rpc":
-            raise RpcError(-32602, "bad", {"code": "validation_x"})
+            raise RpcError(-32602, "bad", {"code": "validation_x", "message": "m", "details": None})
+        if name == "shape":
+            await ctx.progress(1, 2, "half")
+            await ctx.tools_changed()
+            return ToolResult(text="{}", structured={"k": 1})
         try:
             await asyncio.sleep(arguments.get("seconds", 0))
         except asyncio.CancelledError:
@@ -136,66 +151,131 @@ class Slow:
         pass
 
 
-def line(message: dict[str, Any]) -> bytes:
-    return json.dumps(message).encode()
+class Session:
+    """Raw JSON-RPC to `serve_streams` over in-memory SDK streams."""
+
+    def __init__(self, surface: Slow) -> None:
+        import anyio
+        from mcp.shared.message import SessionMessage
+
+        self.surface = surface
+        self.to_server, self.server_in = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ](16)
+        self.server_out, self.from_server = anyio.create_memory_object_stream[SessionMessage](16)
+        self.received: list[dict[str, Any]] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        parsed = mcp_types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+        await self.to_server.send(SessionMessage(parsed))
+
+    async def until(self, done: Any) -> list[dict[str, Any]]:
+        while not done(self.received):
+            item = await self.from_server.receive()
+            self.received.append(
+                json.loads(item.message.model_dump_json(by_alias=True, exclude_unset=True))
+            )
+        return self.received
+
+
+def answered(*ids: Any) -> Any:
+    return lambda got: set(ids) <= {m.get("id") for m in got if "method" not in m}
 
 
 @pytest.mark.anyio
-async def test_dispatch_cancellation_and_errors() -> None:
-    wire = Recorder()
+async def test_dispatch_cancellation_progress_and_errors() -> None:
+    import anyio
+
     surface = Slow()
-    server = stdio.StdioServer(surface, wire)  # type: ignore[arg-type]
-    call = {"jsonrpc": "2.0", "method": "tools/call"}
-    server.on_line(line({**call, "id": 1, "params": {"name": "wait", "arguments": {"seconds": 5}}}))
-    server.on_line(line({**call, "id": 2, "params": {"name": "wait", "arguments": {}}}))
-    server.on_line(line({**call, "id": 3, "params": {"name": "boom"}}))
-    server.on_line(line({**call, "id": 4, "params": {"name": "rpc"}}))
-    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
-    server.on_line(line({**cancel, "params": {"requestId": True}}))  # not id 1
-    server.on_line(line({**cancel, "params": {"requestId": [1]}}))
-    await asyncio.sleep(0.05)
-    assert surface.cancelled == []
-    server.on_line(line({**cancel, "params": {"requestId": 1}}))
-    server.on_line(line({"jsonrpc": "2.0", "id": 5, "method": "ping"}))
-    server.on_line(b"{not json")
-    server.on_line(line({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}))
-    await asyncio.sleep(0.05)
-    by_id: dict[Any, dict[str, Any]] = {}
-    for message in wire.sent:
-        by_id.setdefault(message.get("id"), message)
+    s = Session(surface)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve_streams, surface, s.server_in, s.server_out)
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        init["clientInfo"] = {"name": "t", "version": "1"}
+        await s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+        await s.until(answered(0))
+        await s.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"jsonrpc": "2.0", "method": "tools/call"}
+        await s.send({**call, "id": 1, "params": {"name": "wait", "arguments": {"seconds": 30}}})
+        await s.send({**call, "id": 2, "params": {"name": "wait", "arguments": {}}})
+        await s.send({**call, "id": 3, "params": {"name": "boom"}})
+        await s.send({**call, "id": 4, "params": {"name": "rpc"}})
+        progress = {"progressToken": "p-1"}
+        await s.send({**call, "id": 6, "params": {"name": "shape", "_meta": progress}})
+        await s.send({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})
+        await s.until(answered(2, 3, 4, 6, 7))
+        assert 1 in surface.started
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+        await s.send({**cancel, "params": {"requestId": 1}})
+        await s.send({"jsonrpc": "2.0", "id": 5, "method": "ping"})
+        got = await s.until(answered(5))
+        await s.to_server.aclose()
+    by_id = {m.get("id"): m for m in got if "method" not in m}
     assert surface.cancelled == [1]
     assert 1 not in by_id, "a cancelled request gets no answer"
+    assert by_id[0]["result"]["capabilities"]["tools"] == {"listChanged": True}
     assert by_id[2]["result"]["content"][0]["text"] == "done"
     assert by_id[3]["error"]["code"] == -32603
     assert by_id[3]["error"]["data"]["code"] == "internal_unexpected_failure"
     assert "secret detail" not in json.dumps(by_id[3])
-    assert by_id[4]["error"] == {"code": -32602, "message": "bad", "data": {"code": "validation_x"}}
+    assert by_id[4]["error"] == {
+        "code": -32602,
+        "message": "bad",
+        "data": {"code": "validation_x", "message": "m", "details": None},
+    }
     assert by_id[5]["result"] == {}
-    idless = [m["error"]["code"] for m in wire.sent if "id" not in m]
-    assert sorted(idless) == [-32700, -32600]
-    assert all(m["id"] is not None for m in wire.sent if "id" in m), "MCP: omit, never null"
+    assert by_id[6]["result"]["structuredContent"] == {"k": 1}
+    assert by_id[7]["result"]["tools"][1]["outputSchema"] == {"type": "object"}
+    notes = [m for m in got if "method" in m]
+    assert {"method": "notifications/tools/list_changed", "jsonrpc": "2.0"} in [
+        {k: v for k, v in m.items() if k != "params"} for m in notes
+    ]
+    assert any(
+        m["method"] == "notifications/progress"
+        and m["params"]
+        == {"progressToken": "p-1", "progress": 1.0, "total": 2.0, "message": "half"}
+        for m in notes
+    )
 
 
 @pytest.mark.anyio
-async def test_initialize_echoes_known_versions_and_offers_latest_otherwise() -> None:
+async def test_the_framing_answers_what_never_becomes_a_message() -> None:
     wire = Recorder()
-    server = stdio.StdioServer(Slow(), wire)  # type: ignore[arg-type]
-    for n, version in enumerate(["2024-11-05", "1999-01-01"], start=1):
-        server.on_line(
-            line(
-                {
-                    "jsonrpc": "2.0",
-                    "id": n,
-                    "method": "initialize",
-                    "params": {"protocolVersion": version},
-                }
-            )
-        )
-        await asyncio.sleep(0.01)
-    versions = [m["result"]["protocolVersion"] for m in wire.sent]
-    assert versions == ["2024-11-05", "2025-11-25"]
+    transport = stdio.StdioTransport(wire)  # type: ignore[arg-type]
+    for raw in (
+        b"{not json",
+        b'{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":"p","method":"ping","params":[1]}',
+        b'{"id":"v","method":"ping"}',
+        b'{"jsonrpc":"2.0","method":"notifications/whatever","params":7}',
+    ):
+        assert await transport._parse(raw) is None
+    assert [(m.get("id"), m["error"]["code"]) for m in wire.sent] == [
+        (None, -32700),
+        (None, -32600),
+        ("p", -32602),
+        ("v", -32600),
+    ]
+    assert all("id" not in m for m in wire.sent[:2]), "MCP: omit, never null"
+    assert await transport._parse(b'{"jsonrpc":"2.0","id":1,"method":"ping"}') is not None
+    assert await transport._parse(b'{"jsonrpc":"2.0","id":"1","method":"ping"}') is None
+    assert wire.sent[-1] == {
+        "jsonrpc": "2.0",
+        "id": "1",
+        "error": {"code": -32600, "message": "duplicate request id"},
+    }
 
 
 def test_lone_surrogates_are_escaped_not_dropped() -> None:
+    import mcp_types
+
     encoded = stdio._dumps({"jsonrpc": "2.0", "id": 1, "error": {"message": "\ud800"}})
     assert json.loads(encoded)["error"]["message"] == "\ud800"
+    error = mcp_types.JSONRPCError(
+        jsonrpc="2.0", id=None, error=mcp_types.ErrorData(code=-32600, message="\ud800")
+    )
+    line = json.loads(stdio._encode(error))
+    assert "id" not in line and line["error"]["message"] == "\ud800"
