@@ -63,7 +63,7 @@ async def _probe(binding: AgentBinding) -> dict[str, Any]:
     elapsed = round((time.perf_counter() - started) * 1000, 1)
     try:
         tasks = len(json.loads(reply.body).get("tasks", []))
-    except (ValueError, AttributeError):
+    except (ValueError, RecursionError, AttributeError, TypeError):  # an odd reply: count unknown
         tasks = None
     return {"ok": True, "ms": elapsed, "open_tasks": tasks}
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
-from mcphost.admin.client import AdminClient
+from mcphost.admin.client import AdminClient, nesting_failure
 from mcphost.catalog.files import DownloadFile, UploadFile
 from mcphost.catalog.model import StrictInput
 from mcphost.errors import AdminFailure, AdmissionRefused, CenterRefusal, FileFailure, ToolFailure
@@ -251,7 +251,9 @@ def _download_failure(refusal: CenterRefusal, file_id: str) -> AdminFailure:
 def _json_object(body: bytes, step: str) -> dict[str, Any]:
     try:
         value = json.loads(body)
-    except (ValueError, RecursionError):  # RecursionError: nested too deeply to read
+    except RecursionError:  # nested deeper than this process can read: the shared classifier
+        raise nesting_failure(len(body), f"{step} reply") from None
+    except ValueError:
         value = None
     if not isinstance(value, dict):
         raise AdminFailure(

@@ -91,3 +91,4 @@ def test_a_deeply_nested_upload_session_reply_is_a_protocol_error(
     is_error, result = host.call("upload_file", {"path": "notes.txt"})
     assert is_error and isinstance(result, dict), result
     assert result["error"] == "admin_protocol_error", result
+    assert result["details"]["reason"] == "json_nesting_too_deep", result
