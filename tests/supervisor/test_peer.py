@@ -1,0 +1,306 @@
+"""Kernel identity (mcphost/supervisor/peer.py): the pure parse and walk, then real processes.
+
+The pure parts are checked with hypothesis (command names holding `) (`, newlines, digits) and
+with a scripted process table (depth limit, vanishing stats, a reused parent PID). The thin
+reads are checked against real processes: a child and its grandchild, a process outside the
+tree, a grandchild whose parent died, and a real Unix socket whose peer is a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from mcphost.supervisor import peer
+from mcphost.supervisor.peer import (
+    PeerCred,
+    ProcStat,
+    find_root,
+    parse_stat,
+    peer_credentials,
+    read_stat,
+    still_same,
+)
+from tests.waiting import until
+
+PY = sys.executable
+WAIT_STDIN = "import sys; sys.stdin.buffer.read()"
+# A child that starts a grandchild, prints the grandchild's pid, and waits for stdin's EOF. The
+# grandchild waits for EOF on the child's stdin, or on the fd named by argv[1].
+PARENT = (
+    "import subprocess, sys\n"
+    "fd = int(sys.argv[1]) if len(sys.argv) > 1 else None\n"
+    f"g = subprocess.Popen([sys.executable, '-c', {WAIT_STDIN!r}], stdin=fd)\n"
+    "print(g.pid, flush=True)\n"
+    "sys.stdin.buffer.read()\n"
+)
+
+
+def stat_line(pid: int, comm: str, ppid: int, pgrp: int, session: int, starttime: int) -> str:
+    fields = ["S", str(ppid), str(pgrp), str(session), *["0"] * 15, str(starttime), *["7"] * 30]
+    return f"{pid} ({comm}) {' '.join(fields)}\n"
+
+
+def kernel_at_least(major: int, minor: int) -> bool:
+    numbers = platform.release().split("-")[0].split(".")
+    return (int(numbers[0]), int(numbers[1])) >= (major, minor)
+
+
+# --- parse_stat (pure) ------------------------------------------------------------------------
+
+
+@given(
+    pid=st.integers(1, 2**22),
+    comm=st.text(st.characters(blacklist_characters="\x00"), max_size=64),
+    ppid=st.integers(0, 2**22),
+    pgrp=st.integers(0, 2**22),
+    session=st.integers(0, 2**22),
+    starttime=st.integers(0, 2**63),
+)
+@example(pid=5, comm=") (", ppid=4, pgrp=3, session=2, starttime=1)
+@example(pid=5, comm="a) S 9 9 9 (b", ppid=4, pgrp=3, session=2, starttime=1)
+@example(pid=5, comm="x)\n1 2 3 4 5 6", ppid=4, pgrp=3, session=2, starttime=1)
+@example(pid=5, comm="", ppid=0, pgrp=0, session=0, starttime=0)
+@example(pid=5, comm="((((", ppid=4, pgrp=3, session=2, starttime=1)
+def test_parse_stat_reads_the_fields_after_the_last_parenthesis(
+    pid: int, comm: str, ppid: int, pgrp: int, session: int, starttime: int
+) -> None:
+    parsed = parse_stat(stat_line(pid, comm, ppid, pgrp, session, starttime))
+    assert parsed == ProcStat(pid, ppid, pgrp, session, starttime)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "12 comm S 1 2 3",
+        "12 (comm) S 1 2 3",  # too few fields
+        "12 (comm " + " ".join(["1"] * 30),  # no closing parenthesis
+        "x (comm) " + " ".join(["1"] * 30),  # pid not a number
+        "12 (comm) S one 2 3 " + " ".join(["1"] * 30),
+    ],
+)
+def test_parse_stat_refuses_what_is_not_a_stat_line(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_stat(text)
+
+
+def test_parse_stat_of_this_process_matches_the_kernel() -> None:
+    stat = parse_stat(Path("/proc/self/stat").read_text())
+    assert (stat.pid, stat.ppid, stat.pgrp, stat.session) == (
+        os.getpid(),
+        os.getppid(),
+        os.getpgrp(),
+        os.getsid(0),
+    )
+    assert read_stat(os.getpid()) == stat
+
+
+def test_read_stat_of_a_pid_that_cannot_exist_is_none() -> None:
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    assert read_stat(pid_max + 1) is None
+    assert read_stat(-1) is None
+
+
+# --- find_root over a scripted process table (pure walk) -----------------------------------------
+
+
+def scripted(monkeypatch: pytest.MonkeyPatch, table: dict[int, ProcStat]) -> None:
+    monkeypatch.setattr(peer, "read_stat", table.get)
+
+
+def chain(length: int, start: int = 1000) -> dict[int, ProcStat]:
+    """pid start -> start+1 -> ... -> start+length-1 -> 1; each parent older than its child."""
+    table = {}
+    for i in range(length):
+        pid = start + i
+        ppid = pid + 1 if i < length - 1 else 1
+        table[pid] = ProcStat(pid, ppid, pid, pid, starttime=10_000 - i)
+    return table
+
+
+def test_the_walk_finds_a_root_within_64_steps_and_gives_up_beyond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = chain(100)
+    scripted(monkeypatch, table)
+    near = table[1000 + 63]
+    far = table[1000 + 64]
+    assert find_root(1000, {(near.pid, near.starttime): "near"}, stop=()) == "near"
+    assert find_root(1000, {(far.pid, far.starttime): "far"}, stop=()) is None
+
+
+def test_the_walk_fails_closed_when_a_stat_vanishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = chain(5)
+    root = table[1004]
+    del table[1002]  # exited between two reads
+    scripted(monkeypatch, table)
+    assert find_root(1000, {(root.pid, root.starttime): "agent"}, stop=()) is None
+
+
+def test_the_walk_stops_at_a_stop_pid_and_at_pid_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = chain(5)
+    root = table[1004]
+    scripted(monkeypatch, table)
+    roots = {(root.pid, root.starttime): "agent"}
+    assert find_root(1000, roots, stop={1002}) is None
+    assert find_root(1000, roots, stop={1004}) is None  # a stop pid is never a root
+    assert find_root(1, roots, stop=()) is None
+    assert find_root(0, roots, stop=()) is None  # SO_PEERCRED's pid for another namespace
+
+
+def test_a_parent_younger_than_its_child_is_a_reused_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = chain(3)
+    reused = table[1001]
+    table[1001] = ProcStat(reused.pid, reused.ppid, 0, 0, starttime=table[1000].starttime + 1)
+    scripted(monkeypatch, table)
+    roots = {(1001, table[1001].starttime): "newcomer"}
+    assert find_root(1000, roots, stop=()) is None
+
+
+def test_a_root_with_another_starttime_never_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = chain(3)
+    scripted(monkeypatch, table)
+    assert find_root(1000, {(1002, table[1002].starttime + 1): "old agent"}, stop=()) is None
+    assert find_root(1000, {(1000, table[1000].starttime): "itself"}, stop=()) == "itself"
+
+
+# --- real processes ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def family() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A child (a root) and its grandchild; both end when the test closes the child's stdin."""
+    child = subprocess.Popen([PY, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdin is not None
+    grandchild = int(child.stdout.readline())
+    yield child, grandchild
+    child.stdin.close()
+    child.wait()
+
+
+def root_of(pid: int) -> tuple[int, int]:
+    stat = read_stat(pid)
+    assert stat is not None
+    return (pid, stat.starttime)
+
+
+def test_a_grandchild_finds_the_root_it_descends_from(
+    family: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    child, grandchild = family
+    roots = {root_of(child.pid): "agent-a"}
+    assert find_root(grandchild, roots, stop={os.getpid()}) == "agent-a"
+    assert find_root(child.pid, roots, stop={os.getpid()}) == "agent-a"
+    me = {root_of(os.getpid()): "me"}
+    assert find_root(grandchild, me, stop=()) == "me"  # the walk passes through the child
+    assert find_root(grandchild, me, stop={child.pid}) is None
+
+
+def test_a_process_outside_the_tree_finds_nothing(
+    family: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    child, _ = family
+    roots = {root_of(child.pid): "agent-a"}
+    outsider = subprocess.Popen([PY, "-c", WAIT_STDIN], stdin=subprocess.PIPE)
+    try:
+        assert find_root(outsider.pid, roots, stop={os.getpid()}) is None
+        assert find_root(os.getpid(), roots, stop=()) is None
+    finally:
+        outsider.communicate()
+
+
+def test_a_reused_pid_never_matches(family: tuple[subprocess.Popen[bytes], int]) -> None:
+    child, grandchild = family
+    pid, starttime = root_of(child.pid)
+    assert find_root(grandchild, {(pid, starttime - 1): "earlier process"}, stop=()) is None
+    assert find_root(grandchild, {(pid, starttime + 1): "later process"}, stop=()) is None
+
+
+def test_a_grandchild_whose_parent_died_is_nobodys() -> None:
+    """Orphans are reparented (to a subreaper or PID 1): the agent's root is no longer above."""
+    reader, writer = os.pipe()
+    child = subprocess.Popen(
+        [PY, "-c", PARENT, str(reader)],
+        pass_fds=(reader,),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    os.close(reader)
+    assert child.stdin is not None and child.stdout is not None
+    grandchild = int(child.stdout.readline())
+    try:
+        roots = {root_of(child.pid): "agent-a"}
+        assert find_root(grandchild, roots, stop={os.getpid()}) == "agent-a"
+        child.stdin.close()
+        child.wait()
+
+        def reparented() -> bool:
+            stat = read_stat(grandchild)
+            return stat is not None and stat.ppid != child.pid
+
+        until(reparented, what="the orphan is reparented")
+        assert find_root(grandchild, roots, stop={os.getpid()}) is None
+    finally:
+        os.close(writer)  # the grandchild reads EOF and exits
+        child.stdout.close()
+
+
+def test_peer_credentials_name_the_connecting_child(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen(1)
+        connect = (
+            "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            "s.recv(1)"
+        )
+        child = subprocess.Popen([PY, "-c", connect, path])
+        conn, _ = server.accept()
+        with conn:
+            cred = peer_credentials(conn)
+            try:
+                assert (cred.pid, cred.uid, cred.gid) == (child.pid, os.getuid(), os.getgid())
+                if kernel_at_least(6, 5):
+                    assert cred.pidfd is not None
+                if cred.pidfd is not None:
+                    fdinfo = Path(f"/proc/self/fdinfo/{cred.pidfd}").read_text()
+                    assert f"Pid:\t{child.pid}\n" in fdinfo
+                stat = read_stat(cred.pid)
+                assert stat is not None and still_same(cred, stat)
+                conn.sendall(b"x")  # the child returns from recv and exits
+                child.wait()
+                assert not still_same(cred, stat)  # reaped: its pidfd reaches nobody
+                no_pidfd = PeerCred(cred.pid, cred.uid, cred.gid, None)
+                assert not still_same(no_pidfd, stat)  # its stat is gone too
+            finally:
+                if cred.pidfd is not None:
+                    os.close(cred.pidfd)
+
+
+def test_peer_credentials_of_a_socketpair_name_this_process() -> None:
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        cred = peer_credentials(left)
+        try:
+            assert (cred.pid, cred.uid, cred.gid) == (os.getpid(), os.getuid(), os.getgid())
+            stat = read_stat(os.getpid())
+            assert stat is not None and still_same(cred, stat)
+            without = PeerCred(cred.pid, cred.uid, cred.gid, None)
+            assert still_same(without, stat)  # starttime re-read: unchanged
+            moved = ProcStat(stat.pid, stat.ppid, stat.pgrp, stat.session, stat.starttime + 1)
+            assert not still_same(without, moved)
+            other = ProcStat(stat.pid + 1, stat.ppid, stat.pgrp, stat.session, stat.starttime)
+            assert not still_same(cred, other)
+        finally:
+            if cred.pidfd is not None:
+                os.close(cred.pidfd)
