@@ -7,6 +7,10 @@ functions here are the Python API a worker daemon uses:
     config = AgentConfig(center=CenterBinding(agent_id=..., admin_url=..., token_file=...))
     write_config("/home/agent/mcp.json", "claude", config)
 
+or, for an agent run by `mcphost supervise`, attach entries that hold no identity or secret:
+
+    config = AgentConfig(center=AttachBinding("/var/lib/mcphost/run/center.sock"))
+
 Must never: read the token file (the host does), or write a file other than 0600.
 """
 
@@ -14,11 +18,12 @@ from __future__ import annotations
 
 from configgen.clients import CLIENTS, render
 from configgen.files import read_existing, write_private
-from configgen.launch import resolve_commands
+from configgen.launch import attach_script, resolve_commands
 from configgen.merge import is_ours, merge
 from configgen.model import (
     MARKER,
     AgentConfig,
+    AttachBinding,
     CenterBinding,
     ConfigError,
     RelayBinding,
@@ -28,9 +33,11 @@ __all__ = [
     "CLIENTS",
     "MARKER",
     "AgentConfig",
+    "AttachBinding",
     "CenterBinding",
     "ConfigError",
     "RelayBinding",
+    "attach_script",
     "generate",
     "is_ours",
     "merge",

@@ -2,7 +2,8 @@
 
 Owns: argv -> `AgentConfig` -> bytes -> stdout or a private file. Center bindings come from
 options, from the current `AC_MCP_*` environment (`--from-env`), or both (options win); they
-are validated with the host's grammar. Every error is one stderr line and exit status 2.
+are validated with the host's grammar. `--attach-center` / `--attach-relay` write attach
+entries instead (a supervisor's socket; no bindings, no secret). Every error is one stderr line and exit status 2.
 Must never: print the token (stdout carries the config, which may hold it, only without --out),
 take an abbreviated option for a longer one, or echo the value of an option it does not know.
 """
@@ -22,6 +23,7 @@ from configgen.model import (
     CENTER_NAME,
     RELAY_NAME,
     AgentConfig,
+    AttachBinding,
     CenterBinding,
     ConfigError,
     RelayBinding,
@@ -99,6 +101,22 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="launch upstream's `agentmux host mcp` instead of `mcphost relay-tools`",
     )
+    a = p.add_argument_group(
+        "attach entries (agents run by `mcphost supervise`: the config holds no identity or "
+        "secret, only the supervisor's socket)"
+    )
+    a.add_argument(
+        "--attach-center", metavar="SOCK", help="the center tools' attach socket (absolute)"
+    )
+    a.add_argument("--attach-relay", metavar="SOCK", help="the relay tools' attach socket")
+    a.add_argument(
+        "--attach-python", metavar="PATH", help="absolute interpreter (default: this Python)"
+    )
+    a.add_argument(
+        "--attach-script",
+        metavar="PATH",
+        help="absolute path of the pump (default: the installed mcphost/attach.py)",
+    )
     s = p.add_argument_group("launch")
     s.add_argument("--mcphost-command", help="absolute path (default: the installed mcphost)")
     s.add_argument("--agentmux-command", help="absolute path (default: agentmux on PATH)")
@@ -119,10 +137,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _center(args: argparse.Namespace) -> CenterBinding | None:
+def _center(args: argparse.Namespace) -> CenterBinding | AttachBinding | None:
     given = {
         dest: getattr(args, dest) for dest in _CENTER_OPTIONS if getattr(args, dest) is not None
     }
+    if args.attach_center is not None:
+        if given or args.from_env or args.no_center:
+            other = "--from-env" if args.from_env else "--no-center"
+            if given:
+                other = f"--{next(iter(given)).replace('_', '-')}"
+            raise UsageError(f"--attach-center with {other}: an attach entry takes no bindings")
+        return AttachBinding(socket=args.attach_center)
     if args.no_center:
         if given:
             raise UsageError(f"--no-center with --{next(iter(given)).replace('_', '-')}")
@@ -144,7 +169,21 @@ def _center(args: argparse.Namespace) -> CenterBinding | None:
         raise ConfigError(exc.field, f"{exc} ({flag})" if flag else str(exc)) from None
 
 
-def _relay(args: argparse.Namespace) -> RelayBinding | None:
+def _relay(args: argparse.Namespace) -> RelayBinding | AttachBinding | None:
+    if args.attach_relay is not None:
+        relay_options = (
+            args.bundle,
+            args.session_name,
+            args.configuration_directory or None,
+            args.state_directory,
+            args.inscriptions_directory,
+            args.upstream_agentmux or None,
+        )
+        if any(value is not None for value in relay_options):
+            raise UsageError(
+                "--attach-relay takes no relay options (the supervisor knows the agent's bundle)"
+            )
+        return AttachBinding(socket=args.attach_relay)
     if args.bundle is None and args.session_name is None:
         extras = args.configuration_directory or args.state_directory or args.inscriptions_directory
         if extras or args.upstream_agentmux:
@@ -170,13 +209,19 @@ def run(argv: Sequence[str]) -> int:
     if center is None and relay is None:
         raise UsageError(
             "nothing to generate: give center bindings (--agent-id/--admin-url or --from-env) "
-            "and/or a relay (--bundle/--session-name)"
+            "and/or a relay (--bundle/--session-name), or attach sockets (--attach-center, "
+            "--attach-relay)"
         )
+    attaching = isinstance(center, AttachBinding) or isinstance(relay, AttachBinding)
+    if not attaching and (args.attach_python or args.attach_script):
+        raise UsageError("--attach-python and --attach-script need --attach-center/--attach-relay")
     config = AgentConfig(
         center=center,
         relay=relay,
         mcphost=args.mcphost_command,
         agentmux=args.agentmux_command,
+        python=args.attach_python,
+        attach_script=args.attach_script,
         center_name=args.center_name,
         relay_name=args.relay_name,
         startup_timeout_sec=args.startup_timeout_sec,

@@ -269,19 +269,55 @@ class RelayBinding:
         return args
 
 
+# AF_UNIX `sun_path` holds 108 bytes including the terminating NUL.
+SOCKET_PATH_MAX = 107
+
+
+@dataclass(frozen=True, slots=True)
+class AttachBinding:
+    """An *attach* entry: the server is a thin pump (`mcphost/attach.py`) between the client's
+    stdio and a supervisor's attach socket (one socket per surface: center tools, relay tools).
+
+    The entry carries no identity and no secret: the supervisor tells agents apart by the
+    kernel's peer credentials of the connecting pump, so the config holds only the socket path.
+    It is launched as `<python> -I -S <attach script> <socket>` (see `AgentConfig.python` and
+    `AgentConfig.attach_script`).
+    """
+
+    socket: str
+
+    def __post_init__(self) -> None:
+        _absolute_path("attach socket", self.socket)
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in self.socket):
+            raise ConfigError(
+                "attach socket", f"attach socket is {self.socket!r}: contains control characters"
+            )
+        if len(self.socket.encode("utf-8", "surrogatepass")) > SOCKET_PATH_MAX:
+            raise ConfigError(
+                "attach socket",
+                f"attach socket is {self.socket!r}: longer than {SOCKET_PATH_MAX} bytes, the "
+                "most a Unix socket path can hold; use a shorter state directory",
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     """Everything one agent's client config is made from.
 
     `mcphost` / `agentmux` are the commands that start the servers: absolute paths (see
     `configgen.launch.resolve_commands`, which fills them in) or bare names found on PATH.
+    Either surface may instead be an `AttachBinding` (a supervisor's attach socket); attach
+    entries run `python` (an absolute interpreter path, default `sys.executable`) with
+    `-I -S attach_script` (absolute, default the installed `mcphost/attach.py`).
     Timeouts are in seconds; clients that take them get them (Codex, Gemini).
     """
 
-    center: CenterBinding | None = None
-    relay: RelayBinding | None = None
+    center: CenterBinding | AttachBinding | None = None
+    relay: RelayBinding | AttachBinding | None = None
     mcphost: str | None = None
     agentmux: str | None = None
+    python: str | None = None
+    attach_script: str | None = None
     center_name: str = CENTER_NAME
     relay_name: str = RELAY_NAME
     startup_timeout_sec: int = 30
@@ -292,10 +328,10 @@ class AgentConfig:
             raise ConfigError(
                 "servers", "nothing to generate: give center bindings, a relay, or both"
             )
-        if self.center is not None and not isinstance(self.center, CenterBinding):
-            raise ConfigError("center", "center must be a CenterBinding")
-        if self.relay is not None and not isinstance(self.relay, RelayBinding):
-            raise ConfigError("relay", "relay must be a RelayBinding")
+        if self.center is not None and not isinstance(self.center, CenterBinding | AttachBinding):
+            raise ConfigError("center", "center must be a CenterBinding or an AttachBinding")
+        if self.relay is not None and not isinstance(self.relay, RelayBinding | AttachBinding):
+            raise ConfigError("relay", "relay must be a RelayBinding or an AttachBinding")
         check_server_name("center server name", self.center_name)
         check_server_name("relay server name", self.relay_name)
         if (
@@ -322,14 +358,26 @@ class AgentConfig:
             check_command("mcphost command", self.mcphost)
         if self.agentmux is not None:
             check_command("agentmux command", self.agentmux)
+        if self.python is not None:
+            _absolute_path("attach python", self.python)
+            check_command("attach python", self.python)
+        if self.attach_script is not None:
+            _absolute_path("attach script", self.attach_script)
+            check_command("attach script", self.attach_script)
 
     @property
     def needs_mcphost(self) -> bool:
-        return self.center is not None or (self.relay is not None and not self.relay.upstream)
+        return isinstance(self.center, CenterBinding) or (
+            isinstance(self.relay, RelayBinding) and not self.relay.upstream
+        )
 
     @property
     def needs_agentmux(self) -> bool:
-        return self.relay is not None and self.relay.upstream
+        return isinstance(self.relay, RelayBinding) and self.relay.upstream
+
+    @property
+    def needs_attach(self) -> bool:
+        return isinstance(self.center, AttachBinding) or isinstance(self.relay, AttachBinding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +393,9 @@ def servers(config: AgentConfig, *, tier_tools_default: bool = True) -> dict[str
     """The servers of `config`, by name, in name order. Pure."""
     out: dict[str, Server] = {}
     prefix: tuple[str, ...]
-    if config.center is not None:
+    if isinstance(config.center, AttachBinding):
+        out[config.center_name] = _attach_server(config, config.center)
+    elif config.center is not None:
         if config.mcphost is None:
             raise ConfigError(
                 "mcphost command",
@@ -355,7 +405,9 @@ def servers(config: AgentConfig, *, tier_tools_default: bool = True) -> dict[str
         env = config.center.env(tier_tools_default=tier_tools_default)
         env[MARKER] = MARKER_VALUE
         out[config.center_name] = Server(config.mcphost, ("host",), dict(sorted(env.items())))
-    if config.relay is not None:
+    if isinstance(config.relay, AttachBinding):
+        out[config.relay_name] = _attach_server(config, config.relay)
+    elif config.relay is not None:
         if config.relay.upstream:
             if config.agentmux is None:
                 raise ConfigError(
@@ -371,3 +423,16 @@ def servers(config: AgentConfig, *, tier_tools_default: bool = True) -> dict[str
             command, (*prefix, *config.relay.args()), {MARKER: MARKER_VALUE}
         )
     return dict(sorted(out.items()))
+
+
+def _attach_server(config: AgentConfig, attach: AttachBinding) -> Server:
+    """`<python> -I -S <attach script> <socket>`, with only the marker in its env: no identity,
+    no token, no token file, no admin URL (the supervisor identifies the pump by the kernel)."""
+    if config.python is None or config.attach_script is None:
+        raise ConfigError(
+            "attach python" if config.python is None else "attach script",
+            "an attach entry needs the interpreter and the attach script: pass absolute paths "
+            "(or use configgen.generate, which uses sys.executable and mcphost/attach.py)",
+        )
+    args = ("-I", "-S", config.attach_script, attach.socket)
+    return Server(config.python, args, {MARKER: MARKER_VALUE})
