@@ -1,0 +1,701 @@
+"""The fleet file: `[center]`, `[defaults]` and `[[agent]]` (TOML) -> a frozen `Fleet`.
+
+Owns: the fleet file's grammar on the settings base (`mcphost.settings`), every default applied
+to every agent (`AgentPlan`), and turning a plan into the agent's argv (`agent_argv`). Pure apart
+from reading the fleet file `load_fleet` is given (and, in `agent_argv`, looking up the default
+`claude` / `codex` program).
+
+Sources, highest precedence first: `cli` (a mapping `{"center": {key: value}}`, named
+`--center-<key>` in messages), then the `MCPHOST_CENTER__<KEY>` variables of `env` (e.g.
+`MCPHOST_CENTER__ADMIN_URL`, `MCPHOST_CENTER__TOKEN_FILE`), then the file. Only `[center]` can
+be overridden: it is the worker's one binding, which a deployment may inject; `[defaults]` and
+`[[agent]]` are the fleet itself and come from the file alone (no other `MCPHOST_*` variable is
+read here; `MCPHOST_FLEET` and `MCPHOST_STATE` belong to `mcphost supervise`).
+
+Every problem is a `SettingError` naming the file and key (`/etc/x.toml: agent[2].id`), the
+variable or the flag, the value, and what is expected; all problems of one load are collected
+(`.problems`). TOML syntax errors name the file, line and column. The checks:
+
+- `[center]`: `admin_url` (`unix:/abs.sock` or `tcp://host:port`), `fingerprint` (one pin or
+  several, comma-separated or a list; required for `tcp://`), `token_file` (an absolute path;
+  checked for shape only, never read here: the supervisor reads it; a value that is not an
+  absolute path is not shown, it may be the token), `runtime_socket` (absolute, optional),
+  `fleet = "file" | "center"`, `poll_seconds`. With `fleet = "center"` the file has no
+  `[[agent]]`: the center assigns them (`plan_from_center`, `fleet_with_agents`).
+- agent ids: `mcphost.names.AGENT_ID` (a directory name and an `AC_MCP_AGENT_ID`), unique (a
+  duplicate names both entries); with a bundle also a relay session id (the relay tools speak
+  for the session named after the agent).
+- `command`: a non-empty list of strings; the only placeholders are `{mcp_config}`,
+  `{workspace}`, `{home}` and `{agent_id}` (`{{` / `}}` for literal braces); `client =
+  "command"` requires one. `env`: keys `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or
+  `AGENTMUX_*` (the supervisor owns those), and no `CODEX_HOME` for a codex agent.
+- `bundle`: agentmux's bundle grammar (`mcphost.names`). `user`: a user name.
+- numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
+
+Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
+`AgentPlan` compares equal exactly when nothing about how its agent runs changed.
+
+Must never: read the token file or any file but the fleet file, read `os.environ` (the caller
+passes `env`), or show a token (none is in the file; a non-absolute `token_file` is hidden).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from mcphost.admin.pinning import PinError, parse_pins
+from mcphost.admin.target import AdminTarget, TargetError, parse_target
+from mcphost.names import (
+    AGENT_ID_EXPECTED,
+    SESSION_ID_EXPECTED,
+    is_agent_id,
+    is_bundle_name,
+    is_session_id,
+)
+from mcphost.settings import SettingError, Settings
+
+if TYPE_CHECKING:
+    from mcphost.supervisor.homes import Home
+
+Client = Literal["claude", "codex", "command"]
+Restart = Literal["always", "on-failure", "never"]
+FleetSource = Literal["file", "center"]
+
+PLACEHOLDERS = ("mcp_config", "workspace", "home", "agent_id")
+RESERVED_ENV_PREFIXES = ("AC_MCP_", "MCPHOST_", "AGENTMUX_")
+ENV_PREFIX = "MCPHOST_CENTER__"
+
+_ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_PLACEHOLDERS_SHOWN = ", ".join("{" + name + "}" for name in PLACEHOLDERS)
+_COMMAND_EXPECTED = (
+    "a non-empty list of strings (the program, then its arguments) whose only placeholders are "
+    f"{_PLACEHOLDERS_SHOWN} (write {{{{ and }}}} for a literal brace)"
+)
+_ENV_EXPECTED = (
+    'a table of NAME = "value" strings, each NAME matching [A-Z_][A-Z0-9_]* and not starting '
+    "with AC_MCP_, MCPHOST_ or AGENTMUX_ (the supervisor sets those)"
+)
+_SECONDS = "a positive number of seconds"
+_TARGET_EXPECTED = "unix:/absolute/path.sock or tcp://host:port"
+_PIN_EXPECTED = (
+    "the center's certificate pin(s): sha256:AB:CD:... (32 hex pairs) or 64 hex digits; "
+    "several comma-separated or as a list"
+)
+
+
+# -- the file's sections (pydantic models; structure, types and per-field grammar) -----------
+
+
+class _Bad(ValueError):
+    """A field's value is wrong: what was seen (`shown`, or None to hide it), what is expected,
+    and a suffix to the field's key (`[4]` for a list item, `.NAME` for a table key)."""
+
+    def __init__(self, expected: str, shown: str | None, suffix: str = "") -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.shown = shown
+        self.suffix = suffix
+
+
+def _check_command(raw: object) -> object:
+    if raw is None:
+        return None
+    if not isinstance(raw, list | tuple) or not raw:
+        raise _Bad(_COMMAND_EXPECTED, repr(raw))
+    for index, item in enumerate(raw):
+        if not isinstance(item, str) or not item or "\0" in item:
+            raise _Bad(_COMMAND_EXPECTED, repr(item), f"[{index}]")
+        try:
+            parts = list(string.Formatter().parse(item))
+        except ValueError:
+            raise _Bad(
+                "no lone '{' or '}' (write {{ and }} for a literal brace; the placeholders are "
+                f"{_PLACEHOLDERS_SHOWN})",
+                repr(item),
+                f"[{index}]",
+            ) from None
+        for _literal, name, spec, conversion in parts:
+            if name is None:
+                continue
+            if name not in PLACEHOLDERS or spec or conversion:
+                raise _Bad(
+                    f"only the placeholders {_PLACEHOLDERS_SHOWN} (found "
+                    f"{{{name}{'!' + conversion if conversion else ''}"
+                    f"{':' + spec if spec else ''}}}; write {{{{ and }}}} for a literal brace)",
+                    repr(item),
+                    f"[{index}]",
+                )
+    return tuple(raw)
+
+
+def _check_env(raw: object) -> object:
+    if not isinstance(raw, Mapping):
+        raise _Bad(_ENV_EXPECTED, repr(raw))
+    for key, value in raw.items():
+        if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
+            raise _Bad(_ENV_EXPECTED, repr(key), f".{key}")
+        if key.startswith(RESERVED_ENV_PREFIXES):
+            raise _Bad(_ENV_EXPECTED, repr(key), f".{key}")
+        if not isinstance(value, str) or "\0" in value:
+            raise _Bad("a string without NUL characters", repr(value), f".{key}")
+    return dict(raw)
+
+
+def _check_bundle(raw: object) -> object:
+    if isinstance(raw, str) and not is_bundle_name(raw):
+        raise _Bad(
+            "a bundle name of letters, digits, '.', '_' and '-' (not '.' or '..')", repr(raw)
+        )
+    return raw
+
+
+def _check_user(raw: object) -> object:
+    if isinstance(raw, str) and not _USER.fullmatch(raw):
+        raise _Bad("a user name (letters, digits, '_', '.', '-'; at most 32)", repr(raw))
+    return raw
+
+
+def _absolute(raw: object) -> object:
+    if isinstance(raw, str) and (not raw.startswith("/") or "\0" in raw):
+        raise _Bad("an absolute path", repr(raw))
+    return os.path.normpath(raw) if isinstance(raw, str) else raw
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+_COMMON_VALIDATORS = {
+    "command": _check_command,
+    "env": _check_env,
+    "bundle": _check_bundle,
+    "user": _check_user,
+}
+
+
+class _Tunable(_Section):
+    """What `[defaults]` sets and every `[[agent]]` may override (None: not given)."""
+
+    client: Client | None = Field(None, description='"claude", "codex" or "command"')
+    restart: Restart | None = Field(None, description='"always", "on-failure" or "never"')
+    tier_tools: bool | None = Field(None, description="true or false")
+    command: tuple[str, ...] | None = Field(None, description=_COMMAND_EXPECTED)
+    bundle: str | None = Field(None, description="a relay bundle name")
+    user: str | None = Field(None, description="a user name to run the agent as")
+    env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
+    restart_delay: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
+    restart_max_delay: float | None = Field(
+        None, gt=0, le=86400, description=_SECONDS + " (<= 86400)"
+    )
+    max_restarts: int | None = Field(
+        None, ge=0, le=10000, description="a whole number of restarts, 0-10000"
+    )
+    restart_window: float | None = Field(None, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
+    stop_grace: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
+    log_max_bytes: int | None = Field(
+        None, ge=4096, le=1 << 40, description="a whole number of bytes, at least 4096"
+    )
+    log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grammar(cls, data: Any) -> Any:
+        # Field-level grammar with the key suffix kept (`env.FOO`, `command[3]`); raised as a
+        # `_Bad` carrying its field so the translation names it exactly.
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        bads: list[tuple[str, _Bad]] = []
+        for key, check in _COMMON_VALIDATORS.items():
+            if key in out:
+                try:
+                    out[key] = check(out[key])
+                except _Bad as bad:
+                    bads.append((key, bad))
+        if bads:
+            raise _FieldsBad(bads)
+        return out
+
+
+class _FieldsBad(ValueError):
+    """Grammar problems of one section's fields: (key, problem) pairs."""
+
+    def __init__(self, bads: list[tuple[str, _Bad]]) -> None:
+        super().__init__(bads[0][1].expected)
+        self.bads = bads
+
+
+class AgentSection(_Tunable):
+    id: str = Field(description=AGENT_ID_EXPECTED)
+
+
+class CenterSection(_Section):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)  # env gives strings
+
+    admin_url: str = Field(description=_TARGET_EXPECTED)
+    fingerprint: str | tuple[str, ...] | None = Field(None, description=_PIN_EXPECTED)
+    token_file: str = Field(
+        description="the absolute path of the worker token file (0600; read by the supervisor)"
+    )
+    runtime_socket: str | None = Field(None, description="an absolute socket path")
+    fleet: FleetSource = Field("file", description='"file" or "center"')
+    poll_seconds: float = Field(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
+
+
+class FleetFile(Settings):
+    """The fleet file as read (sources: flags > `MCPHOST_CENTER__*` > the file)."""
+
+    model_config = SettingsConfigDict(env_prefix="MCPHOST_", env_nested_delimiter="__")
+
+    center: CenterSection = Field(
+        description="a [center] table with admin_url, token_file (and fingerprint for tcp://)"
+    )
+    defaults: _Tunable = Field(_Tunable.model_validate({}), description="a [defaults] table")
+    agent: tuple[AgentSection, ...] = Field((), description="[[agent]] tables")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _named(cls, data: Any, handler: Any) -> FleetFile:
+        """Structure first (pydantic), then the cross-field checks; every problem named as the
+        operator wrote it. Raises one `SettingError` holding every problem."""
+        try:
+            model: FleetFile = handler(data)
+        except ValidationError as exc:
+            _raise_all([problem for err in exc.errors() for problem in _problems(err)])
+        _raise_all(_cross_checks(model))
+        return model
+
+
+# -- naming problems as the operator wrote them -------------------------------------------
+
+
+def _key(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _name(loc: tuple[str | int, ...]) -> str:
+    """`/etc/x.toml: agent[2].id`, `MCPHOST_CENTER__ADMIN_URL` or `--center-admin-url`."""
+    path = Settings.load_option("path", "fleet file")
+    if len(loc) >= 2 and loc[0] == "center":
+        field = str(loc[1])
+        if field in Settings.load_option("cli_center", ()):
+            return f"--center-{field.replace('_', '-')}"
+        if field in Settings.load_option("env_center", ()):
+            return f"{ENV_PREFIX}{field.upper()}"
+    return f"{path}: {_key(loc)}"
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "center": CenterSection,
+    "defaults": _Tunable,
+    "agent": AgentSection,
+}
+
+
+def _expected(loc: tuple[str | int, ...], fallback: str) -> str:
+    section = _SECTIONS.get(str(loc[0])) if loc else None
+    fields = [part for part in loc[1:] if isinstance(part, str)]
+    if section is not None and fields:
+        info = section.model_fields.get(fields[0])
+        if info is not None and info.description:
+            return info.description
+    if loc:
+        info = FleetFile.model_fields.get(str(loc[0]))
+        if info is not None and info.description and len(loc) == 1:
+            return info.description
+    return fallback
+
+
+def _shown(loc: tuple[str | int, ...], value: object) -> str | None:
+    if loc[-1:] == ("token_file",) and not (isinstance(value, str) and value.startswith("/")):
+        return None  # most likely the token itself
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _problems(err: Any) -> list[SettingError]:
+    loc = tuple(err.get("loc") or ())
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, _FieldsBad):
+        return [_bad_problem((*loc, key), bad) for key, bad in inner.bads]
+    if isinstance(inner, _Bad):
+        return [_bad_problem(loc, inner)]
+    if isinstance(inner, SettingError):
+        return [inner]
+    return [_problem(loc, err)]
+
+
+def _bad_problem(loc: tuple[str | int, ...], bad: _Bad) -> SettingError:
+    name = _name(loc) + bad.suffix
+    if bad.shown is None:
+        return SettingError(name, None, bad.expected, problem="is invalid (not shown)")
+    return SettingError(name, bad.shown, bad.expected)
+
+
+def _problem(loc: tuple[str | int, ...], err: Any) -> SettingError:
+    kind = err.get("type")
+    if kind == "missing":
+        return SettingError(_name(loc), None, _expected(loc, "a value"))
+    if kind == "extra_forbidden":
+        return SettingError(_name(loc), None, "a known key", problem="is not one")
+    value = err.get("input")
+    shown = _shown(loc, value) if loc else None
+    expected = _expected(loc, err.get("msg", "a valid value"))
+    if shown is None:
+        return SettingError(_name(loc), None, expected, problem="is invalid (not shown)")
+    return SettingError(_name(loc), shown, expected)
+
+
+def _raise_all(problems: list[SettingError]) -> None:
+    """Raise the first problem holding all of them (nothing when there are none)."""
+    flat = [p for problem in problems for p in problem.problems]
+    if flat:
+        first = flat[0]
+        first.problems = tuple(flat)
+        raise first
+
+
+def _cross_checks(model: FleetFile) -> list[SettingError]:
+    problems: list[SettingError] = []
+    center, defaults = model.center, model.defaults
+    target: AdminTarget | None = None
+    try:
+        target = parse_target(center.admin_url)
+    except TargetError:
+        problems.append(
+            SettingError(_name(("center", "admin_url")), repr(center.admin_url), _TARGET_EXPECTED)
+        )
+    fingerprint = center.fingerprint
+    if isinstance(fingerprint, tuple):
+        fingerprint = ",".join(fingerprint)
+    if fingerprint is not None:
+        try:
+            parse_pins(fingerprint)
+        except PinError:
+            problems.append(
+                SettingError(
+                    _name(("center", "fingerprint")), _shown(("x",), fingerprint), _PIN_EXPECTED
+                )
+            )
+    elif target is not None and target.kind == "tcp":
+        problems.append(
+            SettingError(
+                _name(("center", "fingerprint")),
+                None,
+                "the center's certificate fingerprint (sha256:AB:CD:...): a tcp:// center is "
+                "pinned so the token never reaches an unverified peer",
+            )
+        )
+    for key in ("token_file", "runtime_socket"):
+        value = getattr(center, key)
+        if value is not None and (not value.startswith("/") or "\0" in value):
+            shown = _shown((key,), value)
+            problems.append(
+                SettingError(
+                    _name(("center", key)),
+                    shown,
+                    "an absolute path",
+                    problem=None
+                    if shown
+                    else "is not an absolute path (not shown: it may be the token itself)",
+                )
+            )
+    if center.fleet == "center":
+        if model.agent:
+            problems.append(
+                SettingError(
+                    _name(("agent", 0)),
+                    None,
+                    'no [[agent]] tables with center.fleet = "center" (the center assigns '
+                    "the agents; set their common options in [defaults])",
+                    problem="is given",
+                )
+            )
+        problems += _plan_checks(("defaults",), _defaults_of(defaults), None)
+    seen: dict[str, int] = {}
+    base = _defaults_of(defaults)
+    for index, agent in enumerate(model.agent):
+        loc: tuple[str | int, ...] = ("agent", index)
+        if not is_agent_id(agent.id):
+            problems.append(SettingError(_name((*loc, "id")), repr(agent.id), AGENT_ID_EXPECTED))
+            continue
+        if agent.id in seen:
+            problems.append(
+                SettingError(
+                    _name((*loc, "id")),
+                    repr(agent.id),
+                    f"a unique agent id ({_key(('agent', seen[agent.id], 'id'))} is "
+                    f"{agent.id!r} too)",
+                )
+            )
+        else:
+            seen[agent.id] = index
+        problems += _plan_checks(loc, base, agent)
+    return problems
+
+
+def _plan_checks(
+    loc: tuple[str | int, ...], base: AgentDefaults, agent: AgentSection | None
+) -> list[SettingError]:
+    """The checks that need every default applied (the key is named where the agent sets it,
+    else in [defaults])."""
+    problems: list[SettingError] = []
+    given = set(agent.model_fields_set) if agent is not None else set()
+
+    def where(key: str) -> str:
+        return _name((*loc, key)) if agent is None or key in given else _name(("defaults", key))
+
+    plan = _apply(base, agent.id if agent else "x", agent)
+    if plan.client == "command" and plan.command is None:
+        problems.append(
+            SettingError(
+                where("command") if agent is None else _name((*loc, "command")),
+                None,
+                'a command: client = "command" runs exactly the command given',
+            )
+        )
+    if agent is not None and plan.bundle is not None and not is_session_id(plan.agent_id):
+        problems.append(
+            SettingError(
+                _name((*loc, "id")),
+                repr(plan.agent_id),
+                f"with a bundle, the id is also the agent's relay session id: {SESSION_ID_EXPECTED}",
+            )
+        )
+    if plan.client == "codex" and "CODEX_HOME" in dict(plan.env):
+        problems.append(
+            SettingError(
+                where("env") + ".CODEX_HOME",
+                repr(dict(plan.env)["CODEX_HOME"]),
+                "no CODEX_HOME: the supervisor points a codex agent at <home>/codex",
+            )
+        )
+    if plan.restart_max_delay < plan.restart_delay:
+        problems.append(
+            SettingError(
+                where("restart_max_delay"),
+                repr(plan.restart_max_delay),
+                f"at least restart_delay ({plan.restart_delay:g} s)",
+            )
+        )
+    return problems
+
+
+# -- the values the supervisor uses --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CenterConfig:
+    """The worker's one binding to the center. `token_file` is a path, never its content."""
+
+    admin_url: AdminTarget
+    pins: tuple[bytes, ...]
+    token_file: str
+    runtime_socket: str | None = None
+    fleet: FleetSource = "file"
+    poll_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDefaults:
+    """`[defaults]` with the built-in defaults applied (`tier_tools=None`: the client's)."""
+
+    client: Client = "claude"
+    restart: Restart = "on-failure"
+    tier_tools: bool | None = None
+    command: tuple[str, ...] | None = None
+    bundle: str | None = None
+    user: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    restart_delay: float = 1.0
+    restart_max_delay: float = 60.0
+    max_restarts: int = 5
+    restart_window: float = 60.0
+    stop_grace: float = 10.0
+    log_max_bytes: int = 1 << 20
+    log_keep: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPlan:
+    """How one agent runs, every default applied. Equal plans: nothing to restart."""
+
+    agent_id: str
+    command: tuple[str, ...] | None
+    client: Client
+    restart: Restart
+    tier_tools: bool
+    bundle: str | None
+    user: str | None
+    env: tuple[tuple[str, str], ...]
+    restart_delay: float
+    restart_max_delay: float
+    max_restarts: int
+    restart_window: float
+    stop_grace: float
+    log_max_bytes: int
+    log_keep: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The fleet in force. `agents` are in file order; equality is the reload contract."""
+
+    path: str
+    center: CenterConfig
+    agents: tuple[AgentPlan, ...]
+    defaults: AgentDefaults = AgentDefaults()
+
+
+def _defaults_of(section: _Tunable) -> AgentDefaults:
+    given = {
+        key: getattr(section, key)
+        for key in section.model_fields_set
+        if getattr(section, key) is not None
+    }
+    if "env" in given:
+        given["env"] = tuple(sorted(given["env"].items()))
+    return dataclasses.replace(AgentDefaults(), **given)
+
+
+def _tier_default(client: Client) -> bool:
+    """configgen's per-client default (Claude Code and Codex: the full catalog); `command`
+    agents get the host's default (tiered)."""
+    if client == "command":
+        return True
+    from configgen.clients import CLIENTS
+
+    return CLIENTS[client].tier_tools_default
+
+
+def _apply(defaults: AgentDefaults, agent_id: str, agent: _Tunable | None) -> AgentPlan:
+    values: dict[str, Any] = {
+        field.name: getattr(defaults, field.name) for field in dataclasses.fields(AgentDefaults)
+    }
+    if agent is not None:
+        for key in agent.model_fields_set:
+            value = getattr(agent, key)
+            if key == "env" and value is not None:
+                merged = dict(defaults.env)
+                merged.update(value)
+                value = tuple(sorted(merged.items()))
+            if key in values and value is not None:
+                values[key] = value
+    if values["tier_tools"] is None:
+        values["tier_tools"] = _tier_default(values["client"])
+    return AgentPlan(agent_id=agent_id, **values)
+
+
+def load_fleet(
+    path: str, *, env: Mapping[str, str] | None = None, cli: Mapping[str, Any] | None = None
+) -> Fleet:
+    """Read and check the fleet file at `path` (with `MCPHOST_CENTER__*` from `env` and
+    `{"center": {...}}` from `cli` overriding its `[center]`). Raises `SettingError`."""
+    env_center = {
+        key: value
+        for key, value in (env or {}).items()
+        if key.startswith(ENV_PREFIX) and value.strip()
+    }
+    cli_center = dict((cli or {}).get("center") or {})
+    model = FleetFile.load(
+        env=env_center,
+        file=path,
+        cli=dict(cli) if cli else None,
+        path=path,
+        env_center={key[len(ENV_PREFIX) :].lower() for key in env_center},
+        cli_center=set(cli_center),
+    )
+    center = model.center
+    fingerprint = center.fingerprint
+    if isinstance(fingerprint, tuple):
+        fingerprint = ",".join(fingerprint)
+    config = CenterConfig(
+        admin_url=parse_target(center.admin_url),
+        pins=parse_pins(fingerprint) if fingerprint else (),
+        token_file=os.path.normpath(center.token_file),
+        runtime_socket=center.runtime_socket and os.path.normpath(center.runtime_socket),
+        fleet=center.fleet,
+        poll_seconds=center.poll_seconds,
+    )
+    defaults = _defaults_of(model.defaults)
+    agents = tuple(_apply(defaults, agent.id, agent) for agent in model.agent)
+    return Fleet(path=os.path.abspath(path), center=config, agents=agents, defaults=defaults)
+
+
+def plan_from_center(
+    defaults: AgentDefaults, agent_id: str, *, bundle: str | None = None
+) -> AgentPlan:
+    """The plan of an agent the center assigned to this worker: `[defaults]` only (a `bundle`
+    the center names replaces the default one). Raises `SettingError` for an id outside the
+    grammar, naming it as the center's."""
+    if not isinstance(agent_id, str) or not is_agent_id(agent_id):
+        raise SettingError("the center's agent id", repr(agent_id), AGENT_ID_EXPECTED)
+    if bundle is not None and not is_bundle_name(bundle):
+        raise SettingError(
+            f"the center's bundle for {agent_id}", repr(bundle), "a relay bundle name"
+        )
+    plan = _apply(defaults, agent_id, None)
+    if bundle is not None:
+        plan = dataclasses.replace(plan, bundle=bundle)
+    if plan.bundle is not None and not is_session_id(agent_id):
+        raise SettingError(
+            "the center's agent id",
+            repr(agent_id),
+            f"with a bundle, a relay session id: {SESSION_ID_EXPECTED}",
+        )
+    if plan.client == "command" and plan.command is None:
+        raise SettingError(
+            "defaults.command", None, 'a command: client = "command" runs exactly the command'
+        )
+    return plan
+
+
+def fleet_with_agents(fleet: Fleet, assigned: Iterable[str | Mapping[str, Any]]) -> Fleet:
+    """`fleet` with the agents the center assigned (ids, or mappings with `agent_id` and an
+    optional `bundle`), each planned from `fleet.defaults`; duplicates after the first dropped.
+    Raises `SettingError` for a bad entry (then nothing is applied)."""
+    plans: dict[str, AgentPlan] = {}
+    for entry in assigned:
+        if isinstance(entry, Mapping):
+            agent_id = entry.get("agent_id", entry.get("id"))
+            bundle = entry.get("bundle")
+        else:
+            agent_id, bundle = entry, None
+        plan = plan_from_center(fleet.defaults, agent_id, bundle=bundle)
+        plans.setdefault(plan.agent_id, plan)
+    return dataclasses.replace(fleet, agents=tuple(plans.values()))
+
+
+def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
+    """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
+    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex`, which finds its
+    config through CODEX_HOME). A program not found stays bare; the spawn then fails naming it."""
+    values = {
+        "mcp_config": home.mcp_config,
+        "workspace": home.workspace,
+        "home": home.root,
+        "agent_id": plan.agent_id,
+    }
+    if plan.command is not None:
+        return [item.format(**values) for item in plan.command]
+    from configgen.launch import find_command
+
+    if plan.client == "claude":
+        program = find_command("claude") or "claude"
+        return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
+    if plan.client == "codex":
+        return [find_command("codex") or "codex"]
+    raise ValueError(f'agent {plan.agent_id}: client = "command" needs a command')
