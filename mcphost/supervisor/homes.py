@@ -1,0 +1,265 @@
+"""Per-agent homes: `<state>/agents/<id>/` with its workspace, its logs directory and the client's
+MCP config of *attach* entries; and the environment an agent is spawned with.
+
+Owns:
+- the layout (`home_paths`, pure): `<state>/agents/<id>/` (0700), `workspace/` (0700; the
+  agent's cwd and `AC_MCP_AGENT_ROOT`), `logs/` (0700), and the config: `mcp.json` for
+  `claude` and `command` agents, `codex/config.toml` for `codex` agents (`CODEX_HOME`).
+- `prepare_home`: creates or repairs that layout and writes the config (configgen's attach
+  entries: the interpreter, `-I -S`, the pump, the socket; nothing else) atomically, 0600.
+  Every directory is opened without following a symlink, beneath the one above it, and the
+  config is written through that open directory (`/proc/self/fd/N/...`), so a symlink an agent
+  plants in its own home never redirects a write, even when the supervisor runs as root. A
+  symlink or a non-directory where a directory belongs is refused (`HomeError`); a directory of
+  ours with a wider mode is narrowed to 0700; one owned by anybody else is refused. The relay
+  entry is written only when the plan has a bundle and there is a relay socket.
+- With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
+  the codex directory and the config belong to that user (the agent writes there); `logs/`
+  stays the supervisor's; `<state>/agents/` becomes 0711 so that user can reach its home (ids
+  are not listable).
+- `agent_env`: the supervisor's environment minus every `AC_MCP_*`, `MCPHOST_*` and
+  `AGENTMUX_*` variable (identity, token and settings are the supervisor's) and minus systemd's
+  per-service handles (`NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`), plus the plan's `env`, plus
+  `CODEX_HOME` for codex agents.
+
+Must never: write the token, the token file's path or the admin URL into a home or an agent's
+environment (this module is never given them), follow a symlink inside a home, or write a
+config wider than 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from configgen import AgentConfig, AttachBinding, ConfigError, render, write_private
+from mcphost.names import is_agent_id
+from mcphost.supervisor.fleet import RESERVED_ENV_PREFIXES, AgentPlan
+
+AGENTS = "agents"
+WORKSPACE = "workspace"
+LOGS = "logs"
+MCP_JSON = "mcp.json"
+CODEX_DIR = "codex"
+CODEX_CONFIG = "config.toml"
+# systemd hands these to the service; an agent must not talk to systemd as the supervisor.
+_SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+_SERVICE_ENV_PREFIXES = ("LISTEN_",)
+
+
+class HomeError(Exception):
+    """A home that cannot be prepared safely; `str()` says which path and what to do."""
+
+    code = "home_unsafe"
+
+
+@dataclass(frozen=True, slots=True)
+class Home:
+    """Where one agent lives. `mcp_config` is the file its client reads (`{mcp_config}`)."""
+
+    root: str
+    workspace: str
+    logs: str
+    mcp_config: str
+    codex_home: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttachPoints:
+    """What attach entries run: `interpreter -I -S script <socket>` (absolute paths)."""
+
+    interpreter: str
+    script: str
+    center_socket: str
+    relay_socket: str | None = None
+
+
+def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
+    """The layout of `agent_id`'s home under `state_dir` (pure)."""
+    if not is_agent_id(agent_id):
+        raise HomeError(f"agent id {agent_id!r} is not a safe directory name")
+    root = os.path.join(os.path.abspath(state_dir), AGENTS, agent_id)
+    if client == "codex":
+        codex = os.path.join(root, CODEX_DIR)
+        config = os.path.join(codex, CODEX_CONFIG)
+    else:
+        codex, config = None, os.path.join(root, MCP_JSON)
+    return Home(
+        root=root,
+        workspace=os.path.join(root, WORKSPACE),
+        logs=os.path.join(root, LOGS),
+        mcp_config=config,
+        codex_home=codex,
+    )
+
+
+def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
+    """The configgen input for `plan`: attach entries only (pure)."""
+    relay = None
+    if plan.bundle is not None and attach.relay_socket is not None:
+        relay = AttachBinding(attach.relay_socket)
+    return AgentConfig(
+        center=AttachBinding(attach.center_socket),
+        relay=relay,
+        python=attach.interpreter,
+        attach_script=attach.script,
+    )
+
+
+def config_bytes(plan: AgentPlan, attach: AttachPoints) -> bytes:
+    """The bytes of `plan`'s client config (pure): Codex TOML, else Claude's `mcpServers`."""
+    return render("codex" if plan.client == "codex" else "claude", attach_config(plan, attach))
+
+
+def prepare_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> Home:
+    """Create or repair `plan`'s home under `state_dir` and write its config; see the module
+    docstring. Idempotent. Raises `HomeError` (or `ConfigError` for bad attach points)."""
+    home = home_paths(state_dir, plan.agent_id, plan.client)
+    data = config_bytes(plan, attach)
+    owner = _owner(plan.user)
+    try:
+        state_fd = os.open(_state_of(home), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HomeError(f"cannot open the state directory: {exc}") from None
+    fds: list[int] = [state_fd]
+    try:
+        agents_fd = _directory(
+            state_fd,
+            AGENTS,
+            os.path.dirname(home.root),
+            None,
+            mode=0o711 if owner is not None else 0o700,
+            also=(0o711,),
+        )
+        fds.append(agents_fd)
+        root_fd = _directory(agents_fd, plan.agent_id, home.root, owner)
+        fds.append(root_fd)
+        fds.append(_directory(root_fd, WORKSPACE, home.workspace, owner))
+        fds.append(_directory(root_fd, LOGS, home.logs, None))
+        if home.codex_home is not None:
+            codex_fd = _directory(root_fd, CODEX_DIR, home.codex_home, owner)
+            fds.append(codex_fd)
+            _write(codex_fd, CODEX_CONFIG, home.mcp_config, data, owner)
+        else:
+            _write(root_fd, MCP_JSON, home.mcp_config, data, owner)
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+    return home
+
+
+def _state_of(home: Home) -> str:
+    return os.path.dirname(os.path.dirname(home.root))
+
+
+def agent_env(base: Mapping[str, str], plan: AgentPlan, home: Home) -> dict[str, str]:
+    """The environment to spawn `plan`'s agent with (pure); see the module docstring."""
+    env = {
+        key: value
+        for key, value in base.items()
+        if not key.startswith(RESERVED_ENV_PREFIXES)
+        and key not in _SERVICE_ENV
+        and not key.startswith(_SERVICE_ENV_PREFIXES)
+    }
+    env.update(plan.env)
+    if plan.client == "codex" and home.codex_home is not None:
+        env["CODEX_HOME"] = home.codex_home
+    return env
+
+
+# -- the edge: directories opened beneath each other, never through a symlink --------------
+
+
+def _owner(user: str | None) -> tuple[int, int] | None:
+    """(uid, gid) of `user` when it is not us; None when the agent runs as we do."""
+    if user is None:
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise HomeError(f"user {user!r} does not exist on this machine") from None
+    if entry.pw_uid == os.geteuid():
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _directory(
+    parent_fd: int,
+    name: str,
+    shown: str,
+    owner: tuple[int, int] | None,
+    *,
+    mode: int = 0o700,
+    also: tuple[int, ...] = (),
+) -> int:
+    """Open (creating it) the directory `name` beneath `parent_fd` without following a
+    symlink; hand it to `owner`; set its mode to `mode` unless it is already one of `also`."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise HomeError(f"cannot create {shown}: {exc.strerror}") from None
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=parent_fd)
+    except OSError as exc:
+        info = _lstat(parent_fd, name)
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise HomeError(
+                f"{shown} is a symlink; refusing to use it (remove it: the supervisor creates "
+                "the directory itself)"
+            ) from None
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            raise HomeError(f"{shown} exists and is not a directory; remove it") from None
+        raise HomeError(f"cannot open {shown}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        allowed = {os.geteuid()} | ({owner[0]} if owner else set())
+        if info.st_uid not in allowed:
+            raise HomeError(
+                f"{shown} belongs to uid {info.st_uid}, not to the supervisor or the agent's "
+                "user; refusing to use it"
+            )
+        if owner is not None and info.st_uid != owner[0]:
+            try:
+                os.fchown(fd, owner[0], owner[1])
+            except PermissionError:
+                raise HomeError(
+                    f"cannot give {shown} to uid {owner[0]}: the supervisor must run as root "
+                    "to run an agent as another user"
+                ) from None
+        current = stat.S_IMODE(info.st_mode)
+        if current != mode and (current not in also or mode in also):
+            try:
+                os.fchmod(fd, mode)
+            except PermissionError:
+                raise HomeError(f"cannot set the mode of {shown} to {mode:04o}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lstat(parent_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _write(dir_fd: int, name: str, shown: str, data: bytes, owner: tuple[int, int] | None) -> None:
+    """Write `data` as `name` in the open directory `dir_fd`, atomically and 0600, with
+    configgen's `write_private` (through `/proc/self/fd`, so the path is never re-walked)."""
+    try:
+        write_private(f"/proc/self/fd/{dir_fd}/{name}", data)
+    except ConfigError as exc:
+        raise HomeError(
+            f"{shown}: {exc}".replace(f"/proc/self/fd/{dir_fd}/{name}", shown)
+        ) from None
+    if owner is not None:
+        os.chown(name, owner[0], owner[1], dir_fd=dir_fd, follow_symlinks=False)
