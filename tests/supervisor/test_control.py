@@ -1,0 +1,570 @@
+"""The control socket's protocol, access rules and bounds, against a small fake handler.
+
+The unit under test is `mcphost.supervisor.control`: the real server on a real Unix socket, the
+real blocking client (`request`, `stream_logs`) and raw sockets for what the client never sends.
+The supervisor behind it is a fake that records calls; the real supervisor's black-box tests
+drive `mcphost ctl` against `mcphost supervise` (tests/supervisor/test_supervise.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcphost.supervisor import control
+from mcphost.supervisor.control import (
+    ControlError,
+    ControlInUse,
+    ControlServer,
+    NotRunning,
+    parse_request,
+    peer_allowed,
+    request,
+    stream_logs,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class OtherError(Exception):
+    """A refusal class of the supervisor's own, with the same attributes as ControlError."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.code, self.message, self.details = code, message, details
+
+
+class Fake:
+    """A ControlHandler that records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.log_chunks: list[bytes] = [b"line 1\n", b"line 2\n"]
+        self.follow_forever = False
+        self.flood = False
+        self.produced = 0
+        self.closed = asyncio.Event()
+        self.fail_after: int | None = None
+
+    def _agent(self, agent: str) -> None:
+        if agent != "agent-1":
+            raise ControlError("unknown_agent", f"no agent {agent!r}", {"agent": agent})
+
+    async def status(self) -> Any:
+        self.calls.append(("status",))
+        return [{"agent_id": "agent-1", "state": "running", "pid": 42}]
+
+    async def start(self, agent: str) -> Any:
+        self.calls.append(("start", agent))
+        self._agent(agent)
+        return {"agent_id": agent, "state": "running"}
+
+    async def stop(self, agent: str) -> Any:
+        self.calls.append(("stop", agent))
+        if agent == "boom":
+            raise RuntimeError("secret internals /etc/mcphost/worker.token")
+        if agent == "odd":
+            return {"not json": object()}
+        self._agent(agent)
+        return {"agent_id": agent, "state": "stopped"}
+
+    async def restart(self, agent: str) -> Any:
+        self.calls.append(("restart", agent))
+        raise OtherError("unknown_agent", "not in the fleet", {"known": ["agent-1"]})
+
+    async def reload(self) -> Any:
+        self.calls.append(("reload",))
+        raise ControlError("reload_failed", "fleet.toml: agent.id: bad", {"file": "fleet.toml"})
+
+    async def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        self.calls.append(("logs", agent, lines, follow))
+        self._agent(agent)
+        try:
+            for index, chunk in enumerate(self.log_chunks):
+                if self.fail_after is not None and index == self.fail_after:
+                    raise ControlError("log_unavailable", "the log rotated away")
+                yield chunk
+            while self.flood:
+                self.produced += 64 * 1024
+                yield b"x" * (64 * 1024)
+            if follow and self.follow_forever:
+                yield b"followed\n"
+                await asyncio.Event().wait()
+        finally:
+            self.closed.set()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path (sun_path is 108 bytes) that other uids may traverse."""
+    path = Path(tempfile.mkdtemp(prefix="ctl-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def served(short_dir: Path) -> AsyncIterator[tuple[ControlServer, Fake, str]]:
+    fake = Fake()
+    path = str(short_dir / "control.sock")
+    server = ControlServer(path, fake)
+    await server.start()
+    try:
+        yield server, fake, path
+    finally:
+        await server.aclose()
+
+
+def raw(path: str, payload: bytes, *, shut: bool = False) -> list[dict[str, Any]]:
+    """Send bytes as they are; read every reply line until the server closes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(15)
+        sock.connect(path)
+        try:
+            sock.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before it read everything; its answer is still there
+        if shut:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass  # it closed with our request unread: what it said came first
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def error_of(path: str, payload: bytes) -> dict[str, Any]:
+    replies = raw(path, payload)
+    assert len(replies) == 1, replies
+    assert replies[0]["ok"] is False
+    error: dict[str, Any] = replies[0]["error"]
+    assert set(error) == {"code", "message", "details"}
+    return error
+
+
+# -- requests and replies ------------------------------------------------------------------------
+
+
+async def test_every_op_reaches_the_handler_and_results_come_back(served: Any) -> None:
+    _server, fake, path = served
+    assert await asyncio.to_thread(request, path, "status") == [
+        {"agent_id": "agent-1", "state": "running", "pid": 42}
+    ]
+    assert await asyncio.to_thread(request, path, "start", agent="agent-1") == {
+        "agent_id": "agent-1",
+        "state": "running",
+    }
+    assert (await asyncio.to_thread(request, path, "stop", agent="agent-1"))["state"] == "stopped"
+    assert fake.calls == [("status",), ("start", "agent-1"), ("stop", "agent-1")]
+    replies = await asyncio.to_thread(raw, path, b'{"op":"status"}\n')
+    assert replies == [
+        {"ok": True, "result": [{"agent_id": "agent-1", "state": "running", "pid": 42}]}
+    ]
+
+
+async def test_handler_refusals_keep_their_code_message_and_details(served: Any) -> None:
+    _server, _fake, path = served
+    with pytest.raises(ControlError) as caught:
+        await asyncio.to_thread(request, path, "start", agent="agent-9")
+    assert (caught.value.code, caught.value.details) == ("unknown_agent", {"agent": "agent-9"})
+    with pytest.raises(ControlError) as caught:
+        await asyncio.to_thread(request, path, "reload")
+    assert caught.value.code == "reload_failed"
+    assert caught.value.message == "fleet.toml: agent.id: bad"
+    assert caught.value.details == {"file": "fleet.toml"}
+    # the supervisor's own refusal class is relayed the same way (code, message, details)
+    error = await asyncio.to_thread(error_of, path, b'{"op":"restart","agent":"agent-1"}\n')
+    assert error == {
+        "code": "unknown_agent",
+        "message": "not in the fleet",
+        "details": {"known": ["agent-1"]},
+    }
+
+
+async def test_a_handler_bug_is_internal_without_its_text(served: Any) -> None:
+    _server, _fake, path = served
+    error = await asyncio.to_thread(error_of, path, b'{"op":"stop","agent":"boom"}\n')
+    assert error["code"] == "internal"
+    assert "RuntimeError" in error["message"] and "worker.token" not in json.dumps(error)
+    odd = await asyncio.to_thread(error_of, path, b'{"op":"stop","agent":"odd"}\n')
+    assert odd["code"] == "internal"
+    # and the server keeps serving
+    assert await asyncio.to_thread(request, path, "status")
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "says"),
+    [
+        (b"not json\n", "bad_request", "JSON"),
+        (b"[1]\n", "bad_request", "object"),
+        (b"{}\n", "bad_request", '"op"'),
+        (b'{"op": 1}\n', "bad_request", '"op"'),
+        (b'{"op": "frobnicate"}\n', "unknown_op", "status, start, stop, restart, reload, logs"),
+        (b'{"op": "status", "agent": "a"}\n', "bad_request", "agent"),
+        (b'{"op": "status", "token": "acat_x"}\n', "bad_request", "token"),
+        (b'{"op": "start"}\n', "bad_request", '"agent"'),
+        (b'{"op": "start", "agent": ""}\n', "bad_request", '"agent"'),
+        (b'{"op": "start", "agent": 7}\n', "bad_request", '"agent"'),
+        (b'{"op": "start", "agent": "a\\nb"}\n', "bad_request", "printable"),
+        (b'{"op": "logs", "agent": "agent-1", "lines": -1}\n', "bad_request", '"lines"'),
+        (b'{"op": "logs", "agent": "agent-1", "lines": true}\n', "bad_request", '"lines"'),
+        (b'{"op": "logs", "agent": "agent-1", "lines": 100001}\n', "bad_request", '"lines"'),
+        (b'{"op": "logs", "agent": "agent-1", "follow": "yes"}\n', "bad_request", '"follow"'),
+        (b"[" * 100_000 + b"\n", "request_too_large", "65536"),
+        (b"[" * 60_000 + b"\n", "bad_request", "JSON"),
+    ],
+)
+async def test_bad_requests_are_refused_with_stable_codes(
+    served: Any, line: bytes, code: str, says: str
+) -> None:
+    _server, fake, path = served
+    error = await asyncio.to_thread(error_of, path, line)
+    assert error["code"] == code
+    assert says in error["message"]
+    assert "acat_x" not in json.dumps(error)
+    assert fake.calls == []
+
+
+def test_parse_request_defaults() -> None:
+    assert parse_request(b'{"op":"logs","agent":"a"}') == {
+        "op": "logs",
+        "agent": "a",
+        "lines": 50,
+        "follow": False,
+    }
+    long_op = "x" * 10_000
+    with pytest.raises(ControlError) as caught:
+        parse_request(json.dumps({"op": long_op}).encode())
+    assert len(caught.value.message) < 300
+
+
+async def test_a_line_over_64_kib_is_refused_without_being_kept(served: Any) -> None:
+    _server, fake, path = served
+    # exactly at the limit (newline included) is read; one byte more is refused
+    at_limit = b'{"op":"status","pad":"' + b"x" * (control.MAX_LINE - 25) + b'"}\n'
+    assert len(at_limit) == control.MAX_LINE
+    assert (await asyncio.to_thread(error_of, path, at_limit))["code"] == "bad_request"
+    over = at_limit[:-3] + b'x"}\n'
+    assert (await asyncio.to_thread(error_of, path, over))["code"] == "request_too_large"
+
+    # 8 MiB with no newline: refused as soon as 64 KiB are buffered (the rest is never read)
+    def flood() -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(15)
+            sock.connect(path)
+            sent = 0
+            try:
+                while sent < 8 * 1024 * 1024:
+                    sent += sock.send(b"x" * 65536)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            data = b""
+            try:
+                while chunk := sock.recv(65536):
+                    data += chunk
+            except ConnectionResetError:
+                pass
+        return json.loads(data.splitlines()[0])
+
+    reply = await asyncio.to_thread(flood)
+    assert reply["error"]["code"] == "request_too_large"
+    assert fake.calls == []
+
+
+async def test_a_request_without_newline_but_half_closed_is_served(served: Any) -> None:
+    _server, _fake, path = served
+    replies = await asyncio.to_thread(raw, path, b'{"op":"status"}', shut=True)
+    assert replies[0]["ok"] is True
+
+
+async def test_a_silent_client_is_dropped_after_the_request_timeout(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _server, _fake, path = served
+    monkeypatch.setattr(control, "REQUEST_TIMEOUT", 0.3)
+
+    def idle() -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(path)
+            return sock.recv(100)
+
+    assert await asyncio.to_thread(idle) == b""  # closed, nothing said
+
+
+async def test_too_many_connections_get_busy(served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    server, _fake, path = served
+    monkeypatch.setattr(control, "MAX_CONNECTIONS", 3)
+    idle = []
+    for _ in range(3):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        idle.append(sock)
+    try:
+        for _ in range(100):
+            if len(server._tasks) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert (await asyncio.to_thread(error_of, path, b'{"op":"status"}\n'))["code"] == "busy"
+    finally:
+        for sock in idle:
+            sock.close()
+    for _ in range(200):
+        if not server._tasks:
+            break
+        await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(request, path, "status")
+
+
+# -- logs ----------------------------------------------------------------------------------------
+
+
+async def test_logs_stream_chunks_then_end(served: Any) -> None:
+    _server, fake, path = served
+    fake.log_chunks = [b"caf\xc3", b"\xa9 ok\n", b"y" * 40_000, b"bad \xff byte\n"]
+    replies = await asyncio.to_thread(raw, path, b'{"op":"logs","agent":"agent-1","lines":7}\n')
+    assert replies[-1] == {"ok": True, "end": True}
+    texts = [r["log"] for r in replies[:-1]]
+    assert all(len(t) <= control.LOG_CHUNK for t in texts)
+    assert "".join(texts) == "café ok\n" + "y" * 40_000 + "bad \ufffd byte\n"
+    assert fake.calls == [("logs", "agent-1", 7, False)]
+    assert "".join(
+        await asyncio.to_thread(lambda: list(stream_logs(path, "agent-1", lines=1, follow=False)))
+    ).startswith("café")
+
+
+async def test_logs_errors_before_and_during_the_stream(served: Any) -> None:
+    _server, fake, path = served
+    with pytest.raises(ControlError) as caught:
+        await asyncio.to_thread(lambda: list(stream_logs(path, "agent-9", lines=5, follow=False)))
+    assert caught.value.code == "unknown_agent"
+    fake.fail_after = 1
+    replies = await asyncio.to_thread(raw, path, b'{"op":"logs","agent":"agent-1"}\n')
+    assert replies[0] == {"log": "line 1\n"}
+    assert replies[1]["error"]["code"] == "log_unavailable"
+    assert len(replies) == 2
+
+
+async def test_follow_ends_when_the_client_leaves(served: Any) -> None:
+    _server, fake, path = served
+    fake.follow_forever = True
+
+    def follow_then_leave() -> list[str]:
+        seen = []
+        stream = stream_logs(path, "agent-1", lines=10, follow=True)
+        for text in stream:
+            seen.append(text)
+            if text == "followed\n":
+                stream.close()  # closes the connection
+                break
+        return seen
+
+    seen = await asyncio.to_thread(follow_then_leave)
+    assert seen == ["line 1\n", "line 2\n", "followed\n"]
+    async with asyncio.timeout(5):
+        await fake.closed.wait()  # the server stopped pulling the log
+
+
+async def test_a_client_that_does_not_read_does_not_grow_the_server(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, fake, path = served
+    monkeypatch.setattr(control, "STALL_TIMEOUT", 1.0)
+    fake.flood = True
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(path)
+    sock.sendall(b'{"op":"logs","agent":"agent-1","follow":true}\n')
+    try:
+        await asyncio.sleep(0.6)
+        produced = fake.produced
+        # socket buffers plus the 64 KiB write buffer; not the flood
+        assert produced <= 8 * 1024 * 1024, produced
+        await asyncio.sleep(0.3)
+        assert fake.produced - produced <= 256 * 1024
+        async with asyncio.timeout(5):
+            await fake.closed.wait()  # dropped after STALL_TIMEOUT, the generator closed
+        assert not server._tasks
+    finally:
+        sock.close()
+
+
+# -- the socket: mode, lock, stale files, peers --------------------------------------------------
+
+
+async def test_the_socket_is_0600_whatever_the_umask(short_dir: Path) -> None:
+    old = os.umask(0)
+    try:
+        async with ControlServer(short_dir / "c.sock", Fake()):
+            st = os.lstat(short_dir / "c.sock")
+            assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+            assert stat.S_IMODE(os.lstat(short_dir / "c.sock.lock").st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert not (short_dir / "c.sock").exists()  # removed at close
+
+
+async def test_a_second_server_on_the_same_path_is_refused(served: Any) -> None:
+    server, _fake, path = served
+    with pytest.raises(ControlInUse) as caught:
+        await ControlServer(path, Fake()).start()
+    assert caught.value.code == "control_in_use"
+    assert "another supervisor" in caught.value.message and path in caught.value.message
+    assert await asyncio.to_thread(request, path, "status")  # the first one is untouched
+    await server.aclose()
+    async with ControlServer(path, Fake()):  # once it is gone, a new one starts
+        assert await asyncio.to_thread(request, path, "status")
+
+
+async def test_a_second_supervisor_process_is_refused(served: Any) -> None:
+    _server, _fake, path = served
+    code = (
+        "import asyncio, sys\n"
+        "from mcphost.supervisor.control import ControlServer, ControlInUse\n"
+        "try:\n"
+        f"    asyncio.run(ControlServer({path!r}, None).start())\n"
+        "except ControlInUse as exc:\n"
+        "    print(exc.message); sys.exit(7)\n"
+    )
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 7, done.stderr
+    assert "another supervisor" in done.stdout
+
+
+async def test_a_live_listener_without_the_lock_is_not_unlinked(short_dir: Path) -> None:
+    path = str(short_dir / "c.sock")
+    foreign = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    foreign.bind(path)
+    foreign.listen(1)
+    try:
+        with pytest.raises(ControlInUse, match="already listens"):
+            await ControlServer(path, Fake()).start()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        foreign.close()  # now it is stale: replaced
+        async with ControlServer(path, Fake()):
+            assert await asyncio.to_thread(request, path, "status")
+    finally:
+        foreign.close()
+
+
+async def test_a_non_socket_at_the_path_is_left_alone(short_dir: Path) -> None:
+    path = short_dir / "c.sock"
+    path.write_text("precious")
+    with pytest.raises(ControlInUse, match="not a socket"):
+        await ControlServer(path, Fake()).start()
+    assert path.read_text() == "precious"
+    # and the lock was released: once the file is gone, a server starts
+    path.unlink()
+    async with ControlServer(path, Fake()):
+        pass
+
+
+async def test_close_leaves_a_replaced_socket_alone(short_dir: Path) -> None:
+    path = str(short_dir / "c.sock")
+    server = ControlServer(path, Fake())
+    await server.start()
+    os.unlink(path)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(path)
+    try:
+        await server.aclose()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        other.close()
+
+
+async def test_aclose_ends_a_follow(served: Any) -> None:
+    server, fake, path = served
+    fake.follow_forever = True
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    sock.sendall(b'{"op":"logs","agent":"agent-1","follow":true}\n')
+    try:
+        for _ in range(200):
+            if server._tasks:
+                break
+            await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            await server.aclose()
+            await fake.closed.wait()
+    finally:
+        sock.close()
+
+
+def test_peer_allowed() -> None:
+    assert peer_allowed(1000, 1000) and peer_allowed(0, 1000) and peer_allowed(0, 0)
+    assert not peer_allowed(1001, 1000) and not peer_allowed(65534, 0)
+
+
+def test_client_says_not_running(short_dir: Path) -> None:
+    with pytest.raises(NotRunning, match="no such socket"):
+        request(str(short_dir / "nothing.sock"), "status")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(short_dir / "stale.sock"))
+    stale.close()
+    with pytest.raises(NotRunning, match="refused"):
+        request(str(short_dir / "stale.sock"), "status")
+
+
+_AS_NOBODY = (
+    "import json, socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "try:\n"
+    "    s.connect(sys.argv[1])\n"
+    "except PermissionError:\n"
+    "    print('EACCES'); sys.exit(0)\n"
+    "try:\n"
+    '    s.sendall(b\'{"op":"status"}\\n\')\n'
+    "except BrokenPipeError:\n"
+    "    pass\n"
+    "print(s.makefile('rb').readline().decode())\n"
+)
+
+
+NOBODY_PYTHON = "/usr/bin/python3"  # the venv's may sit where uid 65534 cannot reach
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access(NOBODY_PYTHON, os.X_OK),
+    reason="needs root (to connect as another uid) and a system python3",
+)
+async def test_another_uid_is_shut_out_by_the_mode_and_by_the_peer_check(served: Any) -> None:
+    _server, fake, path = served
+
+    def as_nobody() -> str:
+        done = subprocess.run(
+            [NOBODY_PYTHON, "-I", "-S", "-c", _AS_NOBODY, path],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            user=65534,
+            group=65534,
+            extra_groups=[],
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert await asyncio.to_thread(as_nobody) == "EACCES"  # 0600
+    os.chmod(path, 0o666)  # a loosened mode still serves no one else
+    reply = json.loads(await asyncio.to_thread(as_nobody))
+    assert reply["error"]["code"] == "forbidden_peer"
+    assert reply["error"]["details"] == {"peer_uid": 65534, "supervisor_uid": 0}
+    assert fake.calls == []
