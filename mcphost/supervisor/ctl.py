@@ -1,0 +1,274 @@
+"""`mcphost ctl`: ask a running supervisor for its agents' status, start/stop/restart one, reload
+the fleet, or read an agent's log.
+
+    mcphost ctl --state DIR status [--json]
+    mcphost ctl --state DIR start|stop|restart AGENT
+    mcphost ctl --state DIR reload
+    mcphost ctl --state DIR logs AGENT [--follow] [-n N]
+
+`--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
+`<state>/control.sock` (see `mcphost.supervisor.control` for the protocol).
+
+Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` on stderr), or
+the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
+
+Owns: argument parsing (`mcphost.cliargs.Parser`), the status table and the human uptime, and
+turning replies into stdout/stderr and exit codes.
+Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
+fast), print a traceback, or echo an argument it did not recognise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mcphost.cliargs import Parser
+from mcphost.supervisor.control import (
+    DEFAULT_LOG_LINES,
+    MAX_LOG_LINES,
+    ControlError,
+    NotRunning,
+    request,
+    stream_logs,
+)
+
+STATE_ENV = "MCPHOST_STATE"
+SOCKET_NAME = "control.sock"
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
+COLUMNS = ("AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESSIONS", "LAST EXIT", "REASON")
+_UP_STATES = frozenset({"starting", "running", "stopping"})
+
+
+def _lines(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a whole number") from None
+    if not 0 <= value <= MAX_LOG_LINES:
+        raise argparse.ArgumentTypeError(f"expected 0 to {MAX_LOG_LINES}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError("expected seconds from 0 to 86400")
+    return value
+
+
+def _parser() -> Parser:
+    state_help = f"the supervisor's --state directory (default: ${STATE_ENV})"
+    common = Parser(add_help=False)
+    # SUPPRESS: a subcommand that is not given --state must not reset the top-level one
+    common.add_argument("--state", default=argparse.SUPPRESS, help=state_help)
+    common.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=argparse.SUPPRESS,
+        help="seconds to wait for an answer (default 120; a follow waits forever)",
+    )
+    p = Parser(
+        prog="mcphost ctl",
+        description="Control a running `mcphost supervise`.",
+        epilog="exit codes: 0 done, 1 refused, 2 usage, 3 no supervisor running",
+    )
+    p.add_argument("--state", default=None, help=state_help)
+    p.add_argument("--timeout", type=_timeout, default=120.0, help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    status = sub.add_parser("status", parents=[common], help="every agent's state (a table)")
+    status.add_argument("--json", action="store_true", help="the status list as JSON")
+    for name, text in (
+        ("start", "start a stopped or failed agent"),
+        ("stop", "stop an agent (it stays stopped until start or a supervisor restart)"),
+        ("restart", "stop and start an agent (a new generation; clears a failed state)"),
+    ):
+        one = sub.add_parser(name, parents=[common], help=text)
+        one.add_argument("agent", metavar="AGENT")
+    sub.add_parser("reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)")
+    logs = sub.add_parser("logs", parents=[common], help="an agent's output (its log's tail)")
+    logs.add_argument("agent", metavar="AGENT")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
+    logs.add_argument(
+        "-n",
+        "--lines",
+        type=_lines,
+        default=DEFAULT_LOG_LINES,
+        help=f"lines from the end to start with (default {DEFAULT_LOG_LINES})",
+    )
+    return p
+
+
+# -- rendering (pure) ----------------------------------------------------------------------------
+
+
+def human_duration(seconds: float) -> str:
+    """3m12s, 45s, 2h05m, 3d04h."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _clean(value: Any) -> str:
+    """A cell: `-` for null; control characters shown as `?` (no terminal escapes)."""
+    if value is None or value == "":
+        return "-"
+    text = str(value)
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for agent in agents:
+        started = agent.get("started_at")
+        up = (
+            human_duration(now - started)
+            if isinstance(started, int | float)
+            and not isinstance(started, bool)
+            and agent.get("state") in _UP_STATES
+            else "-"
+        )
+        rows.append(
+            (
+                _clean(agent.get("agent_id")),
+                _clean(agent.get("state")),
+                _clean(agent.get("pid")),
+                _clean(agent.get("generation")),
+                _clean(agent.get("restarts")),
+                up,
+                _clean(agent.get("sessions")),
+                _clean(agent.get("last_exit")),
+                _clean(agent.get("last_reason")),
+            )
+        )
+    return rows
+
+
+def status_table(agents: Sequence[Mapping[str, Any]], now: float) -> str:
+    rows = [COLUMNS, *status_rows(agents, now)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    out = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out) + "\n"
+
+
+def describe_result(command: str, agent: str | None, result: Any) -> str:
+    """One line for start/stop/restart/reload."""
+    if isinstance(result, Mapping):
+        if command == "reload":
+            parts = []
+            for key in ("added", "removed", "changed", "unchanged"):
+                value = result.get(key)
+                if isinstance(value, list):
+                    names = ", ".join(_clean(v) for v in value)
+                    parts.append(f"{len(value)} {key}" + (f" ({names})" if names else ""))
+            if parts:
+                return "reloaded: " + "; ".join(parts)
+        else:
+            bits = [
+                f"{k} {_clean(result[k])}" for k in ("state", "pid", "generation") if k in result
+            ]
+            if result.get("already"):
+                bits.insert(0, f"already {_clean(result['already'])}")
+            if bits:
+                return f"{_clean(result.get('agent_id', agent))}: {', '.join(bits)}"
+    if result is None:
+        return f"{command}: done"
+    return json.dumps(result, ensure_ascii=False)
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: str) -> int:
+    print(f"mcphost ctl: {message} ({code})", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def _run(args: argparse.Namespace, path: str) -> int:
+    if args.command == "logs":
+        out = sys.stdout
+        for text in stream_logs(
+            path, args.agent, lines=args.lines, follow=args.follow, timeout=args.timeout
+        ):
+            out.write(text)
+            out.flush()
+        return EXIT_OK
+    fields = {"agent": args.agent} if args.command in ("start", "stop", "restart") else {}
+    result = request(path, args.command, timeout=args.timeout, **fields)
+    if args.command == "status":
+        if not isinstance(result, list):
+            return _fail("the supervisor's status is not a list", "protocol_error")
+        if args.json:
+            sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+        else:
+            sys.stdout.write(status_table(result, time.time()))
+        return EXIT_OK
+    print(describe_result(args.command, getattr(args, "agent", None), result))
+    return EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    state = args.state or os.environ.get(STATE_ENV, "").strip()
+    if not state:
+        print(
+            f"mcphost ctl: give --state DIR (the supervisor's) or set {STATE_ENV}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    path = os.path.join(os.path.abspath(state), SOCKET_NAME)
+    try:
+        return _run(args, path)
+    except NotRunning as exc:
+        print(
+            f"mcphost ctl: no supervisor is running on {state} ({exc.path}: {exc.reason}); "
+            f"start it with `mcphost supervise --state {state} ...`",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_RUNNING
+    except ControlError as exc:
+        return _fail(exc.message, exc.code)
+    except PermissionError:
+        return _fail(
+            f"cannot use {path}: permission denied; run `mcphost ctl` as the supervisor's user "
+            "or root",
+            "permission_denied",
+        )
+    except TimeoutError:
+        return _fail(
+            f"no answer from the supervisor within {args.timeout:g} s (it may still be working; "
+            "check `mcphost ctl status`)",
+            "timeout",
+        )
+    except KeyboardInterrupt:
+        return EXIT_OK  # Ctrl-C ends a follow
+    except BrokenPipeError:
+        # stdout closed early (`| head`): not an error; keep Python from complaining at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as exc:
+        return _fail(f"cannot talk to the supervisor at {path}: {exc.strerror}", "io_error")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

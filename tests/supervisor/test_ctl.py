@@ -1,0 +1,338 @@
+"""`mcphost ctl` as an operator runs it: the real command against a real control socket.
+
+The supervisor behind the socket is a fake handler (the unit under test is the command: its
+arguments, table, JSON, log printing, messages and exit codes); the real supervisor's black-box
+tests drive the same command against `mcphost supervise`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.ctl import describe_result, human_duration, status_table
+from tests.waiting import until
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = time.time()
+AGENTS = [
+    {
+        "agent_id": "agent-1",
+        "state": "running",
+        "pid": 4242,
+        "generation": 7,
+        "restarts": 2,
+        "started_at": NOW - 192,
+        "last_exit": "signal 9",
+        "last_reason": "killed by an operator",
+        "sessions": 2,
+    },
+    {
+        "agent_id": "agent-2",
+        "state": "failed",
+        "pid": None,
+        "generation": 3,
+        "restarts": 5,
+        "started_at": None,
+        "last_exit": "exit 1",
+        "last_reason": "5 restarts in 60 s\x1b[31m",
+        "sessions": 0,
+    },
+]
+
+
+class Handler:
+    def __init__(self) -> None:
+        self.follow_closed = threading.Event()
+
+    async def status(self) -> Any:
+        return AGENTS
+
+    async def start(self, agent: str) -> Any:
+        self._known(agent)
+        return {"agent_id": agent, "state": "running", "pid": 99, "generation": 8}
+
+    async def stop(self, agent: str) -> Any:
+        self._known(agent)
+        return {"agent_id": agent, "state": "stopped"}
+
+    async def restart(self, agent: str) -> Any:
+        self._known(agent)
+        return {"agent_id": agent, "state": "starting", "generation": 9}
+
+    async def reload(self) -> Any:
+        if os.path.exists(os.environ.get("CTL_TEST_RELOAD_FAILS", "/nonexistent")):
+            raise ControlError("reload_failed", "fleet.toml: agent.id: bad", {})
+        return {
+            "added": ["agent-3"],
+            "removed": [],
+            "changed": ["agent-2"],
+            "unchanged": ["agent-1"],
+        }
+
+    async def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        self._known(agent)
+        try:
+            yield f"last {lines} lines of {agent}\n".encode()
+            yield "héllo\n".encode()
+            if follow:
+                yield b"following\n"
+                await asyncio.Event().wait()
+        finally:
+            if follow:
+                self.follow_closed.set()
+
+    @staticmethod
+    def _known(agent: str) -> None:
+        if agent not in ("agent-1", "agent-2"):
+            raise ControlError(
+                "unknown_agent",
+                f"there is no agent {agent!r} in the fleet; `mcphost ctl status` lists them",
+            )
+
+
+class Running:
+    """A ControlServer on `<state>/control.sock`, served by a loop in a thread."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.handler = Handler()
+        self.loop = asyncio.new_event_loop()
+        self.server = ControlServer(state / "control.sock", self.handler)
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.aclose(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="ctl-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def running(state: Path) -> Iterator[Running]:
+    server = Running(state)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k != "MCPHOST_STATE"}
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), out.get("PYTHONPATH")) if p)
+    return {**out, **extra}
+
+
+def ctl(*args: str, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcphost", "ctl", *args],
+        capture_output=True,
+        text=True,
+        env=environ or env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+def test_status_table(running: Running) -> None:
+    done = ctl("--state", str(running.state), "status")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == [
+        "AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESSIONS", "LAST", "EXIT", "REASON"
+    ]  # fmt: skip
+    assert lines[1].split()[:8] == ["agent-1", "running", "4242", "7", "2", "3m12s", "2", "signal"]
+    assert lines[1].endswith("killed by an operator")
+    assert lines[2].split()[:7] == ["agent-2", "failed", "-", "3", "5", "-", "0"]
+    assert "\x1b" not in done.stdout and lines[2].endswith("5 restarts in 60 s?[31m")
+    assert done.stderr == ""
+
+
+def test_status_json_is_the_list(running: Running) -> None:
+    done = ctl("--state", str(running.state), "status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == AGENTS
+
+
+def test_state_from_the_environment_or_after_the_command(running: Running) -> None:
+    assert ctl("status", "--json", environ=env(MCPHOST_STATE=str(running.state))).returncode == 0
+    done = ctl("status", "--state", str(running.state), environ=env(MCPHOST_STATE="/nowhere"))
+    assert done.returncode == 0, done.stderr
+    assert "agent-1" in done.stdout
+
+
+# -- start / stop / restart / reload ---------------------------------------------------------------
+
+
+def test_agent_commands_print_one_line(running: Running) -> None:
+    s = str(running.state)
+    assert ctl("--state", s, "start", "agent-1").stdout == (
+        "agent-1: state running, pid 99, generation 8\n"
+    )
+    assert ctl("--state", s, "stop", "agent-2").stdout == "agent-2: state stopped\n"
+    assert ctl("--state", s, "restart", "agent-1").stdout == (
+        "agent-1: state starting, generation 9\n"
+    )
+    done = ctl("--state", s, "reload")
+    assert done.returncode == 0
+    assert done.stdout == (
+        "reloaded: 1 added (agent-3); 0 removed; 1 changed (agent-2); 1 unchanged (agent-1)\n"
+    )
+
+
+def test_a_refusal_exits_1_with_message_and_code(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = ctl("--state", str(running.state), "restart", "agent-9")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == (
+        "mcphost ctl: there is no agent 'agent-9' in the fleet; `mcphost ctl status` lists them "
+        "(unknown_agent)\n"
+    )
+    flag = running.state / "reload-fails"
+    flag.touch()
+    # the handler runs in this test process: it reads the flag from our environment
+    monkeypatch.setenv("CTL_TEST_RELOAD_FAILS", str(flag))
+    done = ctl("--state", str(running.state), "reload")
+    assert done.returncode == 1
+    assert done.stderr == "mcphost ctl: fleet.toml: agent.id: bad (reload_failed)\n"
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+
+def test_logs_prints_the_text(running: Running) -> None:
+    done = ctl("--state", str(running.state), "logs", "agent-1", "-n", "20")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "last 20 lines of agent-1\nhéllo\n"
+    assert ctl("--state", str(running.state), "logs", "agent-1").stdout.startswith("last 50 ")
+    missing = ctl("--state", str(running.state), "logs", "agent-9")
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr.endswith("(unknown_agent)\n")
+
+
+def test_logs_follow_until_ctrl_c(running: Running, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mcphost", "ctl", "--state", str(running.state), "logs",
+             "agent-1", "--follow"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            env=env(),
+        )  # fmt: skip
+        try:
+            until(lambda: b"following" in out.read_bytes(), 30, "the followed line")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.stderr is not None and proc.stderr.read() == b""
+    assert out.read_text() == "last 50 lines of agent-1\nhéllo\nfollowing\n"
+    assert running.handler.follow_closed.wait(10)  # the supervisor stopped following
+
+
+# -- not running, usage ----------------------------------------------------------------------------
+
+
+def test_no_supervisor_exits_3_naming_the_socket(state: Path) -> None:
+    done = ctl("--state", str(state), "status")
+    assert done.returncode == 3
+    assert str(state / "control.sock") in done.stderr
+    assert f"mcphost supervise --state {state}" in done.stderr
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(state / "control.sock"))
+    stale.close()
+    done = ctl("--state", str(state), "restart", "agent-1")
+    assert done.returncode == 3 and "refused" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ((), "required: COMMAND"),
+        (("status",), "give --state DIR"),
+        (("--state", "/x", "logs", "a", "-n", "-4"), "expected 0 to 100000"),
+        (("--state", "/x", "start"), "required: AGENT"),
+        (("--state", "/x", "status", "--token", "acat_secret"), "unrecognized arguments: --token"),
+        (("--state", "/x", "status", "--js"), "unrecognized arguments: --js"),
+        (("--state", "/x", "acat_secret"), "invalid choice (value not shown"),
+        (("--sta", "/x", "status"), "invalid choice (value not shown"),
+    ],
+)
+def test_usage_errors_exit_2_without_echoing(args: tuple[str, ...], says: str) -> None:
+    done = ctl(*args)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert "acat_secret" not in done.stderr and done.stdout == ""
+
+
+def test_ctl_imports_nothing_heavy(state: Path) -> None:
+    code = (
+        "import sys\n"
+        "from mcphost.cli import main\n"
+        f"code = main(['ctl', '--state', {str(state)!r}, 'status'])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'asyncio', 'pydantic', 'pydantic_settings', 'aiohttp', 'logging', 'mcp'})\n"
+        "print(code, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60
+    )
+    assert done.stdout == "3 []\n", done.stderr
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (-5, "0s"), (45.9, "45s"), (192, "3m12s"), (3600, "1h00m"), (7500, "2h05m"),
+     (273600, "3d04h")],
+)  # fmt: skip
+def test_human_duration(seconds: float, text: str) -> None:
+    assert human_duration(seconds) == text
+
+
+def test_status_table_of_nothing_and_of_odd_values() -> None:
+    assert status_table([], 0).splitlines() == [
+        "AGENT  STATE  PID  GEN  RESTARTS  UPTIME  SESSIONS  LAST EXIT  REASON"
+    ]
+    row = status_table([{"agent_id": "a", "state": "stopped", "started_at": 5}], 100)
+    assert row.splitlines()[1].split() == ["a", "stopped", "-", "-", "-", "-", "-", "-", "-"]
+    assert describe_result("stop", "a", None) == "stop: done"
+    assert describe_result("start", "a", {"agent_id": "a", "already": "running"}) == (
+        "a: already running"
+    )
