@@ -1,0 +1,111 @@
+"""The supervisor's persistent state: one SQLite file under `--state` (`state.sqlite3`, 0600).
+
+Owns: the generation of every agent, strictly increasing across spawns and across supervisor
+restarts: `next_generation` increments inside one `BEGIN IMMEDIATE` transaction (so two
+processes on the same file serialise) and commits (synchronous=FULL, rollback journal) before it
+returns, so a generation once handed to an agent is never handed out again, even if the
+supervisor is killed right after. Also the last exit of every agent (`record_exit`), so
+`ctl status` can show it after a supervisor restart.
+Must never: store a secret (no token, no environment), or hand out a generation that is not
+committed. Calls are synchronous and short (one row); it is used from the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    agent_id   TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS exits (
+    agent_id   TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL,
+    at         REAL NOT NULL,
+    exit       TEXT,
+    reason     TEXT
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ExitRecord:
+    agent_id: str
+    generation: int
+    at: float  # wall clock
+    exit: str | None  # "exit 1", "signal 9", or None (never started: spawn failed)
+    reason: str | None
+
+
+class StateStore:
+    """Generations (and last exits) per agent in one SQLite file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        # Create the file 0600 before SQLite does (it would use the umask); journal files
+        # SQLite creates next to it take the database file's mode.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+        self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def next_generation(self, agent_id: str) -> int:
+        """Allocate the agent's next generation (1 for the first spawn); committed on return."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute(
+                "INSERT INTO generations (agent_id, generation) VALUES (?, 1) "
+                "ON CONFLICT(agent_id) DO UPDATE SET generation = generation + 1 "
+                "RETURNING generation",
+                (agent_id,),
+            ).fetchone()
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return int(row[0])
+
+    def generation(self, agent_id: str) -> int | None:
+        """The last generation handed out for the agent; None if it never had one."""
+        row = self._db.execute(
+            "SELECT generation FROM generations WHERE agent_id = ?", (agent_id,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def record_exit(
+        self,
+        agent_id: str,
+        generation: int,
+        exit: str | None,
+        reason: str | None,
+        at: float | None = None,
+    ) -> None:
+        """Remember the agent's latest exit (one row per agent, replaced)."""
+        self._db.execute(
+            "INSERT INTO exits (agent_id, generation, at, exit, reason) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(agent_id) DO UPDATE SET generation = excluded.generation, "
+            "at = excluded.at, exit = excluded.exit, reason = excluded.reason",
+            (agent_id, generation, time.time() if at is None else at, exit, reason),
+        )
+
+    def last_exit(self, agent_id: str) -> ExitRecord | None:
+        row = self._db.execute(
+            "SELECT generation, at, exit, reason FROM exits WHERE agent_id = ?", (agent_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return ExitRecord(agent_id, int(row[0]), float(row[1]), row[2], row[3])
+
+    def close(self) -> None:
+        self._db.close()

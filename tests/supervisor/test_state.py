@@ -1,0 +1,100 @@
+"""The state store: generations strictly increase, are committed before they are handed out, and
+survive a reopen, a SIGKILL right after the call, and two processes allocating at once."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+from mcphost.supervisor.state import StateStore
+
+
+def test_generations_start_at_one_and_increase_per_agent(tmp_path: object) -> None:
+    store = StateStore(os.path.join(str(tmp_path), "state.sqlite3"))
+    assert store.generation("a") is None
+    assert [store.next_generation("a") for _ in range(3)] == [1, 2, 3]
+    assert store.next_generation("b") == 1
+    assert store.generation("a") == 3
+    assert store.generation("b") == 1
+    store.close()
+
+
+def test_generations_persist_across_reopen_and_file_is_private(tmp_path: object) -> None:
+    state_dir = os.path.join(str(tmp_path), "state")
+    path = os.path.join(state_dir, "state.sqlite3")
+    store = StateStore(path)
+    store.next_generation("a")
+    store.next_generation("a")
+    store.close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(state_dir).st_mode) == 0o700
+    again = StateStore(path)
+    assert again.generation("a") == 2
+    assert again.next_generation("a") == 3
+    again.close()
+
+
+def test_a_generation_is_committed_before_it_is_returned(tmp_path: object) -> None:
+    """The process is SIGKILLed right after the call returns: a new store still sees it."""
+    path = os.path.join(str(tmp_path), "state.sqlite3")
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from mcphost.supervisor.state import StateStore
+        store = StateStore({path!r})
+        for _ in range(4):
+            generation = store.next_generation("a")
+        sys.stdout.write(str(generation)); sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == -9
+    assert done.stdout == b"4"
+    store = StateStore(path)
+    assert store.generation("a") == 4
+    assert store.next_generation("a") == 5
+    store.close()
+
+
+def test_two_processes_never_get_the_same_generation(tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "state.sqlite3")
+    StateStore(path).close()
+    script = textwrap.dedent(
+        f"""
+        from mcphost.supervisor.state import StateStore
+        store = StateStore({path!r})
+        print(" ".join(str(store.next_generation("a")) for _ in range(40)))
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE) for _ in range(2)
+    ]
+    seen: list[int] = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        values = [int(v) for v in out.split()]
+        assert values == sorted(values) and len(set(values)) == 40  # increasing in each process
+        seen += values
+    assert sorted(seen) == list(range(1, 81))
+
+
+def test_last_exit_is_kept_across_reopen(tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "state.sqlite3")
+    store = StateStore(path)
+    assert store.last_exit("a") is None
+    store.record_exit("a", 1, "exit 1", "exited with status 1", at=100.0)
+    store.record_exit("a", 2, "signal 9", "killed by SIGKILL", at=200.0)
+    store.close()
+    record = StateStore(path).last_exit("a")
+    assert record is not None
+    assert (record.generation, record.at, record.exit, record.reason) == (
+        2,
+        200.0,
+        "signal 9",
+        "killed by SIGKILL",
+    )
