@@ -49,7 +49,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import SettingsConfigDict
 
 from mcphost.admin.pinning import PinError, parse_pins
@@ -207,32 +215,13 @@ class _Tunable(_Section):
     )
     log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
 
-    @model_validator(mode="before")
+    @field_validator("command", "env", "bundle", "user", mode="before")
     @classmethod
-    def _grammar(cls, data: Any) -> Any:
-        # Field-level grammar with the key suffix kept (`env.FOO`, `command[3]`); raised as a
-        # `_Bad` carrying its field so the translation names it exactly.
-        if not isinstance(data, Mapping):
-            return data
-        out = dict(data)
-        bads: list[tuple[str, _Bad]] = []
-        for key, check in _COMMON_VALIDATORS.items():
-            if key in out:
-                try:
-                    out[key] = check(out[key])
-                except _Bad as bad:
-                    bads.append((key, bad))
-        if bads:
-            raise _FieldsBad(bads)
-        return out
-
-
-class _FieldsBad(ValueError):
-    """Grammar problems of one section's fields: (key, problem) pairs."""
-
-    def __init__(self, bads: list[tuple[str, _Bad]]) -> None:
-        super().__init__(bads[0][1].expected)
-        self.bads = bads
+    def _grammar(cls, raw: Any, info: ValidationInfo) -> Any:
+        # The pure checks above; a `_Bad` keeps the key suffix (`env.FOO`, `command[3]`).
+        if raw is None:
+            return None
+        return _COMMON_VALIDATORS[info.field_name or ""](raw)
 
 
 class AgentSection(_Tunable):
@@ -329,8 +318,6 @@ def _shown(loc: tuple[str | int, ...], value: object) -> str | None:
 def _problems(err: Any) -> list[SettingError]:
     loc = tuple(err.get("loc") or ())
     inner = (err.get("ctx") or {}).get("error")
-    if isinstance(inner, _FieldsBad):
-        return [_bad_problem((*loc, key), bad) for key, bad in inner.bads]
     if isinstance(inner, _Bad):
         return [_bad_problem(loc, inner)]
     if isinstance(inner, SettingError):

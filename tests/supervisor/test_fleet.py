@@ -1,0 +1,391 @@
+"""The fleet file: the issue's example loads, every default is applied, reload equality holds, and
+every bad file is refused naming the file and key, the value and what is expected."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from mcphost.admin.target import AdminTarget
+from mcphost.settings import SettingError
+from mcphost.supervisor.fleet import (
+    AgentDefaults,
+    agent_argv,
+    fleet_with_agents,
+    load_fleet,
+    plan_from_center,
+)
+from mcphost.supervisor.homes import home_paths
+
+PIN = "sha256:" + ":".join(["AB"] * 32)
+CENTER = f"""
+[center]
+admin_url = "tcp://center.example:8443"
+fingerprint = "{PIN}"
+token_file = "/etc/mcphost/worker.token"
+"""
+ISSUE_EXAMPLE = (
+    CENTER
+    + """
+[defaults]
+client = "claude"
+restart = "on-failure"
+tier_tools = true
+
+[[agent]]
+id = "agent-7f3a"
+command = ["claude", "--mcp-config", "{mcp_config}", "--strict-mcp-config", "-p", "Check your work queue."]
+bundle = "party"
+"""
+)
+
+
+def write(tmp_path: Path, text: str, name: str = "fleet.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def problems(path: str, **kwargs: object) -> list[str]:
+    with pytest.raises(SettingError) as info:
+        load_fleet(path, **kwargs)  # type: ignore[arg-type]
+    return info.value.lines()
+
+
+def test_the_issue_example_loads(tmp_path: Path) -> None:
+    fleet = load_fleet(write(tmp_path, ISSUE_EXAMPLE))
+    assert fleet.center.admin_url == AdminTarget(kind="tcp", host="center.example", port=8443)
+    assert fleet.center.pins == (bytes([0xAB] * 32),)
+    assert fleet.center.token_file == "/etc/mcphost/worker.token"
+    assert fleet.center.fleet == "file" and fleet.center.poll_seconds == 30
+    (plan,) = fleet.agents
+    assert plan.agent_id == "agent-7f3a"
+    assert plan.bundle == "party" and plan.client == "claude" and plan.tier_tools is True
+    assert plan.command is not None and plan.command[2] == "{mcp_config}"
+
+
+def test_every_default_is_applied(tmp_path: Path) -> None:
+    fleet = load_fleet(
+        write(
+            tmp_path,
+            CENTER + '[[agent]]\nid = "a"\n[[agent]]\nid = "b"\n'
+            'client = "codex"\n[[agent]]\nid = "c"\nclient = "command"\n'
+            'command = ["run"]\n',
+        )
+    )
+    a, b, c = fleet.agents
+    assert (a.client, a.restart, a.command, a.bundle, a.user, a.env) == (
+        "claude",
+        "on-failure",
+        None,
+        None,
+        None,
+        (),
+    )
+    assert (a.restart_delay, a.restart_max_delay, a.max_restarts, a.restart_window) == (
+        1,
+        60,
+        5,
+        60,
+    )
+    assert (a.stop_grace, a.log_max_bytes, a.log_keep) == (10, 1 << 20, 3)
+    # tiering: configgen's per-client default (Claude Code and Codex: the full catalog)
+    assert a.tier_tools is False and b.tier_tools is False and c.tier_tools is True
+
+
+def test_agents_override_defaults_and_env_merges(tmp_path: Path) -> None:
+    text = (
+        CENTER
+        + """
+[defaults]
+restart = "always"
+max_restarts = 2
+env = {A = "1", B = "2"}
+bundle = "party"
+
+[[agent]]
+id = "one"
+restart = "never"
+env = {B = "3", C = "4"}
+
+[[agent]]
+id = "two"
+bundle = "other"
+"""
+    )
+    one, two = load_fleet(write(tmp_path, text)).agents
+    assert one.restart == "never" and one.max_restarts == 2 and one.bundle == "party"
+    assert one.env == (("A", "1"), ("B", "3"), ("C", "4"))
+    assert two.restart == "always" and two.bundle == "other" and two.env == (("A", "1"), ("B", "2"))
+
+
+def test_reload_equality(tmp_path: Path) -> None:
+    path = write(tmp_path, ISSUE_EXAMPLE + '[[agent]]\nid = "b"\n')
+    first, again = load_fleet(path), load_fleet(path)
+    assert first == again and hash(first) == hash(again)
+    write(tmp_path, ISSUE_EXAMPLE + '[[agent]]\nid = "b"\nrestart = "always"\n')
+    changed = load_fleet(path)
+    assert changed.agents[0] == first.agents[0]  # untouched
+    assert changed.agents[1] != first.agents[1]  # restart
+
+
+def test_env_and_flags_override_center_only(tmp_path: Path) -> None:
+    path = write(tmp_path, CENTER)
+    env = {
+        "MCPHOST_CENTER__ADMIN_URL": "unix:/run/center.sock",
+        "MCPHOST_CENTER__POLL_SECONDS": "5",
+        "MCPHOST_FLEET": "/elsewhere.toml",  # the supervise command's, not ours
+        "MCPHOST_DEFAULTS__CLIENT": "codex",  # ignored: only [center] is overridable
+        "AC_MCP_AGENT_ID": "ignored",
+    }
+    fleet = load_fleet(path, env=env, cli={"center": {"poll_seconds": 7}})
+    assert str(fleet.center.admin_url) == "unix:/run/center.sock"
+    assert fleet.center.poll_seconds == 7
+    assert fleet.defaults.client == "claude"
+    lines = problems(path, env={"MCPHOST_CENTER__ADMIN_URL": "unix:rel"})
+    assert lines == [
+        "MCPHOST_CENTER__ADMIN_URL is 'unix:rel': expected unix:/absolute/path.sock or "
+        "tcp://host:port"
+    ]
+    lines = problems(path, cli={"center": {"poll_seconds": -1}})
+    assert lines[0].startswith("--center-poll-seconds is -1: expected a positive number")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('[[agent]]\nid = "a/b"\n', "{p}: agent[0].id is 'a/b': expected an ASCII letter"),
+        ('[[agent]]\nid = ".."\n', "{p}: agent[0].id is '..': expected"),
+        ('[[agent]]\nid = "-x"\n', "{p}: agent[0].id is '-x': expected"),
+        ('[[agent]]\nid = "a b"\n', "{p}: agent[0].id is 'a b': expected"),
+        ('[[agent]]\nbundle = "p"\n', "{p}: agent[0].id is not set: expected"),
+        (
+            '[[agent]]\nid = "a"\nrestart = "sometimes"\n',
+            '{p}: agent[0].restart is \'sometimes\': expected "always", "on-failure" or "never"',
+        ),
+        ('[[agent]]\nid = "a"\nclient = "gemini"\n', "{p}: agent[0].client is 'gemini'"),
+        ('[[agent]]\nid = "a"\nmax_restarts = true\n', "{p}: agent[0].max_restarts is True"),
+        (
+            '[[agent]]\nid = "a"\nstop_grace = 0\n',
+            "{p}: agent[0].stop_grace is 0: expected a positive number of seconds",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncolour = "red"\n',
+            "{p}: agent[0].colour is not one: expected a known key",
+        ),
+        (
+            "[defaults]\nlog_max_bytes = 10\n",
+            "{p}: defaults.log_max_bytes is 10: expected a whole number of bytes, at least 4096",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncommand = ["x", "{foo}"]\n',
+            "{p}: agent[0].command[1] is '{{foo}}': expected only the placeholders {{mcp_config}}",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncommand = ["x", "a{"]\n',
+            "{p}: agent[0].command[1] is 'a{{': expected no lone '{{' or '}}'",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncommand = ["x", "{home!r}"]\n',
+            "{p}: agent[0].command[1] is '{{home!r}}': expected only the placeholders",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncommand = []\n',
+            "{p}: agent[0].command is []: expected a non-empty list",
+        ),
+        ('[[agent]]\nid = "a"\ncommand = "claude -p hi"\n', "{p}: agent[0].command is 'claude"),
+        (
+            '[[agent]]\nid = "a"\nenv = {AC_MCP_WORKER_TOKEN = "x"}\n',
+            "{p}: agent[0].env.AC_MCP_WORKER_TOKEN is 'AC_MCP_WORKER_TOKEN': expected",
+        ),
+        ('[[agent]]\nid = "a"\nenv = {MCPHOST_X = "x"}\n', "{p}: agent[0].env.MCPHOST_X is"),
+        ('[defaults]\nenv = {AGENTMUX_BUNDLE = "x"}\n', "{p}: defaults.env.AGENTMUX_BUNDLE is"),
+        ('[[agent]]\nid = "a"\nenv = {lower = "x"}\n', "{p}: agent[0].env.lower is 'lower'"),
+        ('[[agent]]\nid = "a"\nenv = {A = 1}\n', "{p}: agent[0].env.A is 1: expected a string"),
+        (
+            '[[agent]]\nid = "a"\nbundle = ".."\n',
+            "{p}: agent[0].bundle is '..': expected a bundle name",
+        ),
+        ('[[agent]]\nid = "a"\nuser = "x y"\n', "{p}: agent[0].user is 'x y': expected a user"),
+        (
+            '[[agent]]\nid = "a"\nclient = "command"\n',
+            '{p}: agent[0].command is not set: expected a command: client = "command"',
+        ),
+        (
+            '[[agent]]\nid = "a.b"\nbundle = "party"\n',
+            "{p}: agent[0].id is 'a.b': expected with a bundle, the id is also the agent's relay "
+            "session id",
+        ),
+        (
+            '[[agent]]\nid = "a"\nclient = "codex"\nenv = {CODEX_HOME = "/x"}\n',
+            "{p}: agent[0].env.CODEX_HOME is '/x': expected no CODEX_HOME",
+        ),
+        (
+            '[[agent]]\nid = "a"\nrestart_delay = 10\nrestart_max_delay = 5\n',
+            "{p}: agent[0].restart_max_delay is 5.0: expected at least restart_delay (10 s)",
+        ),
+        ("[surprise]\nx = 1\n", "{p}: surprise is not one: expected a known key"),
+    ],
+)
+def test_bad_agent_entries_are_named(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path, CENTER + body)
+    lines = problems(path)
+    assert any(line.startswith(expected.format(p=path)) for line in lines), lines
+
+
+def test_duplicate_ids_name_both(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, CENTER + '[[agent]]\nid = "a"\n[[agent]]\nid = "b"\n[[agent]]\nid = "a"\n'
+    )
+    assert problems(path) == [
+        f"{path}: agent[2].id is 'a': expected a unique agent id (agent[0].id is 'a' too)"
+    ]
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        CENTER + '[[agent]]\nid = "a"\nrestart = "x"\ncommand = ["{foo}"]\nenv = {MCPHOST_A = "1"}'
+        '\n[[agent]]\nid = "b"\nlog_keep = -1\n',
+    )
+    lines = problems(path)
+    assert [line.split(" ")[1] for line in lines] == [
+        "agent[0].restart",
+        "agent[0].command[0]",
+        "agent[0].env.MCPHOST_A",
+        "agent[1].log_keep",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("center", "expected"),
+    [
+        ('admin_url = "tcp://c:1"\ntoken_file = "/t"\n', "{p}: center.fingerprint is not set"),
+        ('admin_url = "http://c"\ntoken_file = "/t"\n', "{p}: center.admin_url is 'http://c'"),
+        (
+            f'admin_url = "unix:/s"\nfingerprint = "{PIN[:-3]}"\ntoken_file = "/t"\n',
+            "{p}: center.fingerprint is",
+        ),
+        ('admin_url = "unix:/s"\n', "{p}: center.token_file is not set: expected the absolute"),
+        (
+            'admin_url = "unix:/s"\ntoken_file = "relative/t"\n',
+            "{p}: center.token_file is not an absolute path (not shown",
+        ),
+        (
+            'admin_url = "unix:/s"\ntoken_file = "/t"\nruntime_socket = "r.sock"\n',
+            "{p}: center.runtime_socket is 'r.sock': expected an absolute path",
+        ),
+        (
+            'admin_url = "unix:/s"\ntoken_file = "/t"\nfleet = "both"\n',
+            '{p}: center.fleet is \'both\': expected "file" or "center"',
+        ),
+        ('admin_url = "unix:/s"\ntoken_file = "/t"\npoll_seconds = 0\n', "{p}: center.poll_"),
+        ('admin_url = "unix:/s"\ntoken_file = "/t"\ntoken = "x"\n', "{p}: center.token is not one"),
+    ],
+)
+def test_bad_center_is_named(tmp_path: Path, center: str, expected: str) -> None:
+    path = write(tmp_path, "[center]\n" + center)
+    lines = problems(path)
+    assert any(line.startswith(expected.format(p=path)) for line in lines), lines
+
+
+def test_missing_center(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[agent]]\nid = "a"\n')
+    assert problems(path)[0].startswith(f"{path}: center is not set: expected a [center] table")
+
+
+def test_a_token_written_where_the_token_file_belongs_is_never_shown(tmp_path: Path) -> None:
+    secret = "acat_" + "s3cr3t" * 6
+    path = write(tmp_path, f'[center]\nadmin_url = "unix:/s"\ntoken_file = "{secret}"\n')
+    text = "\n".join(problems(path))
+    assert "center.token_file" in text and secret not in text
+    path = write(
+        tmp_path, f'[center]\nadmin_url = "unix:/s"\ntoken_file = {len(secret)}\n', "b.toml"
+    )
+    assert str(len(secret)) not in "\n".join(problems(path))
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, CENTER + '\n[[agent]]\nid = "a"\ncommand = ["x",\n]]\n[x]\n')
+    (line,) = problems(path)
+    assert line.startswith(path) and "(at line 10, column 2)" in line, line
+    assert problems(str(tmp_path / "missing.toml"))[0].startswith(str(tmp_path / "missing.toml"))
+
+
+def test_center_fleet(tmp_path: Path) -> None:
+    text = CENTER.replace("[center]", '[center]\nfleet = "center"\npoll_seconds = 5') + (
+        '[defaults]\nclient = "codex"\nbundle = "party"\n'
+    )
+    fleet = load_fleet(write(tmp_path, text))
+    assert fleet.center.fleet == "center" and fleet.agents == ()
+    got = fleet_with_agents(fleet, ["a1", {"agent_id": "a2", "bundle": "other"}, "a1"])
+    assert [p.agent_id for p in got.agents] == ["a1", "a2"]
+    assert got.agents[0].client == "codex" and got.agents[0].bundle == "party"
+    assert got.agents[1].bundle == "other"
+    assert fleet_with_agents(fleet, ["a1", "a2"]) == fleet_with_agents(fleet, ["a1", "a2"])
+    with pytest.raises(SettingError, match=re.escape("the center's agent id is '../x'")):
+        fleet_with_agents(fleet, ["../x"])
+    path = write(tmp_path, text + '[[agent]]\nid = "a"\n', "c.toml")
+    assert problems(path)[0].startswith(f"{path}: agent[0] is given: expected no [[agent]]")
+
+
+def test_plan_from_center_uses_defaults_and_default_command() -> None:
+    defaults = AgentDefaults(client="command", command=("run", "{agent_id}"), restart="always")
+    plan = plan_from_center(defaults, "z9")
+    assert plan.command == ("run", "{agent_id}") and plan.restart == "always"
+    assert plan.tier_tools is True
+    with pytest.raises(SettingError, match=r"defaults\.command"):
+        plan_from_center(AgentDefaults(client="command"), "z9")
+    with pytest.raises(SettingError, match="relay session id"):
+        plan_from_center(AgentDefaults(bundle="party"), "a.b")
+
+
+def test_defaults_command_in_the_file(tmp_path: Path) -> None:
+    text = CENTER + '[defaults]\nclient = "command"\ncommand = ["agent", "--id", "{agent_id}"]\n'
+    text += '[[agent]]\nid = "a"\n'
+    (plan,) = load_fleet(write(tmp_path, text)).agents
+    assert plan.command == ("agent", "--id", "{agent_id}")
+
+
+def test_agent_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import configgen.launch as launch
+
+    fleet = load_fleet(write(tmp_path, ISSUE_EXAMPLE))
+    plan = fleet.agents[0]
+    home = home_paths(str(tmp_path), plan.agent_id, plan.client)
+    assert agent_argv(plan, home) == [
+        "claude",
+        "--mcp-config",
+        home.mcp_config,
+        "--strict-mcp-config",
+        "-p",
+        "Check your work queue.",
+    ]
+    templated = dataclasses.replace(
+        plan, command=("run", "{home}", "{workspace}", "{agent_id}", "{{literal}}", "x{mcp_config}")
+    )
+    assert agent_argv(templated, home) == [
+        "run",
+        home.root,
+        home.workspace,
+        "agent-7f3a",
+        "{literal}",
+        "x" + home.mcp_config,
+    ]
+    monkeypatch.setattr(launch, "find_command", lambda name: None)
+    bare = dataclasses.replace(plan, command=None)
+    assert agent_argv(bare, home) == [
+        "claude",
+        "--mcp-config",
+        home.mcp_config,
+        "--strict-mcp-config",
+    ]
+    monkeypatch.setattr(launch, "find_command", lambda name: f"/opt/bin/{name}")
+    assert agent_argv(bare, home)[0] == "/opt/bin/claude"
+    codex = dataclasses.replace(bare, client="codex")
+    assert agent_argv(codex, home_paths(str(tmp_path), "a", "codex")) == ["/opt/bin/codex"]
+    assert os.path.basename(home_paths(str(tmp_path), "a", "codex").mcp_config) == "config.toml"
