@@ -3,10 +3,11 @@
 Owns: the one protocol core of both tool surfaces (the center host and the relay tools).
 `adapter` maps a Surface onto `mcp.server.lowlevel.Server` (tools/list, tools/call with
 progress, cancellation and `list_changed`, error and result shapes) and serves it over any pair
-of SDK message streams (`serve_streams`, what the supervisor hands a Unix-socket session);
-`stdio` is our stdio framing in front of the SDK session (line cap, backpressure, id-less error
-replies, the fd-1 move, the process lifecycle) and the `run` entry of `mcphost host` and
-`mcphost relay-tools`.
+of SDK message streams (`serve_streams`); `connection` is our framing in front of the SDK
+session, whatever carries the bytes (line cap, request-id recovery, id-less error replies,
+backpressure, EOF grace and stop); `stdio` gives it stdin/stdout (the fd-1 move, the process
+lifecycle, the `run` entry of `mcphost host` and `mcphost relay-tools`) and `stream` a connected
+socket (the supervisor's attached sessions, `serve_socket`).
 
 JSON-RPC semantics (dispatch, the handshake, protocol eras, cancellation, progress routing)
 belong to the SDK. Our code only frames bytes into messages, answers what cannot become a
