@@ -16,13 +16,19 @@ What it must never do: trust the peer's environment, arguments or bytes; guess w
 fails (every doubt returns None or False: fail closed); close a pidfd it handed out (the caller
 of `peer_credentials` owns `PeerCred.pidfd` and closes it with `os.close`).
 
+Use: `cred = peer_credentials(conn)`, `stat = read_stat(cred.pid)`, `find_root(cred.pid, ...)`,
+then `still_same(cred, stat)`; close `cred.pidfd`.
+
 Limits: the peer's pid is 0 when it lives in another PID namespace (SO_PEERCRED cannot name
-it); `find_root` then answers None. The walk reads each stat at a slightly different moment;
-the caller re-checks the peer with `still_same` after the walk, which covers the peer itself.
+it) or had exited on a kernel that refuses it a pidfd; `find_root` then answers None. The walk reads
+each stat at a slightly different moment; `still_same` after the walk covers the peer itself.
+Without a pidfd (kernels before 6.5), a peer that exits and whose PID is reused between the
+connect and the first `read_stat` cannot be told apart; with one, that window is closed.
 """
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
 import struct
@@ -32,7 +38,8 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # Linux >= 6.5; Python 3.11 has no constant
+# Linux >= 6.5; 77 on x86-64 and arm64 (asm-generic); Python 3.11 has no constant.
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
 MAX_DEPTH = 64
 _UCRED = struct.Struct("3i")
 
@@ -58,15 +65,19 @@ def peer_credentials(sock: socket.socket) -> PeerCred:
     """The connected AF_UNIX peer's pid, uid and gid, and a pidfd for it when the kernel has one.
 
     The pidfd (close-on-exec) belongs to the caller, who must close it. It is None on kernels
-    without `SO_PEERPIDFD` (ENOPROTOOPT) or when the peer has already gone (ESRCH).
+    without `SO_PEERPIDFD` (ENOPROTOOPT). A peer that has already exited gets, on recent kernels
+    (6.18 here), a pidfd of the exited process, for which `still_same` is False; kernels that
+    refuse one (ESRCH, or EINVAL on early 6.x) leave its PID open to reuse, so the pid is then
+    reported as 0, which `find_root` never matches. Either way: fail closed.
     """
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
-    pidfd: int | None
     try:
-        pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
-    except OSError:
+        pidfd: int | None = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError as exc:
         pidfd = None
+        if exc.errno != errno.ENOPROTOOPT:
+            pid = 0
     return PeerCred(pid=pid, uid=uid, gid=gid, pidfd=pidfd)
 
 

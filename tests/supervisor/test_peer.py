@@ -287,6 +287,32 @@ def test_peer_credentials_name_the_connecting_child(tmp_path: Path) -> None:
                     os.close(cred.pidfd)
 
 
+def test_a_peer_gone_before_it_is_identified_has_pid_0(tmp_path: Path) -> None:
+    """Connected, exited and reaped before accept: its PID may already belong to another."""
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen(1)
+        connect = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+        child = subprocess.Popen([PY, "-c", connect, path])
+        assert child.wait() == 0  # reaped: its PID is free for reuse
+        conn, _ = server.accept()
+        with conn:
+            cred = peer_credentials(conn)
+    try:
+        if not kernel_at_least(6, 5):
+            assert (cred.pid, cred.pidfd) == (child.pid, None)  # the documented reuse window
+        elif cred.pidfd is None:  # a kernel that refuses a pidfd for an exited peer
+            assert cred.pid == 0
+            assert find_root(cred.pid, {(0, 0): "anyone"}, stop=()) is None
+        else:  # newer kernels hand out a pidfd of the exited process: it reaches nobody
+            whoever_has_the_pid_now = ProcStat(cred.pid, 1, 1, 1, starttime=0)
+            assert not still_same(cred, whoever_has_the_pid_now)
+    finally:
+        if cred.pidfd is not None:
+            os.close(cred.pidfd)
+
+
 def test_peer_credentials_of_a_socketpair_name_this_process() -> None:
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:
