@@ -20,8 +20,8 @@ Use: `cred = peer_credentials(conn)`, `stat = read_stat(cred.pid)`, `find_root(c
 then `still_same(cred, stat)`; close `cred.pidfd`.
 
 Limits: the peer's pid is 0 when it lives in another PID namespace (SO_PEERCRED cannot name
-it) or had exited on a kernel that refuses it a pidfd; `find_root` then answers None. The walk reads
-each stat at a slightly different moment; `still_same` after the walk covers the peer itself.
+it) or had exited on a kernel that refuses it a pidfd; `find_root` then answers None. The walk
+reads each stat at a slightly different moment; `still_same` after the walk covers the peer.
 Without a pidfd (kernels before 6.5), a peer that exits and whose PID is reused between the
 connect and the first `read_stat` cannot be told apart; with one, that window is closed.
 """
