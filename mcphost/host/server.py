@@ -9,6 +9,12 @@ are served by the surface's table of local handlers: `search_tools` here, the fi
 `mcphost.host.files.FileTools.handlers()` (this module imports the file tools; they never import
 it).
 
+Clients: standalone, the surface opens its own admin client (and runtime client) from the
+binding and closes them in `aclose()`. Under the supervisor, one pooled, pinned client is shared
+by every agent's surface: passed in as `admin=` (and `runtime=`), it is used and never closed
+here (its owner closes it); identity still comes from this surface's binding, through its
+`RequestBuilder`, never from the client.
+
 Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
 client that ignores `tools/list_changed` still reaches what `search_tools` found.
 Must never: let an argument decide the identity, or write identity itself; log the token.
@@ -80,23 +86,30 @@ class HostSurface:
         binding: AgentBinding,
         *,
         catalog: Sequence[ToolDecl] = CATALOG,
+        admin: AdminClient | None = None,
+        runtime: AdminClient | None = None,
     ) -> None:
+        """`admin`/`runtime`: shared clients owned by the caller (used, never closed here);
+        without them the surface opens its own from the binding and closes them itself."""
         self.binding = binding
         self.catalog = {decl.name: decl for decl in catalog}
         self.list_changed = binding.tier_tools
         self.loaded: set[str] = set()
         self.requests = RequestBuilder(binding)
-        self.admin = AdminClient(
-            binding.target,
-            token=binding.token.reveal(),
-            pins=binding.pins,
-            call_timeout=call_timeout_from_env(),
-        )
-        self.runtime = (
-            AdminClient(AdminTarget(kind="unix", path=binding.runtime_socket))
-            if binding.runtime_socket
-            else None
-        )
+        self._owned: list[AdminClient] = []
+        if admin is None:
+            admin = AdminClient(
+                binding.target,
+                token=binding.token.reveal(),
+                pins=binding.pins,
+                call_timeout=call_timeout_from_env(),
+            )
+            self._owned.append(admin)
+        if runtime is None and binding.runtime_socket:
+            runtime = AdminClient(AdminTarget(kind="unix", path=binding.runtime_socket))
+            self._owned.append(runtime)
+        self.admin = admin
+        self.runtime = runtime
         self.instructions = (
             f"Agent-center tools for agent {binding.agent_id}. Your identity is fixed by this "
             "host; never pass agent_id. "
@@ -198,9 +211,9 @@ class HostSurface:
         return failure
 
     async def aclose(self) -> None:
-        for client in (self.admin, self.runtime):
-            if client is not None:
-                await client.aclose()
+        """Close what this surface opened: its own clients (never shared ones), the root."""
+        for client in self._owned:
+            await client.aclose()
         self.workspace.close()
 
     def warm_up(self) -> None:
