@@ -1,0 +1,367 @@
+"""SessionHub: one attach socket of one surface, one MCP session per connected pump.
+
+Owns: the listening Unix socket at `path` (a stale socket file is replaced only when nothing
+listens on it; any other file there is refused), its mode, the attach handshake and the registry
+of live sessions. Per connection, before reading a byte from it:
+1. the peer's kernel credentials (`mcphost.supervisor.peer.peer_credentials`; the pidfd is
+   closed here once `identify` has used it);
+2. `identify(cred)` -> `Attached(agent_id, generation)`, or `Refused(code, message)`;
+3. `surface_for(attached)` -> the agent's `Surface` (it may refuse too);
+4. the status line, `ok <agent_id> <generation>\\n` or `refused <code> <message>\\n` (one line,
+   at most `STATUS_LINE_MAX` bytes; a refused connection is then closed);
+5. the session: `mcphost.mcpserve.stream.serve_socket`, the standalone host's framing, limits
+   and backpressure, bounded per session; then the socket is closed and `surface.aclose()`.
+The protocol is pinned in docs/supervisor-internals.md ("Attach handshake").
+
+A session is in the registry from the moment it is identified, so `close_where` (an older
+generation's sessions, when an agent is respawned) also reaches one still in its handshake.
+`close_where` ends sessions at once (the answers already produced get the stop grace);
+`aclose` stops listening, unlinks the socket and ends every session.
+
+Must never: take identity from the peer's bytes, environment or arguments (only from the kernel,
+through `identify`); let one session's failure reach another or the accept loop (a crash is an
+event, the other sessions carry on); block the loop beyond the synchronous `identify` and
+`surface_for` (reading /proc, opening a workspace); or import the SDK before a session starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import re
+import socket
+import stat
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mcphost import events
+
+if TYPE_CHECKING:
+    from mcphost.mcpserve.connection import Limits
+    from mcphost.supervisor.peer import PeerCred
+    from mcphost.surface import Surface
+
+STATUS_LINE_MAX = 1024  # the pump reads at most this much before it moves any byte
+BACKLOG = 128
+ACCEPT_RETRY_SECONDS = 0.1  # after a failed accept (EMFILE, ENFILE, ENOBUFS): retry soon
+_CODE = re.compile(r"[^a-z0-9_]")
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """Who a connection belongs to: the agent, and the generation of its process tree."""
+
+    agent_id: str
+    generation: int
+
+
+class Refused(Exception):
+    """Raised by `identify` or `surface_for`: the pump gets `refused <code> <message>`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class HubError(Exception):
+    """The attach socket cannot be bound (`path` is in use, or not a socket)."""
+
+
+@dataclass(eq=False)
+class _Session:
+    attached: Attached
+    pid: int
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def status_line(*words: str) -> bytes:
+    """One handshake line: the words, each on one line, spaced once, cut to `STATUS_LINE_MAX`."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in w) for w in words)
+    data = " ".join(text.split()).encode("utf-8", "replace")[: STATUS_LINE_MAX - 1]
+    return data.decode("utf-8", "ignore").encode() + b"\n"
+
+
+class SessionHub:
+    """The attach socket of one surface and the sessions served through it."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        identify: Callable[[PeerCred], Attached],
+        surface_for: Callable[[Attached], Surface],
+        mode: int = 0o600,
+        limits: Limits | None = None,
+    ) -> None:
+        self.path = path
+        self.mode = mode
+        self._identify = identify
+        self._surface_for = surface_for
+        self._limits = limits
+        self._listener: socket.socket | None = None
+        self._inode: tuple[int, int] | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._sessions: set[_Session] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # -- the socket -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind `path` (mode `mode`), listen, and accept in the background."""
+        _clear_stale(self.path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.path)
+            # before listen(): until then a connect is refused, so no peer sees a looser mode
+            os.chmod(self.path, self.mode)
+            info = os.stat(self.path)
+            self._inode = (info.st_dev, info.st_ino)
+            listener.listen(BACKLOG)
+            listener.setblocking(False)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._accepting = asyncio.ensure_future(self._accept(listener))
+        events.emit("supervisor.hub.listening", level="debug", path=self.path)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                events.emit(
+                    "supervisor.hub.accept_failed",
+                    level="warning",
+                    path=self.path,
+                    errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                )
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            task = asyncio.ensure_future(self._serve(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    # -- one connection -------------------------------------------------------------------
+    async def _serve(self, conn: socket.socket) -> None:
+        session: _Session | None = None
+        surface: Surface | None = None
+        try:
+            conn.setblocking(False)
+            try:
+                attached, pid = self._who(conn)
+                session = _Session(attached, pid)
+                self._sessions.add(session)  # no await since identify: close_where sees it
+                surface = self._build(attached)
+            except Refused as refusal:
+                self._refuse(conn, refusal, session)
+                return
+            if session.stop.is_set() or self._closing:
+                self._refuse(conn, Refused("agent_not_running", "the session was closed"), session)
+                return
+            if not _send_now(conn, status_line("ok", attached.agent_id, str(attached.generation))):
+                return
+            events.emit(
+                "supervisor.session.started",
+                path=self.path,
+                agent_id=attached.agent_id,
+                generation=attached.generation,
+                pid=pid,
+            )
+            from mcphost.mcpserve.stream import serve_socket
+
+            reason = await serve_socket(surface, conn, stop=session.stop, limits=self._limits)
+            events.emit(
+                "supervisor.session.ended",
+                path=self.path,
+                agent_id=attached.agent_id,
+                generation=attached.generation,
+                reason=reason,
+            )
+        except Exception as exc:
+            events.emit(
+                "supervisor.session.crashed",
+                level="error",
+                path=self.path,
+                agent_id=session.attached.agent_id if session else None,
+                exception=type(exc).__name__,
+                traceback=traceback.format_exc(limit=8),
+            )
+        finally:
+            if session is not None:
+                self._sessions.discard(session)
+            conn.close()
+            if surface is not None:
+                try:
+                    await surface.aclose()
+                except Exception as exc:
+                    events.emit(
+                        "supervisor.session.close_failed",
+                        level="warning",
+                        path=self.path,
+                        exception=type(exc).__name__,
+                    )
+
+    def _who(self, conn: socket.socket) -> tuple[Attached, int]:
+        """The connection's agent, from the kernel's word only; raises Refused."""
+        from mcphost.supervisor.peer import peer_credentials
+
+        try:
+            cred = peer_credentials(conn)
+        except OSError:
+            raise Refused(
+                "peer_gone", "the connecting process's credentials could not be read"
+            ) from None
+        try:
+            return self._identify(cred), cred.pid
+        except Refused:
+            raise
+        except Exception as exc:
+            events.emit(
+                "supervisor.identify_failed",
+                level="error",
+                path=self.path,
+                pid=cred.pid,
+                exception=type(exc).__name__,
+                traceback=traceback.format_exc(limit=8),
+            )
+            raise Refused(
+                "internal_unexpected_failure",
+                "the supervisor failed to identify this process; its log has the details",
+            ) from None
+        finally:
+            if cred.pidfd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(cred.pidfd)
+
+    def _build(self, attached: Attached) -> Surface:
+        try:
+            return self._surface_for(attached)
+        except Refused:
+            raise
+        except Exception as exc:
+            events.emit(
+                "supervisor.surface_failed",
+                level="error",
+                path=self.path,
+                agent_id=attached.agent_id,
+                exception=type(exc).__name__,
+                traceback=traceback.format_exc(limit=8),
+            )
+            raise Refused(
+                "surface_unavailable",
+                f"the tools of agent {attached.agent_id} could not be set up; the supervisor's "
+                "log has the details",
+            ) from None
+
+    def _refuse(self, conn: socket.socket, refusal: Refused, session: _Session | None) -> None:
+        code = _CODE.sub("_", refusal.code.lower()) or "refused"
+        events.emit(
+            "supervisor.session.refused",
+            level="warning",
+            path=self.path,
+            code=code,
+            agent_id=session.attached.agent_id if session else None,
+            pid=session.pid if session else None,
+        )
+        _send_now(conn, status_line("refused", code, refusal.message))
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_WR)
+        _discard_unread(conn)  # unread bytes would turn the close into a reset, losing the line
+
+    # -- the registry ---------------------------------------------------------------------
+    def count(self, agent_id: str) -> int:
+        """Live sessions of `agent_id` (identified, not being closed)."""
+        return sum(
+            1 for s in self._sessions if s.attached.agent_id == agent_id and not s.stop.is_set()
+        )
+
+    def close_where(self, pred: Callable[[Attached], bool]) -> int:
+        """End every live session whose `Attached` satisfies `pred` at once; how many."""
+        hit = [s for s in self._sessions if not s.stop.is_set() and pred(s.attached)]
+        for session in hit:
+            session.stop.set()
+        return len(hit)
+
+    async def aclose(self) -> None:
+        """Stop listening, unlink the socket, end every session and wait for them to close."""
+        self._closing = True
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+            self._accepting = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            self._unlink()
+        for session in list(self._sessions):
+            session.stop.set()
+        tasks = set(self._tasks)
+        if tasks:
+            from mcphost.mcpserve.connection import STOP_GRACE_SECONDS
+
+            grace = (self._limits.stop_grace if self._limits else STOP_GRACE_SECONDS) * 4 + 1
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _unlink(self) -> None:
+        """Remove the socket file if it is still the one this hub bound."""
+        try:
+            info = os.lstat(self.path)
+        except OSError:
+            return
+        if (info.st_dev, info.st_ino) == self._inode and stat.S_ISSOCK(info.st_mode):
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+
+def _clear_stale(path: str) -> None:
+    """Make room at `path`: remove a socket nothing listens on; refuse anything else."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise HubError(f"{path} exists and is not a socket; remove it or choose another --state")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    except BlockingIOError:  # a full backlog: someone listens
+        pass
+    finally:
+        probe.close()
+    raise HubError(f"another process is serving {path}; is a supervisor already running?")
+
+
+def _send_now(conn: socket.socket, data: bytes) -> bool:
+    """Write a handshake line on a fresh connection: its empty send buffer takes it whole.
+
+    False when the peer has gone (or, never seen on AF_UNIX, the buffer took only a part).
+    """
+    try:
+        return conn.send(data) == len(data)
+    except OSError:
+        return False
+
+
+def _discard_unread(conn: socket.socket) -> None:
+    for _ in range(16):
+        try:
+            if not conn.recv(1 << 16):
+                return
+        except OSError:  # nothing more waiting (EAGAIN), or gone
+            return
