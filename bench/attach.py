@@ -8,8 +8,8 @@ Every figure sits next to a baseline measured in the same run:
 - p50 of one JSON line echoed through a pump against the same line over the socket directly.
 Targets (issue 12): start-up <= 1x `python3 -c pass`, PSS <= 4 MB per pump.
 
-The stand-in supervisor is a threaded echo server in this process: it sends the status line,
-echoes, and closes at EOF. Run alone with `python -m bench.attach`.
+The stand-in supervisor is a threaded echo server in a process of its own (so the measuring
+process's GIL is not in its path): it sends the status line, echoes, and closes at EOF. Run alone with `python -m bench.attach`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,39 +38,38 @@ LINE = (
 )
 
 
-class EchoServer:
-    """Status line `ok bench 1`, then echo until EOF; one thread per connection."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(128)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.sendall(b"ok bench 1\n")
-                while data := conn.recv(65536):
-                    conn.sendall(data)
-            except OSError:
-                pass
-
-    def close(self) -> None:
+SERVER = """
+import os, socket, sys, threading
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(128)
+def serve(conn):
+    with conn:
         try:
-            self.listener.shutdown(socket.SHUT_RDWR)
+            conn.sendall(b"ok bench 1\\n")
+            while data := conn.recv(65536):
+                conn.sendall(data)
         except OSError:
             pass
-        self.listener.close()
+print("ready", flush=True)
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+
+class EchoServer:
+    """Status line `ok bench 1`, then echo until EOF; a process of its own (no shared GIL)."""
+
+    def __init__(self, path: str) -> None:
+        self.proc = subprocess.Popen(
+            [PY, "-I", "-S", "-c", SERVER, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == b"ready\n"
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 def whole_run(argv: list[str]) -> float:
@@ -170,6 +168,12 @@ def memory(path: str, out: list[str]) -> None:
 
 
 def latency(path: str, out: list[str]) -> None:
+    """Direct and through-the-pump calls alternate, so both see the same machine load."""
+    pump = subprocess.Popen(
+        [PY, "-I", "-S", ATTACH, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert pump.stdin is not None and pump.stdout is not None
+    stdin, stdout = pump.stdin, pump.stdout
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as direct:
         direct.connect(path)
         reader = direct.makefile("rb")
@@ -179,43 +183,37 @@ def latency(path: str, out: list[str]) -> None:
             direct.sendall(LINE)
             assert reader.readline() == LINE
 
-        base = timed(over_socket)
+        def through_pump() -> None:
+            stdin.write(LINE)
+            stdin.flush()
+            assert stdout.readline() == LINE
+
+        for _ in range(min(200, CALLS)):
+            over_socket()
+            through_pump()
+        pairs = [(timed(over_socket), timed(through_pump)) for _ in range(CALLS)]
         reader.close()
-    pump = subprocess.Popen(
-        [PY, "-I", "-S", ATTACH, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    assert pump.stdin is not None and pump.stdout is not None
-    stdin, stdout = pump.stdin, pump.stdout
-
-    def through_pump() -> None:
-        stdin.write(LINE)
-        stdin.flush()
-        assert stdout.readline() == LINE
-
-    hop = timed(through_pump)
     pump.communicate()
+    base = Stats.of([b for b, _ in pairs])
+    hop = Stats.of([h for _, h in pairs])
+    added = statistics.median(h - b for b, h in pairs)
     out += [
-        f"### One JSON line echoed ({CALLS} sequential, after warm-up)",
+        f"### One JSON line echoed ({CALLS} pairs, direct and pump in turn, after warm-up)",
         "",
         "| path | p50 | p99 | vs direct |",
         "|---|---|---|---|",
         f"| direct Unix socket | {base.median * 1e3:.3f} ms | {base.p99 * 1e3:.3f} ms | 1.00× |",
         f"| through one pump | {hop.median * 1e3:.3f} ms | {hop.p99 * 1e3:.3f} ms | "
         f"{ratio(hop.median, base.median)} |",
-        f"| added by the pump hop (p50) | {(hop.median - base.median) * 1e3:.3f} ms | | |",
+        f"| added by the pump hop (median of per-pair differences) | {added * 1e3:.3f} ms | | |",
         "",
     ]
 
 
-def timed(call: Callable[[], None]) -> Stats:
-    for _ in range(min(200, CALLS)):
-        call()
-    samples = []
-    for _ in range(CALLS):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-    return Stats.of(samples)
+def timed(call: Callable[[], None]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
 
 
 async def section(out: list[str]) -> None:
