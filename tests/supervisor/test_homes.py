@@ -1,0 +1,223 @@
+"""Per-agent homes on a tmp state dir: modes, symlink refusal, the attach-only config (parses,
+holds no secret, runs the real pump), and the scrubbed environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pwd
+import stat
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from configgen import attach_script
+from mcphost.supervisor.fleet import AgentDefaults, AgentPlan, plan_from_center
+from mcphost.supervisor.homes import (
+    AttachPoints,
+    HomeError,
+    agent_env,
+    home_paths,
+    prepare_home,
+)
+
+TOKEN = "acat_" + "T0k3n" * 8
+
+
+def plan(agent_id: str = "agent-7f3a", **changes: object) -> AgentPlan:
+    return dataclasses.replace(plan_from_center(AgentDefaults(), agent_id), **changes)  # type: ignore[arg-type]
+
+
+def points(state: Path, relay: bool = True) -> AttachPoints:
+    return AttachPoints(
+        interpreter=sys.executable,
+        script=attach_script(),
+        center_socket=str(state / "run" / "center.sock"),
+        relay_socket=str(state / "run" / "relay.sock") if relay else None,
+    )
+
+
+def mode(path: str) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    root = tmp_path / "state"
+    root.mkdir(mode=0o700)
+    return root
+
+
+def test_layout_and_modes(state: Path) -> None:
+    home = prepare_home(str(state), plan(), points(state))
+    assert home == home_paths(str(state), "agent-7f3a", "claude")
+    assert home.root == str(state / "agents" / "agent-7f3a")
+    for directory in (home.root, home.workspace, home.logs, str(state / "agents")):
+        assert os.path.isdir(directory) and mode(directory) == 0o700
+    assert home.mcp_config == os.path.join(home.root, "mcp.json")
+    assert mode(home.mcp_config) == 0o600 and home.codex_home is None
+    assert prepare_home(str(state), plan(), points(state)) == home  # idempotent
+    assert sorted(os.listdir(home.root)) == ["logs", "mcp.json", "workspace"]  # no temp left
+
+
+def test_claude_config_is_attach_only_and_runs_the_real_pump(state: Path) -> None:
+    home = prepare_home(str(state), plan(bundle="party"), points(state))
+    doc = json.loads(Path(home.mcp_config).read_text())
+    servers = doc["mcpServers"]
+    assert set(servers) == {"agent-center", "agentmux"}
+    for name, sock in (("agent-center", "center.sock"), ("agentmux", "relay.sock")):
+        entry = servers[name]
+        assert entry["command"] == sys.executable
+        assert entry["args"] == ["-I", "-S", attach_script(), str(state / "run" / sock)]
+        assert entry["env"] == {"MCPHOST_CONFIGGEN": "1"}
+    assert os.path.isfile(servers["agent-center"]["args"][2])
+
+
+def test_relay_entry_only_with_bundle_and_socket(state: Path) -> None:
+    servers = json.loads(
+        Path(prepare_home(str(state), plan(), points(state)).mcp_config).read_text()
+    )["mcpServers"]
+    assert set(servers) == {"agent-center"}
+    home = prepare_home(str(state), plan("b", bundle="party"), points(state, relay=False))
+    assert set(json.loads(Path(home.mcp_config).read_text())["mcpServers"]) == {"agent-center"}
+    # a bundle removed on reload removes the entry (the file is rewritten, not merged)
+    prepare_home(str(state), plan("c", bundle="party"), points(state))
+    home = prepare_home(str(state), plan("c"), points(state))
+    assert set(json.loads(Path(home.mcp_config).read_text())["mcpServers"]) == {"agent-center"}
+
+
+def test_codex_config_under_codex_home(state: Path) -> None:
+    home = prepare_home(str(state), plan(client="codex", bundle="party"), points(state))
+    assert home.codex_home == os.path.join(home.root, "codex")
+    assert home.mcp_config == os.path.join(home.codex_home, "config.toml")
+    assert mode(home.codex_home) == 0o700 and mode(home.mcp_config) == 0o600
+    doc = tomllib.loads(Path(home.mcp_config).read_text())
+    entry = doc["mcp_servers"]["agent-center"]
+    assert entry["command"] == sys.executable and entry["env"] == {"MCPHOST_CONFIGGEN": "1"}
+    assert entry["args"][:3] == ["-I", "-S", attach_script()]
+    assert "agentmux" in doc["mcp_servers"]
+    assert not os.path.exists(os.path.join(home.root, "mcp.json"))
+
+
+def test_command_client_gets_claude_shaped_mcp_json(state: Path) -> None:
+    home = prepare_home(str(state), plan(client="command", command=("x",)), points(state))
+    assert "mcpServers" in json.loads(Path(home.mcp_config).read_text())
+
+
+def test_no_secret_anywhere_in_the_home(state: Path) -> None:
+    for agent in (plan("a", bundle="p"), plan("b", client="codex", bundle="p")):
+        home = prepare_home(str(state), agent, points(state))
+        for directory, _dirs, files in os.walk(home.root):
+            for name in files:
+                text = Path(directory, name).read_text()
+                for forbidden in (TOKEN, "AC_MCP_", "TOKEN", "tcp://", "unix:", "token"):
+                    assert forbidden not in text, (name, forbidden)
+
+
+def test_wider_modes_are_narrowed(state: Path) -> None:
+    home = prepare_home(str(state), plan(), points(state))
+    for directory in (home.root, home.workspace, home.logs):
+        os.chmod(directory, 0o755)
+    os.chmod(home.mcp_config, 0o644)
+    prepare_home(str(state), plan(), points(state))
+    for directory in (home.root, home.workspace, home.logs):
+        assert mode(directory) == 0o700
+    assert mode(home.mcp_config) == 0o600
+
+
+@pytest.mark.parametrize("where", ["root", "workspace", "logs", "codex", "agents"])
+def test_a_symlinked_directory_is_refused(state: Path, tmp_path: Path, where: str) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    agent = plan(client="codex")
+    paths = home_paths(str(state), agent.agent_id, agent.client)
+    target = {
+        "root": paths.root,
+        "workspace": paths.workspace,
+        "logs": paths.logs,
+        "codex": paths.codex_home,
+        "agents": os.path.dirname(paths.root),
+    }[where]
+    assert target is not None
+    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+    os.symlink(elsewhere, target)
+    with pytest.raises(HomeError, match="is a symlink"):
+        prepare_home(str(state), agent, points(state))
+    assert os.listdir(elsewhere) == []  # nothing was written through it
+
+
+def test_a_symlinked_config_is_refused(state: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    home = prepare_home(str(state), plan(), points(state))
+    os.unlink(home.mcp_config)
+    os.symlink(victim, home.mcp_config)
+    with pytest.raises(HomeError, match="symlink"):
+        prepare_home(str(state), plan(), points(state))
+    assert victim.read_text() == "keep"
+
+
+def test_a_file_where_the_home_belongs_is_refused(state: Path) -> None:
+    (state / "agents").mkdir(mode=0o700)
+    (state / "agents" / "agent-7f3a").write_text("")
+    with pytest.raises(HomeError, match="not a directory"):
+        prepare_home(str(state), plan(), points(state))
+
+
+def _nobody() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:  # pragma: no cover - every Linux has it
+        pytest.skip("no user nobody")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_a_home_owned_by_a_stranger_is_refused(state: Path) -> None:
+    home = prepare_home(str(state), plan(), points(state))
+    os.chown(home.root, _nobody().pw_uid, -1)
+    with pytest.raises(HomeError, match="belongs to uid"):
+        prepare_home(str(state), plan(), points(state))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run an agent as another user")
+def test_another_user_owns_what_the_agent_writes(state: Path) -> None:
+    nobody = _nobody()
+    home = prepare_home(str(state), plan(client="codex", user="nobody"), points(state))
+    for path in (home.root, home.workspace, home.codex_home, home.mcp_config):
+        assert path is not None and os.lstat(path).st_uid == nobody.pw_uid
+    assert os.lstat(home.logs).st_uid == os.geteuid()
+    assert mode(str(state / "agents")) == 0o711
+    prepare_home(str(state), plan("other"), points(state))  # keeps the traversable mode
+    assert mode(str(state / "agents")) == 0o711
+    with pytest.raises(HomeError, match="does not exist"):
+        prepare_home(str(state), plan("x", user="no-such-user-here"), points(state))
+
+
+def test_agent_env_scrubs_and_adds(state: Path) -> None:
+    base = {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "AC_MCP_WORKER_TOKEN": TOKEN,
+        "AC_MCP_WORKER_TOKEN_FILE": "/etc/mcphost/worker.token",
+        "AC_MCP_ADMIN_URL": "tcp://center.example:8443",
+        "MCPHOST_FLEET": "/etc/mcphost/fleet.toml",
+        "MCPHOST_CENTER__TOKEN_FILE": "/etc/mcphost/worker.token",
+        "AGENTMUX_BUNDLE": "party",
+        "NOTIFY_SOCKET": "/run/systemd/notify",
+        "LISTEN_FDS": "1",
+        "WATCHDOG_USEC": "1000",
+        "CODEX_HOME": "/root/.codex",
+    }
+    agent = plan(env=(("FOO", "bar"),))
+    home = home_paths(str(state), agent.agent_id, agent.client)
+    env = agent_env(base, agent, home)
+    assert env == {"PATH": "/usr/bin", "HOME": "/root", "FOO": "bar", "CODEX_HOME": "/root/.codex"}
+    codex = plan(client="codex")
+    codex_home = home_paths(str(state), codex.agent_id, codex.client)
+    env = agent_env(base, codex, codex_home)
+    assert env["CODEX_HOME"] == codex_home.codex_home
+    assert TOKEN not in "".join(f"{k}={v}" for k, v in env.items())
+    assert base["AC_MCP_WORKER_TOKEN"] == TOKEN  # the base is not modified
