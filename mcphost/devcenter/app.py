@@ -1,8 +1,9 @@
 """Routes of the center: the admin listener(s) and the runtime control socket.
 
 Owns: the generic agent-tool handler (bearer -> faults -> body -> field shape -> agent on
-worker -> generation fence -> field values -> tool logic -> padding), the control and
-runtime handlers, the JSON error middleware and the two route tables.
+worker -> generation fence -> field values -> tool logic -> padding), the worker's agent list
+(`GET /admin/worker/agents`: bearer -> faults -> the token's worker's agents), the control
+handlers (faults, request log, forks, binding agents to workers) and runtime handlers, the JSON error middleware and the two route tables.
 Must never: answer an admin route before authenticating it, accept an unknown body field,
 or return a non-JSON error.
 """
@@ -40,6 +41,66 @@ async def agent_tool(request: web.Request) -> web.Response:
     args = specs.check_values(body, spec.fields)
     result = HANDLERS[name](center, agent_id, args)
     return web.json_response(center.faults.pad(name, result), status=spec.status)
+
+
+async def worker_agents(request: web.Request) -> web.Response:
+    """The agents bound to the worker whose token is presented (a supervisor's fleet)."""
+    center: Center = request.app[CENTER_KEY]
+    worker = await center.admit(request, "worker_agents")
+    rows = center.store.all(
+        "SELECT agent_id FROM agents WHERE worker_id = ? ORDER BY agent_id", worker
+    )
+    body = {"worker_id": worker, "agents": [{"agent_id": row["agent_id"]} for row in rows]}
+    return web.json_response(center.faults.pad("worker_agents", body))
+
+
+async def bind_agents(request: web.Request) -> web.Response:
+    """Control: create agents on a worker, or move them to it (tests of the center fleet)."""
+    center: Center = request.app[CENTER_KEY]
+    body = await center.json_body(request)
+    unknown = sorted(set(body) - {"worker_id", "agent_ids", "projects"})
+    if unknown:
+        raise ApiError(400, "invalid_input", f"unknown field(s) {', '.join(unknown)}")
+    worker_id, agent_ids, projects = (
+        body.get("worker_id"),
+        body.get("agent_ids"),
+        body.get("projects", []),
+    )
+    if not isinstance(worker_id, str) or not center.store.one(
+        "SELECT 1 AS x FROM workers WHERE worker_id = ?", worker_id
+    ):
+        raise ApiError(404, "not_found", "worker_id must name a worker (w-1, w-2)")
+    for name, values in (("agent_ids", agent_ids), ("projects", projects)):
+        if not isinstance(values, list) or not all(
+            isinstance(v, str) and 0 < len(v) <= 4096 for v in values
+        ):
+            raise ApiError(400, "invalid_input", f"{name} must be a list of non-empty strings")
+    assert isinstance(agent_ids, list) and isinstance(projects, list)
+    if any(center.store.project(p) is None for p in projects):
+        raise ApiError(404, "project_not_found", "every project must exist (p-1, p-2)")
+    with center.store.tx() as db:
+        db.executemany(
+            "INSERT INTO agents VALUES (?, ?) ON CONFLICT(agent_id) "
+            "DO UPDATE SET worker_id = excluded.worker_id",
+            [(agent_id, worker_id) for agent_id in agent_ids],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO project_members VALUES (?, ?)",
+            [(p, agent_id) for p in projects for agent_id in agent_ids],
+        )
+    return web.json_response({"ok": True, "worker_id": worker_id, "agent_ids": agent_ids})
+
+
+async def unbind_agent(request: web.Request) -> web.Response:
+    """Control: delete an agent (and its project memberships)."""
+    center: Center = request.app[CENTER_KEY]
+    agent_id = request.match_info["agent_id"]
+    with center.store.tx() as db:
+        gone = db.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,)).rowcount
+        db.execute("DELETE FROM project_members WHERE agent_id = ?", (agent_id,))
+    if not gone:
+        raise ApiError(404, "not_found", f"agent {agent_id!r} does not exist")
+    return web.json_response({"ok": True, "agent_id": agent_id})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -174,9 +235,12 @@ def admin_app(center: Center, *, control: bool) -> web.Application:
     app.router.add_put("/admin/files/transfer/{transfer_id}", files.put_transfer)
     app.router.add_post("/admin/files/transfer/{transfer_id}/complete", files.complete_transfer)
     app.router.add_get("/admin/files/{file_id}", files.download, allow_head=False)
+    app.router.add_get("/admin/worker/agents", worker_agents, allow_head=False)
     app.router.add_get("/healthz", healthz, allow_head=False)
     app.router.add_get("/openapi.json", openapi_json, allow_head=False)
     if control:
+        app.router.add_post("/_devcenter/agents", bind_agents)
+        app.router.add_delete("/_devcenter/agents/{agent_id}", unbind_agent)
         app.router.add_post("/_devcenter/faults", set_faults)
         app.router.add_get("/_devcenter/requests", get_requests, allow_head=False)
         app.router.add_get("/_devcenter/forks", list_forks, allow_head=False)

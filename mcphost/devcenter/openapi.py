@@ -127,6 +127,14 @@ def document() -> dict[str, Any]:
             "responses": _responses(200, None, (400, 401, 403, 404, 409), binary=True),
         }
     }
+    paths["/admin/worker/agents"] = {
+        "get": {
+            "operationId": "worker_agents",
+            "summary": "The agents bound to the worker whose token is presented (its fleet).",
+            "tags": ["worker"],
+            "responses": _responses(200, specs.WORKER_AGENTS, (401,)),
+        }
+    }
     paths["/healthz"] = {
         "get": {
             "operationId": "healthz",

@@ -372,6 +372,15 @@ COMPLETE_ALLOWED = frozenset(["agent_id", *(f.name for f in COMPLETE_FIELDS)])
 COMPLETE_RESPONSE = _obj({"file_uri": _S, "reference_id": _NS}, ("file_uri", "reference_id"))
 PUT_RESPONSE = _obj({"written": _B, "size": _I, "sha256": _S}, ("written", "size", "sha256"))
 
+# GET /admin/worker/agents: the agents bound to the token's worker, by agent_id.
+WORKER_AGENTS = _obj(
+    {
+        "worker_id": _S,
+        "agents": {"type": "array", "items": _obj({"agent_id": _S}, ("agent_id",))},
+    },
+    ("worker_id", "agents"),
+)
+
 FORK_FIELDS = (
     Field("task_id", required=True, description="the task the executor works on"),
     Field("model", description="model override"),
