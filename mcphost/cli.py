@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "host": ("mcphost.host.cli", "serve the center tools for one agent over stdio (default)"),
     "check": ("mcphost.host.check", "preflight: read bindings, dial the center, make one call"),
     "relay-tools": ("mcphost.relaytools.cli", "serve the agentmux relay tools over stdio"),
+    "supervise": ("mcphost.supervisor.cli", "run a worker's fleet of agents and their sessions"),
+    "ctl": ("mcphost.supervisor.ctl", "control a running supervisor: status, restart, logs..."),
     "devcenter": ("mcphost.devcenter.cli", "run the reference center (aiohttp + SQLite)"),
     "demo": ("mcphost.demo", "drive a real host against a real reference center"),
 }

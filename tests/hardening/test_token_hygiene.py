@@ -1,8 +1,8 @@
 """Token hygiene at the command line: bad token characters, tokens in the wrong place, abbreviations.
 
 Every case drives the real process as an operator would (`mcphost host`, `mcphost check`,
-`mcphost check --json`, `configgen`, `mcphost relay-tools`, `mcphost devcenter`, contrib's worker
-daemon) and asserts:
+`mcphost check --json`, `configgen`, `mcphost relay-tools`, `mcphost devcenter`, `mcphost
+ctl`, `mcphost supervise`) and asserts:
 
 - a bad binding exits 2 with one message that names the variable and says what is expected;
   `check --json` prints a classified JSON result (never nothing, never a traceback);
@@ -297,6 +297,16 @@ def test_no_cli_accepts_an_abbreviated_option(tmp_path: Path) -> None:
             ["claude", "--agent-id", "a1", "--admin", "unix:/c.sock"],
             unrecognized + "--admin",
         ),
+        (
+            "mcphost.cli",
+            ["ctl", "--state", str(tmp_path), "status", "--sta", "x"],
+            unrecognized + "--sta",
+        ),
+        (
+            "mcphost.cli",
+            ["supervise", "--fle", "x", "--state", str(tmp_path)],
+            unrecognized + "--fle",
+        ),
     ]
     for module, argv, expected in cases:
         proc = run(argv, env, module=module)
@@ -304,26 +314,3 @@ def test_no_cli_accepts_an_abbreviated_option(tmp_path: Path) -> None:
         assert proc.returncode == 2, (argv, err)
         assert expected in err, (argv, err)
         assert proc.stdout == b"", argv
-    token = token_file(tmp_path, b"acat_x")
-    daemon = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "contrib" / "worker_daemon.py"),
-            "--base",
-            str(tmp_path / "base"),
-            "--agent-id",
-            "agent-1",
-            "--admin-url",
-            "unix:/run/center.sock",
-            "--token-file",
-            str(token),
-            "--dry",
-        ],
-        env={**env, "HOME": str(tmp_path)},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=60,
-    )
-    assert daemon.returncode == 2, daemon.stderr
-    assert b"unrecognized arguments: --dry" in daemon.stderr
-    assert not (tmp_path / "base").exists()  # nothing was written

@@ -1,0 +1,70 @@
+"""`mcphost supervise`: read the supervisor's settings and the fleet file, then run the fleet.
+
+Owns: the command line (`--fleet`, `--state`; `MCPHOST_FLEET`, `MCPHOST_STATE` when a flag is
+absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
+exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
+what is expected. It runs in the foreground (systemd or a terminal supervises it) and exits 0
+after a graceful stop.
+
+Must never: write to stdout (logs and events go to stderr), or show a token (none is in the
+fleet file; the token file is read by the supervisor itself).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from mcphost.settings import SettingError, Settings
+
+
+class SuperviseSettings(Settings):
+    """Where the fleet file is and where the supervisor keeps its state."""
+
+    model_config = SettingsConfigDict(env_prefix="MCPHOST_")
+
+    fleet: str = Field(description="the path of the fleet file (TOML)")
+    state: str = Field(description="an absolute path: the supervisor's state directory")
+
+    @field_validator("fleet", "state", mode="before")
+    @classmethod
+    def _absolute(cls, raw: object) -> object:
+        if isinstance(raw, str) and raw and "\0" not in raw:
+            return os.path.abspath(raw)
+        return raw
+
+
+def _parser() -> object:
+    from mcphost.cliargs import Parser
+
+    p = Parser(
+        prog="mcphost supervise",
+        description="Run a worker's fleet of agents and serve their MCP sessions (foreground).",
+    )
+    p.add_argument("--fleet", help="the fleet file (TOML; else MCPHOST_FLEET)")
+    p.add_argument("--state", help="the state directory (else MCPHOST_STATE)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = _parser()
+    assert isinstance(parser, argparse.ArgumentParser)
+    args = parser.parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if v is not None}
+    try:
+        settings = SuperviseSettings.load(env=os.environ, cli=flags)
+        from mcphost.supervisor.fleet import load_fleet
+
+        fleet = load_fleet(settings.fleet, env=os.environ)
+    except SettingError as exc:
+        for line in exc.lines():
+            print(f"mcphost supervise: {line}", file=sys.stderr)
+        return 2
+    from mcphost.supervisor.supervisor import run_supervisor
+
+    return run_supervisor(fleet, settings.state)
