@@ -1,7 +1,7 @@
 """Command-line hygiene shared by every CLI of the project.
 
 Owns: `Parser`, the `argparse.ArgumentParser` that every argparse CLI here uses (`mcphost check`,
-`relay-tools`, `devcenter`, `configgen`, contrib's worker daemon), and `describe_unexpected`, the
+`relay-tools`, `devcenter`, `configgen`, `ctl`, `supervise`), and `describe_unexpected`, the
 same wording for the CLIs that read argv by hand (`mcphost host`).
 
 Two rules, both about secrets typed on a command line:
