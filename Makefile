@@ -34,9 +34,10 @@ lint: $(STAMP)
 test: $(STAMP) node lint
 	@$(PY) -m pytest
 
-# The long load and payload tests (CI runs them after `make test`).
+# The long load and payload tests, and the `thorough` tests again at their full example counts
+# (tests/thorough.py). CI runs them after `make test`.
 test-slow: $(STAMP) node
-	@$(PY) -m pytest -m slow
+	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m 'slow or thorough'
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 from configgen_samples import sample_config
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from configgen import merge, render
 from configgen.jsonedit import set_members
+from tests.thorough import examples
 
 OURS = {"command": "/bin/ours", "args": ["host"], "env": {"MCPHOST_CONFIGGEN": "1"}}
 
@@ -106,7 +107,7 @@ styles = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@examples(full=200, quick=50)
 @given(servers, st.dictionaries(st.text(max_size=5), json_value, max_size=3), styles, st.booleans())
 def test_foreign_bytes_survive_any_formatting(
     foreign: dict[str, Any], others: dict[str, Any], style: dict[str, Any], replace: bool

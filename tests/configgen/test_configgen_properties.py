@@ -6,12 +6,13 @@ import json
 import tomllib
 
 import tomli_w
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from configgen import CLIENTS, AgentConfig, CenterBinding, RelayBinding, render
 from configgen.clients import codex_tables
 from configgen.merge import merge
+from tests.thorough import examples
 
 # Any Unicode scalar value except NUL (which no path or env value can hold).
 TEXT = st.text(
@@ -21,7 +22,7 @@ PRINTABLE = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), m
 NAME = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
 # The host's token grammar: printable ASCII without spaces (empty: no inline token).
 TOKEN = st.from_regex(r"[!-~]{0,40}", fullmatch=True)
-SETTINGS = settings(max_examples=150, deadline=None)
+SETTINGS = examples(full=150, quick=40)
 
 
 @SETTINGS

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from mcphost.errors import ToolFailure
@@ -26,6 +26,7 @@ from mcphost.host.workspace import (
 )
 from tests.files import corpus
 from tests.files.conftest import local_binding
+from tests.thorough import examples
 
 ROOT = "/srv/ws/agent"
 
@@ -176,7 +177,7 @@ _PATHS = st.one_of(
 )
 
 
-@settings(max_examples=3000, deadline=None)
+@examples(full=3000, quick=300)
 @given(_PATHS)
 def test_split_never_leaves_the_root(given_path: str) -> None:
     try:
@@ -199,7 +200,7 @@ def test_split_never_leaves_the_root(given_path: str) -> None:
     assert joined == oracle
 
 
-@settings(max_examples=1000, deadline=None)
+@examples(full=1000, quick=100)
 @given(st.lists(_NAMES, max_size=10).map("/".join))
 def test_split_refuses_whatever_normpath_puts_outside(given_path: str) -> None:
     oracle = posixpath.normpath(posixpath.join(ROOT, given_path))
@@ -242,9 +243,7 @@ _TREE_NAMES = st.sampled_from(
 )
 
 
-@settings(
-    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(full=1500, quick=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_TREE_NAMES, max_size=8), st.booleans())
 def test_walk_never_opens_outside(
     tree: tuple[Path, Path], names: list[str], absolute: bool

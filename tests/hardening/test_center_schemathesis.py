@@ -17,12 +17,14 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from mcphost.testing import DevCenter  # noqa: E402
+from tests.thorough import depth  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
-EXAMPLES_PER_OPERATION = 12
+EXAMPLES_PER_OPERATION = depth(full=12, quick=4)  # make test-slow: 12
 
 
+@pytest.mark.thorough
 def test_center_conforms_to_its_openapi_document(center: DevCenter) -> None:
     schema = schemathesis.openapi.from_dict(center.request("GET", "/openapi.json").json())
     operations = [result.ok() for result in schema.get_all_operations()]

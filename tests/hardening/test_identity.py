@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from mcphost.catalog import CATALOG
 from mcphost.catalog.model import ToolDecl
 from mcphost.testing import DevCenter
+from tests import thorough
 from tests.files.stub_center import StubCenter
 from tests.hardening.conftest import ROOT, RawHost, host_env, walk_keys
 
@@ -189,11 +190,12 @@ def host(center: DevCenter) -> Iterator[RawHost]:
         print(f"\nidentity figures: {FIGURES}")
 
 
+@pytest.mark.thorough
 def test_no_argument_changes_the_identity_the_center_hears(
     center: DevCenter, host: RawHost
 ) -> None:
     @settings(
-        max_examples=300,
+        max_examples=thorough.depth(full=300, quick=60),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
@@ -309,6 +311,7 @@ def split_raw(entry: dict[str, Any]) -> tuple[str, list[str], str]:
     return entry["method"], [unquote(segment) for segment in path.split("/")], query
 
 
+@pytest.mark.thorough
 def test_center_supplied_transfer_ids_stay_one_path_segment() -> None:
     """The PUT and complete URLs the host builds from a center-given `transfer_id`."""
     short = Path(tempfile.mkdtemp(prefix="ident-", dir="/tmp"))  # short Unix socket path
@@ -349,7 +352,7 @@ def test_center_supplied_transfer_ids_stay_one_path_segment() -> None:
             )
             for hostile in HOSTILE_TRANSFER_IDS:
                 run = example(hostile)(run)
-            settings(max_examples=200, deadline=None)(run)()
+            settings(max_examples=thorough.depth(full=200, quick=40), deadline=None)(run)()
             host.alive()
     finally:
         shutil.rmtree(short, ignore_errors=True)

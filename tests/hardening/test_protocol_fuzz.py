@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mcphost.catalog import CATALOG
 from mcphost.testing import DevCenter
 from tests.hardening.conftest import RawHost, host_env
+from tests.thorough import depth
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -174,13 +175,14 @@ def fresh_host(center: DevCenter) -> RawHost:
 
 
 FUZZ = settings(
-    max_examples=200,
+    max_examples=depth(full=200, quick=50),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=False,
 )
 
 
+@pytest.mark.thorough
 def test_structured_messages_with_wrong_types(center: DevCenter) -> None:
     with fresh_host(center) as host:
 
@@ -196,6 +198,7 @@ def test_structured_messages_with_wrong_types(center: DevCenter) -> None:
         assert host.close() == 0
 
 
+@pytest.mark.thorough
 def test_truncated_and_corrupted_lines(center: DevCenter) -> None:
     with fresh_host(center) as host:
 
@@ -211,6 +214,7 @@ def test_truncated_and_corrupted_lines(center: DevCenter) -> None:
         assert host.close() == 0
 
 
+@pytest.mark.thorough
 def test_raw_bytes_and_odd_framing(center: DevCenter) -> None:
     with fresh_host(center) as host:
 
@@ -259,12 +263,17 @@ def test_the_line_cap_discards_one_huge_line_and_keeps_serving(center: DevCenter
         assert host.close() == 0
 
 
+@pytest.mark.thorough
 def test_odd_cancellations_while_a_call_is_in_flight(center: DevCenter) -> None:
     """Cancel notifications with every kind of requestId while a real call waits on the center."""
     with center.faults(delay_ms={"get_my_work": 1500}), fresh_host(center) as host:
         slow = host.request("tools/call", {"name": "get_my_work", "arguments": {}})
 
-        @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @settings(
+            max_examples=depth(full=60, quick=20),
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
         @given(json_values)
         def run(request_id: Any) -> None:
             note = {"jsonrpc": "2.0", "method": "notifications/cancelled"}

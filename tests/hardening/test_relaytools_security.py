@@ -35,6 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import thorough
 from tests.hardening.conftest import ROOT, RawHost, walk_keys
 from tests.relaytools.relayharness import Env, FakeRelay, cleanup, make_env, relay_error
 
@@ -271,6 +272,7 @@ def relay_loop() -> Iterator[RelayLoop]:
     loop.close()
 
 
+@pytest.mark.thorough
 def test_no_argument_changes_the_identity_the_relay_hears(relay_loop: RelayLoop) -> None:
     env = make_env()
     relay = relay_loop.run(FakeRelay(env.socket, handler=succeed).start())
@@ -279,7 +281,7 @@ def test_no_argument_changes_the_identity_the_relay_hears(relay_loop: RelayLoop)
             host.initialize()
 
             @settings(
-                max_examples=500,
+                max_examples=thorough.depth(full=500, quick=100),
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
             )

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from relayharness import Env
 
@@ -14,6 +14,7 @@ from mcphost.relaytools import errors, help, layout, params, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
 from mcphost.relaytools.inscriptions import Inscriptions, log_path, sanitize
+from tests.thorough import examples
 
 
 def fails(fn: Any, arguments: dict[str, Any]) -> ToolFailure:
@@ -433,7 +434,7 @@ _validators = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@examples(full=300, quick=75)
 @given(st.sampled_from(_validators), st.dictionaries(_keys, _json, max_size=5))
 def test_validation_only_ever_raises_tool_failures(
     validate: Any, arguments: dict[str, Any]

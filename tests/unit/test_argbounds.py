@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mcphost.argbounds import (
@@ -25,6 +25,7 @@ from mcphost.catalog import CATALOG
 from mcphost.host.results import arguments_too_large, invalid_arguments
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure as RelayFailure
+from tests.thorough import examples
 
 
 def nested(depth: int, leaf: Any = 0) -> Any:
@@ -62,7 +63,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@examples(full=200, quick=40)
 @given(st.dictionaries(st.text(max_size=12), json_values, max_size=10))
 def test_ordinary_arguments_pass(arguments: dict[str, Any]) -> None:
     assert oversize(arguments) is None

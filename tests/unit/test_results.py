@@ -2,11 +2,12 @@
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mcphost.admin.client import http_failure
 from mcphost.host.results import invalid_arguments, shrink, success_text
+from tests.thorough import examples
 
 
 def test_small_bodies_pass_through_verbatim() -> None:
@@ -49,7 +50,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@examples(full=150, quick=30)
 @given(json_values, st.integers(min_value=600, max_value=5000))
 def test_shrink_always_gives_valid_json_near_the_budget(value: object, budget: int) -> None:
     out = shrink(value, budget)
