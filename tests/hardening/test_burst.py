@@ -5,7 +5,9 @@ the real devcenter, which holds each `get_my_work` for 100 ms so exchanges overl
 than the connect timeout) and every one must succeed. The pooled client is then driven in
 process (real sockets, real devcenter) with 3,000 concurrent calls, more than the host's stdio
 lanes would let through: waiting for one of the client's request slots is queueing, not a
-connect timeout. A call that gives up in the queue (a scripted center on a real Unix socket that
+connect timeout. Those are the counts of `make test-slow`; `make test` sends a fifth of the
+calls and holds each one five times longer, so the queue is as long in time (the last calls
+still wait well past the 5 s connect timeout) for a fifth of the CPU. A call that gives up in the queue (a scripted center on a real Unix socket that
 holds its answers) fails `admin_timeout` phase `queue`, says nothing was sent, reports the
 queue's own timeout, and indeed reached nothing; waiting calls are served in FIFO order.
 No test bounds wall-clock time.
@@ -27,11 +29,13 @@ from mcphost.errors import ToolFailure
 from mcphost.testing import DevCenter
 from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.scripted_center import Answer, Request, ScriptedServer
+from tests.thorough import FULL
 
 pytestmark = pytest.mark.timeout(900)
 
-BURST = 4000
-CLIENT_BURST = 3000
+# (calls, ms the center holds each): the same total hold time at either depth
+BURST, HOLD_MS = (4000, 100) if FULL else (800, 500)
+CLIENT_BURST, CLIENT_HOLD_MS = (3000, 200) if FULL else (600, 1000)
 
 
 def send_burst(host: RawHost, count: int) -> list[int]:
@@ -39,9 +43,10 @@ def send_burst(host: RawHost, count: int) -> list[int]:
     return [host.request("tools/call", call) for _ in range(count)]
 
 
+@pytest.mark.thorough
 def test_a_burst_on_a_healthy_center_completes(center: DevCenter) -> None:
     env = host_env(center.binding_env("tcp"), MCPHOST_CALL_TIMEOUT_SECONDS="600")
-    with RawHost(env) as host, center.faults(delay_ms={"get_my_work": 100}):
+    with RawHost(env) as host, center.faults(delay_ms={"get_my_work": HOLD_MS}):
         host.initialize()
         ids = send_burst(host, BURST)
         outcomes: Counter[str] = Counter()
@@ -56,6 +61,7 @@ def test_a_burst_on_a_healthy_center_completes(center: DevCenter) -> None:
         assert host.close() == 0
 
 
+@pytest.mark.thorough
 def test_the_client_queues_a_burst_instead_of_timing_out_on_connect(center: DevCenter) -> None:
     """The pooled client itself, in process, against the real devcenter over pinned TLS."""
     from mcphost.admin.client import AdminClient, AdminRequest
@@ -84,8 +90,10 @@ def test_the_client_queues_a_burst_instead_of_timing_out_on_connect(center: DevC
         finally:
             await client.aclose()
 
-    # 200 ms per call and 3,000 calls: the last ones wait far longer than the 5 s connect timeout
-    with center.faults(delay_ms={"get_my_work": 200}):
+    # 64 exchanges at a time, CLIENT_HOLD_MS each: the last calls wait over 9 s for a slot,
+    # far longer than the 5 s connect timeout
+    assert CLIENT_BURST * CLIENT_HOLD_MS / 64 > 9_000
+    with center.faults(delay_ms={"get_my_work": CLIENT_HOLD_MS}):
         outcomes = asyncio.run(burst())
     assert outcomes == {"ok": CLIENT_BURST}, outcomes
 
