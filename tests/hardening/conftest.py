@@ -10,14 +10,17 @@ blocks the host.
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,63 @@ INIT_PARAMS = {
 def host_env(binding: dict[str, str], **extra: str) -> dict[str, str]:
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **binding, **extra}
     return env
+
+
+def run_in_process(
+    argv: list[str], env: dict[str, str], module: str = "mcphost.cli"
+) -> subprocess.CompletedProcess[bytes]:
+    """`python -m <module> <argv>` with `env` as its whole environment, run in this process.
+
+    For sweeps of runs that end while reading options and bindings (bad bindings, refused
+    options): the same `main()` the process runs, with `env` as `os.environ`, file descriptors
+    1 and 2 and `sys.stdout`/`sys.stderr` captured, and the exit code from its return value or
+    `SystemExit`; a spawned interpreter would only add its start-up. A host that accepted its
+    binding would start serving this process's stdin: that fails the run instead. Each sweep
+    keeps a case or more as a real process (`run`/`subprocess`), so the entry point is covered.
+    """
+    import mcphost.mcpserve.stdio as stdio
+
+    def refuse_to_serve(*_args: Any, **_kwargs: Any) -> int:
+        raise AssertionError(f"{argv}: the binding was accepted and the server started")
+
+    entry = import_module(module).main
+    saved_env = dict(os.environ)
+    saved_streams = sys.stdout, sys.stderr
+    saved_serve = stdio.run
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            sys.stdout = io.TextIOWrapper(
+                io.FileIO(1, "w", closefd=False), "utf-8", "surrogateescape", write_through=True
+            )
+            sys.stderr = io.TextIOWrapper(
+                io.FileIO(2, "w", closefd=False), "utf-8", "backslashreplace", write_through=True
+            )
+            os.environ.clear()
+            os.environ.update(env)
+            stdio.run = refuse_to_serve  # type: ignore[assignment]
+            try:
+                code = entry(list(argv))
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (exit_.code is not None)
+        finally:
+            stdio.run = saved_serve  # type: ignore[assignment]
+            os.environ.clear()
+            os.environ.update(saved_env)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            os.close(saved_fds[0])
+            os.close(saved_fds[1])
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess([module, *argv], int(code or 0), out.read(), err.read())
 
 
 def _reject_constant(name: str) -> Any:

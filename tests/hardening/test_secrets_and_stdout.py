@@ -23,7 +23,7 @@ import pytest
 
 from mcphost.testing import DevCenter
 from tests.blackbox.test_host import WRONG_PIN
-from tests.hardening.conftest import RawHost, host_env, strict_json
+from tests.hardening.conftest import RawHost, host_env, run_in_process, strict_json
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -128,6 +128,8 @@ def test_no_error_path_reveals_the_token(center: DevCenter, tmp_path: Path, scen
 
 
 def test_bad_bindings_never_echo_the_token(center: DevCenter, tmp_path: Path) -> None:
+    """The first case runs as real processes; the rest through the same `main()` in this process
+    (`run_in_process`: same environment, exit code and output streams, no interpreter start-up)."""
     token = center.token
     token_file = tmp_path / "token"
     token_file.write_text(token)
@@ -140,15 +142,18 @@ def test_bad_bindings_never_echo_the_token(center: DevCenter, tmp_path: Path) ->
         {"AC_MCP_WORKER_TOKEN": None, "AC_MCP_WORKER_TOKEN_FILE": str(token_file)},  # mode 0644
         {"AC_MCP_AGENT_ID": f"a {token}"[:40]},  # whitespace in the id
     ]
-    for overrides in cases:
+    for index, overrides in enumerate(cases):
         env = host_env(center.binding_env("tcp", **overrides))  # type: ignore[arg-type]
         for args in (["host"], ["check"], ["check", "--json"]):
-            proc = subprocess.run(
-                [sys.executable, "-m", "mcphost.cli", *args],
-                env=env,
-                capture_output=True,
-                timeout=30,
-            )
+            if index == 0:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "mcphost.cli", *args],
+                    env=env,
+                    capture_output=True,
+                    timeout=30,
+                )
+            else:
+                proc = run_in_process(args, env)
             FIGURES["error_paths"] += 1
             assert proc.returncode == 2, (overrides, proc.stderr)
             blob = proc.stdout + proc.stderr

@@ -2,7 +2,10 @@
 
 Every case drives the real process as an operator would (`mcphost host`, `mcphost check`,
 `mcphost check --json`, `configgen`, `mcphost relay-tools`, `mcphost devcenter`, `mcphost
-ctl`, `mcphost supervise`) and asserts:
+ctl`, `mcphost supervise`) and asserts the points below. The sweeps of bad bindings run most
+cases through the same `main()` in this process (`run_in_process`: the environment, exit code and
+both output streams are the process's) and the first case of each sweep as a real process, so the
+entry point, interpreter start-up and exit status stay covered end to end:
 
 - a bad binding exits 2 with one message that names the variable and says what is expected;
   `check --json` prints a classified JSON result (never nothing, never a traceback);
@@ -23,7 +26,7 @@ from typing import Any
 import pytest
 
 from mcphost.testing import DevCenter
-from tests.hardening.conftest import ROOT, host_env
+from tests.hardening.conftest import ROOT, host_env, run_in_process
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,8 +103,9 @@ def test_token_file_with_bad_characters_is_refused_at_start(
     env = host_env(
         center.binding_env("unix", AC_MCP_WORKER_TOKEN=None, AC_MCP_WORKER_TOKEN_FILE=str(path))
     )
+    runner = run if case == sorted(BAD_FILE_CONTENTS)[0] else run_in_process
     for argv in HOST_AND_CHECK:
-        proc = run(argv, env)
+        proc = runner(argv, env)
         message = assert_bad_binding(
             proc, argv, "AC_MCP_WORKER_TOKEN_FILE", fragment, center.token, case
         )
@@ -122,9 +126,10 @@ def test_inline_token_with_bad_characters_is_refused_at_start(center: DevCenter,
     template, fragment = BAD_INLINE[case]
     bad = template.replace("{t}", center.token)
     env = host_env(center.binding_env("unix", AC_MCP_WORKER_TOKEN=bad))
+    runner = run if case == sorted(BAD_INLINE)[0] else run_in_process
     for argv in HOST_AND_CHECK:
         assert_bad_binding(
-            run(argv, env), argv, "AC_MCP_WORKER_TOKEN", fragment, center.token, case
+            runner(argv, env), argv, "AC_MCP_WORKER_TOKEN", fragment, center.token, case
         )
 
 
@@ -171,24 +176,25 @@ def test_check_classifies_every_bad_binding(center: DevCenter, tmp_path: Path) -
         ),
         ({"AC_MCP_WORKER_TOKEN": center.token + "\r\nX-Injected: 1"}, "AC_MCP_WORKER_TOKEN"),
     ]
-    for overrides, variable in cases:
+    for index, (overrides, variable) in enumerate(cases):
         env = host_env(center.binding_env("tcp", **overrides))  # type: ignore[arg-type]
+        runner = run if index == 0 else run_in_process
         for argv in (["check"], ["check", "--json"]):
-            assert_bad_binding(run(argv, env), argv, variable, "", center.token, overrides)
+            assert_bad_binding(runner(argv, env), argv, variable, "", center.token, overrides)
 
 
 # -- item 5: a token put where a path or option belongs is never echoed --------------------------
 
 
 def test_token_in_the_token_file_variable_is_never_echoed(center: DevCenter) -> None:
-    for overrides in (
-        {"AC_MCP_WORKER_TOKEN": None, "AC_MCP_WORKER_TOKEN_FILE": center.token},
-        {"AC_MCP_WORKER_TOKEN_FILE": center.token},  # both set, and the file is no path
+    for runner, overrides in (
+        (run, {"AC_MCP_WORKER_TOKEN": None, "AC_MCP_WORKER_TOKEN_FILE": center.token}),
+        (run_in_process, {"AC_MCP_WORKER_TOKEN_FILE": center.token}),  # both set, and no path
     ):
         env = host_env(center.binding_env("unix", **overrides))  # type: ignore[arg-type]
         for argv in HOST_AND_CHECK:
             message = assert_bad_binding(
-                run(argv, env),
+                runner(argv, env),  # type: ignore[operator]
                 argv,
                 "AC_MCP_WORKER_TOKEN_FILE",
                 "absolute path",
