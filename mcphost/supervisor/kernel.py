@@ -1,0 +1,322 @@
+"""Kernel primitives of the supervisor: prctl wrappers, the child's pre-exec step, and the reaper.
+
+Owns: `prctl` through `ctypes.CDLL(None).prctl` (child subreaper, non-dumpable, parent-death
+signal); the function run in an agent's child between fork and exec (switch user, then set the
+parent-death signal, then check the parent is still alive); and the `Reaper`, the only caller of
+`waitpid` in the supervisor: a SIGCHLD handler on the event loop that reaps every child (agents
+and the orphans reparented to us as a child subreaper) and resolves the future of a watched pid
+with its raw wait status.
+
+The watch race, as chosen: the reaper keeps no status for a pid nobody watches (it logs an
+orphan and forgets it, so a reused pid can never inherit an old status). Instead the caller
+spawns and calls `watch(pid)` with no `await` in between: the SIGCHLD handler runs as a loop
+callback (`loop.add_signal_handler`), so it cannot run before the caller yields, and a child
+that already exited is still a zombie when `watch` runs. `watch` checks that with
+`waitid(WNOWAIT)` and raises `ChildProcessError` for a pid that is not an unreaped child,
+instead of returning a future that would never resolve.
+
+Must never: let anything else in the supervisor call `waitpid`/`Popen.wait`/`Popen.poll` or use
+asyncio's child watchers (`asyncio.create_subprocess_*`): they would race with `waitpid(-1)`.
+Must never run Python that imports or allocates much in the child: everything the pre-exec step
+needs is resolved in the parent first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import errno
+import os
+import pwd
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mcphost.events import emit
+
+PR_SET_PDEATHSIG = 1
+PR_GET_PDEATHSIG = 2
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl_fn = _libc.prctl
+_prctl_fn.restype = ctypes.c_int
+
+
+class KernelError(Exception):
+    """A kernel facility the supervisor needs is refused, or a plan asks for what it cannot do."""
+
+
+def _prctl(option: int, arg2: int = 0) -> int:
+    result = int(
+        _prctl_fn(
+            ctypes.c_int(option),
+            ctypes.c_ulong(arg2),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        )
+    )
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+    return result
+
+
+def set_child_subreaper(on: bool = True) -> None:
+    """Adopt orphaned descendants (they are reparented here, not to PID 1)."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
+
+
+def is_child_subreaper() -> bool:
+    value = ctypes.c_int(0)
+    _prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
+    return value.value != 0
+
+
+def set_non_dumpable() -> None:
+    """Same-user processes can no longer read our /proc environ/mem or ptrace us (root can)."""
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
+def set_dumpable() -> None:
+    """Undo `set_non_dumpable` (tests only: the supervisor never calls it)."""
+    _prctl(PR_SET_DUMPABLE, 1)
+
+
+def is_dumpable() -> bool:
+    return _prctl(PR_GET_DUMPABLE) == 1
+
+
+def get_pdeathsig() -> int:
+    """The calling process's parent-death signal (0 when none)."""
+    value = ctypes.c_int(0)
+    _prctl(PR_GET_PDEATHSIG, ctypes.addressof(value))
+    return value.value
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Whom to run an agent as: resolved in the parent at plan time, applied in the child."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+def resolve_user(name: str | None) -> Credentials | None:
+    """Resolve a plan's `user`; None when no switch is needed (absent, or already that uid).
+
+    Raises KernelError when the user does not exist, or when a switch is needed and this process
+    is not root (it could not setuid in the child: refuse before spawning, not after).
+    """
+    if name is None:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise KernelError(f"user = {name!r}: no such user on this system") from None
+    if entry.pw_uid == os.geteuid() and entry.pw_gid == os.getegid():
+        return None
+    if os.geteuid() != 0:
+        raise KernelError(
+            f"user = {name!r} needs the supervisor to run as root to switch to uid "
+            f"{entry.pw_uid} (it runs as uid {os.geteuid()}); remove `user` or run it as root"
+        )
+    groups = tuple(sorted(set(os.getgrouplist(name, entry.pw_gid))))
+    return Credentials(user=name, uid=entry.pw_uid, gid=entry.pw_gid, groups=groups)
+
+
+class ParentGone(Exception):
+    """Raised in the child when its parent died before the parent-death signal was armed."""
+
+
+def pdeathsig_preexec(
+    sig: int, *, parent: int | None = None, creds: Credentials | None = None
+) -> Callable[[], None]:
+    """A `preexec_fn`: switch user (if `creds`), arm `sig` on parent death, check the parent.
+
+    Order matters: the kernel clears the parent-death signal on a change of uid/gid, so the
+    switch (setgroups, setgid, setuid: groups and gid first, while still root) comes before the
+    prctl. If the parent (default: the process calling this factory) died before the prctl,
+    no signal will ever come: the child raises, so it exits 255 without exec'ing (Popen in a
+    live parent raises SubprocessError). The parent-death signal fires when the *thread* that
+    forked exits: spawn from the event loop's thread, which lives as long as the supervisor.
+    """
+    expected = os.getpid() if parent is None else parent
+    groups = list(creds.groups) if creds is not None else []
+    # Built here so the child only calls: prctl(int option, unsigned long...).
+    args = (
+        ctypes.c_int(PR_SET_PDEATHSIG),
+        ctypes.c_ulong(int(sig)),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )
+
+    def preexec() -> None:
+        if creds is not None:
+            os.setgroups(groups)
+            os.setgid(creds.gid)
+            os.setuid(creds.uid)
+        if int(_prctl_fn(*args)) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != expected:
+            raise ParentGone()
+
+    return preexec
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    ppid: int
+    pgrp: int
+    state: str
+    starttime: int
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: the fields start after the *last* ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    return _Stat(
+        ppid=int(fields[1]), pgrp=int(fields[2]), state=fields[0], starttime=int(fields[19])
+    )
+
+
+def proc_starttime(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (clock ticks since boot); None when the pid is gone."""
+    stat = _read_stat(pid)
+    return None if stat is None else stat.starttime
+
+
+def children_of(parent: int) -> list[int]:
+    """Pids whose parent is `parent`, from /proc (zombies included)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read_stat(int(name))
+        if stat is not None and stat.ppid == parent:
+            found.append(int(name))
+    return sorted(found)
+
+
+def describe_status(status: int) -> str:
+    """A raw wait status as `ctl status` shows it: "exit 1" or "signal 9"."""
+    code = os.waitstatus_to_exitcode(status)
+    return f"exit {code}" if code >= 0 else f"signal {-code}"
+
+
+class Reaper:
+    """Reap every child of this process on SIGCHLD; hand statuses to whoever watches a pid.
+
+    See the module docstring for the watch race. One Reaper per process and loop.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched: dict[int, asyncio.Future[int]] = {}
+        self.orphans_reaped = 0
+
+    def install(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._loop.add_signal_handler(signal.SIGCHLD, self.reap)
+        self.reap()  # children that exited before the handler existed
+
+    def uninstall(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_signal_handler(signal.SIGCHLD)
+        self._loop = None
+
+    def watch(self, pid: int) -> asyncio.Future[int]:
+        """The future of `pid`'s raw wait status. Call it with no `await` since the spawn."""
+        existing = self._watched.get(pid)
+        if existing is not None:
+            return existing
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            raise ChildProcessError(
+                errno.ECHILD, f"pid {pid} is not an unreaped child of this process"
+            ) from None
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+        self._watched[pid] = future
+        return future
+
+    def reap(self) -> None:
+        """Collect every exited child (loops: SIGCHLDs coalesce)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            future = self._watched.pop(pid, None)
+            if future is not None:
+                if not future.done():
+                    future.set_result(status)
+            else:
+                self.orphans_reaped += 1
+                emit("supervisor.orphan_reaped", pid=pid, exit=describe_status(status))
+
+    async def kill_strays(self, grace: float, *, rounds: int = 8) -> list[int]:
+        """End every remaining child: SIGTERM, up to `grace` s, then SIGKILL; return their pids.
+
+        Repeats (up to `rounds`) because a killed stray's own children are reparented to us.
+        A stray that is a process-group leader (it escaped with setsid) gets the signal on its
+        group, unless that group is ours.
+        """
+        ended: list[int] = []
+        me = os.getpid()
+        own_group = os.getpgrp()
+        for _ in range(rounds):
+            pids = children_of(me)
+            if not pids:
+                break
+            waits: dict[int, asyncio.Future[int]] = {}
+            for pid in pids:
+                try:
+                    waits[pid] = self.watch(pid)
+                except ChildProcessError:
+                    continue
+            self.reap()  # a zombie among them: its status is ours now
+            live = [pid for pid, fut in waits.items() if not fut.done()]
+            for pid in live:
+                _signal_stray(pid, signal.SIGTERM, own_group)
+            pending = [waits[pid] for pid in live]
+            if pending:
+                await asyncio.wait([asyncio.shield(f) for f in pending], timeout=grace)
+            for pid in live:
+                if not waits[pid].done():
+                    _signal_stray(pid, signal.SIGKILL, own_group)
+            leftover = [asyncio.shield(f) for f in waits.values() if not f.done()]
+            if leftover:
+                await asyncio.wait(leftover, timeout=max(grace, 5.0))
+            ended.extend(waits)
+            if live:
+                emit("supervisor.strays_killed", pids=live)
+        return ended
+
+
+def _signal_stray(pid: int, sig: int, own_group: int) -> None:
+    stat = _read_stat(pid)
+    try:
+        if stat is not None and stat.pgrp == pid and pid != own_group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
