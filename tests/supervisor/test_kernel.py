@@ -18,7 +18,7 @@ import sys
 import textwrap
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -32,14 +32,16 @@ ROOT = os.geteuid() == 0
 # -- running a scenario in a fresh process -------------------------------------------------
 
 
-def _child(conn: Any, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+def _child(conn: Any, fn: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]) -> None:
     try:
         conn.send(("ok", asyncio.run(fn(*args))))
     except BaseException:
         conn.send(("error", traceback.format_exc()))
 
 
-def isolated(fn: Callable[..., Awaitable[Any]], *args: Any, timeout: float = 120.0) -> Any:
+def isolated(
+    fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, timeout: float = 120.0
+) -> Any:
     """Run `asyncio.run(fn(*args))` in a new interpreter; return its result or fail with its
     traceback."""
     ctx = multiprocessing.get_context("spawn")
