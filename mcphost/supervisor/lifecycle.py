@@ -1,0 +1,527 @@
+"""One `AgentRunner` per agent: spawn, output, exit, restart policy, backoff, intensity, stop.
+
+Owns: the agent's process. Each spawn takes a new generation from the StateStore (committed
+first), starts the agent in its own session and process group (`start_new_session`) with its
+output piped into the agent's `RotatingLog`, arms the parent-death signal (and switches user
+when the plan names one), registers the pid with the Reaper and calls `on_spawn` -- all with no
+`await` in between, so the supervisor knows the new identity root before the agent can attach
+and the exit status cannot be reaped before it is watched. On exit: `on_exit`, then whatever is
+left of the agent's process group is ended (SIGTERM, SIGKILL after `stop_grace`), then the
+policy: `always` | `on-failure` (a non-zero exit, a signal we did not send, or a spawn that
+failed) | `never`; exponential backoff `restart_delay * 2**k` capped at `restart_max_delay`
+(k back to 0 once a run lasted longer than `restart_window`); more than `max_restarts` restarts
+within `restart_window` s -> `failed` until `start()`/`restart()`. When the policy ends the
+runner (no restart), the state is `failed` after a failure and `stopped` after a clean exit (as
+systemd does). There is no readiness signal: `running` means the process exists.
+The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
+Must never: wait for a child any other way than through the Reaper, yield between `Popen`
+returning and `on_spawn`, restart an agent stopped by `stop()`, or pass anything to the agent
+but its argv and the env it was given (the runner adds nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import math
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from mcphost.events import emit
+from mcphost.supervisor.kernel import (
+    Reaper,
+    describe_status,
+    pdeathsig_preexec,
+    proc_starttime,
+    resolve_user,
+)
+from mcphost.supervisor.logs import RotatingLog
+from mcphost.supervisor.state import StateStore
+
+
+class AgentState(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    agent_id: str
+    state: AgentState
+    pid: int | None
+    generation: int | None
+    restarts: int  # automatic restarts since this runner was created
+    started_at: float | None  # wall clock of the current run; None when not running
+    last_exit: str | None  # "exit 1", "signal 9"; None before the first exit or a failed spawn
+    last_reason: str | None
+
+
+class Plan(Protocol):
+    """What the runner reads of an AgentPlan (fleet.py)."""
+
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def restart(self) -> str: ...
+    @property
+    def restart_delay(self) -> float: ...
+    @property
+    def restart_max_delay(self) -> float: ...
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def restart_window(self) -> float: ...
+    @property
+    def stop_grace(self) -> float: ...
+    @property
+    def log_max_bytes(self) -> int: ...
+    @property
+    def log_keep(self) -> int: ...
+    @property
+    def user(self) -> str | None: ...
+
+
+class HomeDirs(Protocol):
+    """What the runner reads of a Home (homes.py)."""
+
+    @property
+    def workspace(self) -> str | os.PathLike[str]: ...
+    @property
+    def logs(self) -> str | os.PathLike[str]: ...
+
+
+# -- pure policy ----------------------------------------------------------------------------
+
+
+def is_failure(exit_code: int | None) -> bool:
+    """A failed spawn (None), a non-zero exit or a signal (negative, as waitstatus_to_exitcode)."""
+    return exit_code is None or exit_code != 0
+
+
+def should_restart(policy: str, exit_code: int | None, stopped_by_us: bool) -> bool:
+    """Restart after this end of a run? `exit_code` as `os.waitstatus_to_exitcode` gives it
+    (negative: killed by that signal), None when the spawn itself failed."""
+    if stopped_by_us:
+        return False
+    if policy == "always":
+        return True
+    if policy == "on-failure":
+        return is_failure(exit_code)
+    if policy == "never":
+        return False
+    raise ValueError(f"unknown restart policy {policy!r}")
+
+
+def backoff_delay(k: int, base: float, cap: float) -> float:
+    """`base * 2**k`, capped at `cap` (k >= 0: the k-th consecutive quick restart)."""
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    try:
+        return min(cap, math.ldexp(base, k))
+    except OverflowError:
+        return cap
+
+
+class Intensity:
+    """Restart intensity: at most `max_restarts` restarts in any `window` seconds.
+
+    A restart at time t counts during [t, t + window): at exactly t + window it no longer
+    does. `allow(now)` records the restart and returns True, or returns False (nothing recorded)
+    when it would be restart number `max_restarts + 1` within the window.
+    """
+
+    def __init__(self, max_restarts: int, window: float) -> None:
+        self.max_restarts = max_restarts
+        self.window = window
+        self._times: deque[float] = deque()
+
+    def _prune(self, now: float) -> None:
+        while self._times and now - self._times[0] >= self.window:
+            self._times.popleft()
+
+    def count(self, now: float) -> int:
+        self._prune(now)
+        return len(self._times)
+
+    def allow(self, now: float) -> bool:
+        if self.count(now) + 1 > self.max_restarts:
+            return False
+        self._times.append(now)
+        return True
+
+    def reset(self) -> None:
+        self._times.clear()
+
+
+def spawn_failure_reason(program: str, exc: BaseException) -> str:
+    """`cannot run <program>: <strerror> [ENOENT]` (naming the path when it is another one)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        text = f"cannot run {program}: {exc.strerror or os.strerror(exc.errno)} [{name}]"
+        if exc.filename is not None and os.fsdecode(exc.filename) != program:
+            text += f" ({os.fsdecode(exc.filename)})"
+        return text
+    return f"cannot run {program}: {exc}"
+
+
+def exit_reason(exit_code: int, stopped_by_us: bool) -> str:
+    if stopped_by_us:
+        return "stopped by the supervisor"
+    if exit_code >= 0:
+        return f"exited with status {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    return f"killed by {name}"
+
+
+# -- the runner -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Run:
+    proc: subprocess.Popen[bytes]
+    pid: int
+    generation: int
+    exit: asyncio.Future[int]
+    started: float  # loop time
+
+
+class _LogPipe(asyncio.Protocol):
+    def __init__(self, log: RotatingLog, done: Callable[[asyncio.BaseTransport], None]) -> None:
+        self.log = log
+        self.done = done
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.log.write(data)
+        except OSError as exc:
+            emit("supervisor.log_write_failed", level="error", path=self.log.path, error=str(exc))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.done(self.transport)
+
+
+OnSpawn = Callable[["AgentRunner", int, int, int], None]
+OnExit = Callable[["AgentRunner", int], None]
+
+
+class AgentRunner:
+    """Runs one agent under its plan. Use from the event loop's thread only."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        home: HomeDirs,
+        store: StateStore,
+        reaper: Reaper,
+        *,
+        on_spawn: OnSpawn,
+        on_exit: OnExit,
+        argv: Sequence[str],
+        env: dict[str, str],
+    ) -> None:
+        if not argv:
+            raise ValueError("argv is empty")
+        self.plan = plan
+        self.home = home
+        self.agent_id = plan.agent_id
+        self._store = store
+        self._reaper = reaper
+        self._on_spawn = on_spawn
+        self._on_exit = on_exit
+        self._argv = list(argv)
+        self._env = dict(env)
+        self._creds = resolve_user(plan.user)  # KernelError now, not at spawn time
+        self._state = AgentState.STOPPED
+        self._want = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._run: _Run | None = None
+        self._generation = store.generation(plan.agent_id)
+        self._restarts = 0
+        self._started_at: float | None = None
+        self._k = 0
+        self._intensity = Intensity(plan.max_restarts, plan.restart_window)
+        self._log: RotatingLog | None = None
+        self._pipes: set[asyncio.BaseTransport] = set()
+        previous = store.last_exit(plan.agent_id)
+        self._last_exit = previous.exit if previous else None
+        self._last_reason = previous.reason if previous else None
+
+    # -- public ---------------------------------------------------------------------------
+    def status(self) -> AgentStatus:
+        run = self._run
+        alive = run is not None and not run.exit.done()
+        return AgentStatus(
+            agent_id=self.agent_id,
+            state=self._state,
+            pid=run.pid if alive and run is not None else None,
+            generation=self._generation,
+            restarts=self._restarts,
+            started_at=self._started_at if alive else None,
+            last_exit=self._last_exit,
+            last_reason=self._last_reason,
+        )
+
+    async def start(self) -> None:
+        """Spawn now (unless already running or in backoff) and keep the agent up per policy.
+
+        From `failed` or `stopped` this starts afresh: backoff and intensity are reset.
+        """
+        if self._task is not None and not self._task.done():
+            return
+        self._want = True
+        self._wake = asyncio.Event()
+        self._k = 0
+        self._intensity.reset()
+        first = self._spawn()  # synchronous: Popen, watch and on_spawn with no await between
+        self._task = asyncio.get_running_loop().create_task(
+            self._supervise(first), name=f"agent:{self.agent_id}"
+        )
+
+    async def stop(self) -> None:
+        """SIGTERM the agent's process group, SIGKILL it after `stop_grace`; no restart."""
+        self._want = False
+        self._wake.set()
+        run = self._run
+        if run is not None and not run.exit.done():
+            self._state = AgentState.STOPPING
+            emit("supervisor.agent_stopping", agent_id=self.agent_id, pid=run.pid)
+            await self._end_group(run.pid, run.exit)
+        task, self._task = self._task, None
+        if task is not None:
+            await task
+        self._state = AgentState.STOPPED
+        emit("supervisor.agent_stopped", agent_id=self.agent_id)
+
+    async def restart(self) -> None:
+        """Stop, then start afresh (out of `failed` too): a new generation."""
+        await self.stop()
+        await self.start()
+
+    async def aclose(self) -> None:
+        """Stop and forget: close the output pipes (even if an escaped process holds them)."""
+        await self.stop()
+        for transport in list(self._pipes):
+            transport.close()
+        self._pipes.clear()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # -- one run --------------------------------------------------------------------------
+    def _ensure_log(self) -> RotatingLog:
+        if self._log is None:
+            self._log = RotatingLog(
+                os.fspath(self.home.logs),
+                max_bytes=self.plan.log_max_bytes,
+                keep=self.plan.log_keep,
+            )
+        return self._log
+
+    def _spawn(self) -> _Run | None:
+        """Generation, Popen, watch, on_spawn: synchronous on purpose (see the module doc)."""
+        self._state = AgentState.STARTING
+        generation = self._store.next_generation(self.agent_id)
+        self._generation = generation
+        self._ensure_log()
+        try:
+            proc = subprocess.Popen(
+                self._argv,
+                cwd=os.fspath(self.home.workspace),
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=self._creds),
+                close_fds=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = spawn_failure_reason(self._argv[0], exc)
+            self._run = None
+            self._last_exit, self._last_reason = None, reason
+            self._store.record_exit(self.agent_id, generation, None, reason)
+            emit(
+                "supervisor.agent_spawn_failed",
+                level="error",
+                agent_id=self.agent_id,
+                generation=generation,
+                reason=reason,
+            )
+            return None
+        exit_future = self._reaper.watch(proc.pid)
+        starttime = proc_starttime(proc.pid)
+        loop = asyncio.get_running_loop()
+        run = _Run(proc, proc.pid, generation, exit_future, loop.time())
+        self._run = run
+        self._state = AgentState.RUNNING
+        self._started_at = time.time()
+        try:
+            # An unreaped child always has /proc/<pid>/stat; 0 never matches a real start time.
+            self._on_spawn(self, proc.pid, starttime or 0, generation)
+        except Exception as exc:
+            emit(
+                "supervisor.on_spawn_failed", level="error", agent_id=self.agent_id, error=repr(exc)
+            )
+            _killpg(proc.pid, signal.SIGKILL)  # unregistered: it must not run
+        emit(
+            "supervisor.agent_spawned",
+            agent_id=self.agent_id,
+            pid=proc.pid,
+            generation=generation,
+            argv0=self._argv[0],
+        )
+        return run
+
+    async def _attach_output(self, run: _Run) -> None:
+        stdout = run.proc.stdout
+        if stdout is None:
+            return
+        loop = asyncio.get_running_loop()
+        log = self._ensure_log()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: _LogPipe(log, self._pipes.discard), stdout
+        )
+        self._pipes.add(transport)
+
+    async def _wait_exit(self, run: _Run) -> tuple[int, float]:
+        status = await asyncio.shield(run.exit)
+        code = os.waitstatus_to_exitcode(status)
+        run.proc.returncode = code  # reaped by the Reaper: Popen must never wait for it
+        loop = asyncio.get_running_loop()
+        uptime = loop.time() - run.started
+        stopped_by_us = not self._want
+        self._last_exit = describe_status(status)
+        self._last_reason = exit_reason(code, stopped_by_us)
+        self._store.record_exit(self.agent_id, run.generation, self._last_exit, self._last_reason)
+        emit(
+            "supervisor.agent_exited",
+            level="info" if stopped_by_us or code == 0 else "warning",
+            agent_id=self.agent_id,
+            pid=run.pid,
+            generation=run.generation,
+            exit=self._last_exit,
+            reason=self._last_reason,
+            uptime=round(uptime, 3),
+        )
+        try:
+            self._on_exit(self, run.generation)
+        except Exception as exc:
+            emit(
+                "supervisor.on_exit_failed", level="error", agent_id=self.agent_id, error=repr(exc)
+            )
+        return code, uptime
+
+    async def _end_group(self, pgid: int, leader: asyncio.Future[int]) -> None:
+        """SIGTERM the group; once `stop_grace` passed with the leader or a member alive,
+        SIGKILL it; return when the leader is reaped and the group is empty."""
+        loop = asyncio.get_running_loop()
+        _killpg(pgid, signal.SIGTERM)
+        if await _group_gone(pgid, leader, loop.time() + self.plan.stop_grace):
+            return
+        emit("supervisor.agent_killed", agent_id=self.agent_id, pgid=pgid)
+        _killpg(pgid, signal.SIGKILL)
+        await _group_gone(pgid, leader, loop.time() + 30.0)
+
+    async def _supervise(self, first: _Run | None) -> None:
+        try:
+            await self._keep_up(first)
+        except Exception as exc:  # a bug or a broken state file: say so, do not die silently
+            self._fail(f"supervision failed: {type(exc).__name__}: {exc}")
+
+    async def _keep_up(self, first: _Run | None) -> None:
+        run: _Run | None = first
+        loop = asyncio.get_running_loop()
+        while True:
+            code: int | None = None
+            uptime = 0.0
+            if run is not None:
+                await self._attach_output(run)
+                code, uptime = await self._wait_exit(run)
+                if self._want and _group_alive(run.pid):
+                    await self._end_group(run.pid, run.exit)  # what the agent left behind
+            if not self._want:
+                return
+            policy = self.plan.restart
+            if not should_restart(policy, code, stopped_by_us=False):
+                if is_failure(code):
+                    self._fail(f"{self._last_reason} (restart = {policy})")
+                else:
+                    self._state = AgentState.STOPPED
+                return
+            if uptime > self.plan.restart_window:
+                self._k = 0
+            if not self._intensity.allow(loop.time()):
+                self._fail(
+                    f"{self._last_reason}; more than {self.plan.max_restarts} restarts "
+                    f"within {self.plan.restart_window:g} s"
+                )
+                return
+            delay = backoff_delay(self._k, self.plan.restart_delay, self.plan.restart_max_delay)
+            self._k += 1
+            self._state = AgentState.BACKOFF
+            emit("supervisor.agent_backoff", agent_id=self.agent_id, delay=delay, attempt=self._k)
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+            if not self._want:
+                return
+            self._restarts += 1
+            run = self._spawn()
+
+    def _fail(self, reason: str) -> None:
+        self._state = AgentState.FAILED
+        self._last_reason = reason
+        emit("supervisor.agent_failed", level="error", agent_id=self.agent_id, reason=reason)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Any process (zombies included) still in the group?"""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _group_gone(pgid: int, leader: asyncio.Future[int], deadline: float) -> bool:
+    """Wait until the leader is reaped and the group is empty; False at `deadline`."""
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(asyncio.shield(leader), max(0.0, deadline - loop.time()))
+    except TimeoutError:
+        return False
+    while _group_alive(pgid):  # members left behind: no event tells us, so poll briefly
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
