@@ -359,11 +359,12 @@ async def _kill_strays() -> dict[str, Any]:
     kernel.set_child_subreaper()
     reaper = kernel.Reaper()
     reaper.install()
-    strays = []
+    strays, parents = [], []
     for ignore_term in (False, True):
         proc, grandchild = orphaner(setsid=True, ignore_term=ignore_term)
         await asyncio.wait_for(reaper.watch(proc.pid), 60)
         proc.returncode = 0
+        parents.append(proc)  # keeps its stdin pipe open: the stray lives until it is ended
         strays.append(grandchild)
     before = kernel.children_of(os.getpid())
     ended = await reaper.kill_strays(grace=0.2)
