@@ -1,0 +1,547 @@
+"""The supervisor: one process that runs a worker's fleet and serves every agent's MCP sessions.
+
+Owns: the worker token (read once from the fleet's `token_file`, held only here, in one pooled,
+pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and its
+reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
+alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
+generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
+and the order of shutdown.
+
+Identity: a pump is served as agent A only if the kernel says the connecting process descends
+from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
+we are the child subreaper, so an escaped or orphaned process's ancestry ends here and fails
+closed), its uid is the agent's, and it is still the same process after the walk (pidfd or
+start time). The generation is the one of the spawn the ancestry reached; sessions of an older
+generation are closed the moment a newer spawn registers (and when an agent exits), and the
+center fences the older generation anyway (`stale_generation`).
+
+Must never: hand the token, the token file's path or the admin URL to a child (environment,
+argv, files under an agent's home), log the token, or take an agent's identity from anything a
+process can choose (its environment, its arguments, its claims on the wire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mcphost import events
+from mcphost.settings import SettingError
+from mcphost.supervisor import kernel, peer
+from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.fleet import AgentPlan, Fleet, load_fleet
+from mcphost.supervisor.homes import AttachPoints, Home, agent_env, prepare_home
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.sessions import Attached, Refused, SessionHub
+from mcphost.supervisor.state import StateStore
+
+if TYPE_CHECKING:
+    from mcphost.admin.client import AdminClient
+    from mcphost.surface import Surface
+
+CENTER, RELAY = "center", "relay"
+
+
+@dataclass
+class Slot:
+    """One agent of the fleet in force: its plan, home, runner and the uid its processes run as."""
+
+    plan: AgentPlan
+    home: Home
+    runner: AgentRunner
+    uid: int
+    roots: set[tuple[int, int]] = field(default_factory=set)
+
+
+def attach_script() -> str:
+    """The pump's path inside the installed package (a plain `pip install` puts it there)."""
+    return str(Path(__file__).resolve().parent.parent / "attach.py")
+
+
+def uid_of(user: str | None) -> int:
+    if user is None:
+        return os.getuid()
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid
+
+
+class Supervisor:
+    """Run `fleet` with state under `state_dir` until `stop()`; see the module docstring."""
+
+    def __init__(self, fleet: Fleet, state_dir: str, *, env: dict[str, str] | None = None):
+        self.fleet = fleet
+        self.state_dir = os.path.abspath(state_dir)
+        self.env = dict(os.environ if env is None else env)
+        self.slots: dict[str, Slot] = {}
+        self.roots: dict[tuple[int, int], tuple[str, int]] = {}
+        self.stopping = asyncio.Event()
+        self.started_at = time.time()
+        self._reload_lock = asyncio.Lock()
+        self._token = ""
+        self.admin: AdminClient | None = None
+        self.runtime: AdminClient | None = None
+        self.hubs: dict[str, SessionHub] = {}
+        self.control: Any = None
+        self.store: StateStore | None = None
+        self.reaper: kernel.Reaper | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- paths ----------------------------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.state_dir, *parts)
+
+    def attach_points(self) -> AttachPoints:
+        return AttachPoints(
+            interpreter=sys.executable,
+            script=attach_script(),
+            center_socket=self.path("run", "center.sock"),
+            relay_socket=self.path("run", "relay.sock"),
+        )
+
+    # -- start and stop -------------------------------------------------------------------
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
+        kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
+        kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
+        from mcphost.binding import BindingError, _read_token_file
+
+        try:
+            self._token = _read_token_file(self.fleet.center.token_file)
+        except BindingError as exc:
+            events.emit(
+                "supervisor.token_unreadable",
+                level="error",
+                file=self.fleet.center.token_file,
+                problem=exc.problem,
+                expected=exc.expected,
+            )
+            print(
+                f"mcphost supervise: {self.fleet.path}: center.token_file {exc.problem}: "
+                f"expected {exc.expected}",
+                file=sys.stderr,
+            )
+            return 2
+        loop = asyncio.get_running_loop()
+        self._prepare_state_dir()
+        self.store = StateStore(self.path("state.sqlite3"))
+        self.reaper = kernel.Reaper()
+        self.reaper.install(loop)
+        self._open_admin()
+        self.control = ControlServer(self.path("control.sock"), Control(self))
+        await self.control.start()
+        for name in (CENTER, RELAY):
+            self.hubs[name] = SessionHub(
+                self.path("run", f"{name}.sock"),
+                identify=self._identifier(name),
+                surface_for=self._surface_factory(name),
+                mode=self._socket_mode(),
+            )
+            await self.hubs[name].start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_in_background)
+        events.emit(
+            "supervisor.started",
+            state=self.state_dir,
+            fleet=self.fleet.path,
+            agents=len(self.fleet.agents),
+            pid=os.getpid(),
+        )
+        await self._reconcile(self.fleet)
+        if self.fleet.center.fleet == "center":
+            self._spawn(self._poll_center())
+        events.emit("supervisor.ready", agents=sorted(self.slots))
+        await self.stopping.wait()
+        await self._shutdown()
+        return 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _prepare_state_dir(self) -> None:
+        """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
+        as another user must pass through to reach their home and the attach sockets)."""
+        shared = any(plan.user for plan in self.fleet.agents)
+        for directory in (self.state_dir, self.path("run"), self.path("agents")):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            info = os.lstat(directory)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                raise SettingError(
+                    directory,
+                    None,
+                    "a directory owned by the supervisor's user",
+                    problem="is a symlink, not a directory, or someone else's",
+                )
+            os.chmod(directory, 0o711 if shared else 0o700)
+
+    def _socket_mode(self) -> int:
+        """0600 while every agent runs as our uid; 0666 when some run as another user (the
+        kernel-credential check is then the only gate, as it always is the real one)."""
+        return 0o666 if any(a.user for a in self.fleet.agents) else 0o600
+
+    def _open_admin(self) -> None:
+        from mcphost.admin.client import AdminClient
+        from mcphost.admin.target import AdminTarget
+        from mcphost.host.server import call_timeout_from_env
+
+        center = self.fleet.center
+        self.admin = AdminClient(
+            center.admin_url,
+            token=self._token,
+            pins=center.pins,
+            call_timeout=call_timeout_from_env(),
+        )
+        if center.runtime_socket:
+            self.runtime = AdminClient(AdminTarget(kind="unix", path=center.runtime_socket))
+
+    async def _shutdown(self) -> None:
+        events.emit("supervisor.stopping", agents=len(self.slots))
+        for task in list(self._tasks):
+            task.cancel()
+        if self.control is not None:
+            await self.control.aclose()
+        await asyncio.gather(*(slot.runner.aclose() for slot in self.slots.values()))
+        for hub in self.hubs.values():
+            await hub.aclose()
+        if self.reaper is not None:
+            await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
+        for client in (self.admin, self.runtime):
+            if client is not None:
+                await client.aclose()
+        if self.store is not None:
+            self.store.close()
+        events.emit("supervisor.stopped")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the fleet ------------------------------------------------------------------------
+    async def _reconcile(self, fleet: Fleet) -> dict[str, list[str]]:
+        """Make the running set match `fleet`: start new, stop removed, restart changed."""
+        wanted = {plan.agent_id: plan for plan in fleet.agents}
+        removed = [a for a in self.slots if a not in wanted]
+        changed = [a for a, p in wanted.items() if a in self.slots and self.slots[a].plan != p]
+        added = [a for a in wanted if a not in self.slots]
+        unchanged = [a for a in wanted if a in self.slots and a not in changed]
+        self.fleet = fleet
+        for agent_id in removed + changed:
+            slot = self.slots.pop(agent_id)
+            await slot.runner.aclose()
+            self._forget(slot)
+        for agent_id in changed + added:
+            self.slots[agent_id] = slot = self._slot(wanted[agent_id])
+            await slot.runner.start()
+        outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
+        events.emit(
+            "supervisor.reconciled",
+            added=added,
+            removed=removed,
+            changed=changed,
+            unchanged=len(unchanged),
+        )
+        return outcome
+
+    def _slot(self, plan: AgentPlan) -> Slot:
+        assert self.store is not None and self.reaper is not None
+        home = prepare_home(self.state_dir, plan, self.attach_points())
+        from mcphost.supervisor.fleet import agent_argv
+
+        runner = AgentRunner(
+            plan,
+            home,
+            self.store,
+            self.reaper,
+            on_spawn=self._on_spawn,
+            on_exit=self._on_exit,
+            argv=agent_argv(plan, home),
+            env=agent_env(self.env, plan, home),
+        )
+        return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user))
+
+    def _forget(self, slot: Slot) -> None:
+        for root in slot.roots:
+            self.roots.pop(root, None)
+        slot.roots.clear()
+        agent_id = slot.plan.agent_id
+        for hub in self.hubs.values():
+            hub.close_where(lambda a: a.agent_id == agent_id)
+
+    def _on_spawn(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None:
+        slot = self.slots.get(runner.plan.agent_id)
+        if slot is None or slot.runner is not runner:
+            return
+        for root in slot.roots:
+            self.roots.pop(root, None)
+        slot.roots = {(pid, starttime)}
+        self.roots[(pid, starttime)] = (runner.plan.agent_id, generation)
+        self._close_older(runner.plan.agent_id, generation)
+
+    def _on_exit(self, runner: AgentRunner, generation: int) -> None:
+        slot = self.slots.get(runner.plan.agent_id)
+        if slot is None or slot.runner is not runner:
+            return
+        for root in [r for r in slot.roots if self.roots.get(r, ("", -1))[1] == generation]:
+            self.roots.pop(root, None)
+            slot.roots.discard(root)
+        self._close_older(runner.plan.agent_id, generation + 1)
+
+    def _close_older(self, agent_id: str, generation: int) -> None:
+        closed = sum(
+            hub.close_where(lambda a: a.agent_id == agent_id and a.generation < generation)
+            for hub in self.hubs.values()
+        )
+        if closed:
+            events.emit(
+                "supervisor.sessions_closed",
+                agent_id=agent_id,
+                below_generation=generation,
+                sessions=closed,
+            )
+
+    async def reload(self) -> dict[str, Any]:
+        """Re-read the fleet file; a file that fails validation changes nothing."""
+        async with self._reload_lock:
+            if self.fleet.center.fleet == "center":
+                return await self._reload_from_center()
+            try:
+                fleet = load_fleet(self.fleet.path, env=self.env)
+            except SettingError as exc:
+                raise ControlError(
+                    "reload_failed",
+                    f"the fleet file was not applied: {exc}",
+                    {"problems": [p.details() for p in exc.problems], "file": self.fleet.path},
+                ) from None
+            self._refuse_center_change(fleet)
+            return await self._reconcile(fleet)
+
+    def _refuse_center_change(self, fleet: Fleet) -> None:
+        if fleet.center != self.fleet.center:
+            raise ControlError(
+                "reload_failed",
+                "the [center] section changed; it takes effect only when the supervisor "
+                "restarts (nothing was applied)",
+                {"file": fleet.path, "section": "center"},
+            )
+
+    def _reload_in_background(self) -> None:
+        async def reload() -> None:
+            try:
+                await self.reload()
+            except ControlError as exc:
+                events.emit(
+                    "supervisor.reload_failed",
+                    level="error",
+                    code=exc.code,
+                    message=exc.message,
+                    details=exc.details,
+                )
+
+        self._spawn(reload())
+
+    async def _reload_from_center(self) -> dict[str, Any]:
+        from mcphost.errors import ToolFailure
+        from mcphost.supervisor.centerfleet import fetch_assigned
+        from mcphost.supervisor.fleet import fleet_with_agents
+
+        assert self.admin is not None
+        try:
+            assigned = await fetch_assigned(self.admin)
+            fleet = fleet_with_agents(self.fleet, assigned)
+        except ToolFailure as exc:
+            raise ControlError(
+                "reload_failed",
+                f"the center's agent list could not be read ({exc.code}): {exc.message}",
+                {"center_code": exc.code},
+            ) from None
+        except SettingError as exc:
+            raise ControlError(
+                "reload_failed",
+                f"the center's agent list was not applied: {exc}",
+                {"problems": [p.details() for p in exc.problems]},
+            ) from None
+        return await self._reconcile(fleet)
+
+    async def _poll_center(self) -> None:
+        while True:
+            try:
+                await self.reload()
+            except ControlError as exc:
+                events.emit(
+                    "supervisor.center_fleet_failed",
+                    level="warning",
+                    code=exc.code,
+                    message=exc.message,
+                )
+            await asyncio.sleep(self.fleet.center.poll_seconds)
+
+    # -- identity and sessions ------------------------------------------------------------
+    def _identifier(self, surface: str) -> Callable[[peer.PeerCred], Attached]:
+        def identify(cred: peer.PeerCred) -> Attached:
+            if self.stopping.is_set():
+                raise Refused("supervisor_stopping", "the supervisor is shutting down")
+            hit = peer.find_root(cred.pid, self.roots, stop={os.getpid()})
+            if hit is None:
+                raise Refused(
+                    "not_in_fleet",
+                    f"process {cred.pid} does not run inside any agent this supervisor "
+                    "started; attach entries work only from within an agent's process tree",
+                )
+            agent_id, generation = hit
+            slot = self.slots.get(agent_id)
+            if slot is None:
+                raise Refused("agent_not_running", f"agent {agent_id} is no longer in the fleet")
+            if cred.uid != slot.uid:
+                raise Refused(
+                    "uid_mismatch",
+                    f"process {cred.pid} runs as uid {cred.uid}, agent {agent_id} as {slot.uid}",
+                )
+            stat = peer.read_stat(cred.pid)
+            if stat is None or not peer.still_same(cred, stat):
+                raise Refused("peer_gone", f"process {cred.pid} exited while it was identified")
+            if surface == RELAY and slot.plan.bundle is None:
+                raise Refused(
+                    "surface_unavailable",
+                    f"agent {agent_id} has no bundle in the fleet file, so no relay tools",
+                )
+            return Attached(agent_id=agent_id, generation=generation)
+
+        return identify
+
+    def _surface_factory(self, surface: str) -> Callable[[Attached], Surface]:
+        def build(attached: Attached) -> Surface:
+            slot = self.slots[attached.agent_id]
+            if surface == CENTER:
+                return self._center_surface(slot, attached.generation)
+            return self._relay_surface(slot)
+
+        return build
+
+    def _center_surface(self, slot: Slot, generation: int) -> Surface:
+        from mcphost.binding import AgentBinding, Secret
+        from mcphost.host.server import HostSurface
+
+        center = self.fleet.center
+        binding = AgentBinding(
+            agent_id=slot.plan.agent_id,
+            target=center.admin_url,
+            pins=center.pins,
+            token=Secret(self._token),
+            token_file=None,
+            agent_root=slot.home.workspace,
+            runtime_socket=center.runtime_socket,
+            tier_tools=slot.plan.tier_tools,
+            generation=generation,
+        )
+        return HostSurface(binding, admin=self.admin, runtime=self.runtime)
+
+    def _relay_surface(self, slot: Slot) -> Surface:
+        from mcphost.relaytools import layout as layout_mod
+        from mcphost.relaytools.cli import make_stream
+        from mcphost.relaytools.surface import RelayToolsSurface
+
+        layout = layout_mod.resolve(
+            bundle_flag=slot.plan.bundle,
+            session_flag=slot.plan.agent_id,
+            env=self.env,
+            cwd=slot.home.workspace,
+        )
+        return RelayToolsSurface(layout, make_stream)
+
+    # -- what `mcphost ctl` asks (served through `Control`) ------------------------------
+    def _slot_for(self, agent_id: str | None) -> Slot:
+        slot = self.slots.get(agent_id or "")
+        if slot is None:
+            raise ControlError(
+                "unknown_agent",
+                f"there is no agent {agent_id!r} in the fleet; `mcphost ctl status` lists them",
+                {"agent": agent_id, "known": sorted(self.slots)},
+            )
+        return slot
+
+    async def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for agent_id, slot in sorted(self.slots.items()):
+            status = slot.runner.status()
+            rows.append(
+                {
+                    "agent_id": agent_id,
+                    "state": str(status.state),
+                    "pid": status.pid,
+                    "generation": status.generation,
+                    "restarts": status.restarts,
+                    "started_at": status.started_at,
+                    "last_exit": status.last_exit,
+                    "last_reason": status.last_reason,
+                    "sessions": sum(hub.count(agent_id) for hub in self.hubs.values()),
+                }
+            )
+        return rows
+
+    async def start(self, agent_id: str) -> dict[str, Any]:
+        slot = self._slot_for(agent_id)
+        if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
+            return {"agent_id": agent_id, "already": "running"}
+        await slot.runner.start()
+        return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+
+    async def stop_agent(self, agent_id: str) -> dict[str, Any]:
+        slot = self._slot_for(agent_id)
+        await slot.runner.stop()
+        return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+
+    async def restart(self, agent_id: str) -> dict[str, Any]:
+        slot = self._slot_for(agent_id)
+        await slot.runner.restart()
+        status = slot.runner.status()
+        return {"agent_id": agent_id, "state": str(status.state), "generation": status.generation}
+
+    async def logs(self, agent_id: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        from mcphost.supervisor.logs import follow as follow_log
+        from mcphost.supervisor.logs import tail
+
+        slot = self._slot_for(agent_id)
+        yield tail(slot.home.logs, lines)
+        if follow:
+            async for chunk in follow_log(slot.home.logs):
+                yield chunk
+
+
+class Control:
+    """The supervisor as `mcphost.supervisor.control.ControlHandler` sees it."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    async def status(self) -> list[dict[str, Any]]:
+        return await self.supervisor.status()
+
+    async def start(self, agent: str) -> dict[str, Any]:
+        return await self.supervisor.start(agent)
+
+    async def stop(self, agent: str) -> dict[str, Any]:
+        return await self.supervisor.stop_agent(agent)
+
+    async def restart(self, agent: str) -> dict[str, Any]:
+        return await self.supervisor.restart(agent)
+
+    async def reload(self) -> dict[str, Any]:
+        return await self.supervisor.reload()
+
+    def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        return self.supervisor.logs(agent, lines, follow)
+
+
+def run_supervisor(fleet: Fleet, state_dir: str) -> int:
+    """Run the supervisor in a fresh event loop; its exit status."""
+    return asyncio.run(Supervisor(fleet, state_dir).run())

@@ -1,0 +1,150 @@
+"""A stand-in coding agent for supervisor tests and benchmarks: it does what a real client does
+with its MCP config, and nothing else.
+
+Run as `python3 standin_agent.py <mcp-config> [--linger] [--call TOOL] [--hold]`:
+- reads the `mcpServers` of the config it was given (the file the supervisor generated);
+- launches every server exactly as the config says (command, args, env over its own
+  environment) and speaks MCP to it over stdio: `initialize`, `notifications/initialized`,
+  `tools/list`, then one `tools/call` (`get_my_work` on the center tools, `help` on the relay
+  tools; `--call` picks another center tool);
+- appends one JSON line per server to `./calls.jsonl` (its working directory is the agent's
+  workspace): `{"server", "agent_pid", "ok", "tools", "result" | "error"}`, then writes
+  `./ready`;
+- `--linger` first forks a process that leaves the agent's session (`setsid`), opens its own
+  center session, writes `./lingerer.pid`, and waits for the stream to end, then writes
+  `./lingerer.closed` (how a test sees the supervisor close an older generation's sessions);
+- `--hold` keeps the sessions open until SIGTERM (the default: exit 0 after the calls).
+
+Standard library only (it stands for a client, not for this project), JSON-RPC by hand over
+the pump's stdio: one line per message, as MCP's stdio transport frames them.
+Must never: read anything but the config it is given and its own environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+PROTOCOL = "2025-06-18"
+
+
+class Session:
+    """One MCP server launched from a config entry, spoken to line by line."""
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        env = {**os.environ, **entry.get("env", {})}
+        self.proc = subprocess.Popen(
+            [entry["command"], *entry.get("args", [])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        self.next_id = 0
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        while True:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+            if not line:
+                raise ConnectionError(self.stderr())
+            message = json.loads(line)
+            if message.get("id") == self.next_id:
+                return dict(message)
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        self.proc.wait()
+        return self.proc.stderr.read().decode("utf-8", "replace")[-2000:]
+
+    def open(self) -> list[str]:
+        reply = self.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "standin-agent", "version": "1"},
+            },
+        )
+        if "error" in reply:
+            raise ConnectionError(json.dumps(reply["error"]))
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        listed = self.request("tools/list", {})
+        return [tool["name"] for tool in listed["result"]["tools"]]
+
+
+def record(line: dict[str, Any]) -> None:
+    with open("calls.jsonl", "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def linger(entry: dict[str, Any]) -> None:
+    """Fork a process outside the agent's session that holds one center session open."""
+    if os.fork() != 0:
+        return
+    os.setsid()
+    try:
+        session = Session(entry)
+        session.open()
+        with open("lingerer.pid", "w") as out:
+            out.write(str(os.getpid()))
+        assert session.proc.stdout is not None
+        while session.proc.stdout.readline():  # the stream ends when the supervisor closes it
+            pass
+        with open("lingerer.closed", "w") as out:
+            out.write("closed")
+    finally:
+        os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0].startswith("-"):
+        print(
+            "usage: standin_agent.py <mcp-config> [--linger] [--call TOOL] [--hold]",
+            file=sys.stderr,
+        )
+        return 2
+    with open(argv[0], encoding="utf-8") as handle:
+        servers = json.load(handle)["mcpServers"]
+    tool = argv[argv.index("--call") + 1] if "--call" in argv else "get_my_work"
+    if "--linger" in argv and "agent-center" in servers:
+        linger(servers["agent-center"])
+    sessions = []
+    for name, entry in servers.items():
+        line: dict[str, Any] = {"server": name, "agent_pid": os.getpid()}
+        try:
+            session = Session(entry)
+            sessions.append(session)
+            line["tools"] = session.open()
+            call = tool if name == "agent-center" else "help"
+            reply = session.request("tools/call", {"name": call, "arguments": {}})
+            line["ok"] = "result" in reply and not reply["result"].get("isError")
+            line["result" if "result" in reply else "error"] = reply.get(
+                "result", reply.get("error")
+            )
+        except (ConnectionError, OSError, ValueError, KeyError) as exc:
+            line["ok"] = False
+            line["error"] = str(exc)[-2000:]
+        record(line)
+    with open("ready", "w") as out:
+        out.write(str(os.getpid()))
+    if "--hold" in argv:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        while True:
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+"""Run a real `mcphost supervise` process against a real reference center, for black-box tests.
+
+Owns: writing a fleet file, starting and stopping the supervisor process, `ctl` calls through
+the real `mcphost ctl` command, and reading what stand-in agents recorded in their workspaces.
+Must never: reach into the supervisor's memory or database; everything goes through the
+process, its sockets, its files and the center.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import mcphost
+from mcphost.testing.devcenter import DevCenter
+from tests.waiting import until
+
+STANDIN = str(Path(mcphost.__file__).resolve().parent / "testing" / "standin_agent.py")
+REPO = str(Path(mcphost.__file__).resolve().parent.parent)
+
+
+def standin(*flags: str) -> list[str]:
+    return [sys.executable, STANDIN, "{mcp_config}", *flags]
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(value)
+
+
+def fleet_toml(
+    center: DevCenter, token_file: Path, agents: Iterable[dict[str, Any]], **defaults: Any
+) -> str:
+    lines = [
+        "[center]",
+        f"admin_url = {toml_value(center.admin_url('unix'))}",
+        f"token_file = {toml_value(str(token_file))}",
+        "",
+        "[defaults]",
+        'client = "command"',
+        "restart_delay = 0.05",
+        "restart_max_delay = 0.2",
+        "stop_grace = 5",
+    ]
+    lines += [f"{k} = {toml_value(v)}" for k, v in defaults.items()]
+    for agent in agents:
+        lines += ["", "[[agent]]"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in agent.items()]
+    return "\n".join(lines) + "\n"
+
+
+class Supervised:
+    """One supervisor process with its fleet file and state directory."""
+
+    def __init__(self, base: Path, center: DevCenter) -> None:
+        self.base = base
+        self.center = center
+        # Unix socket paths must stay short: keep the state directory under /tmp.
+        self.state = Path(tempfile.mkdtemp(prefix="mcphost-sv-"))
+        self.fleet = base / "fleet.toml"
+        self.token_file = base / "worker.token"
+        self.token_file.write_text(center.token + "\n")
+        self.token_file.chmod(0o600)
+        self.stderr_path = base / "supervisor.stderr.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
+        env["MCPHOST_LOG_LEVEL"] = "debug"
+        return env
+
+    def write_fleet(self, agents: Iterable[dict[str, Any]], **defaults: Any) -> None:
+        self.fleet.write_text(fleet_toml(self.center, self.token_file, agents, **defaults))
+
+    def start(self) -> Supervised:
+        with self.stderr_path.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "mcphost",
+                    "supervise",
+                    "--fleet",
+                    str(self.fleet),
+                    "--state",
+                    str(self.state),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=self.env(),
+            )
+        until(lambda: self.ready() or self.proc_exited(), 60, "the supervisor to be ready")
+        assert self.proc.poll() is None, self.stderr()
+        return self
+
+    def proc_exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def ready(self) -> bool:
+        return any(e.get("event") == "supervisor.ready" for e in self.events())
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.stderr().splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcphost", "ctl", "--state", str(self.state), *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=60,
+        )
+        if check:
+            assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+        return done
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        rows = json.loads(self.ctl("status", "--json").stdout)
+        return {row["agent_id"]: row for row in rows}
+
+    def workspace(self, agent_id: str) -> Path:
+        return self.state / "agents" / agent_id / "workspace"
+
+    def calls(self, agent_id: str) -> list[dict[str, Any]]:
+        path = self.workspace(agent_id) / "calls.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def wait_running(self, agent_id: str, generation: int | None = None) -> dict[str, Any]:
+        def running() -> dict[str, Any] | None:
+            row = self.status().get(agent_id)
+            wanted = generation is None or (row or {}).get("generation") == generation
+            if row and row["state"] == "running" and row["pid"] and wanted:
+                return row
+            return None
+
+        return until(running, 60, f"{agent_id} running")
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.terminate()
+
+
+def descendants_alive(pids: Iterable[int]) -> list[int]:
+    """Which of `pids` still exist as something other than a zombie."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive

@@ -1,0 +1,253 @@
+"""Black-box: a real `mcphost supervise` runs stand-in agents against the real reference center.
+
+Each agent is `mcphost/testing/standin_agent.py`: it launches the servers of the MCP config the
+supervisor generated for it, exactly as the config says (the pump, `python3 -I -S attach.py`),
+and makes one call each. What the tests check is what the issue promises an operator: each
+agent reaches the center as itself, nothing outside the fleet attaches, the token is nowhere an
+agent can read it, a killed agent comes back with the next generation and its old sessions end,
+reload adds, removes and leaves alone, and SIGTERM leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
+from tests.waiting import until
+
+ATTACH = str(Path(__file__).resolve().parents[2] / "mcphost" / "attach.py")
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
+        yield running
+
+
+@pytest.fixture
+def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
+    sv = Supervised(tmp_path, center)
+    try:
+        yield sv
+    finally:
+        sv.close()
+
+
+def agent_calls(center: DevCenter, tool: str = "get_my_work") -> list[dict]:
+    return [r for r in center.requests(200) if r["route"].endswith(f"/{tool}")]
+
+
+def generation_of(entry: dict) -> str | None:
+    return {k.lower(): v for k, v in entry["headers"].items()}.get("x-ac-mcp-generation")
+
+
+def test_each_agent_reaches_the_center_as_itself(supervised: Supervised, center: DevCenter):
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin("--hold")},
+            {"id": "agent-2", "command": standin("--hold")},
+        ]
+    )
+    supervised.start()
+    for agent in ("agent-1", "agent-2"):
+        until(lambda a=agent: supervised.calls(a), 60, f"{agent}'s call")
+        (call,) = supervised.calls(agent)
+        assert call["ok"], call
+        assert "get_my_work" in call["tools"]
+    seen = {(r["body"]["agent_id"], generation_of(r)) for r in agent_calls(center)}
+    status = supervised.status()
+    for agent in ("agent-1", "agent-2"):
+        assert (agent, str(status[agent]["generation"])) in seen
+        assert status[agent]["sessions"] >= 1
+
+
+def test_a_process_outside_the_fleet_cannot_attach(supervised: Supervised):
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
+    supervised.start()
+    supervised.wait_running("agent-1")
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", ATTACH, str(supervised.state / "run" / "center.sock")],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert b"not_in_fleet" in done.stderr
+    assert done.stdout == b""
+
+
+def test_the_token_is_nowhere_an_agent_can_read_it(supervised: Supervised, center: DevCenter):
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
+    supervised.start()
+    row = supervised.wait_running("agent-1")
+    until(lambda: supervised.calls("agent-1"), 60, "the agent's call")
+    token = center.token.encode()
+    home = supervised.state / "agents" / "agent-1"
+    for path in home.rglob("*"):
+        if path.is_file():
+            assert token not in path.read_bytes(), path
+            assert str(supervised.token_file).encode() not in path.read_bytes(), path
+    # the agent and every process of its tree (the pumps included)
+    tree = [row["pid"], *children_of(row["pid"])]
+    assert len(tree) >= 2, tree
+    for pid in tree:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert token not in environ and token not in cmdline, pid
+        assert b"AC_MCP_WORKER_TOKEN" not in environ
+    # the supervisor is not dumpable: a same-user process cannot read its environment or memory
+    # (root can; tests/supervisor/test_kernel.py proves it between two unprivileged processes)
+    assert supervised.proc is not None
+    if os.geteuid() != 0:
+        with pytest.raises(PermissionError):
+            Path(f"/proc/{supervised.proc.pid}/environ").read_bytes()
+
+
+def children_of(pid: int) -> list[int]:
+    out: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                out += [int(entry), *children_of(int(entry))]
+    return out
+
+
+def test_a_killed_agent_restarts_with_the_next_generation(
+    supervised: Supervised, center: DevCenter
+):
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold", "--linger")}])
+    supervised.start()
+    first = supervised.wait_running("agent-1")
+    workspace = supervised.workspace("agent-1")
+    until(lambda: (workspace / "lingerer.pid").exists(), 60, "the lingering session")
+    until(lambda: supervised.calls("agent-1"), 60, "the first generation's call")
+    os.kill(first["pid"], signal.SIGKILL)
+    second = supervised.wait_running("agent-1", generation=first["generation"] + 1)
+    assert second["pid"] != first["pid"]
+    assert second["restarts"] >= 1
+    # the lingering process attached under the old generation: its session is closed
+    until(lambda: (workspace / "lingerer.closed").exists(), 60, "the old session to close")
+    until(lambda: len(supervised.calls("agent-1")) >= 2, 60, "the new generation's call")
+    generations = {
+        generation_of(r) for r in agent_calls(center) if r["body"]["agent_id"] == "agent-1"
+    }
+    assert str(second["generation"]) in generations
+
+
+def test_reload_adds_removes_and_leaves_alone(supervised: Supervised):
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin("--hold")},
+            {"id": "agent-2", "command": standin("--hold")},
+        ]
+    )
+    supervised.start()
+    kept = supervised.wait_running("agent-1")
+    gone = supervised.wait_running("agent-2")
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin("--hold")},
+            {"id": "agent-3", "command": standin("--hold")},
+        ]
+    )
+    done = supervised.ctl("reload")
+    assert done.returncode == 0
+    supervised.wait_running("agent-3")
+    status = supervised.status()
+    assert "agent-2" not in status
+    assert (status["agent-1"]["pid"], status["agent-1"]["generation"]) == (
+        kept["pid"],
+        kept["generation"],
+    )
+    until(lambda: not descendants_alive([gone["pid"]]), 60, "agent-2 to stop")
+
+
+def test_a_bad_reload_changes_nothing(supervised: Supervised):
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
+    supervised.start()
+    before = supervised.wait_running("agent-1")
+    supervised.fleet.write_text(supervised.fleet.read_text() + '\n[[agent]]\nid = "a b"\n')
+    done = supervised.ctl("reload", check=False)
+    assert done.returncode == 1
+    assert "reload_failed" in done.stderr and "agent" in done.stderr
+    after = supervised.status()["agent-1"]
+    assert (after["pid"], after["generation"]) == (before["pid"], before["generation"])
+
+
+def test_a_bad_fleet_file_is_refused_at_start(supervised: Supervised):
+    supervised.write_fleet([{"id": "agent-1", "command": standin()}], restart="sometimes")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcphost",
+            "supervise",
+            "--fleet",
+            str(supervised.fleet),
+            "--state",
+            str(supervised.state),
+        ],
+        capture_output=True,
+        text=True,
+        env=supervised.env(),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert str(supervised.fleet) in done.stderr and "restart" in done.stderr
+    assert done.stdout == ""
+
+
+def test_sigterm_stops_everything_and_exits_0(supervised: Supervised):
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin("--hold", "--linger")},
+            {"id": "agent-2", "command": standin("--hold")},
+        ]
+    )
+    supervised.start()
+    rows = [supervised.wait_running(a) for a in ("agent-1", "agent-2")]
+    lingerer = supervised.workspace("agent-1") / "lingerer.pid"
+    until(lingerer.exists, 60, "the lingering process")
+    assert supervised.proc is not None
+    tree = {supervised.proc.pid}
+    for row in rows:
+        tree |= {row["pid"], *children_of(row["pid"])}
+    tree |= {int(lingerer.read_text()), *children_of(int(lingerer.read_text()))}
+    assert supervised.terminate() == 0
+    until(lambda: not descendants_alive(tree), 60, "every process of the fleet to be gone")
+    stopped = [e for e in supervised.events() if e.get("event") == "supervisor.stopped"]
+    assert stopped, supervised.stderr()[-3000:]
+
+
+def test_ctl_status_table_and_logs(supervised: Supervised):
+    supervised.write_fleet(
+        [
+            {
+                "id": "agent-1",
+                "command": [sys.executable, "-c", "print('hello from agent-1')"],
+                "restart": "never",
+            }
+        ]
+    )
+    supervised.start()
+    until(lambda: supervised.status()["agent-1"]["state"] == "stopped", 60, "the agent to end")
+    table = supervised.ctl("status").stdout
+    assert "agent-1" in table and "stopped" in table
+    logs = supervised.ctl("logs", "agent-1").stdout
+    assert "hello from agent-1" in logs
+    missing = supervised.ctl("restart", "agent-9", check=False)
+    assert missing.returncode == 1 and "unknown_agent" in missing.stderr
+    json.loads(supervised.ctl("status", "--json").stdout)
