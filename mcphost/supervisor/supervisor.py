@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"
+# Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
+# runaway agent from holding the supervisor's memory (each session is bounded on its own).
+MAX_SESSIONS_PER_AGENT = 32
 
 
 @dataclass
@@ -409,6 +412,12 @@ class Supervisor:
             stat = peer.read_stat(cred.pid)
             if stat is None or not peer.still_same(cred, stat):
                 raise Refused("peer_gone", f"process {cred.pid} exited while it was identified")
+            if self.hubs[surface].count(agent_id) >= MAX_SESSIONS_PER_AGENT:
+                raise Refused(
+                    "too_many_sessions",
+                    f"agent {agent_id} already holds {MAX_SESSIONS_PER_AGENT} sessions on this "
+                    "surface; close one (end its MCP client) before attaching another",
+                )
             if surface == RELAY and slot.plan.bundle is None:
                 raise Refused(
                     "surface_unavailable",
