@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcphost.events import emit
+from mcphost.supervisor.peer import read_stat
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
@@ -171,30 +172,9 @@ def pdeathsig_preexec(
     return preexec
 
 
-@dataclass(frozen=True, slots=True)
-class _Stat:
-    ppid: int
-    pgrp: int
-    state: str
-    starttime: int
-
-
-def _read_stat(pid: int) -> _Stat | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    # comm may hold spaces and parentheses: the fields start after the *last* ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    return _Stat(
-        ppid=int(fields[1]), pgrp=int(fields[2]), state=fields[0], starttime=int(fields[19])
-    )
-
-
 def proc_starttime(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (clock ticks since boot); None when the pid is gone."""
-    stat = _read_stat(pid)
+    stat = read_stat(pid)
     return None if stat is None else stat.starttime
 
 
@@ -204,7 +184,7 @@ def children_of(parent: int) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        stat = _read_stat(int(name))
+        stat = read_stat(int(name))
         if stat is not None and stat.ppid == parent:
             found.append(int(name))
     return sorted(found)
@@ -312,7 +292,7 @@ class Reaper:
 
 
 def _signal_stray(pid: int, sig: int, own_group: int) -> None:
-    stat = _read_stat(pid)
+    stat = read_stat(pid)
     try:
         if stat is not None and stat.pgrp == pid and pid != own_group:
             os.killpg(pid, sig)
