@@ -43,12 +43,17 @@ def toml_value(value: Any) -> str:
 
 
 def fleet_toml(
-    center: DevCenter, token_file: Path, agents: Iterable[dict[str, Any]], **defaults: Any
+    center: DevCenter,
+    token_file: Path,
+    agents: Iterable[dict[str, Any]],
+    center_keys: dict[str, Any] | None = None,
+    **defaults: Any,
 ) -> str:
     lines = [
         "[center]",
         f"admin_url = {toml_value(center.admin_url('unix'))}",
         f"token_file = {toml_value(str(token_file))}",
+        *(f"{k} = {toml_value(v)}" for k, v in (center_keys or {}).items()),
         "",
         "[defaults]",
         'client = "command"',
@@ -77,17 +82,29 @@ class Supervised:
         self.token_file.chmod(0o600)
         self.stderr_path = base / "supervisor.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env: dict[str, str] = {}  # added to the supervisor's (and ctl's) environment
+        self._stderr_from = 0  # where the current run's stderr starts (a restart appends)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
         env["MCPHOST_LOG_LEVEL"] = "debug"
+        env.update(self.extra_env)
         return env
 
-    def write_fleet(self, agents: Iterable[dict[str, Any]], **defaults: Any) -> None:
-        self.fleet.write_text(fleet_toml(self.center, self.token_file, agents, **defaults))
+    def write_fleet(
+        self,
+        agents: Iterable[dict[str, Any]],
+        center_keys: dict[str, Any] | None = None,
+        **defaults: Any,
+    ) -> None:
+        self.fleet.write_text(
+            fleet_toml(self.center, self.token_file, agents, center_keys, **defaults)
+        )
 
     def start(self) -> Supervised:
+        """Start the supervisor (again, on the same state directory, after `terminate`)."""
+        self._stderr_from = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
                 [
@@ -113,11 +130,15 @@ class Supervised:
         return self.proc is not None and self.proc.poll() is not None
 
     def ready(self) -> bool:
-        return any(e.get("event") == "supervisor.ready" for e in self.events())
+        return any(e.get("event") == "supervisor.ready" for e in self.events(this_run=True))
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self, this_run: bool = False) -> list[dict[str, Any]]:
+        """The supervisor's event records (all runs; `this_run`: since the last `start`)."""
         out = []
-        for line in self.stderr().splitlines():
+        text = self.stderr()
+        if this_run and self.stderr_path.exists():
+            text = self.stderr_path.read_bytes()[self._stderr_from :].decode(errors="replace")
+        for line in text.splitlines():
             if line.startswith("{"):
                 try:
                     out.append(json.loads(line))
