@@ -8,21 +8,36 @@ uses.
 Protocol: one connection, one request. The client sends one JSON line (at most `MAX_LINE` bytes
 including the newline)
 
-    {"op": "status" | "start" | "stop" | "restart" | "reload" | "logs",
-     "agent": "<id>",        start, stop, restart, logs: required; otherwise refused
+    {"op": "status" | "start" | "stop" | "restart" | "reload" | "logs" | "exec",
+     "agent": "<id>",        start, stop, restart, logs, exec: required; otherwise refused
      "lines": N,             logs only: 0..MAX_LOG_LINES, default 50
-     "follow": bool}         logs only: default false
+     "follow": bool,         logs only: default false
+     "argv": ["cmd", ...]}   exec only: required, 1..MAX_ARGV strings without NUL
 
 and the server answers JSON lines, then closes:
 
-    {"ok": true, "result": <JSON>}                                     every op but logs
+    {"ok": true, "result": <JSON>}                                     every op but logs, exec
     {"ok": false, "error": {"code": "...", "message": "...", "details": {...}}}
     {"log": "<text chunk>"} ... {"ok": true, "end": true}              logs (an error may end it)
+    {"ok": true, "started": {...}} ... {"ok": true, "exit": {"code": N, "status": "exit 7"}}
+                                                                       exec (N < 0: that signal)
 
 With `follow`, the log lines keep coming until the client closes (or half-closes) its side; the
 server then stops reading the log. Codes are stable: `bad_request`, `unknown_op`,
 `request_too_large`, `forbidden_peer`, `busy`, `internal`, plus whatever the handler raises
-(`unknown_agent`, `reload_failed`, ...).
+(`unknown_agent`, `reload_failed`, `agent_not_running`, `exec_failed`, ...).
+
+Exec: the request line is sent with exactly three file descriptors attached (`SCM_RIGHTS`: the
+client's stdin, stdout, stderr), in the same `sendmsg`; the server reads the first message with
+`recvmsg` on the raw socket (a stream transport would drop the descriptors), hands them to
+`ControlHandler.exec` (which spawns the command with them as 0/1/2) and closes its copies. After
+`started`, the client may send `{"op": "signal", "signal": "SIGINT"}` lines (one of
+`EXEC_SIGNALS`), delivered to the command's process group; anything else it sends is ignored.
+The client must send nothing after the request until it has read `started` (a line that arrived
+together with the request is refused as `bad_request`). When the command exits, the server
+sends `exit` and closes. When the client's side closes first (it was killed, or it hung up),
+the server ends the command's process group (`Execution.end`): a dead `ctl` leaves nothing
+running. Passing descriptors to any other op is refused (`bad_request`).
 
 Access: the socket is bound under the state directory, chmod 0600 *before* `listen()` (until
 then a connect is refused, so the umask never matters), and every connection's `SO_PEERCRED`
@@ -43,7 +58,9 @@ this module for the client and must start fast (an operator tool; asyncio alone 
 the rest of `ctl`).
 
 Must never: serve a peer of another uid (except root), unlink a socket something listens on,
-hold more than one request line per connection in memory, or put a traceback on the wire.
+hold more than one request line per connection in memory, put a traceback on the wire, keep a
+received file descriptor open past the request, or let an exec'd command outlive its client's
+connection.
 """
 
 from __future__ import annotations
@@ -73,8 +90,14 @@ REQUEST_TIMEOUT = 10.0
 STALL_TIMEOUT = 30.0
 WRITE_BUFFER_HIGH = 64 * 1024
 
-OPS = ("status", "start", "stop", "restart", "reload", "logs")
-_AGENT_OPS = frozenset({"start", "stop", "restart", "logs"})
+MAX_ARGV = 4096  # exec: arguments of the command
+EXEC_FDS = 3  # exec: stdin, stdout, stderr, in that order
+MAX_FDS = 8  # descriptors read with the first message (more are closed, and refused)
+# What `ctl exec` may forward to the command's process group (by name: numbers differ by arch).
+EXEC_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2")
+
+OPS = ("status", "start", "stop", "restart", "reload", "logs", "exec")
+_AGENT_OPS = frozenset({"start", "stop", "restart", "logs", "exec"})
 _FIELDS = {
     "status": frozenset({"op"}),
     "reload": frozenset({"op"}),
@@ -82,6 +105,7 @@ _FIELDS = {
     "stop": frozenset({"op", "agent"}),
     "restart": frozenset({"op", "agent"}),
     "logs": frozenset({"op", "agent", "lines", "follow"}),
+    "exec": frozenset({"op", "agent", "argv"}),
 }
 
 
@@ -115,6 +139,17 @@ class NotRunning(Exception):
         self.reason = reason
 
 
+class Execution(Protocol):
+    """A command the handler spawned for `exec`: its own process group, led by `pid`."""
+
+    @property
+    def pid(self) -> int: ...
+    def describe(self) -> dict[str, Any]: ...  # JSON for the `started` line
+    async def wait(self) -> int: ...  # its exit as os.waitstatus_to_exitcode gives it
+    def send_signal(self, sig: int) -> None: ...  # to the process group
+    def end(self) -> None: ...  # SIGTERM the group, SIGKILL after a grace; idempotent
+
+
 class ControlHandler(Protocol):
     """What the supervisor offers the control socket. Results must be JSON-serialisable."""
 
@@ -124,6 +159,11 @@ class ControlHandler(Protocol):
     async def restart(self, agent: str) -> Any: ...
     async def reload(self) -> Any: ...
     def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]: ...
+
+    def exec(self, agent: str, argv: list[str], fds: list[int]) -> Execution:
+        """Spawn `argv` as `agent` with `fds` as its stdin, stdout, stderr (the handler dup2s
+        them in the child; the server closes them after this returns or raises)."""
+        ...
 
 
 # -- the request grammar (pure) ----------------------------------------------------------------
@@ -175,7 +215,38 @@ def parse_request(line: bytes) -> dict[str, Any]:
         if not isinstance(follow, bool):
             raise ControlError("bad_request", '"follow" must be true or false')
         out["lines"], out["follow"] = lines, follow
+    if op == "exec":
+        out["argv"] = _argv(body.get("argv"))
     return out
+
+
+def _argv(argv: Any) -> list[str]:
+    if not isinstance(argv, list) or not argv:
+        raise ControlError("bad_request", 'exec needs "argv" (a non-empty list of strings)')
+    if len(argv) > MAX_ARGV:
+        raise ControlError("bad_request", f'"argv" may hold at most {MAX_ARGV} arguments')
+    if not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
+        raise ControlError("bad_request", '"argv" must be strings without NUL characters')
+    if not argv[0]:
+        raise ControlError("bad_request", '"argv" must start with the command to run')
+    return list(argv)
+
+
+def parse_signal(line: bytes) -> int | None:
+    """An exec client's `{"op": "signal", "signal": "SIGINT"}` -> the signal number; None for
+    anything else (ignored by the server)."""
+    import signal
+
+    try:
+        body = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or body.get("op") != "signal" or set(body) != {"op", "signal"}:
+        return None
+    name = body.get("signal")
+    if not isinstance(name, str) or name not in EXEC_SIGNALS:
+        return None
+    return int(getattr(signal, name))
 
 
 def _short(value: str) -> str:
@@ -226,7 +297,8 @@ class ControlServer:
         self.handler = handler
         self.owner = os.geteuid()
         self._lock_fd: int | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._identity: tuple[int, int] | None = None
 
@@ -241,23 +313,21 @@ class ControlServer:
         except BaseException:
             self._unlock()
             raise
-        try:
-            self._server = await asyncio.start_unix_server(
-                self._serve, sock=sock, limit=MAX_LINE + 1
-            )
-        except BaseException:
-            sock.close()
-            self._remove_socket()
-            self._unlock()
-            raise
+        self._listener = sock
+        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop(sock))
 
     async def aclose(self) -> None:
         """Stop accepting, end every connection (a follow included), remove the socket file."""
         import asyncio
 
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+            self._accepting = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -371,15 +441,41 @@ class ControlServer:
 
     # -- one connection ----------------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Accept raw sockets: the first message may carry file descriptors, which only
+        `recvmsg` sees (a stream transport would read, and so drop, them)."""
         import asyncio
 
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except (ConnectionAbortedError, InterruptedError):
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    _log_error("control socket cannot accept: %s", exc)
+                    await asyncio.sleep(0.1)  # out of descriptors: back off, do not spin
+                    continue
+                raise
+            task = loop.create_task(self._serve(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        import asyncio
+
+        conn.setblocking(False)
+        writer: asyncio.StreamWriter | None = None
+        fds: list[int] = []
         try:
-            await self._exchange(reader, writer)
+            first = await self._admit(conn)
+            if first is None:
+                return
+            line, fds, leftover, eof = first
+            reader, writer = await _streams(conn, leftover, eof)
+            writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+            await self._exchange(reader, writer, line, fds, leftover)
             writer.close()  # flush what is buffered, then close
             async with asyncio.timeout(STALL_TIMEOUT):
                 await writer.wait_closed()
@@ -390,8 +486,71 @@ class ControlServer:
         except Exception as exc:
             _log_error("control connection failed", exc=exc)
         finally:
-            self._tasks.discard(task)
-            writer.transport.abort()  # a no-op once closed; drops an unread reply otherwise
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.discard(task)  # now, not in a later callback: the count is exact
+            _close_fds(fds)
+            if writer is not None:
+                writer.transport.abort()  # a no-op once closed; drops an unread reply otherwise
+            else:
+                conn.close()
+
+    async def _send_raw(self, conn: socket.socket, message: dict[str, Any]) -> None:
+        import asyncio
+
+        async with asyncio.timeout(STALL_TIMEOUT):
+            await asyncio.get_running_loop().sock_sendall(conn, encode(message))
+
+    async def _admit(self, conn: socket.socket) -> tuple[bytes, list[int], bytes, bool] | None:
+        """Check the peer, read the first message (the request line and any descriptors).
+        None when the connection was refused (and told so) or left without asking."""
+        import asyncio
+
+        uid = peer_uid(conn)
+        if not peer_allowed(uid, self.owner):
+            await self._send_raw(
+                conn,
+                ControlError(
+                    "forbidden_peer",
+                    f"uid {uid} may not use this supervisor's control socket; run `mcphost ctl` "
+                    f"as uid {self.owner} or root",
+                    {"peer_uid": uid, "supervisor_uid": self.owner},
+                ).wire(),
+            )
+            return None
+        if len(self._tasks) > MAX_CONNECTIONS:
+            await self._send_raw(
+                conn,
+                ControlError(
+                    "busy",
+                    f"the supervisor is serving {MAX_CONNECTIONS} control connections; retry",
+                ).wire(),
+            )
+            return None
+        fds: list[int] = []
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                data, eof = await _recv_first_line(conn, fds)
+        except BaseException:
+            _close_fds(fds)
+            raise
+        end = data.find(b"\n")
+        line, leftover = (data, b"") if end < 0 else (data[: end + 1], data[end + 1 :])
+        if len(line) > MAX_LINE or (end < 0 and not eof):
+            _close_fds(fds)
+            await self._send_raw(
+                conn,
+                ControlError(
+                    "request_too_large",
+                    f"a control request is one JSON line of at most {MAX_LINE} bytes",
+                    {"limit_bytes": MAX_LINE},
+                ).wire(),
+            )
+            return None
+        if not line.strip() and eof:
+            _close_fds(fds)
+            return None  # connected and left: a probe
+        return line, fds, leftover, eof
 
     async def _send(self, writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
         import asyncio
@@ -400,65 +559,25 @@ class ControlServer:
         async with asyncio.timeout(STALL_TIMEOUT):
             await writer.drain()
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        import asyncio
-
-        sock = writer.get_extra_info("socket")
-        uid = peer_uid(sock) if sock is not None else -1
-        if not peer_allowed(uid, self.owner):
-            await self._send(
-                writer,
-                ControlError(
-                    "forbidden_peer",
-                    f"uid {uid} may not use this supervisor's control socket; run `mcphost ctl` "
-                    f"as uid {self.owner} or root",
-                    {"peer_uid": uid, "supervisor_uid": self.owner},
-                ).wire(),
-            )
-            return
-        if len(self._tasks) > MAX_CONNECTIONS:
-            await self._send(
-                writer,
-                ControlError(
-                    "busy",
-                    f"the supervisor is serving {MAX_CONNECTIONS} control connections; retry",
-                ).wire(),
-            )
-            return
-        try:
-            async with asyncio.timeout(REQUEST_TIMEOUT):
-                line = await reader.readuntil(b"\n")
-        except asyncio.LimitOverrunError:
-            await self._send(
-                writer,
-                ControlError(
-                    "request_too_large",
-                    f"a control request is one JSON line of at most {MAX_LINE} bytes",
-                    {"limit_bytes": MAX_LINE},
-                ).wire(),
-            )
-            return
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial.strip():
-                return  # connected and left: a probe
-            line = exc.partial  # no newline, but the client half-closed: take what it sent
-        if len(line) > MAX_LINE:
-            await self._send(
-                writer,
-                ControlError(
-                    "request_too_large",
-                    f"a control request is one JSON line of at most {MAX_LINE} bytes",
-                    {"limit_bytes": MAX_LINE},
-                ).wire(),
-            )
-            return
+    async def _exchange(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        line: bytes,
+        fds: list[int],
+        leftover: bytes,
+    ) -> None:
         try:
             request = parse_request(line)
+            self._check_fds(request["op"], fds, leftover)
         except ControlError as exc:
             await self._send(writer, exc.wire())
             return
         if request["op"] == "logs":
             await self._logs(reader, writer, request)
+            return
+        if request["op"] == "exec":
+            await self._exec(reader, writer, request, fds)
             return
         try:
             result = await self._call(request)
@@ -467,6 +586,26 @@ class ControlServer:
         except Exception as exc:
             reply = self._refusal(exc, request["op"]).wire()
         await self._send(writer, reply)
+
+    @staticmethod
+    def _check_fds(op: str, fds: list[int], leftover: bytes) -> None:
+        if op != "exec":
+            if fds:
+                raise ControlError(
+                    "bad_request", f"{op} takes no file descriptors; only exec passes them"
+                )
+            return
+        if len(fds) != EXEC_FDS:
+            raise ControlError(
+                "bad_request",
+                f"exec passes exactly {EXEC_FDS} file descriptors (stdin, stdout, stderr) with "
+                f"the request line (SCM_RIGHTS); got {len(fds)}",
+            )
+        if leftover:
+            raise ControlError(
+                "bad_request",
+                "exec: send nothing after the request until the started line was read",
+            )
 
     async def _call(self, request: dict[str, Any]) -> Any:
         op, handler = request["op"], self.handler
@@ -487,6 +626,64 @@ class ControlServer:
             f"the supervisor failed to {op} ({type(exc).__name__}); see its log",
             {"op": op},
         )
+
+    async def _exec(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: dict[str, Any],
+        fds: list[int],
+    ) -> None:
+        try:
+            execution = self.handler.exec(request["agent"], request["argv"], list(fds))
+        except Exception as exc:
+            await self._send(writer, self._refusal(exc, "exec").wire())
+            return
+        finally:
+            _close_fds(fds)  # the child has its own copies now (or never will)
+        code: int | None = None
+        try:
+            await self._send(writer, {"ok": True, "started": execution.describe()})
+            code = await self._exec_wait(reader, execution)
+            if code is not None:
+                await self._send(writer, {"ok": True, "exit": _exit_message(code)})
+        finally:
+            if code is None:
+                execution.end()  # the client is gone (or we are closing): end the command
+
+    async def _exec_wait(self, reader: asyncio.StreamReader, execution: Execution) -> int | None:
+        """Forward the client's signals until the command exits (its code) or the client's side
+        closes (None)."""
+        import asyncio
+
+        exited = asyncio.ensure_future(execution.wait())
+        try:
+            while True:
+                line_task = asyncio.ensure_future(reader.readline())
+                try:
+                    await asyncio.wait({exited, line_task}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not line_task.done():
+                        line_task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await line_task
+                if line_task.done() and not line_task.cancelled():
+                    try:
+                        line = line_task.result()
+                    except (ValueError, ConnectionError, asyncio.LimitOverrunError):
+                        line = b""  # an over-long line or a reset: treat as gone
+                    if not line:
+                        if exited.done():
+                            return exited.result()
+                        return None
+                    sig = parse_signal(line)
+                    if sig is not None:
+                        execution.send_signal(sig)
+                if exited.done():
+                    return exited.result()
+        finally:
+            if not exited.done():
+                exited.cancel()
 
     async def _logs(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: dict[str, Any]
@@ -539,6 +736,75 @@ class ControlServer:
 def _log_texts(text: str) -> Iterator[str]:
     for start in range(0, len(text), LOG_CHUNK):
         yield text[start : start + LOG_CHUNK]
+
+
+def _exit_message(code: int) -> dict[str, Any]:
+    return {"code": code, "status": f"exit {code}" if code >= 0 else f"signal {-code}"}
+
+
+def _close_fds(fds: list[int]) -> None:
+    while fds:
+        with contextlib.suppress(OSError):
+            os.close(fds.pop())
+
+
+def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    import array
+
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            items = array.array("i")
+            items.frombytes(data[: len(data) - (len(data) % items.itemsize)])
+            fds.extend(items)
+    return fds
+
+
+async def _recv_first_line(conn: socket.socket, fds: list[int]) -> tuple[bytes, bool]:
+    """Read until a newline, EOF or more than MAX_LINE bytes with `recvmsg` on the non-blocking
+    socket; every descriptor that came along is appended to `fds` (the caller closes them).
+    Returns (bytes read, whether EOF was seen)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    space = socket.CMSG_SPACE(MAX_FDS * 4)
+    while b"\n" not in data and len(data) <= MAX_LINE:
+        try:
+            chunk, ancdata, flags, _ = conn.recvmsg(MAX_LINE + 1 - len(data), space)
+        except (BlockingIOError, InterruptedError):
+            ready = loop.create_future()
+            loop.add_reader(conn.fileno(), ready.set_result, None)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(conn.fileno())
+            continue
+        fds.extend(_fds_of(ancdata))
+        if flags & socket.MSG_CTRUNC:
+            fds.extend([-1] * (MAX_FDS + 1))  # more than we take: refused (closing -1 is a no-op)
+        if not chunk:
+            return bytes(data), True
+        data += chunk
+    return bytes(data), False
+
+
+async def _streams(
+    conn: socket.socket, leftover: bytes, eof: bool
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams on the rest of the connection; what was read past the first line comes first."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE + 1, loop=loop)
+    if leftover:
+        reader.feed_data(leftover)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn)
+    if eof:
+        reader.feed_eof()
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    return reader, writer
 
 
 # -- the client (blocking, stdlib only: `mcphost ctl`) -------------------------------------------
@@ -638,3 +904,74 @@ def stream_logs(
     finally:
         sock.close()
     raise ControlError("protocol_error", "the supervisor closed the log stream without an end")
+
+
+class ExecClient:
+    """`ctl exec`'s side (blocking): send the request with our stdin, stdout and stderr, then
+    `wait()` for the command's exit code while `signal()` forwards signals to it.
+
+    `signal` may be called from a signal handler while `wait` blocks (same thread): before the
+    `started` line it only queues (the server reads nothing after the request until it has
+    answered), afterwards it sends one line.
+    """
+
+    def __init__(self, path: str, agent: str, argv: list[str], fds: tuple[int, ...] = (0, 1, 2)):
+        self.path = path
+        self.started: dict[str, Any] | None = None
+        self._pending: list[str] = []
+        self._sock = _connect(path, None)
+        request = encode({"op": "exec", "agent": agent, "argv": argv})
+        opened = [_usable_fd(fd) for fd in fds]
+        try:
+            socket.send_fds(self._sock, [request], [fd for fd, _ in opened])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before reading (busy, forbidden_peer): the answer is there to read
+        except BaseException:
+            self._sock.close()
+            raise
+        finally:
+            for fd, ours in opened:
+                if ours:
+                    os.close(fd)
+
+    def signal(self, name: str) -> None:
+        self._pending.append(name)
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.started is not None and self._pending:
+            name = self._pending.pop(0)
+            with contextlib.suppress(OSError):
+                self._sock.sendall(encode({"op": "signal", "signal": name}))
+
+    def wait(self) -> int:
+        """The command's exit as `os.waitstatus_to_exitcode` gives it (negative: a signal);
+        `ControlError` for a refusal, or when the supervisor went away before the exit."""
+        try:
+            for message in _read_messages(self._sock):
+                if message.get("ok") is not True:
+                    raise _refusal_from(message)
+                if isinstance(message.get("started"), dict):
+                    self.started = message["started"]
+                    self._flush()
+                    continue
+                end = message.get("exit")
+                if isinstance(end, dict) and isinstance(end.get("code"), int):
+                    return int(end["code"])
+                raise ControlError("protocol_error", "the supervisor's exec reply is unexpected")
+        finally:
+            self._sock.close()
+        raise ControlError(
+            "supervisor_gone",
+            "the supervisor closed the connection before the command exited (it ends the "
+            "command when that happens); check `mcphost ctl status` and the supervisor's log",
+        )
+
+
+def _usable_fd(fd: int) -> tuple[int, bool]:
+    """`fd` when it is open; otherwise a fresh /dev/null (ours to close) in its place."""
+    try:
+        os.fstat(fd)
+        return fd, False
+    except OSError:
+        return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), True

@@ -1,16 +1,24 @@
 """`mcphost ctl`: ask a running supervisor for its agents' status, start/stop/restart one, reload
-the fleet, or read an agent's log.
+the fleet, read an agent's log, or run a command as an agent.
 
     mcphost ctl --state DIR status [--json]
     mcphost ctl --state DIR start|stop|restart AGENT
     mcphost ctl --state DIR reload
     mcphost ctl --state DIR logs AGENT [--follow] [-n N]
+    mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
 `<state>/control.sock` (see `mcphost.supervisor.control` for the protocol).
 
 Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` on stderr), or
 the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
+
+`exec` hands our stdin, stdout and stderr to the supervisor (SCM_RIGHTS), which runs CMD inside
+the agent (its environment, workspace, user and identity; see `Supervisor.exec`); ctl then
+waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not found) / 126
+(cannot run) when CMD could not start. SIGINT, SIGTERM and SIGHUP to ctl are forwarded to
+CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
+A refusal before CMD started (`agent_not_running`, `unknown_agent`, ...) exits 1 as above.
 
 Owns: argument parsing (`mcphost.cliargs.Parser`), the status table and the human uptime, and
 turning replies into stdout/stderr and exit codes.
@@ -104,6 +112,14 @@ def _parser() -> Parser:
         default=DEFAULT_LOG_LINES,
         help=f"lines from the end to start with (default {DEFAULT_LOG_LINES})",
     )
+    run = sub.add_parser(
+        "exec",
+        parents=[common],
+        help="run a command as an agent (in its tree: its MCP servers attach as the agent)",
+        usage="mcphost ctl exec [--state DIR] AGENT -- CMD [ARGS...]",
+    )
+    run.add_argument("agent", metavar="AGENT")
+    run.add_argument("argv", metavar="CMD", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
 
@@ -203,7 +219,31 @@ def _fail(message: str, code: str) -> int:
     return EXIT_REFUSED
 
 
+def _exec(args: argparse.Namespace, path: str) -> int:
+    import signal
+
+    from mcphost.supervisor.control import ExecClient
+
+    client = ExecClient(path, args.agent, list(args.argv))
+
+    def forward(signum: int, _frame: object) -> None:
+        client.signal(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    try:
+        code = client.wait()
+    except ControlError as exc:
+        if exc.code == "exec_failed":
+            print(f"mcphost ctl: {exc.message} ({exc.code})", file=sys.stderr)
+            return 127 if exc.details.get("not_found") else 126
+        raise
+    return code if code >= 0 else 128 - code
+
+
 def _run(args: argparse.Namespace, path: str) -> int:
+    if args.command == "exec":
+        return _exec(args, path)
     if args.command == "logs":
         out = sys.stdout
         for text in stream_logs(
@@ -226,8 +266,29 @@ def _run(args: argparse.Namespace, path: str) -> int:
     return EXIT_OK
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """Parse; for `exec`, everything after the first `--` is the command, taken verbatim."""
+    parser = _parser()
+    cut = argv.index("--") if "--" in argv else len(argv)
+    if "exec" in argv[:cut] and cut < len(argv):
+        args = parser.parse_args(argv[:cut])
+        if args.command == "exec":
+            args.argv = [*args.argv, *argv[cut + 1 if not args.argv else cut :]]
+            return _checked_exec(parser, args)
+    args = parser.parse_args(argv)
+    return _checked_exec(parser, args) if args.command == "exec" else args
+
+
+def _checked_exec(parser: Parser, args: argparse.Namespace) -> argparse.Namespace:
+    if args.argv[:1] == ["--"]:
+        args.argv = args.argv[1:]
+    if not args.argv:
+        parser.error("exec needs a command: mcphost ctl exec AGENT -- CMD [ARGS...]")
+    return args
+
+
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     state = args.state or os.environ.get(STATE_ENV, "").strip()
     if not state:
         print(

@@ -37,6 +37,7 @@ from mcphost import events
 from mcphost.settings import SettingError
 from mcphost.supervisor import kernel, peer
 from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, load_fleet
 from mcphost.supervisor.homes import AttachPoints, Home, agent_env, prepare_home
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
@@ -97,6 +98,7 @@ class Supervisor:
         self.store: StateStore | None = None
         self.reaper: kernel.Reaper | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -277,6 +279,7 @@ class Supervisor:
             self.roots.pop(root, None)
         slot.roots.clear()
         agent_id = slot.plan.agent_id
+        self._end_execs(agent_id, below=None)
         for hub in self.hubs.values():
             hub.close_where(lambda a: a.agent_id == agent_id)
 
@@ -288,6 +291,7 @@ class Supervisor:
             self.roots.pop(root, None)
         slot.roots = {(pid, starttime)}
         self.roots[(pid, starttime)] = (runner.plan.agent_id, generation)
+        self._end_execs(runner.plan.agent_id, below=generation)
         self._close_older(runner.plan.agent_id, generation)
 
     def _on_exit(self, runner: AgentRunner, generation: int) -> None:
@@ -297,6 +301,7 @@ class Supervisor:
         for root in [r for r in slot.roots if self.roots.get(r, ("", -1))[1] == generation]:
             self.roots.pop(root, None)
             slot.roots.discard(root)
+        self._end_execs(runner.plan.agent_id, below=generation + 1)
         self._close_older(runner.plan.agent_id, generation + 1)
 
     def _close_older(self, agent_id: str, generation: int) -> None:
@@ -525,6 +530,55 @@ class Supervisor:
             async for chunk in follow_log(slot.home.logs):
                 yield chunk
 
+    def exec(self, agent_id: str, argv: list[str], fds: list[int]) -> Execution:
+        """Run `argv` as `agent_id` (`ctl exec`): the agent's env, workspace and user, its own
+        process group, `fds` as 0/1/2; an identity root at the agent's current generation until
+        it exits, ended when the agent gets a new generation or stops. Synchronous: the root is
+        registered before the command can attach."""
+        from mcphost.supervisor import execs
+        from mcphost.supervisor.kernel import resolve_user
+
+        slot = self._slot_for(agent_id)
+        status = slot.runner.status()
+        if self.stopping.is_set():
+            raise ControlError("supervisor_stopping", "the supervisor is shutting down")
+        if status.state != AgentState.RUNNING or status.pid is None or status.generation is None:
+            raise ControlError(
+                "agent_not_running",
+                f"agent {agent_id} is {status.state}, not running: a command runs as an agent "
+                f"only while the agent runs; `mcphost ctl start {agent_id}` and retry",
+                {"agent": agent_id, "state": str(status.state)},
+            )
+        assert self.reaper is not None
+        execution = execs.spawn(
+            argv,
+            fds,
+            cwd=slot.home.workspace,
+            env=agent_env(self.env, slot.plan, slot.home),
+            creds=resolve_user(slot.plan.user),
+            reaper=self.reaper,
+            agent_id=agent_id,
+            generation=status.generation,
+            grace=slot.plan.stop_grace,
+        )
+        self.roots[execution.root] = (agent_id, status.generation)
+        slot.roots.add(execution.root)
+        self.execs[execution.pid] = execution
+        execution.exit.add_done_callback(lambda _: self._exec_exited(slot, execution))
+        return execution
+
+    def _exec_exited(self, slot: Slot, execution: Execution) -> None:
+        self.execs.pop(execution.pid, None)
+        if self.roots.get(execution.root) == (execution.agent_id, execution.generation):
+            self.roots.pop(execution.root, None)
+        slot.roots.discard(execution.root)
+
+    def _end_execs(self, agent_id: str, below: int | None) -> None:
+        """End the agent's exec'd commands of a generation below `below` (None: all of them)."""
+        for execution in list(self.execs.values()):
+            if execution.agent_id == agent_id and (below is None or execution.generation < below):
+                execution.end()
+
 
 class Control:
     """The supervisor as `mcphost.supervisor.control.ControlHandler` sees it."""
@@ -549,6 +603,9 @@ class Control:
 
     def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
         return self.supervisor.logs(agent, lines, follow)
+
+    def exec(self, agent: str, argv: list[str], fds: list[int]) -> Execution:
+        return self.supervisor.exec(agent, argv, fds)
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:

@@ -1,0 +1,166 @@
+"""A command an operator runs *as an agent* (`mcphost ctl exec AGENT -- CMD ...`).
+
+Owns: spawning the command (the operator's stdin, stdout and stderr as 0/1/2, the agent's
+environment, its workspace as cwd, its user, its own session and process group, the
+parent-death signal), watching its exit through the `Reaper`, signalling its process group, and
+ending that group (SIGTERM, SIGKILL after the grace) when asked or once its leader exited.
+
+The supervisor registers `(pid, starttime)` as an identity root of the agent at the agent's
+current generation (so the pumps the command launches are served as that agent), drops it when
+the command exits, and calls `end()` when the agent gets a new generation or stops.
+
+Must never: wait for the child any other way than through the Reaper (the Popen object is kept
+only so it never polls: its returncode is set from the Reaper's status), yield between `Popen`
+returning and `watch`, or give the command anything the agent itself would not get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from mcphost.events import emit
+from mcphost.supervisor.kernel import Credentials, Reaper, pdeathsig_preexec, proc_starttime
+from mcphost.supervisor.lifecycle import spawn_failure_reason
+
+# The grace between SIGTERM and SIGKILL when the group is ended (the agent's stop_grace).
+DEFAULT_GRACE = 5.0
+
+
+class ExecFailed(Exception):
+    """The command could not be started; `code`/`message` as the control socket shows them."""
+
+    def __init__(self, message: str, *, missing: bool) -> None:
+        super().__init__(message)
+        self.code = "exec_failed"
+        self.message = message
+        self.details = {"not_found": missing}
+
+
+class Execution:
+    """One exec'd command: leader `pid`, its process group, its exit (raw wait status)."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        exit_status: asyncio.Future[int],
+        *,
+        agent_id: str,
+        generation: int,
+        grace: float,
+    ) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.starttime = proc_starttime(proc.pid) or 0  # an unreaped child always has a stat
+        self.exit = exit_status
+        self.agent_id = agent_id
+        self.generation = generation
+        self.grace = grace
+        self._ending: asyncio.Task[None] | None = None
+        exit_status.add_done_callback(self._exited)
+
+    @property
+    def root(self) -> tuple[int, int]:
+        return (self.pid, self.starttime)
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "generation": self.generation, "pid": self.pid}
+
+    async def wait(self) -> int:
+        return os.waitstatus_to_exitcode(await asyncio.shield(self.exit))
+
+    def send_signal(self, sig: int) -> None:
+        _killpg(self.pid, sig)
+
+    def end(self) -> None:
+        """SIGTERM the group now; SIGKILL whatever is left of it after `grace`."""
+        if self._ending is None or self._ending.done():
+            self._ending = asyncio.ensure_future(self._end())
+
+    def _exited(self, future: asyncio.Future[int]) -> None:
+        if not future.cancelled():
+            self.proc.returncode = os.waitstatus_to_exitcode(future.result())
+            emit(
+                "supervisor.exec_exited",
+                agent_id=self.agent_id,
+                generation=self.generation,
+                pid=self.pid,
+                exit=self.proc.returncode,
+            )
+        if _group_alive(self.pid):
+            self.end()  # what the command left behind in its group goes with it
+
+    async def _end(self) -> None:
+        loop = asyncio.get_running_loop()
+        _killpg(self.pid, signal.SIGTERM)
+        deadline = loop.time() + self.grace
+        while not self.exit.done() or _group_alive(self.pid):
+            if loop.time() >= deadline:
+                emit("supervisor.exec_killed", agent_id=self.agent_id, pgid=self.pid)
+                _killpg(self.pid, signal.SIGKILL)
+                return
+            await asyncio.sleep(0.02)
+
+
+def spawn(
+    argv: Sequence[str],
+    fds: Sequence[int],
+    *,
+    cwd: str,
+    env: dict[str, str],
+    creds: Credentials | None,
+    reaper: Reaper,
+    agent_id: str,
+    generation: int,
+    grace: float = DEFAULT_GRACE,
+) -> Execution:
+    """Start `argv` with `fds` as stdin/stdout/stderr; no `await`, so the caller registers the
+    identity root before the command can attach. `ExecFailed` when it cannot be run."""
+    stdin, stdout, stderr = fds
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=creds),
+            close_fds=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        missing = isinstance(exc, FileNotFoundError)
+        raise ExecFailed(spawn_failure_reason(argv[0], exc), missing=missing) from None
+    execution = Execution(
+        proc, reaper.watch(proc.pid), agent_id=agent_id, generation=generation, grace=grace
+    )
+    emit(
+        "supervisor.exec_spawned",
+        agent_id=agent_id,
+        generation=generation,
+        pid=proc.pid,
+        argv0=argv[0],
+    )
+    return execution
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
