@@ -1,0 +1,19 @@
+"""The relay: the supervisor serves agentmux's relay wire protocol and hosts bundles in tmux.
+
+The module contracts are pinned in docs/relay-internals.md; the protocol is reference
+`agentmux-relay.md` §2. Modules:
+- `wire`: frames and errors (pure): parse a client line, build hello_ack / response / event
+  frames, `RelayError` -> the §2.8 error shape, principal ids.
+- `server`: `RelayServer`: the Unix socket (0600), pre-hello timeout, hello handshake, identity
+  claims, one response per request, write timeout, connection cap, revocation.
+- `principals`: the principal store (PSKs: mint, rotate, constant-time lookup).
+- `policy`: policies and deny-by-default authorization (pure).
+- `bundles`: bundle, coder, users and relay configuration for the relay.
+- `envelope`: the pane envelope of §3.4 (pure).
+- `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, readiness.
+- `behaviour`: the operations (list, look, send, raww, up, down, new_peer, change_psk, ...).
+
+Nothing here imports `mcphost.supervisor` except `server`, which reads peer credentials through
+`mcphost.supervisor.peer` (the supervisor imports the relay and hosts it). This package file
+imports nothing.
+"""
