@@ -58,9 +58,10 @@ def main(argv: list[str]) -> int:
     flags = {k: v for k, v in vars(args).items() if v is not None}
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
-        from mcphost.supervisor.fleet import load_fleet
+        from mcphost.supervisor.fleet import check_users, load_fleet
 
         fleet = load_fleet(settings.fleet, env=os.environ)
+        check_users(fleet)
     except SettingError as exc:
         for line in exc.lines():
             print(f"mcphost supervise: {line}", file=sys.stderr)

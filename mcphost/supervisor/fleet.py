@@ -35,7 +35,13 @@ variable or the flag, the value, and what is expected; all problems of one load 
 Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
 `AgentPlan` compares equal exactly when nothing about how its agent runs changed.
 
-Must never: read the token file or any file but the fleet file, read `os.environ` (the caller
+`check_users` is the one check outside the file: every `user` must exist in this machine's user
+database, and be the supervisor's own or the supervisor must run as root (it switches in the
+child; refuse at load, not at spawn). `mcphost supervise` calls it at start, reload before
+applying anything.
+
+Must never: read the token file or any file but the fleet file (`check_users` asks the user
+database), read `os.environ` (the caller
 passes `env`), or show a token (none is in the file; a non-absolute `token_file` is hidden).
 """
 
@@ -664,6 +670,51 @@ def fleet_with_agents(fleet: Fleet, assigned: Iterable[str | Mapping[str, Any]])
         plan = plan_from_center(fleet.defaults, agent_id, bundle=bundle)
         plans.setdefault(plan.agent_id, plan)
     return dataclasses.replace(fleet, agents=tuple(plans.values()))
+
+
+def check_users(fleet: Fleet) -> None:
+    """Refuse a `user` the supervisor could not run an agent as: no such user, or another uid
+    while the supervisor is not root. Raises one `SettingError` naming each key (`agent[2].user`,
+    or `defaults.user` when the agent has the default's)."""
+    import pwd
+
+    problems: list[SettingError] = []
+    path = fleet.path
+    checked: list[tuple[str, str]] = []
+    if fleet.defaults.user is not None and (
+        fleet.center.fleet == "center" or any(a.user == fleet.defaults.user for a in fleet.agents)
+    ):
+        checked.append(("defaults.user", fleet.defaults.user))
+    for index, plan in enumerate(fleet.agents):
+        if plan.user is not None and plan.user != fleet.defaults.user:
+            checked.append((f"agent[{index}].user", plan.user))
+    for key, user in checked:
+        name = f"{path}: {key}"
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            problems.append(
+                SettingError(
+                    name,
+                    repr(user),
+                    "an existing user name",
+                    problem=f"is {user!r}: no such user on this machine",
+                )
+            )
+            continue
+        same = entry.pw_uid == os.geteuid() and entry.pw_gid == os.getegid()
+        if not same and os.geteuid() != 0:
+            problems.append(
+                SettingError(
+                    name,
+                    repr(user),
+                    "no user = ... unless the supervisor runs as root (it switches the agent to "
+                    "that user when it spawns it)",
+                    problem=f"is {user!r} (uid {entry.pw_uid}), but the supervisor runs as uid "
+                    f"{os.geteuid()}, not root",
+                )
+            )
+    _raise_all(problems)
 
 
 def agent_argv(plan: AgentPlan, home: Home) -> list[str]:

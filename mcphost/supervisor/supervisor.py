@@ -38,7 +38,7 @@ from mcphost.settings import SettingError
 from mcphost.supervisor import kernel, peer
 from mcphost.supervisor.control import ControlError, ControlServer
 from mcphost.supervisor.execs import Execution
-from mcphost.supervisor.fleet import AgentPlan, Fleet, load_fleet
+from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import AttachPoints, Home, agent_env, prepare_home
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
@@ -324,6 +324,7 @@ class Supervisor:
                 return await self._reload_from_center()
             try:
                 fleet = load_fleet(self.fleet.path, env=self.env)
+                check_users(fleet)
             except SettingError as exc:
                 raise ControlError(
                     "reload_failed",

@@ -82,6 +82,7 @@ class Supervised:
         self.token_file.chmod(0o600)
         self.stderr_path = base / "supervisor.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.python = sys.executable  # the supervisor's interpreter (its pumps' too)
         self.extra_env: dict[str, str] = {}  # added to the supervisor's (and ctl's) environment
         self._stderr_from = 0  # where the current run's stderr starts (a restart appends)
 
@@ -108,7 +109,7 @@ class Supervised:
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
+                    self.python,
                     "-m",
                     "mcphost",
                     "supervise",

@@ -1,0 +1,296 @@
+"""Black-box: `user = "..."` in the fleet file, through a real `mcphost supervise` process.
+
+What the issue and docs/supervisor.md promise: with `user = "nobody"` (the supervisor running as
+root) the agent runs under that uid, its calls still reach the center as itself, the attach
+sockets and state directories let it through (sockets 0666, directories 0711: the kernel
+credentials are the gate), and it cannot read the 0600 token file nor the supervisor's
+environment. A `user` the supervisor cannot switch to (no such user, or the supervisor is not
+root) is refused when the fleet file is loaded, naming the key, at start and at reload alike.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.supervise_harness import REPO, Supervised, standin
+from tests.waiting import until
+
+ROOT = os.geteuid() == 0
+
+
+def nobody() -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+
+
+# Run inside the agent (as its user) before it becomes the stand-in: try to read the token file
+# and the supervisor's (its parent's) environment, record what the kernel said.
+PROBE = (
+    "import json, os, sys\n"
+    "out = dict()\n"
+    "for name, path in (('token', sys.argv[1]), ('environ', '/proc/%d/environ' % os.getppid())):\n"
+    "    try:\n"
+    "        open(path, 'rb').read()\n"
+    "        out[name] = 'read'\n"
+    "    except OSError as exc:\n"
+    "        out[name] = exc.errno\n"
+    "open('probe.json', 'w').write(json.dumps(out))\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+def python_for(user: pwd.struct_passwd) -> str | None:
+    """An interpreter `user` may run, of this one's version (the supervisor's interpreter is its
+    pumps' too, so an agent's user must be able to run it: a virtualenv under /root is not)."""
+    wanted = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for candidate in (sys.executable, f"/usr/bin/python{wanted}", "/usr/bin/python3"):
+        try:
+            done = subprocess.run(
+                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                user=user.pw_uid,
+                group=user.pw_gid,
+                extra_groups=[],
+                timeout=60,
+            )
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == wanted:
+            return candidate
+    return None
+
+
+def run_as(supervised: Supervised, user: pwd.struct_passwd) -> str:
+    """Make `supervised` start with an interpreter `user` can run (the same site-packages)."""
+    python = python_for(user)
+    if python is None:
+        pytest.skip(f"no python{sys.version_info[0]}.{sys.version_info[1]} {user.pw_name} can run")
+    if python != sys.executable:
+        site = sysconfig.get_paths()["purelib"]
+        supervised.python = python
+        supervised.extra_env["PYTHONPATH"] = os.pathsep.join((REPO, site))
+    return python
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
+        yield running
+
+
+@pytest.fixture
+def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
+    sv = Supervised(tmp_path, center)
+    try:
+        yield sv
+    finally:
+        sv.close()
+
+
+def ids(pid: int, kind: str) -> list[int]:
+    """The Uid: or Gid: line of /proc/<pid>/status (real, effective, saved, filesystem)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{kind}:"):
+            return [int(v) for v in line.split()[1:]]
+    raise AssertionError(f"no {kind} in /proc/{pid}/status")
+
+
+def children_of(pid: int) -> list[int]:
+    out: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(text.rpartition(")")[2].split()[1]) == pid:
+                out += [int(entry), *children_of(int(entry))]
+    return out
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+@pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
+    supervised: Supervised, center: DevCenter
+):
+    user = nobody()
+    assert user is not None
+    # The token file where the agent's user may reach it (a world-searchable directory):
+    # only its 0600 mode keeps the agent out.
+    shared = Path(tempfile.mkdtemp(prefix="mcphost-tok-"))
+    try:
+        shared.chmod(0o755)
+        supervised.token_file = shared / "worker.token"
+        supervised.token_file.write_text(center.token + "\n")
+        supervised.token_file.chmod(0o600)
+        python = run_as(supervised, user)
+        supervised.write_fleet(
+            [
+                {
+                    "id": "agent-1",
+                    "user": "nobody",
+                    "command": [
+                        python,
+                        "-c",
+                        PROBE,
+                        str(supervised.token_file),
+                        *standin("--hold")[1:],
+                    ],
+                }
+            ]
+        )
+        supervised.start()
+        row = supervised.wait_running("agent-1")
+        call = until(lambda: supervised.calls("agent-1"), 60, "the agent's call")[0]
+        assert call["ok"], call
+        # the agent and every process of its tree (the pump included) run as that user
+        tree = [row["pid"], *children_of(row["pid"])]
+        assert len(tree) >= 2, tree
+        for pid in tree:
+            assert ids(pid, "Uid") == [user.pw_uid] * 4, pid
+            assert ids(pid, "Gid") == [user.pw_gid] * 4, pid
+        # ... and the center heard it as agent-1, with its generation
+        heard = [
+            r
+            for r in center.requests(200)
+            if r["route"].endswith("/get_my_work") and r["body"]["agent_id"] == "agent-1"
+        ]
+        generations = {
+            {k.lower(): v for k, v in r["headers"].items()}.get("x-ac-mcp-generation")
+            for r in heard
+        }
+        assert str(row["generation"]) in generations
+        # the kernel kept it out of the token file and the supervisor's environment
+        probe = until(
+            lambda: (Path(supervised.workspace("agent-1")) / "probe.json").exists(), 60, "probe"
+        )
+        assert probe
+        import json
+
+        seen = json.loads((supervised.workspace("agent-1") / "probe.json").read_text())
+        assert seen == {"token": 13, "environ": 13}, seen  # EACCES both
+        # what let it in: the sockets are 0666 and the directories above them 0711
+        state = supervised.state
+        for sock in ("center.sock", "relay.sock"):
+            info = os.stat(state / "run" / sock)
+            assert stat.S_ISSOCK(info.st_mode)
+            assert stat.S_IMODE(info.st_mode) == 0o666, sock
+        for directory in (state, state / "run", state / "agents"):
+            assert stat.S_IMODE(os.stat(directory).st_mode) == 0o711, directory
+        # ... while its home is its own, its log and the control socket stay the supervisor's
+        home = state / "agents" / "agent-1"
+        assert os.stat(home).st_uid == user.pw_uid
+        assert os.stat(home / "workspace").st_uid == user.pw_uid
+        assert (os.stat(home / "logs").st_uid, stat.S_IMODE(os.stat(home / "logs").st_mode)) == (
+            0,
+            0o700,
+        )
+        assert stat.S_IMODE(os.stat(state / "control.sock").st_mode) == 0o600
+        assert supervised.status()["agent-1"]["sessions"] >= 1
+    finally:
+        supervised.close()
+        for path in shared.iterdir():
+            path.unlink()
+        shared.rmdir()
+
+
+def run_supervise(supervised: Supervised, **popen: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # type: ignore[call-overload,no-any-return]
+        [
+            supervised.python,
+            "-m",
+            "mcphost",
+            "supervise",
+            "--fleet",
+            str(supervised.fleet),
+            "--state",
+            str(supervised.state),
+        ],
+        capture_output=True,
+        text=True,
+        env=supervised.env(),
+        timeout=60,
+        **popen,
+    )
+
+
+def test_a_user_that_does_not_exist_is_refused_at_start(supervised: Supervised):
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin()},
+            {"id": "agent-2", "command": standin(), "user": "no-such-user-mcphost"},
+        ]
+    )
+    done = run_supervise(supervised)
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert f"{supervised.fleet}: agent[1].user" in done.stderr, done.stderr
+    assert "no-such-user-mcphost" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (supervised.state / "agents" / "agent-1").exists()  # nothing was started
+
+
+def test_a_reload_naming_a_user_that_does_not_exist_changes_nothing(supervised: Supervised):
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
+    supervised.start()
+    before = supervised.wait_running("agent-1")
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin("--hold")},
+            {"id": "agent-2", "command": standin("--hold"), "user": "no-such-user-mcphost"},
+        ]
+    )
+    done = supervised.ctl("reload", check=False)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "reload_failed" in done.stderr and "agent[1].user" in done.stderr, done.stderr
+    status = supervised.status()
+    assert sorted(status) == ["agent-1"]
+    assert (status["agent-1"]["pid"], status["agent-1"]["generation"]) == (
+        before["pid"],
+        before["generation"],
+    )
+    assert supervised.proc is not None and supervised.proc.poll() is None
+
+
+def test_a_user_switch_without_root_is_refused_at_start(supervised: Supervised, tmp_path: Path):
+    """The supervisor is not root (when the tests run as root, it runs as nobody) and a plan
+    asks for another user: refused at load, naming the key, before any agent starts."""
+    other = "root"
+    popen: dict[str, object] = {}
+    if ROOT:
+        user = nobody()
+        if user is None:
+            pytest.skip("no user nobody to run the supervisor as")
+        # everything the supervisor needs, owned by nobody, where nobody can reach it
+        base = Path(tempfile.mkdtemp(prefix="mcphost-nr-"))
+        base.chmod(0o755)
+        supervised.state = base / "state"
+        supervised.fleet = base / "fleet.toml"
+        supervised.token_file = base / "worker.token"
+        supervised.token_file.write_text("x" * 43 + "\n")
+        supervised.token_file.chmod(0o600)
+        os.chown(supervised.token_file, user.pw_uid, user.pw_gid)
+        os.chown(base, user.pw_uid, user.pw_gid)
+        popen = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+        run_as(supervised, user)
+    elif nobody() is not None:
+        other = "nobody"
+    supervised.write_fleet([{"id": "agent-1", "command": standin(), "user": other}])
+    supervised.fleet.chmod(0o644)
+    done = run_supervise(supervised, **popen)
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert f"{supervised.fleet}: agent[0].user" in done.stderr, done.stderr
+    assert "root" in done.stderr and "Traceback" not in done.stderr, done.stderr
