@@ -26,6 +26,12 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def is_(entry: dict[str, Any], marker: str) -> bool:
+    """Whether a request-log entry is the one `mark()` made for `marker`."""
+    body = entry.get("body")
+    return isinstance(body, dict) and body.get("issue_id") == marker
+
+
 def file_gets(center: DevCenter, marker: str) -> list[dict[str, Any]]:
     return [r for r in since(center, marker) if r["route"].startswith("/admin/files/")]
 
@@ -358,13 +364,21 @@ async def test_cancelled_upload_is_not_completed(center: DevCenter, workspace: P
             before = mark(center)
             ctx, _ = context()
             task = asyncio.create_task(surface.call_tool("upload_file", {"path": "u.bin"}, ctx))
-            await asyncio.sleep(0.5)
+            for _ in range(6000):  # until the PUT is held by the center (60 s at most)
+                if any(r["method"] == "PUT" for r in since(center, before)):
+                    break
+                await asyncio.sleep(0.01)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
     finally:
         await surface.aclose()
-    await asyncio.sleep(1.8)
-    routes = [r["route"] for r in since(center, before)]
+    # the call is cancelled and its client closed: a later request has reached the center, and
+    # no completion came before it
+    after = mark(center)
+    entries = since(center, before)
+    routes = [
+        r["route"] for r in entries[: entries.index(next(e for e in entries if is_(e, after)))]
+    ]
     assert any(r.startswith("/admin/files/transfer/") for r in routes)
     assert not any(r.endswith("/complete") for r in routes)

@@ -190,12 +190,15 @@ def host(center: DevCenter) -> Iterator[RawHost]:
         print(f"\nidentity figures: {FIGURES}")
 
 
+CALLS = thorough.depth(full=300, quick=60)
+
+
 @pytest.mark.thorough
 def test_no_argument_changes_the_identity_the_center_hears(
     center: DevCenter, host: RawHost
 ) -> None:
     @settings(
-        max_examples=thorough.depth(full=300, quick=60),
+        max_examples=CALLS,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
@@ -217,7 +220,8 @@ def test_no_argument_changes_the_identity_the_center_hears(
 
     run()
     assert_center_heard_only_agent_1(center)
-    assert FIGURES["refused"] > 50 and FIGURES["reached_center"] > 50, FIGURES
+    # both kinds of call are well represented: a sixth of the calls each at least
+    assert FIGURES["refused"] > CALLS // 6 and FIGURES["reached_center"] > CALLS // 6, FIGURES
 
 
 def test_identity_smuggling_is_refused_before_any_io(center: DevCenter, host: RawHost) -> None:

@@ -272,6 +272,9 @@ def relay_loop() -> Iterator[RelayLoop]:
     loop.close()
 
 
+CALLS = thorough.depth(full=500, quick=100)
+
+
 @pytest.mark.thorough
 def test_no_argument_changes_the_identity_the_relay_hears(relay_loop: RelayLoop) -> None:
     env = make_env()
@@ -281,7 +284,7 @@ def test_no_argument_changes_the_identity_the_relay_hears(relay_loop: RelayLoop)
             host.initialize()
 
             @settings(
-                max_examples=thorough.depth(full=500, quick=100),
+                max_examples=CALLS,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
             )
@@ -323,7 +326,10 @@ def test_no_argument_changes_the_identity_the_relay_hears(relay_loop: RelayLoop)
             assert host.bad_lines == []
             assert host.close() == 0
         print(f"\nrelay identity figures: {FIGURES}")
-        assert FIGURES["refused"] > 300 and FIGURES["reached_relay"] > 50, FIGURES
+        # both kinds of call are well represented (500 calls: over 300 refused, 50 relayed)
+        assert FIGURES["refused"] > CALLS * 3 // 5 and FIGURES["reached_relay"] > CALLS // 10, (
+            FIGURES
+        )
         assert relay.hellos, "no valid call reached the relay"
     finally:
         relay_loop.run(relay.stop())

@@ -212,8 +212,7 @@ def _flood(proc: subprocess.Popen[bytes], stdin: Any, stdout: Any, count: int) -
         sample = (bytes_read(pid), cpu_ticks(pid))
         stalled = written.is_set() or waiting >= capacity
         quiet = quiet + 1 if stalled and sample == last and all_threads_asleep(pid) else 0
-        last = sample
-        assert time.monotonic() - started < 90, "the host neither stopped reading nor settled"
+        last = sample  # a host that never settles is stopped by the test's timeout
     unread_phase = time.monotonic() - started
     accepted = bytes_read(pid) - read_before
     unread_peak = proc_field(pid, "VmHWM")
