@@ -1,12 +1,14 @@
 """A stand-in coding agent for supervisor tests and benchmarks: it does what a real client does
 with its MCP config, and nothing else.
 
-Run as `python3 standin_agent.py <mcp-config> [--linger] [--call TOOL] [--hold]`:
+Run as `python3 standin_agent.py <mcp-config> [--linger] [--call TOOL] [--relay-call TOOL
+[--relay-args JSON]] [--hold]`:
 - reads the `mcpServers` of the config it was given (the file the supervisor generated);
 - launches every server exactly as the config says (command, args, env over its own
   environment) and speaks MCP to it over stdio: `initialize`, `notifications/initialized`,
   `tools/list`, then one `tools/call` (`get_my_work` on the center tools, `help` on the relay
-  tools; `--call` picks another center tool);
+  tools; `--call` picks another center tool, `--relay-call` another relay tool, with the
+  arguments `--relay-args` gives as a JSON object);
 - appends one JSON line per server to `./calls.jsonl` (its working directory is the agent's
   workspace): `{"server", "agent_pid", "ok", "tools", "result" | "error"}`, then writes
   `./ready`;
@@ -111,13 +113,16 @@ def linger(entry: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(
-            "usage: standin_agent.py <mcp-config> [--linger] [--call TOOL] [--hold]",
+            "usage: standin_agent.py <mcp-config> [--linger] [--call TOOL] "
+            "[--relay-call TOOL [--relay-args JSON]] [--hold]",
             file=sys.stderr,
         )
         return 2
     with open(argv[0], encoding="utf-8") as handle:
         servers = json.load(handle)["mcpServers"]
     tool = argv[argv.index("--call") + 1] if "--call" in argv else "get_my_work"
+    relay_tool = argv[argv.index("--relay-call") + 1] if "--relay-call" in argv else "help"
+    relay_args = json.loads(argv[argv.index("--relay-args") + 1]) if "--relay-args" in argv else {}
     if "--linger" in argv and "agent-center" in servers:
         linger(servers["agent-center"])
     sessions = []
@@ -127,8 +132,8 @@ def main(argv: list[str]) -> int:
             session = Session(entry)
             sessions.append(session)
             line["tools"] = session.open()
-            call = tool if name == "agent-center" else "help"
-            reply = session.request("tools/call", {"name": call, "arguments": {}})
+            call, arguments = (tool, {}) if name == "agent-center" else (relay_tool, relay_args)
+            reply = session.request("tools/call", {"name": call, "arguments": arguments})
             line["ok"] = "result" in reply and not reply["result"].get("isError")
             line["result" if "result" in reply else "error"] = reply.get(
                 "result", reply.get("error")

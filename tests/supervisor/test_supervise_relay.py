@@ -1,0 +1,268 @@
+"""Black-box: the relay tools and the session cap through a real `mcphost supervise` process.
+
+What the issue promises: an agent with `bundle = "party"` gets the relay tools (`agentmux` in its
+MCP config, an attach entry like the center's), and they speak to the relay as that agent's
+principal `<agent_id>@party`, whatever the agent's process says; an agent without a bundle is
+refused the relay surface (`surface_unavailable`, the pump exits 3). And an agent may hold at
+most `MAX_SESSIONS_PER_AGENT` (32) sessions per surface: the next is refused
+(`too_many_sessions`) until one of its sessions ends.
+
+The relay is the fake relay of the relay tools' suite (tests/relaytools/relayharness.py), run on
+the socket the relay tools resolve from the supervisor's environment
+(`AGENTMUX_STATE_DIRECTORY/relay.sock`, bundles under `AGENTMUX_CONFIGURATION_DIRECTORY`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcphost.supervisor.supervisor import MAX_SESSIONS_PER_AGENT
+from mcphost.testing.devcenter import DevCenter
+from tests.relaytools.relayharness import CODERS, FakeRelay
+from tests.supervisor.supervise_harness import Supervised, standin
+from tests.waiting import until
+
+PARTY = """\
+format-version = 1
+
+[[sessions]]
+id = "agent-1"
+directory = "{root}/work/agent-1"
+coder = "default"
+"""
+
+# An agent that runs its center pump against the relay socket (it has no relay entry).
+RELAY_WITHOUT_BUNDLE = """\
+import json, subprocess, sys
+entry = json.load(open(sys.argv[1]))["mcpServers"]["agent-center"]
+args = [a.replace("center.sock", "relay.sock") for a in entry.get("args", [])]
+done = subprocess.run([entry["command"], *args], input=b"", capture_output=True)
+json.dump(
+    {"code": done.returncode, "stdout": done.stdout.decode(), "stderr": done.stderr.decode()},
+    open("relay-attempt.json", "w"),
+)
+"""
+
+# An agent that attaches MAX + 1 center sessions, then ends one and attaches again on cue.
+MANY_SESSIONS = """\
+import json, os, signal, subprocess, sys, time
+entry = json.load(open(sys.argv[1]))["mcpServers"]["agent-center"]
+argv = [entry["command"], *entry.get("args", [])]
+count = int(sys.argv[2])
+INIT = json.dumps({
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "many", "version": "1"}},
+}).encode() + b"\\n"
+
+def attach():
+    pump = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        pump.stdin.write(INIT)
+        pump.stdin.flush()
+    except BrokenPipeError:
+        pass
+    return pump, pump.stdout.readline()
+
+def write(name, value):
+    with open(name + ".tmp", "w") as out:
+        json.dump(value, out)
+    os.rename(name + ".tmp", name)
+
+pumps = []
+for index in range(count):
+    pump, line = attach()
+    if b'"result"' not in line:
+        write("opened.json", {"failed_at": index, "stderr": pump.stderr.read().decode()})
+        sys.exit(1)
+    pumps.append(pump)
+write("opened.json", {"opened": len(pumps)})
+extra, line = attach()
+extra.wait()
+write("refused.json", {"line": line.decode(), "code": extra.returncode,
+                       "stderr": extra.stderr.read().decode()})
+first = pumps.pop(0)
+first.stdin.close()
+first.wait()
+write("closed.json", {"code": first.returncode})
+while not os.path.exists("again"):
+    time.sleep(0.01)
+pump, line = attach()
+pumps.append(pump)
+write("reopened.json", {"ok": b'"result"' in line})
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    signal.pause()
+"""
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
+        yield running
+
+
+@pytest.fixture
+def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
+    sv = Supervised(tmp_path, center)
+    try:
+        yield sv
+    finally:
+        sv.close()
+
+
+class RelayThread:
+    """The fake relay on its own event loop in a thread (the test itself is synchronous)."""
+
+    def __init__(self, path: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.relay = self._run(FakeRelay(path).start())
+
+    def _run(self, coro):  # type: ignore[no-untyped-def]
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def close(self) -> None:
+        try:
+            self._run(self.relay.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(60)
+            self.loop.close()
+
+
+@pytest.fixture
+def relay_env(supervised: Supervised) -> Iterator[tuple[Path, RelayThread]]:
+    """A configuration root with bundles/party.toml (agent-1 a member) and a relay state root
+    with the fake relay listening, both named in the supervisor's environment."""
+    root = Path(tempfile.mkdtemp(prefix="mcphost-rl-"))
+    config, state = root / "cfg", root / "state"
+    (config / "bundles").mkdir(parents=True)
+    (config / "bundles" / "party.toml").write_text(PARTY.format(root=root))
+    (config / "coders.toml").write_text(CODERS)
+    (root / "work" / "agent-1").mkdir(parents=True)
+    state.mkdir(mode=0o700)
+    supervised.extra_env.update(
+        AGENTMUX_CONFIGURATION_DIRECTORY=str(config), AGENTMUX_STATE_DIRECTORY=str(state)
+    )
+    relay = RelayThread(state / "relay.sock")
+    try:
+        yield root, relay
+    finally:
+        supervised.close()
+        relay.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_relay_tools_speak_as_the_agents_principal(
+    supervised: Supervised, relay_env: tuple[Path, RelayThread], tmp_path: Path
+):
+    _, relay = relay_env
+    no_bundle = tmp_path / "relay_without_bundle.py"
+    no_bundle.write_text(RELAY_WITHOUT_BUNDLE)
+    supervised.write_fleet(
+        [
+            {
+                "id": "agent-1",
+                "bundle": "party",
+                "command": standin(
+                    "--relay-call", "list", "--relay-args", '{{"command": "principals"}}', "--hold"
+                ),
+            },
+            {"id": "agent-2", "command": [sys.executable, str(no_bundle), "{mcp_config}"]},
+        ]
+    )
+    supervised.start()
+    config = json.loads((supervised.state / "agents" / "agent-1" / "mcp.json").read_text())
+    servers = config["mcpServers"]
+    assert sorted(servers) == ["agent-center", "agentmux"]
+    assert servers["agentmux"]["args"][-1] == str(supervised.state / "run" / "relay.sock")
+    assert (
+        "agentmux"
+        not in json.loads((supervised.state / "agents" / "agent-2" / "mcp.json").read_text())[
+            "mcpServers"
+        ]
+    )
+    calls = until(lambda: len(supervised.calls("agent-1")) >= 2 and supervised.calls("agent-1"), 60)
+    by_server = {c["server"]: c for c in calls}
+    assert by_server["agent-center"]["ok"], by_server["agent-center"]
+    relayed = by_server["agentmux"]
+    assert relayed["ok"], relayed
+    assert {"list", "help", "send"} <= set(relayed["tools"])
+    # the relay heard the agent as agent-1@party, and answered the list it asked for
+    assert [h["principal_id"] for h in relay.relay.hellos] == ["agent-1@party"]
+    assert "list" in relay.relay.operations()
+    # an agent without a bundle is refused the relay surface
+    attempt_file = supervised.workspace("agent-2") / "relay-attempt.json"
+    until(attempt_file.exists, 60, "agent-2's relay attempt")
+    attempt = json.loads(attempt_file.read_text())
+    assert attempt["code"] == 3, attempt
+    assert "surface_unavailable" in attempt["stderr"] and attempt["stdout"] == "", attempt
+    assert len(relay.relay.hellos) == 1  # nothing reached the relay for agent-2
+
+
+def test_the_help_tool_works_through_the_pump_without_a_relay(supervised: Supervised):
+    root = Path(tempfile.mkdtemp(prefix="mcphost-rl-"))
+    try:
+        (root / "cfg" / "bundles").mkdir(parents=True)
+        (root / "cfg" / "bundles" / "party.toml").write_text(PARTY.format(root=root))
+        (root / "cfg" / "coders.toml").write_text(CODERS)
+        supervised.extra_env.update(
+            AGENTMUX_CONFIGURATION_DIRECTORY=str(root / "cfg"),
+            AGENTMUX_STATE_DIRECTORY=str(root / "state"),  # no relay listens there
+        )
+        supervised.write_fleet([{"id": "agent-1", "bundle": "party", "command": standin()}])
+        supervised.start()
+        calls = until(
+            lambda: len(supervised.calls("agent-1")) >= 2 and supervised.calls("agent-1"), 60
+        )
+        relayed = {c["server"]: c for c in calls}["agentmux"]
+        assert relayed["ok"], relayed
+        assert "list" in json.dumps(relayed["result"])
+    finally:
+        supervised.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_agent_holds_at_most_max_sessions_per_surface(supervised: Supervised, tmp_path: Path):
+    many = tmp_path / "many_sessions.py"
+    many.write_text(MANY_SESSIONS)
+    supervised.write_fleet(
+        [
+            {
+                "id": "agent-1",
+                "command": [sys.executable, str(many), "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
+            }
+        ]
+    )
+    supervised.start()
+    workspace = supervised.workspace("agent-1")
+    until((workspace / "refused.json").exists, 120, "the attach beyond the cap")
+    opened = json.loads((workspace / "opened.json").read_text())
+    assert opened == {"opened": MAX_SESSIONS_PER_AGENT}, opened
+    refused = json.loads((workspace / "refused.json").read_text())
+    assert refused["code"] == 3 and refused["line"] == "", refused
+    assert "too_many_sessions" in refused["stderr"], refused
+    # one session ends (its client went away): the agent may attach again
+    until((workspace / "closed.json").exists, 60, "one session to end")
+    until(
+        lambda: supervised.status()["agent-1"]["sessions"] == MAX_SESSIONS_PER_AGENT - 1,
+        60,
+        "the supervisor to forget the ended session",
+    )
+    (workspace / "again").write_text("again")
+    until((workspace / "reopened.json").exists, 60, "the attach after one ended")
+    assert json.loads((workspace / "reopened.json").read_text()) == {"ok": True}
+    assert supervised.status()["agent-1"]["sessions"] == MAX_SESSIONS_PER_AGENT
