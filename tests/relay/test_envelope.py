@@ -1,0 +1,188 @@
+"""The pane envelope (reference §3.4): exact bytes, header rules, the token estimate, batching."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcphost.relay.envelope import (
+    Address,
+    Envelope,
+    batches,
+    boundary,
+    count_lines,
+    estimate_tokens,
+    join_batch,
+    render,
+    rfc3339,
+    take_batch,
+)
+
+MID = uuid.UUID("0f8b6c3e-2a41-4d7e-9c55-6b1e2f3a4b5c")
+AT = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+ALICE = Address("alpha@party", "Alice")
+BRAVO = Address("bravo@party", "Bravo")
+CAROL = Address("carol@party", "Carol")
+B = "--agentmux-0f8b6c3e2a414d7e9c556b1e2f3a4b5c"
+
+
+def test_the_minimal_envelope_byte_for_byte() -> None:
+    text = render(Envelope(MID, AT, ALICE, BRAVO, "Hello\nWorld"))
+    assert text == (
+        f"{B}\n"
+        "Message-Id: 0f8b6c3e-2a41-4d7e-9c55-6b1e2f3a4b5c\n"
+        "Date: 2025-03-04T05:06:07.890Z\n"
+        "From: Alice <session:alpha@party>\n"
+        "To: Bravo <session:bravo@party>\n"
+        "\n"
+        f"{B}\n"
+        "Content-Type: text/plain; charset=utf-8\n"
+        "\n"
+        "Hello\n"
+        "World\n"
+        f"{B}--\n"
+    )
+    assert text.encode() == text.encode("ascii") and "\r" not in text
+
+
+def test_cc_and_subject_only_when_present() -> None:
+    text = render(Envelope(MID, AT, ALICE, BRAVO, "hi", cc=(CAROL, ALICE), subject="Plans"))
+    assert text == (
+        f"{B}\n"
+        "Message-Id: 0f8b6c3e-2a41-4d7e-9c55-6b1e2f3a4b5c\n"
+        "Date: 2025-03-04T05:06:07.890Z\n"
+        "From: Alice <session:alpha@party>\n"
+        "To: Bravo <session:bravo@party>\n"
+        "Cc: Carol <session:carol@party>, Alice <session:alpha@party>\n"
+        "Subject: Plans\n"
+        "\n"
+        f"{B}\n"
+        "Content-Type: text/plain; charset=utf-8\n"
+        "\n"
+        "hi\n"
+        f"{B}--\n"
+    )
+    for subject in (None, ""):
+        plain = render(Envelope(MID, AT, ALICE, BRAVO, "hi", cc=(), subject=subject))
+        assert "Cc:" not in plain and "Subject:" not in plain
+
+
+def test_display_names_fall_back_and_never_quote() -> None:
+    anonymous = Address("zeta@party")
+    assert anonymous.render() == "zeta@party <session:zeta@party>"
+    assert Address("zeta@party", "").render() == "zeta@party <session:zeta@party>"
+    assert Address("a@p", 'The "Boss"').render() == "The 'Boss' <session:a@p>"
+    assert Address("a@p", "two\nlines\r\nhere").render() == "two lines here <session:a@p>"
+    text = render(Envelope(MID, AT, anonymous, BRAVO, "x", subject="a\nb"))
+    assert "From: zeta@party <session:zeta@party>\n" in text
+    assert "Subject: a b\n" in text
+
+
+def test_body_line_endings() -> None:
+    def body_of(body: str) -> str:
+        text = render(Envelope(MID, AT, ALICE, BRAVO, body))
+        return text.split("charset=utf-8\n\n", 1)[1].rsplit(f"{B}--\n", 1)[0]
+
+    assert body_of("a\r\nb\rc") == "a\nb\nc\n"
+    assert body_of("ends\n") == "ends\n"  # not doubled
+    assert body_of("blank last\n\n") == "blank last\n\n"
+    assert body_of("") == "\n"
+    assert body_of("ünïcødé ✓") == "ünïcødé ✓\n"
+
+
+def test_date_is_utc_milliseconds_and_naive_is_refused() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    assert rfc3339(datetime(2025, 1, 1, 2, 0, 0, tzinfo=plus_two)) == "2025-01-01T00:00:00.000Z"
+    assert rfc3339(datetime(2025, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)) == (
+        "2025-12-31T23:59:59.999Z"
+    )
+    with pytest.raises(ValueError):
+        rfc3339(datetime(2025, 1, 1))
+    with pytest.raises(ValueError):
+        render(Envelope(MID, datetime(2025, 1, 1), ALICE, BRAVO, "x"))
+
+
+def test_boundary_is_the_id_without_hyphens() -> None:
+    some = uuid.uuid4()
+    assert boundary(some) == "agentmux-" + some.hex
+    text = render(Envelope(some, AT, ALICE, BRAVO, "x"))
+    assert text.startswith(f"--agentmux-{some.hex}\nMessage-Id: {some}\n")
+    assert text.endswith(f"\n--agentmux-{some.hex}--\n")
+    assert text.count(f"--agentmux-{some.hex}\n") == 2
+
+
+def test_token_estimate() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("a" * 10) == 3 + 0  # exactly 3.0, not IEEE 3.0000000000000004 -> 4
+    assert estimate_tokens("a" * 11) == 4 + 0  # ceil(3.3)
+    assert estimate_tokens("x\n" * 12) == 8 + 1  # 24 chars -> ceil(7.2); 12 lines -> 1
+    assert estimate_tokens("x\n" * 11 + "x") == 7 + 1  # a last line without newline counts
+    assert estimate_tokens("x\n" * 23) == 14 + 1  # 23 // 12
+    assert estimate_tokens("é" * 10) == 3  # code points, not bytes
+    assert estimate_tokens("one two  three\nfour", "whitespace") == 4
+    with pytest.raises(ValueError):
+        estimate_tokens("x", "gpt")
+    assert count_lines("") == 0 and count_lines("a") == 1 and count_lines("a\n") == 1
+    assert count_lines("a\n\n") == 2
+
+
+def _envelope_of(chars: int) -> str:
+    """A fake rendered envelope of exactly `chars` characters on one line (ending "\\n")."""
+    return "e" * (chars - 1) + "\n"
+
+
+def test_batching_stops_exactly_at_the_limit() -> None:
+    # Two one-line envelopes joined: 2a + 1 chars, 3 lines (two + the blank separator).
+    # 6825 chars -> ceil(2047.5) = 2048 tokens; 3 lines // 12 = 0.
+    a = _envelope_of(3412)
+    joined = join_batch([a, a])
+    assert joined == a + "\n" + a and len(joined) == 6825
+    assert estimate_tokens(joined) == 2048
+    assert take_batch([a, a], max_tokens=2048) == 2
+    assert take_batch([a, a], max_tokens=2047) == 1
+    # At the default limit: 13653 chars -> ceil(4095.9) = 4096, in; one more char is 4097, out.
+    big = _envelope_of(6826)
+    assert estimate_tokens(join_batch([big, big])) == 4096
+    assert take_batch([big, big, "x\n"]) == 2
+    bigger = _envelope_of(6827)
+    assert estimate_tokens(join_batch([bigger, big])) == 4097
+    assert take_batch([bigger, big]) == 1
+
+
+def test_an_oversized_envelope_goes_alone_and_order_is_kept() -> None:
+    huge = _envelope_of(20_000)
+    small = [f"m{i}\n" for i in range(3)]
+    assert take_batch([]) == 0
+    assert take_batch([huge, *small]) == 1
+    assert batches([*small, huge, *small]) == [join_batch(small), huge, join_batch(small)]
+
+
+def test_real_envelopes_batch_with_one_blank_line_between() -> None:
+    first = render(Envelope(MID, AT, ALICE, BRAVO, "one"))
+    second = render(Envelope(uuid.uuid4(), AT, CAROL, BRAVO, "two"))
+    [prompt] = batches([first, second])
+    assert prompt == first + "\n" + second
+    assert f"{B}--\n\n--agentmux-" in prompt
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=400), max_size=25),
+    limit=st.integers(min_value=1, max_value=300),
+)
+def test_batches_are_greedy_ordered_and_bounded(sizes: list[int], limit: int) -> None:
+    pending = [_envelope_of(n) for n in sizes]
+    out = batches(pending, max_tokens=limit)
+    assert "\n".join(out) == join_batch(pending)  # nothing lost, reordered or split
+    rest = list(pending)
+    for prompt in out:
+        n = take_batch(rest, max_tokens=limit)
+        assert prompt == join_batch(rest[:n])
+        assert n == 1 or estimate_tokens(prompt) <= limit
+        if n < len(rest):  # greedy: one more would exceed the limit
+            assert estimate_tokens(join_batch(rest[: n + 1])) > limit
+        rest = rest[n:]
+    assert not rest
