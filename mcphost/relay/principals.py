@@ -27,7 +27,8 @@ Owns: `<state>/identity/principals.json` (directory 0700, file 0600):
   to its state before the mutation and the delivery error re-raised (or
   `internal_credential_rollback_failed` `{write_error, rollback_error}` when the rollback fails).
 - Credential files: `check_destination` (a `path` destination: absolute, a file name, an existing
-  parent directory, not a symlink or a directory: `validation_invalid_output_path` `{path}`),
+  parent directory, not a symlink or a directory: `validation_invalid_output_path` `{path}`; a
+  symlinked parent directory: `validation_invalid_credential_path` `{component}`),
   `write_credential` (same atomic write, 0600, `internal_credential_write` on I/O failure) and the
   session credential `<state>/bundles/<b>/sessions/<s>/identity.psk` (`Layout.psk_path`, whose
   directories are made 0700 and must not be symlinks: `validation_invalid_credential_path`
@@ -461,6 +462,12 @@ def check_destination(path: str) -> Path:
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         raise _bad_output(path, "output_path parent directory does not exist")
+    if os.path.islink(parent):  # the write opens the parent O_NOFOLLOW: say so up front
+        raise RelayError(
+            "validation_invalid_credential_path",
+            "output_path parent directory is a symlink",
+            {"component": parent},
+        )
     try:
         info = os.lstat(path)
     except FileNotFoundError:

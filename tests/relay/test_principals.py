@@ -499,6 +499,16 @@ def test_bad_destinations_are_refused_before_anything(
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_a_symlinked_parent_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    err = raises(
+        "validation_invalid_credential_path", PR.write_credential, tmp_path / "alias" / "x", "k"
+    )
+    assert err.details == {"component": str(tmp_path / "alias")}
+    assert os.listdir(tmp_path / "real") == []
+
+
 def test_a_failed_credential_write_never_shows_the_psk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
