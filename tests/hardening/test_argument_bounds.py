@@ -73,8 +73,19 @@ def tool_error(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture()
+def fresh_host(center: DevCenter) -> Iterator[RawHost]:
+    """A fresh host for a test that reads VmHWM: it only grows, so the test needs its own
+    baseline."""
+    yield from started_host(center)
+
+
+@pytest.fixture(scope="module")
 def host(center: DevCenter) -> Iterator[RawHost]:
-    """A fresh host per test: VmHWM only grows, so each test needs its own baseline."""
+    """One host for the tests that only read replies (each also proves it keeps serving)."""
+    yield from started_host(center)
+
+
+def started_host(center: DevCenter) -> Iterator[RawHost]:
     with RawHost(host_env(center.binding_env("unix", AC_MCP_TIER_TOOLS="false"))) as running:
         running.initialize()
         is_error, work = running.call("get_my_work", {})  # aiohttp imported, connection pooled
@@ -85,8 +96,9 @@ def host(center: DevCenter) -> Iterator[RawHost]:
 
 
 def test_a_million_key_style_object_is_refused_unread_and_other_calls_are_served(
-    host: RawHost,
+    fresh_host: RawHost,
 ) -> None:
+    host = fresh_host
     baseline = vm_hwm_kib(host.proc.pid)
     request_id, line = call_line(host, "get_task", wide({"task_id": "t-1", "agent_id": "x"}))
     host.write(line)
@@ -187,7 +199,18 @@ def relay_loop() -> Iterator[RelayLoop]:
 
 
 @pytest.fixture()
+def fresh_relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
+    """Fresh relay tools for a test that reads VmHWM (its own baseline)."""
+    yield from started_relay_tools(relay_loop)
+
+
+@pytest.fixture(scope="module")
 def relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
+    """One relay-tools process for the tests that only read replies and count frames."""
+    yield from started_relay_tools(relay_loop)
+
+
+def started_relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
     env = make_env()
     relay = relay_loop.run(FakeRelay(env.socket, handler=succeed).start())
     try:
@@ -202,9 +225,9 @@ def relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
 
 
 def test_relay_tools_refuse_a_huge_object_unread_and_keep_serving(
-    relay_tools: tuple[RawHost, FakeRelay],
+    fresh_relay_tools: tuple[RawHost, FakeRelay],
 ) -> None:
-    host, relay = relay_tools
+    host, relay = fresh_relay_tools
     baseline = vm_hwm_kib(host.proc.pid)
     frames = len(relay.requests)
     request_id, line = call_line(host, "send", wide({"message": "hi", "targets": ["bravo"]}))
