@@ -2,10 +2,11 @@
 
 `RawHost` speaks newline-delimited JSON-RPC to a real `mcphost host` subprocess without any SDK
 in between, so tests can send anything (malformed, huge, concurrent) and see every stdout byte.
-A reader thread parses each stdout line (a line that does not parse is recorded as a purity
-violation) and validates it against the MCP SDK's models (tests/mcpschema.py; `close()` and the
-context manager fail on any violation), and a second thread keeps stderr, so neither pipe ever
-blocks the host.
+Its deadlines (a minute for an answer, 90 s for `initialize`) are for hangs only: a host on a
+machine busy with other work answers late, not never. A reader thread parses each stdout line
+(a line that does not parse is recorded as a purity violation) and validates it against the MCP
+SDK's models (tests/mcpschema.py; `close()` and the context manager fail on any violation), and
+a second thread keeps stderr, so neither pipe ever blocks the host.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ class RawHost:
         self.send(message)
         return request_id
 
-    def wait(self, request_id: Any, timeout: float = 10.0) -> dict[str, Any]:
+    def wait(self, request_id: Any, timeout: float = 60.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while request_id not in self.by_id:
@@ -219,7 +220,7 @@ class RawHost:
                 self._cond.wait(min(remaining, 0.5))
             return self.by_id.pop(request_id)
 
-    def wait_for(self, done: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def wait_for(self, done: Any, timeout: float = 60.0) -> list[dict[str, Any]]:
         """Wait until `done(messages)` is true for the messages so far; returns them."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -230,15 +231,15 @@ class RawHost:
                 self._cond.wait(min(remaining, 0.5))
             return list(self.messages)
 
-    def rpc(self, method: str, params: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
+    def rpc(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60.0) -> Any:
         return self.wait(self.request(method, params), timeout)
 
     def initialize(self) -> dict[str, Any]:
-        answer = self.rpc("initialize", INIT_PARAMS, timeout=30)
+        answer = self.rpc("initialize", INIT_PARAMS, timeout=90)
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return answer
 
-    def call(self, tool: str, arguments: dict[str, Any], timeout: float = 30.0) -> tuple[bool, Any]:
+    def call(self, tool: str, arguments: dict[str, Any], timeout: float = 60.0) -> tuple[bool, Any]:
         """(is_error, parsed text) of a tools/call; a JSON-RPC error is returned as-is."""
         answer = self.rpc("tools/call", {"name": tool, "arguments": arguments}, timeout)
         if "error" in answer:
@@ -250,7 +251,7 @@ class RawHost:
         except ValueError:
             return bool(result["isError"]), text
 
-    def alive(self, timeout: float = 10.0) -> None:
+    def alive(self, timeout: float = 60.0) -> None:
         """Prove the host still answers (a ping round trip)."""
         assert "result" in self.rpc("ping", timeout=timeout)
 
