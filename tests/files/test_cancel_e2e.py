@@ -10,9 +10,9 @@ destination), and a cancelled upload is never completed on the center.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from mcphost.testing import DevCenter
 from tests.files.conftest import mark, since
 from tests.hardening.conftest import RawHost, host_env
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,15 +45,6 @@ def host(center: DevCenter, workspace: Path) -> Iterator[RawHost]:
 
 def listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-
-
-def until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.001)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def start_call(host: RawHost, tool: str, arguments: dict[str, Any], token: Any = None) -> int:
@@ -93,34 +85,59 @@ def test_download_cancelled_while_the_center_is_slow(
         )
         cancel(host, call)
         host.alive()
-        time.sleep(2.5)  # past the center's delay: an uncancelled call would have answered
+        # A witness: the same download, sent after the cancelled one's GET reached the center
+        # and held for the same 2 s. Once it is answered, an uncancelled call would have been.
+        witness = host.call("download_file", {"file": uri, "dest_path": "witness.copy"}, 60)
+        assert not witness[0], witness
     host.alive()
     assert_never_answered(host, call)
-    assert listing(workspace) == ["big.bin"]
+    assert listing(workspace) == ["big.bin", "witness.copy"]
 
 
 def test_download_cancelled_mid_stream_leaves_nothing(
     center: DevCenter, workspace: Path, host: RawHost
 ) -> None:
     """The center is frozen (SIGSTOP) once the temp file exists, so the cancel lands while
-    bytes are half written; the temp file and the two directories the call made must go."""
+    bytes are half written; the temp file and the two directories the call made must go.
+
+    On a busy machine this test may see the temp file only after the whole download is done: a
+    download that had finished when the center was stopped was not cut mid-stream, so it is
+    answered, its files are removed, and another one is tried."""
     uri = uploaded(host, workspace, "big.bin", 128 << 20)
-    call = start_call(host, "download_file", {"file": uri, "dest_path": "new/dir/big.copy"})
-    part = until(
-        lambda: [p for p in listing(workspace) if ".mcphost-" in p],
-        what="the download's temp file",
-    )
     assert center.pid is not None
-    os.kill(center.pid, signal.SIGSTOP)
+    for attempt in range(5):
+        call = start_call(host, "download_file", {"file": uri, "dest_path": "new/dir/big.copy"})
+        until(
+            lambda call=call: (
+                call in host.by_id or [p for p in listing(workspace) if ".mcphost-" in p]
+            ),
+            what="the download's temp file",
+            every=0.001,  # stop the center while the transfer is young
+        )
+        os.kill(center.pid, signal.SIGSTOP)
+        part = [p for p in listing(workspace) if ".mcphost-" in p]
+        if part:
+            break  # stopped mid-stream
+        os.kill(center.pid, signal.SIGCONT)
+        host.wait(call, timeout=60)  # it finished first: not the case under test
+        shutil.rmtree(workspace / "new")
+        print(f"attempt {attempt}: the download finished before the center was stopped")
+    else:
+        raise AssertionError("every download finished before the center could be stopped")
     try:
         assert part[0].startswith("new/dir/.mcphost-") and part[0].endswith(".part")
         cancel(host, call)
         host.alive()
-        until(lambda: listing(workspace) == ["big.bin"], what="the cleanup")
+        until(
+            lambda: listing(workspace) == ["big.bin"],
+            timeout=60,
+            what=f"the cleanup of {part} (answered: {call in host.by_id})",
+        )
     finally:
         os.kill(center.pid, signal.SIGCONT)
     host.alive()
-    time.sleep(0.3)
+    # the center is running again and has served a later call: the cancelled one stays unanswered
+    assert not host.call("get_my_work", {})[0]
     assert_never_answered(host, call)
     assert listing(workspace) == ["big.bin"]
 
@@ -138,12 +155,16 @@ def test_upload_cancelled_while_the_center_is_slow_is_never_completed(
         )[0]
         cancel(host, call)
         host.alive()
-        time.sleep(2.5)  # past the center's delay: the PUT handler has run and failed
+        # A witness upload, held for the same 2 s after the cancelled PUT: once it is answered,
+        # the cancelled PUT's handler has run (and failed) and an uncancelled call would be done.
+        (workspace / "w.bin").write_bytes(b"witness")
+        witness = host.call("upload_file", {"path": "w.bin"}, 60)
+        assert not witness[0], witness
     host.alive()
     assert_never_answered(host, call)
-    assert listing(workspace) == ["u.bin"]
+    assert listing(workspace) == ["u.bin", "w.bin"]
     routes = [r["route"] for r in since(center, before)]
-    assert not any(r.endswith("/complete") for r in routes), routes
+    assert f"{put['route']}/complete" not in routes, routes
     # the center holds no bytes for the transfer, so it cannot be completed either
     reply = center.request(
         "POST",
