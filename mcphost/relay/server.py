@@ -35,8 +35,8 @@ that is a few GiB only if every client sends megabyte lines; real frames are sma
 
 `revoke(principal_id, code, message)` writes that error frame to the principal's live
 connections and closes them (PSK rotation, §3.3); `send_event` queues an event frame for a
-principal's connections; `aclose` stops listening, closes every connection and unlinks the
-socket (only if it is still the file this server bound).
+principal's connections; `live_principals` lists who is connected; `aclose` stops listening,
+closes every connection and unlinks the socket (only if it is still the file this server bound).
 
 Must never: take identity from anything but `authenticate` (which sees the kernel's
 credentials), log an identity token or a request body, answer a request before its
@@ -219,6 +219,10 @@ class RelayServer:
                 principal_id is None or (c.principal is not None and c.principal.id == principal_id)
             )
         )
+
+    def live_principals(self) -> list[str]:
+        """The principal ids with a live hello'd connection, sorted (for `list` readiness)."""
+        return sorted({c.principal.id for c in self._conns if c.principal is not None and c.live})
 
     def claimed(self, principal_id: str) -> bool:
         """Whether a live connection holds `principal_id`'s identity claim."""

@@ -504,6 +504,7 @@ async def test_a_live_claim_conflicts_and_is_reclaimed_after_disconnect(root: Pa
         assert CLAIM_CONFLICT_MESSAGE == "stream identity is already claimed by a live connection"
         other = await Raw.open(root / "relay.sock")  # another principal is not affected
         assert (await other.hello("bravo@party"))["frame"] == "hello_ack"
+        assert server.live_principals() == ["alpha@party", "bravo@party"]
         first.close()
         await wait_until(lambda: not server.claimed("alpha@party"), "claim released")
         third = await Raw.open(root / "relay.sock")
