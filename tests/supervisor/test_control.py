@@ -105,6 +105,42 @@ class Fake:
         finally:
             self.closed.set()
 
+    def exec(self, agent: str, argv: list[str], fds: list[int]) -> FakeExecution:
+        self._agent(agent)
+        # what a spawn does with the descriptors: the child gets copies, ours are closed after
+        os.write(fds[1], f"out {' '.join(argv)}\n".encode())
+        os.write(fds[2], b"err\n")
+        self.exec_fds = [os.dup(fd) for fd in fds]
+        self.execution = FakeExecution(exit_code=int(argv[0]) if argv[0].isdigit() else None)
+        self.calls.append(("exec", agent, argv, len(fds)))
+        return self.execution
+
+
+class FakeExecution:
+    """Exits with `exit_code` at once, or runs until a signal or `end()`."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        self.pid = 4242
+        self.signals: list[int] = []
+        self.ended = asyncio.Event()
+        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if exit_code is not None:
+            self._exit.set_result(exit_code)
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent_id": "agent-1", "generation": 3, "pid": self.pid}
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+        if not self._exit.done():
+            self._exit.set_result(-sig)
+
+    def end(self) -> None:
+        self.ended.set()
+
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
@@ -568,3 +604,91 @@ async def test_another_uid_is_shut_out_by_the_mode_and_by_the_peer_check(served:
     assert reply["error"]["code"] == "forbidden_peer"
     assert reply["error"]["details"] == {"peer_uid": 65534, "supervisor_uid": 0}
     assert fake.calls == []
+
+
+# -- exec: descriptors over SCM_RIGHTS -------------------------------------------------------------
+
+
+def exec_replies(path: str, body: dict[str, Any], fds: list[int]) -> list[dict[str, Any]]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(15)
+        sock.connect(path)
+        socket.send_fds(sock, [json.dumps(body).encode() + b"\n"], fds)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return [json.loads(line) for line in data.splitlines()]
+
+
+async def test_exec_hands_the_three_descriptors_over_and_reports_the_exit(
+    served: Any, tmp_path: Path
+) -> None:
+    _server, fake, path = served
+    out, err = (open(tmp_path / name, "w+b") for name in ("out", "err"))  # noqa: SIM115
+    with out, err, open(os.devnull, "rb") as null:
+        client = control.ExecClient(
+            path, "agent-1", ["7", "a b"], (null.fileno(), out.fileno(), err.fileno())
+        )
+        code = await asyncio.to_thread(client.wait)
+    assert code == 7
+    assert client.started == {"agent_id": "agent-1", "generation": 3, "pid": 4242}
+    assert (tmp_path / "out").read_bytes() == b"out 7 a b\n"
+    assert (tmp_path / "err").read_bytes() == b"err\n"
+    assert fake.calls[-1] == ("exec", "agent-1", ["7", "a b"], 3)
+    # the server closed its copies: only the handler's dups are left open
+    for fd in fake.exec_fds:
+        os.close(fd)
+
+
+async def test_exec_forwards_signals_and_a_closed_client_ends_the_command(served: Any) -> None:
+    _server, fake, path = served
+    with open(os.devnull, "r+b") as null:
+        client = control.ExecClient(path, "agent-1", ["run"], (null.fileno(),) * 3)
+        client.signal("SIGINT")  # queued until started, then sent
+        assert await asyncio.to_thread(client.wait) == -2
+    assert fake.execution.signals == [2]
+    with open(os.devnull, "r+b") as null, socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+        body = {"op": "exec", "agent": "agent-1", "argv": ["run"]}
+        socket.send_fds(sock, [json.dumps(body).encode() + b"\n"], [null.fileno()] * 3)
+        first = await asyncio.to_thread(sock.recv, 65536)
+        assert json.loads(first)["started"]["pid"] == 4242
+        sock.sendall(b'{"op":"signal","signal":"SIGSEGV"}\n{"op":"nonsense"}\n')  # ignored
+    async with asyncio.timeout(10):
+        await fake.execution.ended.wait()
+    assert fake.execution.signals == []
+
+
+@pytest.mark.parametrize(
+    ("body", "nfds", "says"),
+    [
+        ({"op": "exec", "agent": "agent-1", "argv": ["x"]}, 2, "exactly 3 file descriptors"),
+        ({"op": "exec", "agent": "agent-1", "argv": ["x"]}, 0, "exactly 3 file descriptors"),
+        ({"op": "status"}, 3, "status takes no file descriptors"),
+        ({"op": "exec", "agent": "agent-1", "argv": []}, 3, '"argv"'),
+        ({"op": "exec", "agent": "agent-1", "argv": ["a", 1]}, 3, '"argv"'),
+        ({"op": "exec", "agent": "agent-1", "argv": ["a\u0000b"]}, 3, "NUL"),
+        ({"op": "exec", "argv": ["x"]}, 3, '"agent"'),
+    ],
+)
+async def test_exec_requests_are_checked_and_descriptors_never_kept(
+    served: Any, body: dict[str, Any], nfds: int, says: str
+) -> None:
+    _server, fake, path = served
+    with open(os.devnull, "rb") as null:
+        fds = [os.dup(null.fileno()) for _ in range(nfds)]
+        replies = await asyncio.to_thread(exec_replies, path, body, fds)
+        for fd in fds:
+            os.close(fd)
+    assert len(replies) == 1 and replies[0]["ok"] is False, replies
+    assert replies[0]["error"]["code"] == "bad_request" and says in replies[0]["error"]["message"]
+    assert not [c for c in fake.calls if c[0] == "exec"]
+
+
+async def test_exec_refusals_of_the_handler_reach_the_client(served: Any) -> None:
+    _server, _fake, path = served
+    with open(os.devnull, "r+b") as null:
+        client = control.ExecClient(path, "agent-9", ["x"], (null.fileno(),) * 3)
+        with pytest.raises(ControlError) as refused:
+            await asyncio.to_thread(client.wait)
+    assert refused.value.code == "unknown_agent"

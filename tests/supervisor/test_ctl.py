@@ -339,3 +339,44 @@ def test_status_table_of_nothing_and_of_odd_values() -> None:
     assert describe_result("start", "a", {"agent_id": "a", "already": "running"}) == (
         "a: already running"
     )
+
+
+# -- exec ------------------------------------------------------------------------------------------
+
+
+def test_exec_without_a_command_is_a_usage_error(state: Path) -> None:
+    for args in (("exec", "agent-1"), ("exec", "agent-1", "--")):
+        done = ctl("--state", str(state), *args)
+        assert done.returncode == 2 and "exec needs a command" in done.stderr, done.stderr
+
+
+def test_exec_imports_nothing_heavy_and_says_when_no_supervisor_runs(state: Path) -> None:
+    code = (
+        "import sys\n"
+        "from mcphost.cli import main\n"
+        f"code = main(['ctl', '--state', {str(state)!r}, 'exec', 'agent-1', '--', 'true'])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'asyncio', 'pydantic', 'pydantic_settings', 'aiohttp', 'logging', 'mcp'})\n"
+        "print(code, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60
+    )
+    assert done.stdout == "3 []\n", done.stderr
+    assert "no supervisor is running" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["exec", "a", "--", "x", "-y", "--", "z"], ["x", "-y", "--", "z"]),
+        (["exec", "a", "x", "--", "q"], ["x", "--", "q"]),
+        (["exec", "--state", "s", "a", "--", "--state"], ["--state"]),
+        (["exec", "a", "c", "-v"], ["c", "-v"]),
+    ],
+)
+def test_exec_takes_the_command_verbatim(argv: list[str], command: list[str]) -> None:
+    from mcphost.supervisor.ctl import _parse
+
+    args = _parse(argv)
+    assert (args.command, args.agent, args.argv) == ("exec", "a", command)
