@@ -30,6 +30,10 @@ variable or the flag, the value, and what is expected; all problems of one load 
   "command"` requires one. `env`: keys `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or
   `AGENTMUX_*` (the supervisor owns those), and no `CODEX_HOME` for a codex agent.
 - `bundle`: agentmux's bundle grammar (`mcphost.names`). `user`: a user name.
+- `runner`: `"process"` (default) or `"tmux"` (the agent runs as one session of its bundle's
+  tmux server, hosted by the supervisor as the bundle's relay): tmux requires a `bundle` and
+  refuses `user` (the tmux server runs as the supervisor's user). `policy`: the relay policy id
+  of the agent's bundle member (None: the policies file's default, else the built-in).
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
 
 Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
@@ -81,6 +85,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.homes import Home
 
 Client = Literal["claude", "codex", "command"]
+Runner = Literal["process", "tmux"]
 Restart = Literal["always", "on-failure", "never"]
 FleetSource = Literal["file", "center"]
 
@@ -90,6 +95,11 @@ ENV_PREFIX = "MCPHOST_CENTER__"
 
 _ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_POLICY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_POLICY_EXPECTED = (
+    "a relay policy id (letters, digits, '_', '.', '-'; at most 64) defined in policies.toml "
+    "or a starter preset (default, operator)"
+)
 _PLACEHOLDERS_SHOWN = ", ".join("{" + name + "}" for name in PLACEHOLDERS)
 _COMMAND_EXPECTED = (
     "a non-empty list of strings (the program, then its arguments) whose only placeholders are "
@@ -173,6 +183,12 @@ def _check_bundle(raw: object) -> object:
     return raw
 
 
+def _check_policy(raw: object) -> object:
+    if isinstance(raw, str) and not _POLICY.fullmatch(raw):
+        raise _Bad(_POLICY_EXPECTED, repr(raw))
+    return raw
+
+
 def _check_user(raw: object) -> object:
     if isinstance(raw, str) and not _USER.fullmatch(raw):
         raise _Bad("a user name (letters, digits, '_', '.', '-'; at most 32)", repr(raw))
@@ -190,6 +206,7 @@ class _Section(BaseModel):
 
 
 _COMMON_VALIDATORS = {
+    "policy": _check_policy,
     "command": _check_command,
     "env": _check_env,
     "bundle": _check_bundle,
@@ -207,6 +224,10 @@ class _Tunable(_Section):
     bundle: str | None = Field(None, description="a relay bundle name")
     user: str | None = Field(None, description="a user name to run the agent as")
     env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
+    runner: Runner | None = Field(
+        None, description='"process" or "tmux" (tmux: the agent runs in its bundle\'s tmux server)'
+    )
+    policy: str | None = Field(None, description=_POLICY_EXPECTED)
     restart_delay: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
     restart_max_delay: float | None = Field(
         None, gt=0, le=86400, description=_SECONDS + " (<= 86400)"
@@ -221,7 +242,7 @@ class _Tunable(_Section):
     )
     log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
 
-    @field_validator("command", "env", "bundle", "user", mode="before")
+    @field_validator("command", "env", "bundle", "user", "policy", mode="before")
     @classmethod
     def _grammar(cls, raw: Any, info: ValidationInfo) -> Any:
         # The pure checks above; a `_Bad` keeps the key suffix (`env.FOO`, `command[3]`).
@@ -468,6 +489,24 @@ def _plan_checks(
                 f"with a bundle, the id is also the agent's relay session id: {SESSION_ID_EXPECTED}",
             )
         )
+    if plan.runner == "tmux" and plan.bundle is None:
+        problems.append(
+            SettingError(
+                where("runner"),
+                repr(plan.runner),
+                'a bundle: runner = "tmux" runs the agent in its bundle\'s tmux server (set '
+                'bundle, or runner = "process")',
+            )
+        )
+    if plan.runner == "tmux" and plan.user is not None:
+        problems.append(
+            SettingError(
+                where("runner"),
+                repr(plan.runner),
+                'no user = ... with runner = "tmux" (the bundle\'s tmux server runs as the '
+                'supervisor\'s user); use runner = "process"',
+            )
+        )
     if plan.client == "codex" and "CODEX_HOME" in dict(plan.env):
         problems.append(
             SettingError(
@@ -520,6 +559,8 @@ class AgentDefaults:
     stop_grace: float = 10.0
     log_max_bytes: int = 1 << 20
     log_keep: int = 3
+    runner: Runner = "process"
+    policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +582,8 @@ class AgentPlan:
     stop_grace: float
     log_max_bytes: int
     log_keep: int
+    runner: Runner = "process"  # "tmux": one session in the bundle's tmux server
+    policy: str | None = None  # the relay policy of the agent's bundle member
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,6 +695,14 @@ def plan_from_center(
     if plan.client == "command" and plan.command is None:
         raise SettingError(
             "defaults.command", None, 'a command: client = "command" runs exactly the command'
+        )
+    if plan.runner == "tmux" and plan.bundle is None:
+        raise SettingError(
+            "defaults.runner",
+            repr(plan.runner),
+            "a bundle for agent "
+            + agent_id
+            + ': runner = "tmux" runs the agent in its bundle\'s tmux server',
         )
     return plan
 

@@ -389,3 +389,59 @@ def test_agent_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     codex = dataclasses.replace(bare, client="codex")
     assert agent_argv(codex, home_paths(str(tmp_path), "a", "codex")) == ["/opt/bin/codex"]
     assert os.path.basename(home_paths(str(tmp_path), "a", "codex").mcp_config) == "config.toml"
+
+
+# -- runner = "process" | "tmux", and the relay policy (issue 13) ------------------------------
+
+
+def test_runner_defaults_to_process_and_tmux_comes_from_defaults_or_the_agent(
+    tmp_path: Path,
+) -> None:
+    fleet = load_fleet(
+        write(
+            tmp_path,
+            CENTER + '[defaults]\nrunner = "tmux"\nbundle = "party"\n'
+            '[[agent]]\nid = "a"\npolicy = "lead"\n'
+            '[[agent]]\nid = "b"\nrunner = "process"\n',
+        )
+    )
+    a, b = fleet.agents
+    assert (a.runner, a.bundle, a.policy) == ("tmux", "party", "lead")
+    assert (b.runner, b.policy) == ("process", None)
+    plain = load_fleet(write(tmp_path, CENTER + '[[agent]]\nid = "a"\n', "plain.toml"))
+    assert (plain.agents[0].runner, plain.agents[0].policy) == ("process", None)
+    # a changed runner or policy is a changed plan (reload restarts the agent)
+    again = load_fleet(
+        write(
+            tmp_path,
+            CENTER + '[defaults]\nrunner = "tmux"\nbundle = "party"\n[[agent]]\nid = "a"\n',
+            "again.toml",
+        )
+    )
+    assert again.agents[0] != a
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('[[agent]]\nid = "a"\nrunner = "tmux"\n', "agent[0].runner is 'tmux': expected a bundle"),
+        ('[defaults]\nrunner = "tmux"\n[[agent]]\nid = "a"\n', "defaults.runner is 'tmux'"),
+        ('[[agent]]\nid = "a"\nrunner = "screen"\n', "agent[0].runner"),
+        (
+            '[[agent]]\nid = "a"\nbundle = "p"\nrunner = "tmux"\nuser = "nobody"\n',
+            "agent[0].runner is 'tmux': expected no user",
+        ),
+        ('[[agent]]\nid = "a"\nbundle = "p"\npolicy = "../x"\n', "agent[0].policy is '../x'"),
+    ],
+)
+def test_bad_runner_or_policy_is_named(tmp_path: Path, body: str, expected: str) -> None:
+    lines = problems(write(tmp_path, CENTER + body))
+    assert any(expected in line for line in lines), lines
+
+
+def test_plan_from_center_refuses_tmux_without_a_bundle() -> None:
+    defaults = dataclasses.replace(AgentDefaults(), runner="tmux", client="command", command=("x",))
+    with pytest.raises(SettingError) as info:
+        plan_from_center(defaults, "a")
+    assert "defaults.runner" in str(info.value)
+    assert plan_from_center(defaults, "a", bundle="party").runner == "tmux"
