@@ -1,20 +1,32 @@
-"""Black-box fixtures: the real reference center, the real `mcphost host`, the real SDK client."""
+"""Black-box fixtures: the real reference center, the real `mcphost host`, the real SDK client.
+
+`host` runs the host's black-box suite both ways (issue 12: every tool behaves as the
+standalone host does): `standalone` is `mcphost host` with env bindings; `supervised` is one
+real `mcphost supervise` per module whose agents hold still, with the server command
+`mcphost ctl exec AGENT -- python3 -I -S attach.py <center.sock>` (the pump, inside the agent).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from mcp import Client, StdioServerParameters
 
 from mcphost.testing import DevCenter
 
+if TYPE_CHECKING:
+    from tests.supervisor.supervise_harness import Supervised
+
 HOST_ARGS = ["-m", "mcphost.cli", "host"]
+HOLD = [sys.executable, "-c", "import signal; signal.pause()"]
+UNTIERED = "agent-1-untiered"  # supervised: tier_tools is per agent in the fleet file
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +65,82 @@ def admin_bodies(center: DevCenter, since: int = 0) -> list[dict[str, Any]]:
 
 def project_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+class HostUnderTest:
+    """The center tools as an agent's MCP client meets them: standalone or supervised."""
+
+    def __init__(self, mode: str, center: DevCenter, sv: Supervised | None = None) -> None:
+        self.mode = mode
+        self.center = center
+        self.sv = sv
+        self.agent_id = center.agent_id
+
+    @property
+    def workspace(self) -> Path:
+        """The agent's file root: `center.agent_root`, or its home workspace when supervised."""
+        if self.sv is None:
+            return Path(self.center.agent_root)
+        return self.sv.workspace(self.agent_id)
+
+    def generation(self, agent_id: str | None = None) -> int:
+        """The generation the center sees: the standalone host's `AC_MCP_GENERATION` (unset:
+        0), or the agent's current spawn under the supervisor."""
+        if self.sv is None:
+            return 0
+        return int(self.sv.status()[agent_id or self.agent_id]["generation"])
+
+    def params(self, *, tier_tools: bool = True) -> StdioServerParameters:
+        if self.sv is None:
+            env = self.center.binding_env("unix", **({} if tier_tools else {"tier_tools": "false"}))
+            return StdioServerParameters(command=sys.executable, args=HOST_ARGS, env=env)
+        from tests.supervisor.supervise_harness import REPO
+
+        agent = self.agent_id if tier_tools else UNTIERED
+        pump = [sys.executable, "-I", "-S", f"{REPO}/mcphost/attach.py"]
+        pump.append(str(self.sv.state / "run" / "center.sock"))
+        ctl = ["-m", "mcphost", "ctl", "--state", str(self.sv.state), "exec", agent, "--"]
+        return StdioServerParameters(command=sys.executable, args=ctl + pump, env=self.sv.env())
+
+    @asynccontextmanager
+    async def open(
+        self, *, tier_tools: bool = True, **client_options: Any
+    ) -> AsyncIterator[Client]:
+        async with Client(self.params(tier_tools=tier_tools), mode="legacy", **client_options) as c:
+            yield c
+
+
+@pytest.fixture(scope="module", params=["standalone", "supervised"])
+def host(request: pytest.FixtureRequest, center: DevCenter) -> Iterator[HostUnderTest]:
+    if request.param == "standalone":
+        yield HostUnderTest("standalone", center)
+        return
+
+    # Its own center: the supervised agent-1 runs at generation >= 1, and the center's fence
+    # would refuse the standalone tests' generation 0 on a shared one.
+    base = Path(tempfile.mkdtemp(prefix="host-sv-"))
+    with DevCenter.start(
+        base / "center", unix=True, tcp=True, runtime_socket=True, control=True
+    ) as own:
+        yield from _supervised(base, own)
+
+
+def _supervised(base: Path, center: DevCenter) -> Iterator[HostUnderTest]:
+    from tests.supervisor.supervise_harness import Supervised
+
+    sv = Supervised(base, center)
+    center_keys = {"runtime_socket": str(center.runtime_socket)} if center.runtime_socket else {}
+    sv.write_fleet(
+        [
+            {"id": center.agent_id, "command": HOLD},
+            {"id": UNTIERED, "command": HOLD, "tier_tools": False},
+        ],
+        center_keys,
+    )
+    try:
+        sv.start()
+        sv.wait_running(center.agent_id)
+        sv.wait_running(UNTIERED)
+        yield HostUnderTest("supervised", center, sv)
+    finally:
+        sv.close()

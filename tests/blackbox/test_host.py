@@ -1,15 +1,22 @@
-"""The per-agent host end to end: real process, real SDK client, real center (Unix and TLS)."""
+"""The per-agent host end to end: real process, real SDK client, real center (Unix and TLS).
+
+Tests on `host` run both ways (tests/blackbox/conftest.py): the standalone `mcphost host`, and
+the supervisor serving an agent's pump started with `mcphost ctl exec`. Tests of the binding
+itself (TLS pins, a down center, no runtime socket, chosen generations) take `center`: under the
+supervisor that binding is the fleet's `[center]` (tests/supervisor/test_fleet.py).
+"""
 
 from __future__ import annotations
 
 import hashlib
 
 import pytest
+from mcp import Client
 
 from mcphost.admin.pinning import format_pin
 from mcphost.catalog import CATALOG
 from mcphost.testing import DevCenter
-from tests.blackbox.conftest import admin_bodies, call, open_host
+from tests.blackbox.conftest import HostUnderTest, admin_bodies, call, open_host
 
 pytestmark = pytest.mark.anyio
 
@@ -18,16 +25,16 @@ DEFERRED = {d.name for d in CATALOG if d.tier == "deferred"}
 WRONG_PIN = format_pin(hashlib.sha256(b"not the center's certificate").digest())
 
 
-async def test_tiered_listing_shows_core_and_search_tools(center: DevCenter) -> None:
-    async with open_host(center.binding_env("unix")) as client:
+async def test_tiered_listing_shows_core_and_search_tools(host: HostUnderTest) -> None:
+    async with host.open() as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == CORE | {"search_tools"}
         caps = client.session.server_capabilities
         assert caps is not None and caps.tools is not None and caps.tools.list_changed is True
 
 
-async def test_untiered_listing_is_the_whole_catalog(center: DevCenter) -> None:
-    async with open_host(center.binding_env("unix", AC_MCP_TIER_TOOLS="false")) as client:
+async def test_untiered_listing_is_the_whole_catalog(host: HostUnderTest) -> None:
+    async with host.open(tier_tools=False) as client:
         tools = (await client.list_tools()).tools
         assert {t.name for t in tools} == CORE | DEFERRED
         for tool in tools:
@@ -35,33 +42,42 @@ async def test_untiered_listing_is_the_whole_catalog(center: DevCenter) -> None:
             assert "agent_id" not in tool.input_schema["properties"]
 
 
-@pytest.mark.parametrize("transport", ["unix", "tcp"])
-async def test_task_lifecycle(center: DevCenter, transport: str) -> None:
-    async with open_host(center.binding_env(transport)) as client:
-        failed, created = await call(
-            client, "create_task", {"project_id": "p-1", "title": "t", "assignee": "agent-1"}
-        )
-        assert not failed, created
-        task_id = created["task_id"]
-        _, task = await call(client, "get_task", {"task_id": task_id})
-        assert task["status"] == "open" and task["assignee"] == "agent-1"
-        _, beat = await call(client, "heartbeat", {"task_id": task_id})
-        assert beat["status"] == "running"
-        failed, _ = await call(client, "post_task_message", {"task_id": task_id, "content": "hi"})
-        assert not failed
-        failed, _ = await call(client, "update_task", {"task_id": task_id, "title": "renamed"})
-        assert not failed
-        _, done = await call(client, "complete_task", {"task_id": task_id, "summary": "done"})
-        assert done["status"] == "completed"
-        _, work = await call(client, "get_my_work", {})
-        assert task_id not in [t["task_id"] for t in work["tasks"]]
-        failed, again = await call(client, "heartbeat", {"task_id": task_id})
-        assert failed and again["status"] == 409 and again["error"] == "illegal_transition"
+async def test_task_lifecycle(host: HostUnderTest) -> None:
+    async with host.open() as client:
+        await task_lifecycle(client)
 
 
-async def test_identity_is_the_bindings_and_smuggling_is_refused(center: DevCenter) -> None:
+async def test_task_lifecycle_over_tls(center: DevCenter) -> None:
+    async with open_host(center.binding_env("tcp")) as client:
+        await task_lifecycle(client)
+
+
+async def task_lifecycle(client: Client) -> None:
+    failed, created = await call(
+        client, "create_task", {"project_id": "p-1", "title": "t", "assignee": "agent-1"}
+    )
+    assert not failed, created
+    task_id = created["task_id"]
+    _, task = await call(client, "get_task", {"task_id": task_id})
+    assert task["status"] == "open" and task["assignee"] == "agent-1"
+    _, beat = await call(client, "heartbeat", {"task_id": task_id})
+    assert beat["status"] == "running"
+    failed, _ = await call(client, "post_task_message", {"task_id": task_id, "content": "hi"})
+    assert not failed
+    failed, _ = await call(client, "update_task", {"task_id": task_id, "title": "renamed"})
+    assert not failed
+    _, done = await call(client, "complete_task", {"task_id": task_id, "summary": "done"})
+    assert done["status"] == "completed"
+    _, work = await call(client, "get_my_work", {})
+    assert task_id not in [t["task_id"] for t in work["tasks"]]
+    failed, again = await call(client, "heartbeat", {"task_id": task_id})
+    assert failed and again["status"] == 409 and again["error"] == "illegal_transition"
+
+
+async def test_identity_is_the_bindings_and_smuggling_is_refused(host: HostUnderTest) -> None:
+    center = host.center
     before = len(center.requests(500))
-    async with open_host(center.binding_env("unix")) as client:
+    async with host.open() as client:
         for smuggled in ({"agent_id": "agent-2"}, {"agentId": "agent-2"}, {"AGENT_ID": "x"}):
             failed, refused = await call(client, "get_my_work", smuggled)
             assert failed and refused["error"] == "invalid_arguments"
@@ -70,10 +86,16 @@ async def test_identity_is_the_bindings_and_smuggling_is_refused(center: DevCent
         await call(client, "get_issue", {"issue_id": "i-1"})
     bodies = admin_bodies(center, before)
     assert bodies and {b["agent_id"] for b in bodies} == {"agent-1"}
+    generations = {
+        {k.lower(): v for k, v in r["headers"].items()}.get("x-ac-mcp-generation")
+        for r in center.requests(500)[before:]
+        if str(r.get("route", "")).startswith("/admin/")
+    }
+    assert generations == {str(host.generation())}
 
 
-async def test_center_errors_keep_status_code_and_message(center: DevCenter) -> None:
-    async with open_host(center.binding_env("unix")) as client:
+async def test_center_errors_keep_status_code_and_message(host: HostUnderTest) -> None:
+    async with host.open() as client:
         failed, missing = await call(client, "get_task", {"task_id": "t-missing"})
         assert failed and missing["status"] == 404 and missing["error"] == "not_found"
         failed, foreign = await call(client, "get_issue", {"issue_id": "i-2"})
@@ -122,8 +144,9 @@ async def test_generation_fencing_reports_a_superseded_host(center: DevCenter) -
     assert "superseded" in stale["message"]
 
 
-async def test_fork_executor_goes_to_the_runtime_socket(center: DevCenter) -> None:
-    async with open_host(center.binding_env("unix")) as client:
+async def test_fork_executor_goes_to_the_runtime_socket(host: HostUnderTest) -> None:
+    center = host.center
+    async with host.open() as client:
         _, created = await call(
             client, "create_task", {"project_id": "p-1", "title": "fork me", "assignee": "agent-1"}
         )
@@ -142,13 +165,13 @@ async def test_fork_executor_without_runtime_socket_is_a_clear_error(center: Dev
     assert "AC_MCP_RUNTIME_SOCKET" in err["message"]
 
 
-async def test_search_tools_loads_additively_and_notifies(center: DevCenter) -> None:
+async def test_search_tools_loads_additively_and_notifies(host: HostUnderTest) -> None:
     notifications: list[str] = []
 
     async def on_message(message: object) -> None:
         notifications.append(type(message).__name__ + ":" + str(getattr(message, "method", "")))
 
-    async with open_host(center.binding_env("unix"), message_handler=on_message) as client:
+    async with host.open(message_handler=on_message) as client:
         failed, found = await call(client, "search_tools", {"query": "subscribe"})
         assert not failed
         loaded = {t["name"] for t in found["loaded"]}
@@ -164,41 +187,36 @@ async def test_search_tools_loads_additively_and_notifies(center: DevCenter) -> 
     assert any("list_changed" in n or "ToolListChanged" in n for n in notifications), notifications
 
 
-async def test_deferred_tools_are_callable_by_name_without_a_refresh(center: DevCenter) -> None:
-    async with open_host(center.binding_env("unix")) as client:
+async def test_deferred_tools_are_callable_by_name_without_a_refresh(
+    host: HostUnderTest,
+) -> None:
+    async with host.open() as client:
         _, created = await call(client, "create_task", {"project_id": "p-1", "title": "x"})
         failed, ok = await call(client, "subscribe", {"task_id": created["task_id"]})
     assert not failed and ok["ok"] is True
 
 
-async def test_oversized_results_are_cut_with_a_note(center: DevCenter) -> None:
-    with center.faults(big_result_bytes={"get_my_work": 300_000}):
-        async with open_host(center.binding_env("unix")) as client:
+async def test_oversized_results_are_cut_with_a_note(host: HostUnderTest) -> None:
+    with host.center.faults(big_result_bytes={"get_my_work": 300_000}):
+        async with host.open() as client:
             failed, big = await call(client, "get_my_work", {})
     assert not failed and big["truncated"] is True
     assert big["total_bytes"] > 300_000 and big["omitted_bytes"] > 200_000
     assert "note" in big and isinstance(big["partial"], dict)
 
 
-async def test_unknown_tool_is_an_error_result(center: DevCenter) -> None:
-    async with open_host(center.binding_env("unix")) as client:
+async def test_unknown_tool_is_an_error_result(host: HostUnderTest) -> None:
+    async with host.open() as client:
         failed, err = await call(client, "no_such_tool", {})
     assert failed and err["error"] == "unknown_tool" and "search_tools" in err["message"]
 
 
 async def test_an_auto_mode_client_speaks_2026_07_28_without_falling_back(
-    center: DevCenter,
+    host: HostUnderTest,
 ) -> None:
     """SDK clients in `mode="auto"` probe `server/discover` first; the SDK core answers it, so
     the session runs in the 2026-07-28 era (no `initialize` handshake), and tools work there."""
-    import sys
-
-    from mcp import Client, StdioServerParameters
-
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mcphost.cli", "host"], env=center.binding_env("unix")
-    )
-    async with Client(params, mode="auto") as client:
+    async with Client(host.params(), mode="auto") as client:
         assert client.session.protocol_version == "2026-07-28"
         failed, work = await call(client, "get_my_work", {})
         _, found = await call(client, "search_tools", {"query": "subscribe"})
