@@ -1,0 +1,1348 @@
+"""The relay's operations (reference `agentmux-relay.md` §1.3-§1.12, §2.3-§2.6, §3.2-§3.7).
+
+Owns: `RelayBehaviour`, what `RelayServer` calls: `authenticate(hello, peer_cred)` (the hello's
+identity, §2.2) and `handle(principal, request)` (one request's response body `{"kind": ...}`,
+or a `RelayError`); the per-target delivery workers (FIFO, one asyncio task per target with
+something queued); the recent delivery outcomes. It reads the configuration layers (bundles,
+coders, users, policies, relay.toml) afresh for every request (no watcher: an edit applies to the
+next request) and keeps the principal store (`<state>/identity/principals.json`).
+
+Hosting is the supervisor's: it implements `BundleHost` (below) and hands it in. The relay never
+starts or stops a process itself; `up` / `down` ask the host.
+
+Operations and what each answers:
+- `list`: namespace (the frame's, else the requester's bundle) -> one ListedBundle (§1.3); a
+  member is ready when the host says so; `hosted` / `state` "up" iff at least one member is
+  ready; `startup_health` "healthy" (all ready) or "degraded" (some), only when up;
+  `state_reason_code` `runtime_no_configured_sessions` (no members) or `runtime_startup_failed`
+  (none ready while the host hosts the bundle); a bundle the host does not host is "down" with
+  no reason. `GLOBAL` -> the users.toml principals plus live `@GLOBAL` connections, `ready` =
+  a live connection. Capability `list.read`.
+- `look`: tmux capture of the target pane, `lines` 1..=1000 (default 120), `offset` only 0
+  (`validation_offset_unsupported`); `snapshot_format: "lines"`. Capability `look.inspect`.
+- `send`: targets fully qualified (bare names are the relay tools' job), deduplicated in order;
+  broadcast = every other member of the sender's bundle. Each target gets a uuid4
+  `message_id` and its envelope (envelope.py), queued to the target's worker, which waits for the
+  coder's readiness gate (coders.toml `prompt-regex` etc.), takes the contiguous envelopes that
+  fit one batch (envelope.take_batch) and pastes them bracketed, then a separate "\\r". The
+  response is `queued` at once. A `@GLOBAL` target gets an `incoming_message` event on its live
+  connections (through the `send_event` hook) instead. Explicit targets of an unsupported
+  transport (acp, pty, ui, pubsub members) fail the request with
+  `runtime_session_type_not_implemented` before anything is queued; in a broadcast such a member
+  gets a result with outcome `not_submitted` and that reason code. Capability `send.deliver`.
+- `raww`: 32 KiB of UTF-8 at most (`validation_invalid_params`), queued to the same worker as a
+  batch barrier (envelopes before it are delivered before it, later ones after it); no gate.
+  Capability `raww.write`.
+- `up` / `down`: `bundle_transition` for the subject bundle (namespace, else the requester's);
+  skipped `already_hosted` / `already_unhosted`; a host failure is outcome `failed`,
+  `runtime_startup_failed` / `runtime_shutdown_failed`. Capability `updown`.
+- `new_peer` / `change_psk` / `drop_peer`: the principal store, serialized; destinations
+  `response` (the PSK in this response only), `config` (a session principal's `identity.psk`
+  under the state root; `validation_config_destination_unsupported` for other types), `path`
+  (absolute, checked before the store changes, written without following a symlink).
+  `change_psk` and `drop_peer` then revoke the principal's live connections through the
+  `revoke` hook (`runtime_identity_revoked`), except when the requester rotates its own.
+  Capabilities `new.peer`, `change.psk`, `drop.peer`.
+- `choices_list` -> empty `pending_requests`; `choices_pick` -> `runtime_choices_request_not_found`:
+  this relay hosts no ACP sessions, so there is never a pending choice. Capability `choose`.
+- `list_relays` -> the relay.toml peer aliases; `discover_namespaces` (no `relay`) -> the
+  configured bundle ids; `discover_principals` (no `relay`) -> the namespace's ListedBundle.
+  With a `relay`, and for any `!` target: `runtime_cross_relay_unavailable`. Capability
+  `list.read`.
+- `change_scope` (after validating the `@RELAY` id and authorizing `change.scope`) and
+  `identity_introspect`: `runtime_operation_not_implemented` (peer scopes matter only for
+  cross-relay ingress, and there are no trusted hosts).
+
+Delivery outcomes (§3.4: `delivered`, `timeout` with the gate's reason code, `not_submitted`,
+`submission_unknown`, `failed` `dropped_on_shutdown`) are kept in `outcomes` (the last 4096, by
+message id) and logged as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
+`delivery_outcome` event. Not done: upstream's receipt message from `relay@RELAY` to a coder
+sender for a non-delivered outcome, per-target quotas. Revocation goes through the server's
+`revoke`, which closes every live connection of the principal (a socket-trust one too).
+
+Order (§3.2): request validation, then existence (bundle, member, target), then authorization
+(`policy.authorize` with the requester's member policy), then the action. The requester is
+always the connection's principal: a `requester_session` naming anyone else is
+`validation_unknown_sender`.
+
+Identity (§2.2): a PSK hello is looked up in the store (`validation_unrecognized_credential`,
+`validation_identity_binding_mismatch`, `runtime_identity_expired`); `socket-trust` is accepted
+only for a session or user principal, only when relay.toml does not require session credentials,
+and only when the host's `socket_trust(principal_id, peer_cred)` says the kernel vouches for the
+peer (`validation_credential_required` otherwise). Then the principal must exist: a member of a
+configured bundle, or a users.toml user with a known policy.
+
+Must never: log, store or return a PSK except in a `response`-destination answer; log a message
+body or raww text (events carry ids, sizes and outcomes only); act as any principal but the
+connection's; start a process or a tmux session itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import traceback
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from mcphost import events
+from mcphost.relay import envelope as env
+from mcphost.relay import tmux as tm
+from mcphost.relay import wire
+from mcphost.relay.bundles import (
+    Bundle,
+    Session,
+    TmuxCoder,
+    User,
+    Users,
+    bundle_ids,
+    load_relay_settings,
+    load_users,
+    require_bundle,
+)
+from mcphost.relay.policy import Policy, authorize, load_policies, member_policy
+from mcphost.relay.principals import (
+    PrincipalStore,
+    StoredPrincipal,
+    check_destination,
+    check_expiry,
+    principal_type,
+    session_credential_path,
+    unknown_principal,
+    write_credential,
+    write_session_credential,
+)
+from mcphost.relay.wire import (
+    SCHEMA_VERSION,
+    SOCKET_TRUST,
+    Hello,
+    Principal,
+    RelayError,
+    Request,
+    parse_principal,
+    utc_now,
+)
+from mcphost.supervisor.peer import PeerCred
+
+GLOBAL = "GLOBAL"
+RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
+DEFAULT_QUIET_MS = 750
+OUTCOMES_KEPT = 4096
+REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
+DROPPED_MESSAGE = "identity credential was dropped"
+TMUX_ONLY = ("tmux",)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberHealth:
+    """What `BundleHost.member_state` may report besides readiness (all optional)."""
+
+    startup_failure_count: int = 0
+    recent_startup_failures: tuple[dict[str, Any], ...] = ()
+
+
+class BundleHost(Protocol):
+    """What the supervisor implements so the relay can host bundles (one per relay).
+
+    - `hosted(bundle)`: whether the bundle's hosting intent is "run" (after `up`, or autostart),
+      whatever its members' current state.
+    - `up(bundle)`: start every tmux member of the bundle (its tmux server, one session per
+      member, restarted by the supervisor like a plain process) and return once they are
+      started (not necessarily ready); raise to report a failure (the transition is `failed`).
+    - `down(bundle)`: stop every member and the bundle's tmux server; return once they are gone.
+    - `tmux(bundle)`: the bundle's `TmuxServer`, or None while it is not hosted.
+    - `session_name(bundle, session_id)`: the tmux session name of that member.
+    - `member_state(bundle, session_id)`: `(ready, MemberHealth)`; ready means the member's
+      session exists and its process runs (the relay's §1.3 readiness); the health carries the
+      member's startup failure count and recent failure records (`{session_id, transport, code,
+      reason, timestamp, sequence, details?}`). Cheap and synchronous: called for every member
+      on each `list`.
+    `bundle` is always the relay's freshly read `bundles.Bundle` (use `bundle.id`).
+    """
+
+    def hosted(self, bundle: Bundle) -> bool: ...
+
+    async def up(self, bundle: Bundle) -> None: ...
+
+    async def down(self, bundle: Bundle) -> None: ...
+
+    def tmux(self, bundle: Bundle) -> tm.TmuxServer | None: ...
+
+    def session_name(self, bundle: Bundle, session_id: str) -> str: ...
+
+    def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]: ...
+
+
+SocketTrust = Callable[[str, PeerCred | None], bool]
+Revoke = Callable[[str, str, str], int]
+SendEvent = Callable[[str, dict[str, Any]], int]
+
+
+# -- small helpers -----------------------------------------------------------------------------
+
+
+def _bad(message: str, details: dict[str, Any] | None = None) -> RelayError:
+    return RelayError("validation_invalid_arguments", message, details)
+
+
+def _opt_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise _bad(f"{name} must be a string", {"field": name})
+
+
+def _opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    raise _bad(f"{name} must be a boolean", {"field": name})
+
+
+def _opt_int(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _bad(f"{name} must be an integer", {"field": name})
+
+
+def _not_implemented(operation: str, why: str) -> RelayError:
+    return RelayError(
+        "runtime_operation_not_implemented",
+        f"{operation} is not implemented by this relay: {why}",
+        {"operation": operation},
+    )
+
+
+def _cross_relay(target: str) -> RelayError:
+    return RelayError(
+        "runtime_cross_relay_unavailable",
+        "cross-relay routing is not available on this relay (no peer relays)",
+        {"target": target},
+    )
+
+
+def _session_type(bundle: Bundle, session: Session) -> RelayError:
+    return RelayError(
+        "runtime_session_type_not_implemented",
+        f"session transport {session.transport!r} is not implemented by this relay "
+        "(tmux sessions only)",
+        {"target_session": session.principal_id(bundle.id), "transport": session.transport},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Requester:
+    principal: Principal
+    policy: Policy
+    member: Session | None  # a session principal's bundle member
+    user: User | None  # a user principal's users.toml entry
+
+    @property
+    def display_name(self) -> str | None:
+        if self.member is not None:
+            return self.member.name
+        return self.user.name if self.user is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    principal: Principal
+    bundle: Bundle | None  # None for @GLOBAL
+    session: Session | None
+    display_name: str | None
+
+
+@dataclass(slots=True)
+class _Item:
+    message_id: str
+    kind: str  # "envelope" | "raww"
+    text: str = field(repr=False)
+    sender: str
+    target: str
+    no_enter: bool = False
+
+
+@dataclass(slots=True)
+class _Worker:
+    bundle_id: str
+    session_id: str
+    queue: deque[_Item] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+
+# -- the behaviour -----------------------------------------------------------------------------
+
+
+class RelayBehaviour:
+    """The relay's operations over the configuration, the principal store and a `BundleHost`.
+
+    `socket_trust` decides whether the kernel vouches for a socket-trust hello (None: refuse
+    every socket-trust hello). `revoke(principal_id, code, message)` tears down a principal's
+    live connections (`RelayServer.revoke`); `send_event(principal_id, frame)` queues an event
+    (`RelayServer.send_event`); `live_principals()` lists the principal ids with a live
+    connection (for the GLOBAL view). Hooks may be set after construction (the server is
+    built with this object's methods). `quiet_ms` is the readiness gate's quiet window.
+    """
+
+    def __init__(
+        self,
+        configuration_roots: Sequence[Path | str],
+        state_root: Path | str,
+        host: BundleHost,
+        *,
+        socket_trust: SocketTrust | None = None,
+        revoke: Revoke | None = None,
+        send_event: SendEvent | None = None,
+        live_principals: Callable[[], Iterable[str]] | None = None,
+        quiet_ms: int = DEFAULT_QUIET_MS,
+        poll_ms: int = 50,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.roots = tuple(Path(r) for r in configuration_roots)
+        self.state_root = Path(state_root).absolute()
+        self.host = host
+        self.socket_trust = socket_trust
+        self.revoke = revoke
+        self.send_event = send_event
+        self.live_principals = live_principals
+        self.quiet_ms = quiet_ms
+        self.poll_ms = poll_ms
+        self._environ = environ
+        self.store = PrincipalStore(self.state_root / "identity" / "principals.json")
+        self._admin = asyncio.Lock()
+        self._workers: dict[tuple[str, str], _Worker] = {}
+        self.outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._closed = False
+        self._ops: dict[str, Callable[[Principal, Request], Any]] = {
+            "list": self._list,
+            "look": self._look,
+            "send": self._send,
+            "raww": self._raww,
+            "up": self._updown,
+            "down": self._updown,
+            "new_peer": self._new_peer,
+            "change_psk": self._change_psk,
+            "drop_peer": self._drop_peer,
+            "change_scope": self._change_scope,
+            "identity_introspect": self._identity_introspect,
+            "choices_list": self._choices_list,
+            "choices_pick": self._choices_pick,
+            "list_relays": self._list_relays,
+            "discover_namespaces": self._discover_namespaces,
+            "discover_principals": self._discover_principals,
+        }
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def authenticate(self, hello: Hello, peer_cred: PeerCred | None) -> Principal:
+        """The hello's principal, or a §2.2 RelayError. Never logs the token."""
+        principal = parse_principal(hello.principal_id)
+        token = hello.identity_token
+        if token == SOCKET_TRUST:
+            settings = load_relay_settings(self.roots, self._environ)
+            vouched = (
+                principal.kind in ("session", "user")
+                and not settings.require_session_credentials
+                and self.socket_trust is not None
+                and self.socket_trust(principal.id, peer_cred)
+            )
+            if not vouched:
+                raise RelayError(
+                    "validation_credential_required",
+                    "socket trust is not accepted for this principal; present its PSK",
+                    {"principal_id": principal.id},
+                )
+            verified = False
+        else:
+            record = self.store.lookup(token)
+            if record is None:
+                raise RelayError(
+                    "validation_unrecognized_credential",
+                    "identity token not recognized",
+                    {"principal_id": principal.id},
+                )
+            if record.principal_id != principal.id:
+                raise RelayError(
+                    "validation_identity_binding_mismatch",
+                    "identity token is registered to another principal",
+                    {
+                        "principal_id": principal.id,
+                        "registered_principal_id": record.principal_id,
+                    },
+                )
+            check_expiry(record)
+            verified = True
+        if principal.kind == "session":
+            bundle = require_bundle(self.roots, principal.namespace)
+            if bundle.member(principal.name) is None:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "hello session_id is not configured in associated bundle",
+                    {"principal_id": principal.id},
+                )
+        elif principal.kind == "user":
+            user = load_users(self.roots).get(principal.id)
+            if user is None:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "hello principal is not configured in users.toml",
+                    {"principal_id": principal.id},
+                )
+            member_policy(load_policies(self.roots), user)  # validation_unknown_policy
+        return Principal(
+            principal.id, principal.name, principal.namespace, principal.kind, verified
+        )
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    async def handle(self, principal: Principal, request: Request) -> dict[str, Any]:
+        """One request's response body (`{"kind": ...}`); raises RelayError."""
+        op = self._ops.get(request.operation)
+        if op is None:
+            raise _not_implemented(request.operation, "unknown operation")
+        result: dict[str, Any] = await op(principal, request)
+        return result
+
+    def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:
+        """The connection's principal with its policy; a `requester_session` naming anyone
+        else is `validation_unknown_sender`."""
+        claimed = _opt_str(body, "requester_session")
+        if claimed is not None:
+            bare = claimed.removesuffix("@" + principal.namespace)
+            if bare != principal.name:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "requester_session does not name this connection's principal",
+                    {"requester_session": claimed, "principal_id": principal.id},
+                )
+        policies = load_policies(self.roots)
+        if principal.kind == "session":
+            bundle = require_bundle(self.roots, principal.namespace)
+            member = bundle.member(principal.name)
+            if member is None:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "requester session is not configured in its bundle",
+                    {"requester_session": principal.id},
+                )
+            return _Requester(principal, member_policy(policies, member), member, None)
+        if principal.kind == "user":
+            user = load_users(self.roots).get(principal.id)
+            if user is None:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "requester is not configured in users.toml",
+                    {"requester_session": principal.id},
+                )
+            return _Requester(principal, member_policy(policies, user), None, user)
+        # application / relay principals: authorize() refuses them everything
+        return _Requester(principal, member_policy(policies, None), None, None)
+
+    def _subject(self, principal: Principal, request: Request) -> str:
+        """The routing namespace of a bundle-subject request (§2.3)."""
+        namespace = request.namespace
+        if namespace is None:
+            if principal.kind != "session":
+                raise RelayError(
+                    "validation_missing_routing_namespace",
+                    "a relay-wide principal must name the namespace of this request",
+                    {"operation": request.operation},
+                )
+            return principal.namespace
+        if namespace in ("EXTERNAL", "RELAY"):
+            raise RelayError(
+                "validation_unsupported_namespace",
+                f"namespace {namespace!r} cannot be routed to",
+                {"namespace": namespace},
+            )
+        return namespace
+
+    def _target(self, raw: Any, *, operation: str, users: Users | None = None) -> _Target:
+        """A fully-qualified target, resolved; validation and existence errors only."""
+        if not isinstance(raw, str) or not raw.strip():
+            raise RelayError("validation_unknown_target", "target_session must be non-empty")
+        if "!" in raw:
+            raise _cross_relay(raw)
+        if "@" not in raw:
+            raise RelayError(
+                "validation_unqualified_target",
+                "target must be a fully-qualified principal id (id@namespace)",
+                {"target": raw},
+            )
+        target = parse_principal(raw)
+        if target.namespace in ("EXTERNAL", "RELAY"):
+            raise RelayError(
+                "validation_unsupported_namespace",
+                f"targets in namespace {target.namespace!r} are not supported",
+                {"target": raw, "namespace": target.namespace},
+            )
+        if target.namespace == GLOBAL:
+            if operation != "send":
+                raise RelayError(
+                    "validation_unsupported_operation",
+                    f"{operation} cannot target a relay-wide principal",
+                    {"target_session": raw},
+                )
+            users = users if users is not None else load_users(self.roots)
+            user = users.get(raw)
+            if user is None and raw not in self._live():
+                raise RelayError(
+                    "validation_unknown_target",
+                    "target is not a configured or connected principal",
+                    {"target_session": raw},
+                )
+            return _Target(target, None, None, user.name if user else None)
+        bundle = require_bundle(self.roots, target.namespace)
+        session = bundle.member(target.name)
+        if session is None:
+            raise RelayError(
+                "validation_unknown_target",
+                "target is not a member of its bundle",
+                {"target_session": raw},
+            )
+        return _Target(target, bundle, session, session.name)
+
+    def _live(self) -> set[str]:
+        return set(self.live_principals()) if self.live_principals is not None else set()
+
+    # -- list ----------------------------------------------------------------------------------
+
+    async def _list(self, principal: Principal, request: Request) -> dict[str, Any]:
+        namespace = self._subject(principal, request)
+        listed = self._listed(principal, namespace, request.body)
+        return {"kind": "list", "schema_version": SCHEMA_VERSION, "bundle": listed}
+
+    def _listed(self, principal: Principal, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if namespace == GLOBAL:
+            users = load_users(self.roots)
+            requester = self._requester(principal, body)
+            authorize(requester.policy, "list.read", principal, subject_bundle=GLOBAL)
+            return self.global_view(users)
+        bundle = require_bundle(self.roots, namespace)
+        requester = self._requester(principal, body)
+        authorize(requester.policy, "list.read", principal, subject_bundle=bundle.id)
+        return self.listed_bundle(bundle)
+
+    def listed_bundle(self, bundle: Bundle) -> dict[str, Any]:
+        """The §1.3 ListedBundle of a configured bundle, from the host's member states."""
+        principals: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
+        count = 0
+        ready_count = 0
+        for session in bundle.sessions:
+            ready, health = self.host.member_state(bundle, session.id)
+            entry: dict[str, Any] = {"id": session.principal_id(bundle.id)}
+            if session.name is not None:
+                entry["name"] = session.name
+            entry["transport"] = session.transport
+            entry["ready"] = bool(ready)
+            principals.append(entry)
+            ready_count += bool(ready)
+            count += health.startup_failure_count
+            failures.extend(dict(f) for f in health.recent_startup_failures)
+        failures.sort(key=lambda f: (f.get("sequence", 0), f.get("timestamp", "")))
+        out: dict[str, Any] = {"id": bundle.id}
+        up = ready_count > 0
+        out["hosted"] = up
+        out["state"] = "up" if up else "down"
+        if up:
+            out["startup_health"] = "healthy" if ready_count == len(bundle.sessions) else "degraded"
+        elif not bundle.sessions:
+            out["state_reason_code"] = "runtime_no_configured_sessions"
+            out["state_reason"] = "bundle has zero configured sessions"
+        elif self.host.hosted(bundle):
+            out["state_reason_code"] = "runtime_startup_failed"
+            out["state_reason"] = "zero configured sessions are currently ready"
+        out["startup_failure_count"] = count
+        out["recent_startup_failures"] = failures
+        out["principals"] = principals
+        return out
+
+    def global_view(self, users: Users) -> dict[str, Any]:
+        """The GLOBAL registry: users.toml principals, then other live `@GLOBAL` connections."""
+        live = self._live()
+        principals: list[dict[str, Any]] = []
+        for user in users.users:
+            entry: dict[str, Any] = {"id": user.id}
+            if user.name is not None:
+                entry["name"] = user.name
+            entry["transport"] = user.transport
+            entry["ready"] = user.id in live
+            principals.append(entry)
+        known = {user.id for user in users.users}
+        for pid in sorted(live):
+            if pid.endswith("@" + GLOBAL) and pid not in known:
+                principals.append({"id": pid, "transport": "ui", "ready": True})
+        up = any(p["ready"] for p in principals)
+        return {
+            "id": GLOBAL,
+            "hosted": up,
+            "state": "up" if up else "down",
+            "startup_failure_count": 0,
+            "recent_startup_failures": [],
+            "principals": principals,
+        }
+
+    # -- look ----------------------------------------------------------------------------------
+
+    async def _look(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        raw_target = body.get("target_session")
+        if not isinstance(raw_target, str) or not raw_target.strip():
+            raise RelayError("validation_unknown_target", "target_session must be non-empty")
+        lines = _opt_int(body, "lines")
+        if lines is not None and not 1 <= lines <= tm.MAX_LOOK_LINES:
+            raise RelayError(
+                "validation_invalid_lines",
+                f"lines must be between 1 and {tm.MAX_LOOK_LINES}",
+                {"lines": lines, "min": 1, "max": tm.MAX_LOOK_LINES},
+            )
+        offset = _opt_int(body, "offset")
+        target = self._target(raw_target, operation="look")
+        bundle, session = target.bundle, target.session
+        assert bundle is not None and session is not None
+        self._check_transport(bundle, session, "look")
+        if offset:
+            raise RelayError(
+                "validation_offset_unsupported",
+                "offset is only supported for ACP look targets",
+                {"target_session": target.principal.id, "offset": offset},
+            )
+        requester = self._requester(principal, body)
+        authorize(requester.policy, "look.inspect", principal, [target.principal])
+        server = self.host.tmux(bundle)
+        if server is None:
+            raise _unavailable(target.principal.id, "the target's bundle is not hosted")
+        name = self.host.session_name(bundle, session.id)
+        try:
+            snapshot = await server.capture(name, lines or tm.DEFAULT_LOOK_LINES)
+        except tm.NoSuchSession:
+            raise _unavailable(target.principal.id, "the target session is not running") from None
+        except tm.TmuxError as exc:
+            raise _unavailable(target.principal.id, exc.message) from None
+        events.emit(
+            "relay.look.response",
+            requester_session=principal.id,
+            target_session=target.principal.id,
+            snapshot_count=len(snapshot),
+        )
+        out: dict[str, Any] = {
+            "kind": "look",
+            "schema_version": SCHEMA_VERSION,
+            "requester_session": principal.id,
+            "target_session": target.principal.id,
+            "captured_at": utc_now(),
+            "snapshot_format": "lines",
+            "snapshot_lines": snapshot,
+        }
+        if principal.verified:
+            out["authenticated_identity"] = principal.id
+        return out
+
+    def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
+        """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and
+        acp/pty members are not implemented."""
+        if session.transport in ("ui", "pubsub"):
+            raise RelayError(
+                "validation_unsupported_operation",
+                f"{operation} is not supported for a {session.transport} session",
+                {
+                    "target_session": session.principal_id(bundle.id),
+                    "transport": session.transport,
+                },
+            )
+        coder = bundle.coder_for(session)
+        if session.transport != "tmux" or coder is None or coder.tmux is None:
+            raise _session_type(bundle, session)
+        return coder.tmux
+
+    # -- send ----------------------------------------------------------------------------------
+
+    async def _send(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        message = body.get("message")
+        if not isinstance(message, str) or not message.strip():
+            raise _bad("message must be non-empty")
+        raw_targets = body.get("targets") or []
+        if not isinstance(raw_targets, list):
+            raise _bad("targets must be an array of strings", {"field": "targets"})
+        broadcast = _opt_bool(body, "broadcast", False)
+        client_request_id = _opt_str(body, "request_id")
+        if broadcast and raw_targets:
+            raise RelayError(
+                "validation_conflicting_targets", "targets must be empty when broadcast=true"
+            )
+        if not broadcast and not raw_targets:
+            raise RelayError(
+                "validation_empty_targets", "provide at least one target or set broadcast=true"
+            )
+        if broadcast and principal.kind != "session":
+            raise _bad("broadcast requires a bundle-bound sender")
+
+        targets: list[_Target] = []
+        skipped: list[_Target] = []  # broadcast members of an unsupported transport
+        if broadcast:
+            home = require_bundle(self.roots, principal.namespace)
+            for session in home.sessions:
+                if session.id == principal.name:
+                    continue
+                target = _Target(
+                    parse_principal(session.principal_id(home.id)), home, session, session.name
+                )
+                coder = home.coder_for(session)
+                supported = session.transport == "tmux" and coder is not None and coder.tmux
+                (targets if supported else skipped).append(target)
+        else:
+            users = load_users(self.roots)
+            seen: set[str] = set()
+            for raw in raw_targets:
+                target = self._target(raw, operation="send", users=users)
+                if target.principal.id in seen:
+                    continue
+                seen.add(target.principal.id)
+                if target.bundle is not None and target.session is not None:
+                    self._check_transport(target.bundle, target.session, "send")
+                targets.append(target)
+        requester = self._requester(principal, body)
+        authorize(
+            requester.policy, "send.deliver", principal, [t.principal for t in targets + skipped]
+        )
+
+        created = datetime.now(UTC)
+        sender = env.Address(principal.id, requester.display_name)
+        everyone = [env.Address(t.principal.id, t.display_name) for t in targets + skipped]
+        results: list[dict[str, Any]] = []
+        for target in targets:
+            message_id = uuid.uuid4()
+            to = env.Address(target.principal.id, target.display_name)
+            cc = [a for a in everyone if a.canonical_id != target.principal.id]
+            text = env.render(env.Envelope(message_id, created, sender, to, message, cc))
+            item = _Item(str(message_id), "envelope", text, principal.id, target.principal.id)
+            if target.bundle is None:
+                self._deliver_event(item, message)
+            else:
+                assert target.session is not None
+                self._enqueue(target.bundle.id, target.session.id, item)
+            results.append(
+                {
+                    "target_session": target.principal.id,
+                    "message_id": str(message_id),
+                    "outcome": "queued",
+                }
+            )
+        for target in skipped:
+            assert target.bundle is not None and target.session is not None
+            err = _session_type(target.bundle, target.session)
+            skipped_id = str(uuid.uuid4())
+            results.append(
+                {
+                    "target_session": target.principal.id,
+                    "message_id": skipped_id,
+                    "outcome": "not_submitted",
+                    "reason_code": err.code,
+                    "reason": err.message,
+                }
+            )
+            self._record(skipped_id, principal.id, target.principal.id, "not_submitted", err.code)
+        events.emit(
+            "relay.send.request",
+            requester_session=principal.id,
+            request_id=client_request_id,
+            targets=[t.principal.id for t in targets + skipped],
+            broadcast=broadcast,
+            message_length=len(message),
+        )
+        out: dict[str, Any] = {"kind": "send", "schema_version": SCHEMA_VERSION}
+        if client_request_id is not None:
+            out["request_id"] = client_request_id
+        out["requester_session"] = principal.id
+        if requester.display_name is not None:
+            out["sender_display_name"] = requester.display_name
+        if principal.verified:
+            out["authenticated_identity"] = principal.id
+        out["results"] = results
+        return out
+
+    def _deliver_event(self, item: _Item, body: str) -> None:
+        """A `@GLOBAL` recipient: an `incoming_message` event on its live connections."""
+        sent = 0
+        if self.send_event is not None:
+            payload = {"message_id": item.message_id, "sender_session": item.sender, "body": body}
+            sent = self.send_event(
+                item.target, wire.event("incoming_message", item.target, payload)
+            )
+        if sent:
+            self._record(item.message_id, item.sender, item.target, "delivered", None)
+        else:
+            self._record(
+                item.message_id,
+                item.sender,
+                item.target,
+                "not_submitted",
+                tm.UNREACHABLE,
+                "the recipient has no live connection",
+            )
+
+    # -- raww ----------------------------------------------------------------------------------
+
+    async def _raww(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        raw_target = body.get("target_session")
+        if not isinstance(raw_target, str) or not raw_target.strip():
+            raise RelayError("validation_unknown_target", "target_session must be non-empty")
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise RelayError(
+                "validation_invalid_params", "text must be a string", {"field": "text"}
+            )
+        try:
+            tm.check_raw_text(text)
+        except tm.RawTextTooLarge as exc:
+            raise RelayError(exc.code, exc.message, exc.details) from None
+        no_enter = _opt_bool(body, "no_enter", False)
+        client_request_id = _opt_str(body, "request_id")
+        target = self._target(raw_target, operation="raww")
+        assert target.bundle is not None and target.session is not None
+        self._check_transport(target.bundle, target.session, "raww")
+        requester = self._requester(principal, body)
+        authorize(requester.policy, "raww.write", principal, [target.principal])
+        message_id = str(uuid.uuid4())
+        item = _Item(message_id, "raww", text, principal.id, target.principal.id, no_enter)
+        self._enqueue(target.bundle.id, target.session.id, item)
+        events.emit(
+            "relay.raww.request",
+            requester_session=principal.id,
+            target_session=target.principal.id,
+            message_id=message_id,
+            text_length=len(text),
+            no_enter=no_enter,
+        )
+        out: dict[str, Any] = {
+            "kind": "raww",
+            "schema_version": SCHEMA_VERSION,
+            "status": "queued",
+            "target_session": target.principal.id,
+            "transport": "tmux",
+        }
+        if client_request_id is not None:
+            out["request_id"] = client_request_id
+        out["message_id"] = message_id
+        return out
+
+    # -- delivery workers ----------------------------------------------------------------------
+
+    def _enqueue(self, bundle_id: str, session_id: str, item: _Item) -> None:
+        key = (bundle_id, session_id)
+        worker = self._workers.get(key)
+        if worker is None:
+            worker = self._workers[key] = _Worker(bundle_id, session_id)
+        worker.queue.append(item)
+        if worker.task is None and not self._closed:
+            worker.task = asyncio.get_running_loop().create_task(self._work(worker))
+
+    async def _work(self, worker: _Worker) -> None:
+        """Drain one target's queue in order; exits when it is empty (a later enqueue starts a
+        new task). Envelopes are coalesced up to a raww barrier; a raww goes alone. Items are
+        taken off the queue into `batch` before they are written, so each gets one outcome."""
+        try:
+            while worker.queue:
+                batch: list[_Item] = []
+                try:
+                    result = await self._deliver_next(worker, batch)
+                except asyncio.CancelledError:
+                    for item in batch:
+                        self._record_delivery(
+                            item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+                        )
+                    raise
+                except Exception as exc:  # one bad delivery must not stop the queue
+                    events.emit(
+                        "relay.delivery.unexpected_failure",
+                        level="error",
+                        target_session=f"{worker.session_id}@{worker.bundle_id}",
+                        traceback=traceback.format_exc(),
+                    )
+                    if not batch and worker.queue:
+                        batch.append(worker.queue.popleft())
+                    result = tm.Delivery(
+                        "submission_unknown", "internal_unexpected_failure", type(exc).__name__
+                    )
+                for item in batch:
+                    self._record_delivery(item, result)
+        finally:
+            worker.task = None
+
+    def _gate(self, coder: TmuxCoder) -> tm.Gate:
+        return tm.Gate(
+            quiet_ms=self.quiet_ms,
+            prompt_regex=coder.prompt_regex,
+            inspect_lines=coder.prompt_inspect_lines,
+            idle_column=coder.prompt_idle_column,
+            timeout_ms=coder.readiness_timeout_ms,
+            prime_timeout_ms=coder.prime_timeout_ms,
+            poll_ms=self.poll_ms,
+        )
+
+    async def _deliver_next(self, worker: _Worker, batch: list[_Item]) -> tm.Delivery:
+        """Deliver the head of the queue (a raww, or the envelopes that fit one batch), moving
+        the delivered items into `batch`; their outcome."""
+        head = worker.queue[0]
+        try:
+            bundle = require_bundle(self.roots, worker.bundle_id)
+            session = bundle.member(worker.session_id)
+            if session is None:
+                raise _unavailable(head.target, "the target is no longer configured")
+            coder = self._check_transport(bundle, session, head.kind)
+        except RelayError as err:
+            batch.append(worker.queue.popleft())
+            return tm.Delivery("not_submitted", err.code, err.message)
+        server = self.host.tmux(bundle)
+        name = self.host.session_name(bundle, session.id)
+        if server is None:
+            batch.append(worker.queue.popleft())
+            return tm.Delivery("not_submitted", tm.UNREACHABLE, "the bundle is not hosted")
+        if head.kind == "raww":
+            batch.append(worker.queue.popleft())
+            try:
+                return await tm.raw_write(server, name, head.text, head.no_enter)
+            except tm.TmuxError as exc:
+                return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
+        try:
+            state, reason = await self._gate(coder).wait(server, name), None
+        except tm.TmuxError as exc:
+            state, reason = tm.UNREACHABLE, exc.message
+        envelopes = list(itertools.takewhile(lambda i: i.kind == "envelope", worker.queue))
+        count = env.take_batch([i.text for i in envelopes])
+        batch.extend(worker.queue.popleft() for _ in range(count))
+        if state != tm.READY:
+            return tm.Delivery(tm.OUTCOME_OF.get(state, "timeout"), state, reason)
+        return await _paste_and_submit(server, name, env.join_batch([i.text for i in batch]))
+
+    def _record_delivery(self, item: _Item, result: tm.Delivery) -> None:
+        self._record(
+            item.message_id, item.sender, item.target, result.outcome, result.reason_code,
+            result.reason,
+        )  # fmt: skip
+
+    def _record(
+        self,
+        message_id: str,
+        sender: str,
+        target: str,
+        outcome: str,
+        reason_code: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """Keep the outcome (the last OUTCOMES_KEPT), log it, and tell a `@GLOBAL` sender."""
+        record: dict[str, Any] = {"target_session": target, "outcome": outcome}
+        if reason_code is not None:
+            record["reason_code"] = reason_code
+        if reason is not None:
+            record["reason"] = reason
+        self.outcomes[message_id] = record
+        while len(self.outcomes) > OUTCOMES_KEPT:
+            self.outcomes.popitem(last=False)
+        events.emit(
+            "relay.delivery.outcome",
+            message_id=message_id,
+            sender_session=sender,
+            target_session=target,
+            outcome=outcome,
+            reason_code=reason_code,
+        )
+        if self.send_event is not None and sender.endswith("@" + GLOBAL):
+            payload: dict[str, Any] = {
+                "message_id": message_id,
+                "phase": "failed" if outcome == "timeout" else outcome,
+                "outcome": {"delivered": "success", "timeout": "failed"}.get(outcome, outcome),
+            }
+            if reason_code is not None:
+                payload["reason_code"] = reason_code
+            if reason is not None:
+                payload["reason"] = reason
+            with contextlib.suppress(Exception):
+                self.send_event(sender, wire.event("delivery_outcome", sender, payload))
+
+    async def drain(self) -> None:
+        """Wait until every queued delivery has an outcome (tests and shutdown)."""
+        while True:
+            tasks = [w.task for w in self._workers.values() if w.task is not None]
+            if not tasks:
+                return
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Stop the workers; what is still queued is `dropped_on_shutdown`."""
+        self._closed = True
+        tasks = [w.task for w in self._workers.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for worker in self._workers.values():
+            while worker.queue:
+                item = worker.queue.popleft()
+                self._record(
+                    item.message_id, item.sender, item.target, "failed", "dropped_on_shutdown"
+                )
+
+    # -- up / down -----------------------------------------------------------------------------
+
+    async def _updown(self, principal: Principal, request: Request) -> dict[str, Any]:
+        action = request.operation
+        bundle = require_bundle(self.roots, self._subject(principal, request))
+        requester = self._requester(principal, request.body)
+        authorize(requester.policy, "updown", principal, subject_bundle=bundle.id)
+        entry: dict[str, Any] = {"bundle_name": bundle.id}
+        hosted = self.host.hosted(bundle)
+        if action == "up" and hosted:
+            entry.update(
+                outcome="skipped",
+                reason_code="already_hosted",
+                reason="bundle runtime is already hosted",
+            )
+        elif action == "down" and not hosted:
+            entry.update(
+                outcome="skipped",
+                reason_code="already_unhosted",
+                reason="bundle runtime is already unhosted",
+            )
+        else:
+            try:
+                if action == "up":
+                    await self.host.up(bundle)
+                else:
+                    await self.host.down(bundle)
+                entry["outcome"] = "hosted" if action == "up" else "unhosted"
+            except Exception as exc:
+                code = "runtime_startup_failed" if action == "up" else "runtime_shutdown_failed"
+                reason = exc.message if isinstance(exc, RelayError | tm.TmuxError) else str(exc)
+                entry.update(outcome="failed", reason_code=code, reason=reason or code)
+        events.emit(
+            f"relay.bundle.{action}",
+            requester_session=principal.id,
+            bundle_name=bundle.id,
+            outcome=entry["outcome"],
+        )
+        changed = entry["outcome"] in ("hosted", "unhosted")
+        return {
+            "kind": "bundle_transition",
+            "schema_version": SCHEMA_VERSION,
+            "action": action,
+            "bundles": [entry],
+            "changed_bundle_count": int(changed),
+            "skipped_bundle_count": int(entry["outcome"] == "skipped"),
+            "failed_bundle_count": int(entry["outcome"] == "failed"),
+            "changed_any": changed,
+        }
+
+    # -- identity administration ---------------------------------------------------------------
+
+    def _admin_target(self, body: dict[str, Any], operation: str) -> tuple[str, str]:
+        principal_id = body.get("principal_id")
+        if not isinstance(principal_id, str) or not principal_id:
+            raise RelayError(
+                "validation_invalid_principal_id",
+                f"principal_id is required for {operation}",
+                {"principal_id": principal_id if isinstance(principal_id, str) else None},
+            )
+        return principal_id, principal_type(principal_id)
+
+    def _destination(
+        self, body: dict[str, Any], principal_id: str, kind: str
+    ) -> tuple[str, Path | None]:
+        """(`response` | `config` | `path`, the file for the file destinations), checked
+        before anything changes."""
+        raw = body.get("destination")
+        if raw is None:
+            return "response", None
+        if not isinstance(raw, dict) or raw.get("kind") not in ("response", "config", "path"):
+            raise _bad(
+                'destination must be {"kind": "response" | "config" | "path"}',
+                {"field": "destination"},
+            )
+        dest = raw["kind"]
+        if dest == "response":
+            return dest, None
+        if dest == "config":
+            if kind != "session":
+                raise RelayError(
+                    "validation_config_destination_unsupported",
+                    "the config destination is only for session principals",
+                    {"principal_id": principal_id, "principal_type": kind},
+                )
+            principal = parse_principal(principal_id)
+            return dest, session_credential_path(
+                self.state_root, principal.namespace, principal.name
+            )
+        path = raw.get("path")
+        if not isinstance(path, str):
+            raise RelayError(
+                "validation_invalid_output_path",
+                "output_path must be an absolute path",
+                {"path": path},
+            )
+        return dest, check_destination(path)
+
+    def _deliverer(
+        self, dest: str, principal_id: str, path: Path | None
+    ) -> Callable[[str], object] | None:
+        if dest == "config":
+            principal = parse_principal(principal_id)
+            return lambda psk: write_session_credential(
+                self.state_root, principal.namespace, principal.name, psk
+            )
+        if dest == "path":
+            assert path is not None
+            return lambda psk: write_credential(path, psk)
+        return None
+
+    def _admin_requester(self, principal: Principal, body: dict[str, Any], capability: str) -> None:
+        requester = self._requester(principal, body)
+        authorize(requester.policy, capability, principal)
+
+    @staticmethod
+    def _credential_fields(dest: str, psk: str, path: Path | None) -> dict[str, Any]:
+        if dest == "response":
+            return {"psk": psk}
+        assert path is not None
+        return {"written_path": str(path)}
+
+    def _snippet(self, principal_id: str, kind: str) -> str:
+        principal = parse_principal(principal_id)
+        if kind == "session":
+            path = session_credential_path(self.state_root, principal.namespace, principal.name)
+            return (
+                f"Write the PSK to {path} (mode 0600); the session presents it as "
+                "identity_token at Hello."
+            )
+        if kind == "relay":
+            return (
+                f"Store the PSK at <state>/peers/{principal.name}.psk (mode 0600) on the peer "
+                f"relay; it presents it as identity_token at Hello as {principal_id}."
+            )
+        return (
+            "Store the PSK at an operator-chosen path (mode 0600) and present it as "
+            "identity_token at Hello."
+        )
+
+    async def _new_peer(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        principal_id, kind = self._admin_target(body, "new peer")
+        scope = _opt_str(body, "scope")
+        dest, path = self._destination(body, principal_id, kind)
+        self._admin_requester(principal, body, "new.peer")
+        async with self._admin:
+            psk = self.store.mint(
+                principal_id, kind, scope=scope, deliver=self._deliverer(dest, principal_id, path)
+            )
+        events.emit(
+            "relay.identity.principal_registered",
+            requester_session=principal.id,
+            principal_id=principal_id,
+            principal_type=kind,
+            destination=dest,
+        )
+        out: dict[str, Any] = {
+            "kind": "new_peer",
+            "schema_version": SCHEMA_VERSION,
+            "principal_id": principal_id,
+            "principal_type": kind,
+            **self._credential_fields(dest, psk, path),
+            "config_snippet": self._snippet(principal_id, kind),
+        }
+        return out
+
+    async def _change_psk(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        principal_id, kind = self._admin_target(body, "change psk")
+        dest, path = self._destination(body, principal_id, kind)
+        self._admin_requester(principal, body, "change.psk")
+        async with self._admin:
+            psk = self.store.rotate(principal_id, deliver=self._deliverer(dest, principal_id, path))
+        revoked = 0
+        if principal_id != principal.id and self.revoke is not None:
+            revoked = int(
+                self.revoke(principal_id, "runtime_identity_revoked", REVOKED_MESSAGE) or 0
+            )
+        events.emit(
+            "relay.identity.psk_rotated",
+            requester_session=principal.id,
+            principal_id=principal_id,
+            destination=dest,
+            revoked_connections=revoked,
+        )
+        return {
+            "kind": "change_psk",
+            "schema_version": SCHEMA_VERSION,
+            "principal_id": principal_id,
+            **self._credential_fields(dest, psk, path),
+        }
+
+    async def _drop_peer(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        principal_id, kind = self._admin_target(body, "drop peer")
+        if principal_id == principal.id:
+            raise RelayError(
+                "validation_self_drop_forbidden",
+                "a principal cannot drop its own credential",
+                {"principal_id": principal_id},
+            )
+        self._admin_requester(principal, body, "drop.peer")
+        async with self._admin:
+            record: StoredPrincipal | None = self.store.get(principal_id)
+            if record is None or not self.store.drop(principal_id):
+                raise unknown_principal(principal_id)
+        if self.revoke is not None:
+            self.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
+        events.emit(
+            "relay.identity.principal_dropped",
+            requester_session=principal.id,
+            principal_id=principal_id,
+        )
+        out: dict[str, Any] = {
+            "kind": "drop_peer",
+            "schema_version": SCHEMA_VERSION,
+            "principal_id": principal_id,
+            "principal_type": record.principal_type,
+        }
+        if kind == "session":
+            target = parse_principal(principal_id)
+            out["credential_path"] = str(
+                session_credential_path(self.state_root, target.namespace, target.name)
+            )
+        return out
+
+    async def _change_scope(self, principal: Principal, request: Request) -> dict[str, Any]:
+        principal_id, kind = self._admin_target(request.body, "change scope")
+        if kind != "relay":
+            raise RelayError(
+                "validation_invalid_principal_id",
+                "change scope applies to peer relay principals (<id>@RELAY) only",
+                {"principal_id": principal_id},
+            )
+        self._admin_requester(principal, request.body, "change.scope")
+        raise _not_implemented("change_scope", "peer scopes apply to cross-relay ingress only")
+
+    async def _identity_introspect(self, principal: Principal, request: Request) -> dict[str, Any]:
+        raise _not_implemented("identity_introspect", "this relay has no trusted hosts")
+
+    # -- choices (no ACP) ----------------------------------------------------------------------
+
+    async def _choices_list(self, principal: Principal, request: Request) -> dict[str, Any]:
+        bundle = require_bundle(self.roots, self._subject(principal, request))
+        requester = self._requester(principal, request.body)
+        authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)
+        return {"kind": "choices_list", "schema_version": SCHEMA_VERSION, "pending_requests": []}
+
+    async def _choices_pick(self, principal: Principal, request: Request) -> dict[str, Any]:
+        body = request.body
+        choice_id = body.get("choice_request_id")
+        if not isinstance(choice_id, str) or not choice_id.strip():
+            raise RelayError(
+                "validation_invalid_params",
+                "choice_request_id must be a non-empty string",
+                {"field": "choice_request_id"},
+            )
+        outcome = body.get("outcome")
+        if outcome not in ("selected", "cancelled"):
+            details: dict[str, Any] = {"field": "outcome"}
+            if outcome is not None:
+                details["value"] = outcome
+            raise RelayError(
+                "validation_invalid_params", 'outcome must be "selected" or "cancelled"', details
+            )
+        option_id = body.get("option_id")
+        if outcome == "selected" and (not isinstance(option_id, str) or not option_id.strip()):
+            raise RelayError(
+                "validation_invalid_params",
+                "selected outcome requires explicit non-empty option_id",
+                {"field": "option_id", "outcome": "selected"},
+            )
+        if outcome == "cancelled" and option_id is not None:
+            raise RelayError(
+                "validation_invalid_params",
+                "cancelled outcome must omit option_id",
+                {"field": "option_id", "outcome": "cancelled"},
+            )
+        bundle = require_bundle(self.roots, self._subject(principal, request))
+        requester = self._requester(principal, body)
+        authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)
+        raise RelayError(
+            "runtime_choices_request_not_found",
+            "choice request is not pending (this relay hosts no ACP sessions, so it never has "
+            "pending choices)",
+            {"choice_request_id": choice_id},
+        )
+
+    # -- discovery (local only) ----------------------------------------------------------------
+
+    def _no_foreign(self, body: dict[str, Any]) -> None:
+        relay = _opt_str(body, "relay")
+        if relay:
+            raise _cross_relay(relay)
+
+    async def _list_relays(self, principal: Principal, request: Request) -> dict[str, Any]:
+        requester = self._requester(principal, request.body)
+        authorize(requester.policy, "list.read", principal)
+        settings = load_relay_settings(self.roots, self._environ)
+        aliases = sorted(peer.alias for peer in settings.peers)
+        return {
+            "kind": "list_relays",
+            "schema_version": SCHEMA_VERSION,
+            "relays": [{"alias": a} for a in aliases],
+        }
+
+    async def _discover_namespaces(self, principal: Principal, request: Request) -> dict[str, Any]:
+        self._no_foreign(request.body)
+        requester = self._requester(principal, request.body)
+        authorize(requester.policy, "list.read", principal)
+        return {
+            "kind": "discover_namespaces",
+            "schema_version": SCHEMA_VERSION,
+            "namespaces": sorted(set(bundle_ids(self.roots))),
+        }
+
+    async def _discover_principals(self, principal: Principal, request: Request) -> dict[str, Any]:
+        self._no_foreign(request.body)
+        namespace = _opt_str(request.body, "namespace")
+        if not namespace:
+            raise _bad("namespace is required", {"field": "namespace"})
+        listed = self._listed(principal, namespace, request.body)
+        return {
+            "kind": "discover_principals",
+            "schema_version": SCHEMA_VERSION,
+            "bundles": [listed],
+        }
+
+
+def _unavailable(target: str, reason: str) -> RelayError:
+    return RelayError(
+        "transport_unavailable",
+        f"target session is unavailable: {reason}",
+        {"target_session": target},
+    )
+
+
+async def _paste_and_submit(server: tm.TmuxServer, name: str, text: str) -> tm.Delivery:
+    """The batch as one bracketed paste, then the separate "\\r" paste (tmux.deliver, after
+    the gate has already passed)."""
+    try:
+        await server.paste(name, text, bracketed=True)
+    except tm.TmuxError as exc:
+        return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
+    try:
+        await server.submit(name)
+    except tm.TmuxError as exc:
+        return tm.Delivery("submission_unknown", tm.SUBMIT_FAILED, exc.message)
+    return tm.Delivery("delivered")

@@ -1,0 +1,799 @@
+"""RelayBehaviour (mcphost/relay/behaviour.py) over a real tmux and a real configuration tree.
+
+The bundle `party` has three members (alpha: operator, bravo and charlie: the file default),
+each a tiny interactive stand-in in its own tmux session that prints the prompt `> ` and echoes
+what it reads; the coder's `prompt-regex` matches that prompt, so the readiness gate is real.
+The `BundleHost` here is a small real one (one TmuxServer per bundle under the state root), as
+the supervisor's will be. Requests go straight to `RelayBehaviour.handle`, and a few through a
+real `RelayServer` socket with our relay client (`RelayStream`).
+
+No sleeps as waits: a pane is polled until it shows what a test needs (a 30 s guard only catches
+a hang); delivery outcomes are awaited with `drain()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcphost.relay.behaviour import BundleHost, MemberHealth, RelayBehaviour
+from mcphost.relay.bundles import Bundle
+from mcphost.relay.server import RelayServer
+from mcphost.relay.tmux import TmuxServer
+from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
+from mcphost.relaytools.stream import RelayStream
+from mcphost.supervisor.peer import PeerCred
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+GUARD = 30.0
+
+STAND_IN = """\
+import sys
+while True:
+    sys.stdout.write("> ")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:
+        break
+    sys.stdout.write("echo: " + line)
+    sys.stdout.flush()
+"""
+
+POLICIES = """\
+format-version = 1
+default = "default"
+
+[[policies]]
+id = "default"
+description = "list, look and send at home"
+[policies.controls]
+list = "home"
+look = "home"
+send = "home"
+
+[[policies]]
+id = "operator"
+description = "everything"
+[policies.controls]
+list = "all"
+look = "all"
+send = "all"
+raww = "all"
+choose = "all"
+updown = "all"
+[policies.controls.new]
+peer = "all"
+[policies.controls.change]
+psk = "all"
+scope = "all"
+[policies.controls.drop]
+peer = "all"
+"""
+
+
+def config_tree(root: Path) -> tuple[Path, Path]:
+    """(configuration root, state root) with bundles/party.toml, coders.toml, policies.toml,
+    users.toml and the stand-in program."""
+    config = root / "config"
+    state = root / "state"
+    work = root / "work"
+    for path in (config / "bundles", state, work):
+        path.mkdir(parents=True, mode=0o700)
+    program = root / "standin.py"
+    program.write_text(STAND_IN)
+    command = f"{shlex.quote(sys.executable)} -u {shlex.quote(str(program))}"
+    (config / "coders.toml").write_text(
+        'format-version = 1\n\n[[coders]]\nid = "standin"\n[coders.tmux]\n'
+        f"initial-command = {command!r}\n"
+        "prompt-regex = '^>\\s*$'\nprompt-inspect-lines = 1\n"
+        '\n[[coders]]\nid = "acpish"\n[coders.acp]\nchannel = "stdio"\ncommand = "true"\n'
+    )
+    members = ""
+    for member, extra in (("alpha", 'name = "Alpha"\npolicy = "operator"\n'), ("bravo", ""),
+                          ("charlie", "")):  # fmt: skip
+        members += (
+            f'\n[[sessions]]\nid = "{member}"\n{extra}directory = "{work}"\ncoder = "standin"\n'
+        )
+    (config / "bundles" / "party.toml").write_text("format-version = 1\n" + members)
+    # a bundle whose other members this relay cannot host: an ACP coder and a UI session
+    (config / "bundles" / "mixed.toml").write_text(
+        "format-version = 1\n"
+        f'[[sessions]]\nid = "lead"\ndirectory = "{work}"\ncoder = "standin"\npolicy = "operator"\n'
+        f'[[sessions]]\nid = "agent"\ndirectory = "{work}"\ncoder = "acpish"\n'
+        '[[sessions]]\nid = "panel"\n[sessions.ui]\n'
+    )
+    (config / "policies.toml").write_text(POLICIES)
+    (config / "users.toml").write_text(
+        'format-version = 1\n\n[[sessions]]\nid = "op@GLOBAL"\npolicy = "operator"\n[sessions.ui]\n'
+    )
+    return config, state
+
+
+@dataclass
+class TmuxHost:
+    """A real BundleHost: one TmuxServer per bundle under `<state>/bundles/<id>`."""
+
+    state_root: Path
+    servers: dict[str, TmuxServer] = field(default_factory=dict)
+    pids: dict[tuple[str, str], int] = field(default_factory=dict)
+    ups: int = 0
+    downs: int = 0
+
+    def hosted(self, bundle: Bundle) -> bool:
+        return bundle.id in self.servers
+
+    async def up(self, bundle: Bundle) -> None:
+        self.ups += 1
+        server = TmuxServer(self.state_root / "bundles" / bundle.id)
+        self.servers[bundle.id] = server
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_root)}
+        for session in bundle.sessions:
+            coder = bundle.coder_for(session)
+            assert coder is not None and coder.tmux is not None and session.directory
+            argv = shlex.split(coder.tmux.command(session.coder_session_id))
+            name = self.session_name(bundle, session.id)
+            pid = await server.new_session(name, argv, session.directory, env)
+            self.pids[(bundle.id, session.id)] = pid
+
+    async def down(self, bundle: Bundle) -> None:
+        self.downs += 1
+        server = self.servers.pop(bundle.id)
+        for session in bundle.sessions:
+            await server.kill_session(self.session_name(bundle, session.id))
+            self.pids.pop((bundle.id, session.id), None)
+        await server.kill_server()
+
+    def tmux(self, bundle: Bundle) -> TmuxServer | None:
+        return self.servers.get(bundle.id)
+
+    def session_name(self, bundle: Bundle, session_id: str) -> str:
+        return f"{bundle.id}-{session_id}"
+
+    def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
+        pid = self.pids.get((bundle.id, session_id))
+        alive = False
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+        return alive, MemberHealth()
+
+
+@dataclass
+class World:
+    config: Path
+    state: Path
+    host: TmuxHost
+    relay: RelayBehaviour
+    revoked: list[tuple[str, str, str]]
+    trusted: set[str]
+
+    def principal(self, pid: str) -> Principal:
+        return parse_principal(pid)
+
+    async def call(self, pid: str, operation: str, namespace: str | None = None,
+                   **body: Any) -> dict[str, Any]:  # fmt: skip
+        request = Request("r1", namespace, operation, {"operation": operation, **body})
+        return await self.relay.handle(self.principal(pid), request)
+
+    async def refused(self, pid: str, operation: str, namespace: str | None = None,
+                      **body: Any) -> RelayError:  # fmt: skip
+        with pytest.raises(RelayError) as caught:
+            await self.call(pid, operation, namespace, **body)
+        return caught.value
+
+    def server(self) -> TmuxServer:
+        server = self.host.servers.get("party")
+        assert server is not None
+        return server
+
+    async def pane(self, member: str, needle: str) -> list[str]:
+        """The member's pane once a line of it contains `needle` (polled; 30 s guard)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GUARD
+        while True:
+            lines = await self.server().capture(f"party-{member}", 1000)
+            if any(needle in line for line in lines):
+                return lines
+            if loop.time() > deadline:
+                raise AssertionError(f"{needle!r} never showed in {member}'s pane: {lines[-10:]}")
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rbh-", dir="/tmp"))  # short: tmux.sock fits sun_path
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def world(root: Path) -> AsyncIterator[World]:
+    config, state = config_tree(root)
+    host = TmuxHost(state)
+    revoked: list[tuple[str, str, str]] = []
+    trusted: set[str] = {"alpha@party", "bravo@party", "charlie@party", "op@GLOBAL"}
+
+    def revoke(principal_id: str, code: str, message: str) -> int:
+        revoked.append((principal_id, code, message))
+        return 1
+
+    def socket_trust(principal_id: str, cred: PeerCred | None) -> bool:
+        return principal_id in trusted
+
+    relay = RelayBehaviour(
+        [config], state, host, socket_trust=socket_trust, revoke=revoke, quiet_ms=150,
+        poll_ms=20, environ={},
+    )  # fmt: skip
+    w = World(config, state, host, relay, revoked, trusted)
+    up = await w.call("alpha@party", "up", "party")
+    assert up["bundles"][0]["outcome"] == "hosted"
+    try:
+        yield w
+    finally:
+        await relay.aclose()
+        for bundle_id, server in list(host.servers.items()):
+            for name in await server.sessions():
+                await server.kill_session(name)
+            await server.kill_server()
+            host.servers.pop(bundle_id, None)
+
+
+def assert_bundle_host(host: BundleHost) -> None:
+    """The test host satisfies the protocol (checked by mypy at this call)."""
+
+
+# -- list -------------------------------------------------------------------------------------
+
+
+async def test_list_shows_every_member_ready(world: World) -> None:
+    assert_bundle_host(world.host)
+    response = await world.call("bravo@party", "list", "party", requester_session="bravo")
+    assert response == {
+        "kind": "list",
+        "schema_version": "1",
+        "bundle": {
+            "id": "party",
+            "hosted": True,
+            "state": "up",
+            "startup_health": "healthy",
+            "startup_failure_count": 0,
+            "recent_startup_failures": [],
+            "principals": [
+                {"id": "alpha@party", "name": "Alpha", "transport": "tmux", "ready": True},
+                {"id": "bravo@party", "transport": "tmux", "ready": True},
+                {"id": "charlie@party", "transport": "tmux", "ready": True},
+            ],
+        },
+    }
+    # the namespace defaults to the requester's bundle
+    again = await world.call("bravo@party", "list", requester_session="bravo@party")
+    assert again == response
+
+
+async def test_list_global_view_and_its_refusals(world: World) -> None:
+    live: set[str] = set()
+    world.relay.live_principals = lambda: live
+    response = await world.call("alpha@party", "list", "GLOBAL", requester_session="alpha")
+    assert response["bundle"] == {
+        "id": "GLOBAL",
+        "hosted": False,
+        "state": "down",
+        "startup_failure_count": 0,
+        "recent_startup_failures": [],
+        "principals": [{"id": "op@GLOBAL", "transport": "ui", "ready": False}],
+    }
+    live.add("op@GLOBAL")
+    response = await world.call("op@GLOBAL", "list", "GLOBAL")
+    assert response["bundle"]["state"] == "up"
+    assert response["bundle"]["principals"][0]["ready"] is True
+    # a relay-wide principal must name a namespace; EXTERNAL is not routable
+    err = await world.refused("op@GLOBAL", "list")
+    assert err.code == "validation_missing_routing_namespace"
+    err = await world.refused("alpha@party", "list", "EXTERNAL")
+    assert err.code == "validation_unsupported_namespace"
+    # an unknown bundle is an existence error, before authorization
+    err = await world.refused("bravo@party", "list", "nowhere")
+    assert err.code == "validation_unknown_bundle"
+    # another principal's requester_session is refused
+    err = await world.refused("bravo@party", "list", "party", requester_session="alpha")
+    assert err.code == "validation_unknown_sender"
+
+
+# -- send -------------------------------------------------------------------------------------
+
+
+async def test_send_delivers_the_envelope_into_the_target_pane(world: World) -> None:
+    response = await world.call(
+        "alpha@party", "send", request_id="req-1", requester_session="alpha",
+        message="hello bravo, from the test", targets=["bravo@party"], broadcast=False,
+    )  # fmt: skip
+    [result] = response["results"]
+    assert response == {
+        "kind": "send",
+        "schema_version": "1",
+        "request_id": "req-1",
+        "requester_session": "alpha@party",
+        "sender_display_name": "Alpha",
+        "results": [
+            {
+                "target_session": "bravo@party",
+                "message_id": result["message_id"],
+                "outcome": "queued",
+            }
+        ],
+    }
+    message_id = result["message_id"]
+    lines = await world.pane("bravo", "hello bravo, from the test")
+    text = "\n".join(lines)
+    assert f"Message-Id: {message_id}" in text
+    assert "From: Alpha <session:alpha@party>" in text
+    assert "To: bravo@party <session:bravo@party>" in text
+    assert f"--agentmux-{message_id.replace('-', '')}--" in text
+    await world.relay.drain()
+    assert world.relay.outcomes[message_id] == {
+        "target_session": "bravo@party",
+        "outcome": "delivered",
+    }
+    # nothing reached the others
+    assert not any("hello bravo" in line for line in await world.server().capture("party-charlie"))
+
+
+async def test_broadcast_reaches_every_other_member(world: World) -> None:
+    response = await world.call(
+        "bravo@party", "send", requester_session="bravo", message="all hands", targets=[],
+        broadcast=True,
+    )  # fmt: skip
+    assert [r["target_session"] for r in response["results"]] == ["alpha@party", "charlie@party"]
+    assert {r["outcome"] for r in response["results"]} == {"queued"}
+    alpha = "\n".join(await world.pane("alpha", "all hands"))
+    charlie = "\n".join(await world.pane("charlie", "all hands"))
+    assert "Cc: charlie@party <session:charlie@party>" in alpha
+    assert "Cc: Alpha <session:alpha@party>" in charlie
+    await world.relay.drain()
+    assert {world.relay.outcomes[r["message_id"]]["outcome"] for r in response["results"]} == {
+        "delivered"
+    }
+
+
+async def test_send_validation_comes_before_authorization(world: World) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"message": "  ", "targets": ["bravo@party"]}, "validation_invalid_arguments"),
+        ({"message": "x", "targets": ["bravo@party"], "broadcast": True},
+         "validation_conflicting_targets"),
+        ({"message": "x", "targets": []}, "validation_empty_targets"),
+        ({"message": "x", "targets": ["bravo"]}, "validation_unqualified_target"),
+        ({"message": "x", "targets": ["zulu@party"]}, "validation_unknown_target"),
+        ({"message": "x", "targets": ["bravo@nowhere"]}, "validation_unknown_bundle"),
+        ({"message": "x", "targets": ["bravo@party!west"]}, "runtime_cross_relay_unavailable"),
+        ({"message": "x", "targets": ["w@RELAY"]}, "validation_unsupported_namespace"),
+    ]  # fmt: skip
+    for body, code in cases:
+        err = await world.refused("bravo@party", "send", requester_session="bravo", **body)
+        assert err.code == code, (body, err)
+    assert not world.relay.outcomes
+
+
+# -- raww and look ----------------------------------------------------------------------------
+
+
+async def test_raww_writes_raw_text_and_look_reads_it_back(world: World) -> None:
+    response = await world.call(
+        "alpha@party", "raww", request_id=None, requester_session="alpha",
+        target_session="charlie@party", text="raw words here", no_enter=False,
+    )  # fmt: skip
+    assert response == {
+        "kind": "raww",
+        "schema_version": "1",
+        "status": "queued",
+        "target_session": "charlie@party",
+        "transport": "tmux",
+        "message_id": response["message_id"],
+    }
+    await world.pane("charlie", "echo: raw words here")  # submitted: the stand-in read a line
+    await world.relay.drain()
+    assert world.relay.outcomes[response["message_id"]]["outcome"] == "delivered"
+
+    look = await world.call(
+        "alpha@party", "look", requester_session="alpha", target_session="charlie@party", lines=40
+    )
+    assert look["kind"] == "look" and look["schema_version"] == "1"
+    assert look["requester_session"] == "alpha@party"
+    assert look["target_session"] == "charlie@party"
+    assert look["snapshot_format"] == "lines"
+    assert look["captured_at"].endswith("Z")
+    # raww has no readiness gate: the text may land before the stand-in's first prompt
+    assert any("echo: raw words here" in line for line in look["snapshot_lines"])
+    assert look["snapshot_lines"][-1].startswith(">")
+    assert "authenticated_identity" not in look  # socket trust: no verified identity
+    # default and maximum lines
+    assert 1 <= len((await world.call("alpha@party", "look", target_session="bravo@party"))[
+        "snapshot_lines"]) <= 120  # fmt: skip
+    for bad in (0, 1001):
+        err = await world.refused("alpha@party", "look", target_session="bravo@party", lines=bad)
+        assert err.code == "validation_invalid_lines"
+        assert err.details == {"lines": bad, "min": 1, "max": 1000}
+    err = await world.refused("alpha@party", "look", target_session="bravo@party", offset=3)
+    assert err.code == "validation_offset_unsupported"
+    err = await world.refused("alpha@party", "look", target_session="op@GLOBAL")
+    assert err.code == "validation_unsupported_operation"
+
+
+async def test_raww_no_enter_and_size_cap(world: World) -> None:
+    response = await world.call(
+        "alpha@party", "raww", target_session="bravo@party", text="typed-not-sent", no_enter=True
+    )
+    await world.pane("bravo", "typed-not-sent")
+    await world.relay.drain()
+    assert world.relay.outcomes[response["message_id"]]["outcome"] == "delivered"
+    lines = await world.server().capture("party-bravo")
+    assert not any("echo: typed-not-sent" in line for line in lines)
+    err = await world.refused(
+        "alpha@party", "raww", target_session="bravo@party", text="x" * (32 * 1024 + 1)
+    )
+    assert err.code == "validation_invalid_params"
+
+
+async def test_raww_is_a_barrier_in_the_target_queue(world: World) -> None:
+    first = await world.call("alpha@party", "send", message="first-one", targets=["bravo@party"])
+    raw = await world.call("alpha@party", "raww", target_session="bravo@party", text="middle-raw")
+    last = await world.call("alpha@party", "send", message="last-one", targets=["bravo@party"])
+    await world.relay.drain()
+    ids = [first["results"][0]["message_id"], raw["message_id"], last["results"][0]["message_id"]]
+    assert [world.relay.outcomes[i]["outcome"] for i in ids] == ["delivered"] * 3
+    text = "\n".join(await world.pane("bravo", "last-one"))
+    assert text.index("first-one") < text.index("middle-raw") < text.index("last-one")
+
+
+# -- authorization ----------------------------------------------------------------------------
+
+
+async def test_forbidden_operations_name_the_capability(world: World) -> None:
+    err = await world.refused(
+        "bravo@party", "raww", requester_session="bravo", target_session="charlie@party", text="x"
+    )
+    assert err.code == "authorization_forbidden"
+    assert err.message == "request denied by authorization policy"
+    assert err.details is not None
+    assert err.details["capability"] == "raww.write"
+    assert err.details["requester_session"] == "bravo@party"
+    assert err.details["target_session"] == "charlie@party"
+    for operation, body, capability in (
+        ("up", {}, "updown"),
+        ("new_peer", {"principal_id": "x@party", "destination": {"kind": "response"}}, "new.peer"),
+        ("change_psk", {"principal_id": "alpha@party"}, "change.psk"),
+        ("choices_list", {}, "choose"),
+    ):
+        err = await world.refused("bravo@party", operation, **body)
+        assert err.code == "authorization_forbidden", operation
+        assert err.details is not None and err.details["capability"] == capability
+    assert not world.relay.outcomes
+    # a validation error wins over the refusal (order, §3.2)
+    err = await world.refused("bravo@party", "raww", target_session="nobody@party", text="x")
+    assert err.code == "validation_unknown_target"
+
+
+# -- credentials ------------------------------------------------------------------------------
+
+
+async def test_new_peer_psk_authenticates_and_a_wrong_one_is_refused(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    response = await world.call(
+        "alpha@party", "new_peer", principal_id="bravo@party", scope=None,
+        destination={"kind": "response"},
+    )  # fmt: skip
+    psk = response["psk"]
+    assert isinstance(psk, str) and len(psk) == 43
+    assert response == {
+        "kind": "new_peer",
+        "schema_version": "1",
+        "principal_id": "bravo@party",
+        "principal_type": "session",
+        "psk": psk,
+        "config_snippet": response["config_snippet"],
+    }
+    assert "identity.psk" in response["config_snippet"] and psk not in response["config_snippet"]
+    principal = world.relay.authenticate(Hello("1", "bravo@party", psk), None)
+    assert principal == Principal("bravo@party", "bravo", "party", "session", True)
+    # verified principals carry authenticated_identity on send
+    sent = await world.call("bravo@party", "send", message="m", targets=["charlie@party"])
+    assert "authenticated_identity" not in sent  # the test principal here is unverified
+    request = Request(None, None, "send", {"operation": "send", "message": "m",
+                                           "targets": ["charlie@party"]})  # fmt: skip
+    verified = await world.relay.handle(principal, request)
+    assert verified["authenticated_identity"] == "bravo@party"
+
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "bravo@party", "A" * 43), None)
+    assert caught.value.code == "validation_unrecognized_credential"
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "charlie@party", psk), None)
+    assert caught.value.code == "validation_identity_binding_mismatch"
+    assert caught.value.details == {
+        "principal_id": "charlie@party",
+        "registered_principal_id": "bravo@party",
+    }
+    err = await world.refused("alpha@party", "new_peer", principal_id="bravo@party")
+    assert err.code == "validation_principal_exists"
+    # the store keeps only the hash, and no event carries the PSK
+    store = (world.state / "identity" / "principals.json").read_text()
+    assert psk not in store
+    captured = capsys.readouterr()
+    assert "relay.identity.principal_registered" in captured.err
+    assert psk not in captured.err and psk not in captured.out
+
+
+async def test_change_psk_rotates_and_revokes(world: World) -> None:
+    old = (await world.call("alpha@party", "new_peer", principal_id="charlie@party"))["psk"]
+    world.relay.authenticate(Hello("1", "charlie@party", old), None)
+    response = await world.call(
+        "alpha@party", "change_psk", principal_id="charlie@party", destination={"kind": "config"}
+    )
+    path = world.state / "bundles" / "party" / "sessions" / "charlie" / "identity.psk"
+    assert response == {
+        "kind": "change_psk",
+        "schema_version": "1",
+        "principal_id": "charlie@party",
+        "written_path": str(path),
+    }
+    new = path.read_text().strip()
+    assert len(new) == 43 and new != old
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "charlie@party", old), None)
+    assert caught.value.code == "validation_unrecognized_credential"
+    assert world.relay.authenticate(Hello("1", "charlie@party", new), None).verified
+    assert world.revoked == [
+        (
+            "charlie@party",
+            "runtime_identity_revoked",
+            "identity credential was rotated; reconnect with the new credential",
+        )
+    ]
+    err = await world.refused("alpha@party", "change_psk", principal_id="zulu@party")
+    assert err.code == "validation_unknown_principal"
+
+
+async def test_credential_destinations(world: World, root: Path) -> None:
+    target = root / "op.psk"
+    response = await world.call(
+        "alpha@party", "new_peer", principal_id="op@GLOBAL",
+        destination={"kind": "path", "path": str(target)},
+    )  # fmt: skip
+    assert response["written_path"] == str(target) and "psk" not in response
+    psk = target.read_text().strip()
+    assert world.relay.authenticate(Hello("1", "op@GLOBAL", psk), None).verified
+    # config is for sessions only; a relative path is refused before the store changes
+    err = await world.refused(
+        "alpha@party", "new_peer", principal_id="x@EXTERNAL", destination={"kind": "config"}
+    )
+    assert err.code == "validation_config_destination_unsupported"
+    err = await world.refused(
+        "alpha@party", "new_peer", principal_id="y@EXTERNAL",
+        destination={"kind": "path", "path": "relative.psk"},
+    )  # fmt: skip
+    assert err.code == "validation_invalid_output_path"
+    assert world.relay.store.get("y@EXTERNAL") is None
+    # drop: never oneself; then the principal is gone and its connections revoked
+    err = await world.refused("alpha@party", "drop_peer", principal_id="alpha@party")
+    assert err.code == "validation_self_drop_forbidden"
+    dropped = await world.call("alpha@party", "drop_peer", principal_id="op@GLOBAL")
+    assert dropped == {
+        "kind": "drop_peer",
+        "schema_version": "1",
+        "principal_id": "op@GLOBAL",
+        "principal_type": "user",
+    }
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "op@GLOBAL", psk), None)
+    assert caught.value.code == "validation_unrecognized_credential"
+    assert world.revoked[-1][0] == "op@GLOBAL"
+
+
+async def test_socket_trust_needs_the_hosts_word(world: World) -> None:
+    principal = world.relay.authenticate(Hello("1", "alpha@party", "socket-trust"), None)
+    assert principal == Principal("alpha@party", "alpha", "party", "session", False)
+    world.trusted.discard("alpha@party")
+    for pid in ("alpha@party", "app@EXTERNAL"):
+        with pytest.raises(RelayError) as caught:
+            world.relay.authenticate(Hello("1", pid, "socket-trust"), None)
+        assert caught.value.code == "validation_credential_required"
+    world.trusted.add("zulu@party")
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "zulu@party", "socket-trust"), None)
+    assert caught.value.code == "validation_unknown_sender"
+    world.trusted.add("alpha@elsewhere")
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "alpha@elsewhere", "socket-trust"), None)
+    assert caught.value.code == "validation_unknown_bundle"
+
+
+# -- up / down, choices, not implemented ------------------------------------------------------
+
+
+async def test_down_then_up(world: World) -> None:
+    again = await world.call("alpha@party", "up")
+    assert again == {
+        "kind": "bundle_transition",
+        "schema_version": "1",
+        "action": "up",
+        "bundles": [
+            {
+                "bundle_name": "party",
+                "outcome": "skipped",
+                "reason_code": "already_hosted",
+                "reason": "bundle runtime is already hosted",
+            }
+        ],
+        "changed_bundle_count": 0,
+        "skipped_bundle_count": 1,
+        "failed_bundle_count": 0,
+        "changed_any": False,
+    }
+    server = world.server()
+    down = await world.call("alpha@party", "down")
+    assert down["bundles"] == [{"bundle_name": "party", "outcome": "unhosted"}]
+    assert down["changed_any"] is True and down["changed_bundle_count"] == 1
+    assert await server.sessions() == {}
+    listed = (await world.call("alpha@party", "list"))["bundle"]
+    assert listed["state"] == "down" and listed["hosted"] is False
+    assert "startup_health" not in listed and "state_reason_code" not in listed
+    assert {p["ready"] for p in listed["principals"]} == {False}
+    skipped = await world.call("alpha@party", "down")
+    assert skipped["bundles"][0]["reason_code"] == "already_unhosted"
+    # a send while down is queued and ends not_submitted
+    sent = await world.call("alpha@party", "send", message="m", targets=["bravo@party"])
+    await world.relay.drain()
+    assert world.relay.outcomes[sent["results"][0]["message_id"]]["outcome"] == "not_submitted"
+    err = await world.refused("alpha@party", "look", target_session="bravo@party")
+    assert err.code == "transport_unavailable"
+
+    up = await world.call("alpha@party", "up")
+    assert up["bundles"] == [{"bundle_name": "party", "outcome": "hosted"}]
+    listed = (await world.call("alpha@party", "list"))["bundle"]
+    assert listed["startup_health"] == "healthy"
+    assert sorted(await world.server().sessions()) == [
+        "party-alpha",
+        "party-bravo",
+        "party-charlie",
+    ]
+    assert (world.host.ups, world.host.downs) == (2, 1)
+
+
+async def test_choices_and_unimplemented_operations(world: World) -> None:
+    listed = await world.call("alpha@party", "choices_list")
+    assert listed == {"kind": "choices_list", "schema_version": "1", "pending_requests": []}
+    err = await world.refused(
+        "alpha@party", "choices_pick", choice_request_id="c-1", outcome="selected",
+        option_id="allow_once",
+    )  # fmt: skip
+    assert err.code == "runtime_choices_request_not_found"
+    err = await world.refused("alpha@party", "choices_pick", choice_request_id="c-1",
+                              outcome="cancelled", option_id="")  # fmt: skip
+    assert err.code == "validation_invalid_params"
+    err = await world.refused("alpha@party", "identity_introspect", target_session="bravo@party")
+    assert err.code == "runtime_operation_not_implemented"
+    err = await world.refused("alpha@party", "change_scope", principal_id="w@RELAY", scope="")
+    assert err.code == "runtime_operation_not_implemented"
+    err = await world.refused("bravo@party", "change_scope", principal_id="w@RELAY", scope="")
+    assert err.code == "authorization_forbidden"
+    assert err.details is not None and err.details["capability"] == "change.scope"
+    relays = await world.call("alpha@party", "list_relays")
+    assert relays == {"kind": "list_relays", "schema_version": "1", "relays": []}
+    namespaces = await world.call("alpha@party", "discover_namespaces")
+    assert namespaces["namespaces"] == ["mixed", "party"]
+    err = await world.refused("alpha@party", "discover_namespaces", relay="west")
+    assert err.code == "runtime_cross_relay_unavailable"
+
+
+# -- through the socket -----------------------------------------------------------------------
+
+
+async def test_list_and_send_through_a_relay_server(world: World, root: Path) -> None:
+    path = str(root / "relay.sock")
+    server = RelayServer(path, authenticate=world.relay.authenticate, handle=world.relay.handle)
+    world.relay.revoke = server.revoke
+    world.relay.send_event = server.send_event
+    world.relay.live_principals = server.live_principals
+    await server.start()
+    stream = RelayStream(path, "alpha@party", lambda: "socket-trust")
+    operator = RelayStream(path, "op@GLOBAL", lambda: "socket-trust")
+    try:
+        listed = await stream.request(
+            {"operation": "list", "requester_session": "alpha"}, namespace="party"
+        )
+        assert listed["kind"] == "list"
+        assert [p["ready"] for p in listed["bundle"]["principals"]] == [True, True, True]
+        sent = await stream.request(
+            {
+                "operation": "send",
+                "request_id": None,
+                "requester_session": "alpha",
+                "message": "over the socket",
+                "targets": ["charlie@party"],
+                "broadcast": False,
+            }
+        )
+        assert sent["kind"] == "send"
+        assert sent["results"][0]["outcome"] == "queued"
+        await world.pane("charlie", "over the socket")
+        refused = await stream.request(
+            {"operation": "look", "requester_session": "alpha", "target_session": "x@party"}
+        )
+        assert refused["kind"] == "error"
+        assert refused["error"]["code"] == "validation_unknown_target"
+        # a connected user is ready in the GLOBAL view, and receives a send as an event
+        registry = await operator.request({"operation": "list"}, namespace="GLOBAL")
+        assert registry["bundle"]["principals"] == [
+            {"id": "op@GLOBAL", "transport": "ui", "ready": True}
+        ]
+        to_op = await stream.request(
+            {"operation": "send", "message": "to the operator", "targets": ["op@GLOBAL"]}
+        )
+        message_id = to_op["results"][0]["message_id"]
+        assert world.relay.outcomes[message_id]["outcome"] == "delivered"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GUARD
+        while operator.events_ignored < 1:  # the incoming_message event reached op's stream
+            assert loop.time() < deadline, "no event reached the operator's connection"
+            await asyncio.sleep(0.01)
+    finally:
+        await operator.aclose()
+        await stream.aclose()
+        await server.aclose()
+
+
+async def test_members_this_relay_cannot_host(world: World) -> None:
+    listed = (await world.call("lead@mixed", "list"))["bundle"]
+    assert listed == {
+        "id": "mixed",
+        "hosted": False,
+        "state": "down",
+        "startup_failure_count": 0,
+        "recent_startup_failures": [],
+        "principals": [
+            {"id": "lead@mixed", "transport": "tmux", "ready": False},
+            {"id": "agent@mixed", "transport": "acp", "ready": False},
+            {"id": "panel@mixed", "transport": "ui", "ready": False},
+        ],
+    }
+    for operation, body in (
+        ("look", {"target_session": "agent@mixed"}),
+        ("raww", {"target_session": "agent@mixed", "text": "x"}),
+        ("send", {"message": "x", "targets": ["agent@mixed"]}),
+    ):
+        err = await world.refused("lead@mixed", operation, **body)
+        assert err.code == "runtime_session_type_not_implemented", operation
+        assert err.details == {"target_session": "agent@mixed", "transport": "acp"}
+    err = await world.refused("lead@mixed", "look", target_session="panel@mixed")
+    assert err.code == "validation_unsupported_operation"
+    # a broadcast reports the members it cannot reach, and queues nothing for them
+    sent = await world.call("lead@mixed", "send", message="hi all", broadcast=True)
+    assert [(r["target_session"], r["outcome"], r["reason_code"]) for r in sent["results"]] == [
+        ("agent@mixed", "not_submitted", "runtime_session_type_not_implemented"),
+        ("panel@mixed", "not_submitted", "runtime_session_type_not_implemented"),
+    ]
+    # cross-bundle: the operator in party may look into mixed; a default member may not
+    err = await world.refused("bravo@party", "look", target_session="lead@mixed")
+    assert err.code == "authorization_forbidden"
+    assert err.details is not None and err.details["capability"] == "look.inspect"
+    err = await world.refused("alpha@party", "look", target_session="lead@mixed")
+    assert err.code == "transport_unavailable"  # allowed, but mixed is not hosted
