@@ -14,6 +14,10 @@ within `restart_window` s -> `failed` until `start()`/`restart()`. When the poli
 runner (no restart), the state is `failed` after a failure and `stopped` after a clean exit (as
 systemd does). There is no readiness signal: `running` means the process exists.
 The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
+The process-specific part is small and overridable, so another host of the agent's process
+reuses the rest (policy, backoff, intensity, generations, group stop): `_launch` (one spawn:
+`_new_generation`, then `_register` or `_spawn_failed`) and `_run_ended` (after each run);
+`tmuxrunner.TmuxRunner` runs the agent as a tmux pane that way.
 Must never: wait for a child any other way than through the Reaper, yield between `Popen`
 returning and `on_spawn`, restart an agent stopped by `stop()`, or pass anything to the agent
 but its argv and the env it was given (the runner adds nothing).
@@ -192,7 +196,7 @@ def exit_reason(exit_code: int, stopped_by_us: bool) -> str:
 
 @dataclass(slots=True)
 class _Run:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None  # None: not our child (a tmux pane, tmuxrunner.py)
     pid: int
     generation: int
     exit: asyncio.Future[int]
@@ -292,7 +296,7 @@ class AgentRunner:
         self._wake = asyncio.Event()
         self._k = 0
         self._intensity.reset()
-        first = self._spawn()  # synchronous: Popen, watch and on_spawn with no await between
+        first = await self._launch()  # here: Popen, watch and on_spawn with no await between
         self._task = asyncio.get_running_loop().create_task(
             self._supervise(first), name=f"agent:{self.agent_id}"
         )
@@ -337,12 +341,57 @@ class AgentRunner:
             )
         return self._log
 
-    def _spawn(self) -> _Run | None:
-        """Generation, Popen, watch, on_spawn: synchronous on purpose (see the module doc)."""
+    async def _launch(self) -> _Run | None:
+        """One spawn (None when it failed). A subclass hosting the process elsewhere overrides
+        this (tmuxrunner.py); here it never awaits, so `_spawn` stays atomic."""
+        return self._spawn()
+
+    def _new_generation(self) -> int:
         self._state = AgentState.STARTING
         generation = self._store.next_generation(self.agent_id)
         self._generation = generation
         self._ensure_log()
+        return generation
+
+    def _spawn_failed(self, generation: int, reason: str) -> None:
+        self._run = None
+        self._last_exit, self._last_reason = None, reason
+        self._store.record_exit(self.agent_id, generation, None, reason)
+        emit(
+            "supervisor.agent_spawn_failed",
+            level="error",
+            agent_id=self.agent_id,
+            generation=generation,
+            reason=reason,
+        )
+
+    def _register(self, run: _Run, starttime: int | None) -> None:
+        """The run is the agent's now: state, then `on_spawn` (an unregistered run is killed)."""
+        self._run = run
+        self._state = AgentState.RUNNING
+        self._started_at = time.time()
+        try:
+            # An unreaped child always has /proc/<pid>/stat; 0 never matches a real start time.
+            self._on_spawn(self, run.pid, starttime or 0, run.generation)
+        except Exception as exc:
+            emit(
+                "supervisor.on_spawn_failed", level="error", agent_id=self.agent_id, error=repr(exc)
+            )
+            _killpg(run.pid, signal.SIGKILL)  # unregistered: it must not run
+        emit(
+            "supervisor.agent_spawned",
+            agent_id=self.agent_id,
+            pid=run.pid,
+            generation=run.generation,
+            argv0=self._argv[0],
+        )
+
+    async def _run_ended(self, run: _Run) -> None:
+        """After a run's exit (and its group's end): nothing here; tmuxrunner.py cleans up."""
+
+    def _spawn(self) -> _Run | None:
+        """Generation, Popen, watch, on_spawn: synchronous on purpose (see the module doc)."""
+        generation = self._new_generation()
         try:
             proc = subprocess.Popen(
                 self._argv,
@@ -356,44 +405,17 @@ class AgentRunner:
                 close_fds=True,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            reason = spawn_failure_reason(self._argv[0], exc)
-            self._run = None
-            self._last_exit, self._last_reason = None, reason
-            self._store.record_exit(self.agent_id, generation, None, reason)
-            emit(
-                "supervisor.agent_spawn_failed",
-                level="error",
-                agent_id=self.agent_id,
-                generation=generation,
-                reason=reason,
-            )
+            self._spawn_failed(generation, spawn_failure_reason(self._argv[0], exc))
             return None
         exit_future = self._reaper.watch(proc.pid)
         starttime = proc_starttime(proc.pid)
         loop = asyncio.get_running_loop()
         run = _Run(proc, proc.pid, generation, exit_future, loop.time())
-        self._run = run
-        self._state = AgentState.RUNNING
-        self._started_at = time.time()
-        try:
-            # An unreaped child always has /proc/<pid>/stat; 0 never matches a real start time.
-            self._on_spawn(self, proc.pid, starttime or 0, generation)
-        except Exception as exc:
-            emit(
-                "supervisor.on_spawn_failed", level="error", agent_id=self.agent_id, error=repr(exc)
-            )
-            _killpg(proc.pid, signal.SIGKILL)  # unregistered: it must not run
-        emit(
-            "supervisor.agent_spawned",
-            agent_id=self.agent_id,
-            pid=proc.pid,
-            generation=generation,
-            argv0=self._argv[0],
-        )
+        self._register(run, starttime)
         return run
 
     async def _attach_output(self, run: _Run) -> None:
-        stdout = run.proc.stdout
+        stdout = run.proc.stdout if run.proc is not None else None
         if stdout is None:
             return
         loop = asyncio.get_running_loop()
@@ -406,7 +428,8 @@ class AgentRunner:
     async def _wait_exit(self, run: _Run) -> tuple[int, float]:
         status = await asyncio.shield(run.exit)
         code = os.waitstatus_to_exitcode(status)
-        run.proc.returncode = code  # reaped by the Reaper: Popen must never wait for it
+        if run.proc is not None:
+            run.proc.returncode = code  # reaped by the Reaper: Popen must never wait for it
         loop = asyncio.get_running_loop()
         uptime = loop.time() - run.started
         stopped_by_us = not self._want
@@ -459,6 +482,7 @@ class AgentRunner:
                 code, uptime = await self._wait_exit(run)
                 if self._want and _group_alive(run.pid):
                     await self._end_group(run.pid, run.exit)  # what the agent left behind
+                await self._run_ended(run)
             if not self._want:
                 return
             policy = self.plan.restart
@@ -487,7 +511,7 @@ class AgentRunner:
             if not self._want:
                 return
             self._restarts += 1
-            run = self._spawn()
+            run = await self._launch()
 
     def _fail(self, reason: str) -> None:
         self._state = AgentState.FAILED
