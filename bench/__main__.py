@@ -279,7 +279,13 @@ async def main() -> None:
         await section_imports(out)
         await section_calls(center, task_id, out)
         await section_concurrency(center, task_id, out)
-    for extra in ("bench.files", "bench.relay", "bench.lifecycle", "bench.attach"):
+    for extra in (
+        "bench.files",
+        "bench.relay",
+        "bench.lifecycle",
+        "bench.attach",
+        "bench.supervisor",
+    ):
         try:
             module = __import__(extra, fromlist=["section"])
         except ImportError:
