@@ -42,15 +42,23 @@ pytestmark = [
 
 GUARD = 30.0
 
+# The stand-in agent: prompt "> ", echo each line. "hold" makes it busy (no prompt) until it
+# reads "release", so a test can keep the readiness gate closed for as long as it needs.
 STAND_IN = """\
 import sys
+held = False
 while True:
-    sys.stdout.write("> ")
-    sys.stdout.flush()
+    if not held:
+        sys.stdout.write("> ")
+        sys.stdout.flush()
     line = sys.stdin.readline()
     if not line:
         break
-    sys.stdout.write("echo: " + line)
+    if line.strip() in ("hold", "release"):
+        held = line.strip() == "hold"
+        sys.stdout.write(("holding" if held else "released") + "\\n")
+    else:
+        sys.stdout.write("echo: " + line)
     sys.stdout.flush()
 """
 
@@ -797,3 +805,37 @@ async def test_members_this_relay_cannot_host(world: World) -> None:
     assert err.details is not None and err.details["capability"] == "look.inspect"
     err = await world.refused("alpha@party", "look", target_session="lead@mixed")
     assert err.code == "transport_unavailable"  # allowed, but mixed is not hosted
+
+
+async def test_the_gate_holds_deliveries_until_the_prompt_and_then_batches_them(
+    world: World,
+) -> None:
+    server = world.server()
+    pastes: list[str] = []
+    paste = server.paste
+
+    async def counting(name: str, text: str, *, bracketed: bool, submit: bool = False) -> None:
+        if name == "party-bravo":
+            pastes.append(text)
+        await paste(name, text, bracketed=bracketed, submit=submit)
+
+    server.paste = counting  # type: ignore[method-assign]
+    await world.call("alpha@party", "raww", target_session="bravo@party", text="hold")
+    await world.pane("bravo", "holding")
+    await world.relay.drain()
+    ids = []
+    for n in range(3):
+        sent = await world.call(
+            "alpha@party", "send", message=f"queued-{n}", targets=["bravo@party"]
+        )
+        ids.append(sent["results"][0]["message_id"])
+    # busy (no prompt): nothing is delivered; release it behind the relay's back
+    assert not any(i in world.relay.outcomes for i in ids)
+    await paste("party-bravo", "release", bracketed=True, submit=True)
+    text = "\n".join(await world.pane("bravo", "echo: queued-2"))
+    await world.relay.drain()
+    assert [world.relay.outcomes[i]["outcome"] for i in ids] == ["delivered"] * 3
+    assert text.index("released") < text.index("queued-0") < text.index("queued-1")
+    # the three envelopes went as one prompt: one bracketed paste after the raww's
+    assert len(pastes) == 2 and pastes[0] == "hold"
+    assert all(f"Message-Id: {i}" in pastes[1] for i in ids)
