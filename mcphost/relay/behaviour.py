@@ -992,8 +992,8 @@ class RelayBehaviour:
         for worker in self._workers.values():
             while worker.queue:
                 item = worker.queue.popleft()
-                self._record(
-                    item.message_id, item.sender, item.target, "failed", "dropped_on_shutdown"
+                self._record_delivery(
+                    item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
                 )
 
     # -- up / down -----------------------------------------------------------------------------

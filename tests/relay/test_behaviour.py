@@ -839,3 +839,30 @@ async def test_the_gate_holds_deliveries_until_the_prompt_and_then_batches_them(
     # the three envelopes went as one prompt: one bracketed paste after the raww's
     assert len(pastes) == 2 and pastes[0] == "hold"
     assert all(f"Message-Id: {i}" in pastes[1] for i in ids)
+
+
+async def test_shutdown_drops_what_is_still_queued(world: World) -> None:
+    await world.call("alpha@party", "raww", target_session="bravo@party", text="hold")
+    await world.pane("bravo", "holding")
+    sent = await world.call("alpha@party", "send", message="never", targets=["bravo@party"])
+    later = await world.call("alpha@party", "raww", target_session="bravo@party", text="nope")
+    await world.relay.aclose()
+    for message_id in (sent["results"][0]["message_id"], later["message_id"]):
+        assert world.relay.outcomes[message_id] == {
+            "target_session": "bravo@party",
+            "outcome": "failed",
+            "reason_code": "dropped_on_shutdown",
+            "reason": "relay shut down",
+        }
+    assert not any("never" in line for line in await world.server().capture("party-bravo"))
+
+
+async def test_an_expired_credential_is_refused(world: World) -> None:
+    psk = world.relay.store.mint("charlie@party", "session", expires_at="2000-01-01T00:00:00Z")
+    with pytest.raises(RelayError) as caught:
+        world.relay.authenticate(Hello("1", "charlie@party", psk), None)
+    assert caught.value.code == "runtime_identity_expired"
+    assert caught.value.details == {
+        "principal_id": "charlie@party",
+        "expires_at": "2000-01-01T00:00:00Z",
+    }
