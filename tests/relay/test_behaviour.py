@@ -721,6 +721,16 @@ async def test_list_and_send_through_a_relay_server(world: World, root: Path) ->
     world.relay.revoke = server.revoke
     world.relay.send_event = server.send_event
     world.relay.live_principals = server.live_principals
+    vouched: list[str] = []
+
+    def kernel_says(principal_id: str, cred: PeerCred | None) -> bool:
+        # the host decides from the kernel's credentials: here, the client is this process
+        ok = cred is not None and cred.pid == os.getpid() and cred.uid == os.geteuid()
+        if ok:
+            vouched.append(principal_id)
+        return ok
+
+    world.relay.socket_trust = kernel_says
     await server.start()
     stream = RelayStream(path, "alpha@party", lambda: "socket-trust")
     operator = RelayStream(path, "op@GLOBAL", lambda: "socket-trust")
@@ -741,6 +751,7 @@ async def test_list_and_send_through_a_relay_server(world: World, root: Path) ->
             }
         )
         assert sent["kind"] == "send"
+        assert vouched == ["alpha@party"]
         assert sent["results"][0]["outcome"] == "queued"
         await world.pane("charlie", "over the socket")
         refused = await stream.request(
