@@ -843,12 +843,17 @@ class RelayBehaviour:
     # -- delivery workers ----------------------------------------------------------------------
 
     def _enqueue(self, bundle_id: str, session_id: str, item: _Item) -> None:
+        if self._closed:
+            self._record_delivery(
+                item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+            )
+            return
         key = (bundle_id, session_id)
         worker = self._workers.get(key)
         if worker is None:
             worker = self._workers[key] = _Worker(bundle_id, session_id)
         worker.queue.append(item)
-        if worker.task is None and not self._closed:
+        if worker.task is None:
             worker.task = asyncio.get_running_loop().create_task(self._work(worker))
 
     async def _work(self, worker: _Worker) -> None:

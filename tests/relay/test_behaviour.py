@@ -866,6 +866,8 @@ async def test_shutdown_drops_what_is_still_queued(world: World) -> None:
             "reason": "relay shut down",
         }
     assert not any("never" in line for line in await world.server().capture("party-bravo"))
+    after = await world.call("alpha@party", "send", message="late", targets=["bravo@party"])
+    assert world.relay.outcomes[after["results"][0]["message_id"]]["outcome"] == "failed"
 
 
 async def test_an_expired_credential_is_refused(world: World) -> None:
