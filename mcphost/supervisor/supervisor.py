@@ -5,7 +5,8 @@ pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and 
 reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
 alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
 generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
-and the order of shutdown.
+the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket) and
+the order of shutdown.
 
 Identity: a pump is served as agent A only if the kernel says the connecting process descends
 from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
@@ -41,6 +42,7 @@ from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import AttachPoints, Home, agent_env, prepare_home
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.relayhost import RelayHost
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
 from mcphost.supervisor.state import StateStore
 
@@ -99,6 +101,7 @@ class Supervisor:
         self.reaper: kernel.Reaper | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
+        self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -140,6 +143,7 @@ class Supervisor:
         self.store = StateStore(self.path("state.sqlite3"))
         self.reaper = kernel.Reaper()
         self.reaper.install(loop)
+        self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
         self.control = ControlServer(self.path("control.sock"), Control(self))
         await self.control.start()
@@ -215,6 +219,8 @@ class Supervisor:
         if self.control is not None:
             await self.control.aclose()
         await asyncio.gather(*(slot.runner.aclose() for slot in self.slots.values()))
+        if self.relay is not None:
+            await self.relay.aclose()
         for hub in self.hubs.values():
             await hub.aclose()
         if self.reaper is not None:
@@ -244,6 +250,8 @@ class Supervisor:
             slot = self.slots.pop(agent_id)
             await slot.runner.aclose()
             self._forget(slot)
+        if self.relay is not None:
+            await self.relay.configure(fleet)
         for agent_id in changed + added:
             self.slots[agent_id] = slot = self._slot(wanted[agent_id])
             await slot.runner.start()
@@ -262,16 +270,32 @@ class Supervisor:
         home = prepare_home(self.state_dir, plan, self.attach_points())
         from mcphost.supervisor.fleet import agent_argv
 
-        runner = AgentRunner(
-            plan,
-            home,
-            self.store,
-            self.reaper,
-            on_spawn=self._on_spawn,
-            on_exit=self._on_exit,
-            argv=agent_argv(plan, home),
-            env=agent_env(self.env, plan, home),
-        )
+        runner: AgentRunner
+        if plan.runner == "tmux" and plan.bundle is not None and self.relay is not None:
+            from mcphost.supervisor.tmuxrunner import TmuxRunner
+
+            runner = TmuxRunner(
+                plan,
+                home,
+                self.store,
+                self.reaper,
+                server=self.relay.tmux_server(plan.bundle),
+                on_spawn=self._on_spawn,
+                on_exit=self._on_exit,
+                argv=agent_argv(plan, home),
+                env=agent_env(self.env, plan, home),
+            )
+        else:
+            runner = AgentRunner(
+                plan,
+                home,
+                self.store,
+                self.reaper,
+                on_spawn=self._on_spawn,
+                on_exit=self._on_exit,
+                argv=agent_argv(plan, home),
+                env=agent_env(self.env, plan, home),
+            )
         return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user))
 
     def _forget(self, slot: Slot) -> None:
@@ -468,7 +492,7 @@ class Supervisor:
         layout = layout_mod.resolve(
             bundle_flag=slot.plan.bundle,
             session_flag=slot.plan.agent_id,
-            env=self.env,
+            env=self.relay.tools_env(self.env) if self.relay is not None else self.env,
             cwd=slot.home.workspace,
         )
         return RelayToolsSurface(layout, make_stream)

@@ -1,0 +1,170 @@
+"""`TmuxRunner`: an agent whose process is a pane of its bundle's tmux server (`runner = "tmux"`).
+
+Owns: the agent's tmux session (named after the agent id, one window, one pane whose process
+*is* the agent) on the bundle's `TmuxServer` (mcphost/relay/tmux.py), and nothing else: the
+restart policy, backoff, intensity, generations, the state machine and the group stop are
+`AgentRunner`'s (lifecycle.py), reused through its `_launch` / `_run_ended` seam.
+
+One run: a new generation, `new_session(agent_id, argv, cwd=workspace, env=agent env)` -> the
+pane's pid, registered with its start time as the agent's identity root through the same
+`on_spawn` callback as a plain process. The tmux server daemonizes and, the supervisor being a
+child subreaper, is reparented to the supervisor, so the pane and everything it starts (the
+agent's pumps) descend from the pane process: the kernel-ancestry identity holds unchanged. The
+exit is observed with a pidfd (`tmux.watch_exit`, which reads the status tmux recorded:
+`remain-on-exit` keeps the dead pane), as a raw wait status so `AgentRunner` treats it exactly as
+a child's. After each run the pane's last lines are appended to the agent's `RotatingLog` (what
+`ctl logs` shows for a tmux agent: the screen at each exit; the live screen is the relay's
+`look`), then the session is killed. `stop()` is `AgentRunner.stop` (SIGTERM to the pane's
+process group, SIGKILL after `stop_grace`), then the session is killed, and the bundle's tmux
+server when no owned session is left on it.
+
+Unlike a plain process, the spawn awaits the tmux CLI, so the pane may run for a few
+milliseconds before `on_spawn` registers it: a pump started in that window is refused
+(`not_in_fleet`) and the agent's client sees its MCP server fail to start. Agents start their
+MCP servers after their own start-up, far later; a gate in the pane would close it fully.
+
+Must never: run a shell, pass the environment in an argv, kill a session it does not own (the
+`TmuxServer` refuses), or decide restarts itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+
+from mcphost.events import emit
+from mcphost.relay import tmux as tm
+from mcphost.supervisor.kernel import Reaper, proc_starttime
+from mcphost.supervisor.lifecycle import AgentRunner, HomeDirs, OnExit, OnSpawn, Plan, _Run
+from mcphost.supervisor.state import StateStore
+
+CAPTURE_LINES = 1000
+UNKNOWN_STATUS = 255 << 8  # tmux recorded no status (the session vanished): "exit 255"
+
+
+def wait_status(code: int | None) -> int:
+    """tmux's exit code (-N: signal N; None: unknown) as a raw `waitpid` status."""
+    if code is None:
+        return UNKNOWN_STATUS
+    if code < 0:
+        return (-code) & 0x7F
+    return (code & 0xFF) << 8
+
+
+class TmuxRunner(AgentRunner):
+    """Runs one agent as a tmux session of `server` (its bundle's). Event loop thread only."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        home: HomeDirs,
+        store: StateStore,
+        reaper: Reaper,
+        *,
+        server: tm.TmuxServer,
+        on_spawn: OnSpawn,
+        on_exit: OnExit,
+        argv: Sequence[str],
+        env: dict[str, str],
+    ) -> None:
+        super().__init__(
+            plan, home, store, reaper, on_spawn=on_spawn, on_exit=on_exit, argv=argv, env=env
+        )
+        self.server = server
+        self.session = tm.check_session_name(plan.agent_id)
+        # tmux takes only POSIX-shaped names (a `BASH_FUNC_x%%` export cannot be passed on).
+        self._pane_env = {k: v for k, v in env.items() if tm.ENV_NAME.fullmatch(k)}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    async def _launch(self) -> _Run | None:
+        generation = self._new_generation()
+        try:
+            await self._kill_session()  # a leftover of an earlier run or supervisor
+            pid = await self.server.new_session(
+                self.session, self._argv, cwd=os.fspath(self.home.workspace), env=self._pane_env
+            )
+        except (tm.TmuxError, OSError, ValueError) as exc:
+            message = exc.message if isinstance(exc, tm.TmuxError) else str(exc)
+            self._spawn_failed(generation, f"cannot start tmux session {self.session!r}: {message}")
+            return None
+        starttime = proc_starttime(pid)
+        loop = asyncio.get_running_loop()
+        exit_future: asyncio.Future[int] = loop.create_future()
+        watcher = loop.create_task(self._watch(pid, exit_future), name=f"pane:{self.agent_id}")
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+        run = _Run(None, pid, generation, exit_future, loop.time())
+        self._register(run, starttime)
+        return run
+
+    async def _watch(self, pid: int, done: asyncio.Future[int]) -> None:
+        try:
+            code = await tm.watch_exit(self.server, self.session, pid)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # tmux failed to answer: the pidfd still says when it ended
+            emit("supervisor.pane_watch_failed", agent_id=self.agent_id, error=repr(exc))
+            await _pid_gone(pid)
+            code = None
+        if not done.done():
+            done.set_result(wait_status(code))
+
+    async def _run_ended(self, run: _Run) -> None:
+        """Keep the pane's last screen in the agent's log, then kill the (dead) session."""
+        try:
+            lines = await self.server.capture(self.session, CAPTURE_LINES)
+        except tm.TmuxError:
+            lines = []
+        if lines:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            text = (
+                f"--- tmux pane of {self.agent_id}, generation {run.generation}, at exit "
+                f"({stamp}) ---\n" + "\n".join(lines) + "\n"
+            )
+            try:
+                self._ensure_log().write(text.encode("utf-8", "replace"))
+            except OSError as exc:
+                emit("supervisor.log_write_failed", level="error", error=str(exc))
+        await self._kill_session()
+
+    async def _kill_session(self) -> None:
+        with contextlib.suppress(tm.TmuxError):
+            await self.server.kill_session(self.session, grace=self.plan.stop_grace)
+
+    async def stop(self) -> None:
+        """`AgentRunner.stop`, then the session, then the tmux server if it hosts no one else."""
+        await super().stop()
+        await self._kill_session()
+        with contextlib.suppress(tm.TmuxError):
+            if await self.server.kill_server():
+                emit("supervisor.tmux_server_stopped", socket=self.server.socket_path)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        for task in list(self._watchers):
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+
+
+async def _pid_gone(pid: int) -> None:
+    """Wait until process `pid` exited (pidfd); at once if it is gone already."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await gone
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
