@@ -252,8 +252,17 @@ class Supervisor:
             self._forget(slot)
         if self.relay is not None:
             await self.relay.configure(fleet)
-        for agent_id in changed + added:
-            self.slots[agent_id] = slot = self._slot(wanted[agent_id])
+        # Homes first, in threads (each config write is fsynced twice), so the loop only forks.
+        starting = changed + added
+        attach = self.attach_points()
+        homes = await asyncio.gather(
+            *(
+                asyncio.to_thread(prepare_home, self.state_dir, wanted[agent_id], attach)
+                for agent_id in starting
+            )
+        )
+        for agent_id, home in zip(starting, homes, strict=True):
+            self.slots[agent_id] = slot = self._slot(wanted[agent_id], home)
             await slot.runner.start()
         outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
         events.emit(
@@ -265,9 +274,8 @@ class Supervisor:
         )
         return outcome
 
-    def _slot(self, plan: AgentPlan) -> Slot:
+    def _slot(self, plan: AgentPlan, home: Home) -> Slot:
         assert self.store is not None and self.reaper is not None
-        home = prepare_home(self.state_dir, plan, self.attach_points())
         from mcphost.supervisor.fleet import agent_argv
 
         runner: AgentRunner
