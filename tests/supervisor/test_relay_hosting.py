@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -187,6 +188,10 @@ class Wire:
         self.sock.settimeout(60)
         self.sock.connect(str(path))
         self.buffer = b""
+        self.acked = True
+
+    def __bool__(self) -> bool:
+        return self.acked
 
     def send(self, frame: dict[str, Any]) -> None:
         self.sock.sendall(json.dumps(frame).encode() + b"\n")
@@ -258,10 +263,10 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
         [
             {"tool": "list", "args": {"command": "principals"}},
             {"tool": "send", "args": {"targets": ["B"], "message": to_b}},
-            {"tool": "look", "args": {"target_session": "B@party"}, "until": to_b},
+            {"tool": "look", "args": {"target_session": "B@party"}, "until": f"got: {to_b}"},
             {"tool": "send", "args": {"broadcast": True, "message": to_all}},
-            {"tool": "look", "args": {"target_session": "B@party"}, "until": to_all},
-            {"tool": "look", "args": {"target_session": "C@party"}, "until": to_all},
+            {"tool": "look", "args": {"target_session": "B@party"}, "until": f"got: {to_all}"},
+            {"tool": "look", "args": {"target_session": "C@party"}, "until": f"got: {to_all}"},
             {"tool": "raww", "args": {"target_session": "C@party", "text": raw}},
             {"tool": "look", "args": {"target_session": "C@party"}, "until": f"got: {raw}"},
             {"tool": "change", "args": {"command": "psk", "args": {"principal_id": "B@party"}}},
@@ -277,11 +282,11 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     assert bundles["party"]["state"] == "up", listed
     # send -> B's pane shows the message (envelope pasted, then submitted: echoed by B)
     assert not sent.get("isError") and "queued" in json.dumps(sent), sent
-    assert to_b in json.dumps(look_b), look_b
-    assert "[B] got: " in json.dumps(look_b), look_b
+    assert f"[B] got: {to_b}" in json.dumps(look_b), look_b  # pasted, submitted, read by B
     # broadcast reaches B and C
     assert not broadcast.get("isError"), broadcast
-    assert to_all in json.dumps(look_b2) and to_all in json.dumps(look_c), (look_b2, look_c)
+    assert f"[B] got: {to_all}" in json.dumps(look_b2), look_b2
+    assert f"[C] got: {to_all}" in json.dumps(look_c), look_c
     # raww: the raw text, then Enter, typed into C
     assert not raww.get("isError"), raww
     assert f"[C] got: {raw}" in json.dumps(look_c2), look_c2
@@ -293,6 +298,12 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     assert not minted.get("isError"), minted
     psk = _find(payload(minted), "psk")
     assert isinstance(psk, str) and len(psk) >= 40, minted
+
+    # B's pane process killed: restarted like a plain process, a new generation, same session
+    row = sv.status()["B"]
+    os.kill(row["pid"], signal.SIGKILL)
+    again = sv.wait_running("B", row["generation"] + 1)
+    assert again["pid"] != row["pid"] and tmux_sessions(sv) == set(AGENTS), again
 
     sock = relay_root / "relay.sock"
     # a wrong PSK and an unvouched socket-trust hello are refused
@@ -319,6 +330,8 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
         assert down["bundles"][0]["outcome"] == "unhosted", down
         assert {row["state"] for row in sv.status().values()} == {"stopped"}
         assert tmux_sessions(sv) == set()  # the bundle's tmux server is gone too
+        logs = sv.ctl("logs", "B", "--lines", "200").stdout  # the pane's screen at each exit
+        assert "[B] got: " in logs and "tmux pane of B" in logs, logs
         listed_down = ops.request("list", "party")
         assert listed_down["bundle"]["state"] == "down", listed_down
         up = ops.request("up", "party")
@@ -338,9 +351,7 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
             }
         )
         ops.abort()  # killed before any answer: its claim is released, its request served
-        again = until(lambda: _reconnect(sock, psk), 60, "ops to reconnect")
-        assert again is not None
-        ops = again
+        ops = until(lambda: _reconnect(sock, psk), 60, "ops to reconnect")
         listed_after = ops.request("list", "party")
         assert listed_after["bundle"]["state"] == "up", listed_after
         after = drive(
@@ -351,16 +362,21 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
         assert marker in json.dumps(after[0]), after  # the request still reached B
     finally:
         ops.close()
+    # a graceful stop leaves no tmux server and no pane behind
+    pids = [row["pid"] for row in sv.status().values()]
+    assert sv.terminate() == 0
+    assert not (relay_root / "bundles" / "party" / "tmux.sock").exists()
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], pids
 
 
-def _reconnect(sock: Path, psk: str) -> Wire | None:
-    """A new ops connection once the old one's claim is released (None: not yet)."""
+def _reconnect(sock: Path, psk: str) -> Wire:
+    """A new ops connection once the old one's claim is released (a falsy Wire: not yet)."""
     wire = Wire(sock)
     ack = wire.hello("ops@GLOBAL", psk)
-    if ack.get("frame") == "hello_ack":
-        return wire
-    wire.close()
-    return None
+    wire.acked = ack.get("frame") == "hello_ack"
+    if not wire.acked:
+        wire.close()
+    return wire
 
 
 def _find(value: Any, key: str) -> Any:
@@ -383,3 +399,183 @@ def _find(value: Any, key: str) -> Any:
         except ValueError:
             return None
     return None
+
+
+# -- the parts on their own: TmuxRunner, socket trust, the generated layer ----------------------
+
+
+async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
+    """A TmuxRunner on a real tmux server: restart per policy, a new generation per run, the
+    pane's last screen in the log, stop ends the session and the server."""
+    from mcphost.relay.tmux import TmuxServer
+    from mcphost.supervisor import lifecycle
+    from mcphost.supervisor.kernel import Reaper, set_child_subreaper
+    from mcphost.supervisor.state import StateStore
+    from mcphost.supervisor.tmuxrunner import TmuxRunner
+    from tests.supervisor.test_kernel import until_async
+    from tests.supervisor.test_lifecycle import StubHome, StubPlan
+
+    set_child_subreaper()
+    lifecycle.emit = lambda *a, **k: None
+    store = StateStore(os.path.join(directory, "state.sqlite3"))
+    reaper = Reaper()
+    reaper.install()
+    workspace = os.path.join(directory, "workspace")
+    os.makedirs(workspace)
+    home = StubHome(workspace, os.path.join(directory, "logs"))
+    server = TmuxServer(os.path.join(directory, "bundle"), watch=reaper.watch)
+    spawns: list[tuple[int, int, int]] = []
+    exits: list[int] = []
+    script = (
+        "import os, sys, time; n = len(os.listdir('.')); open(f'run-{n}', 'w').close(); "
+        "print(f'hello from run {n}', flush=True); sys.exit(3) if n < 3 else time.sleep(1000)"
+    )
+    runner = TmuxRunner(
+        StubPlan(agent_id="agent-1", stop_grace=0.5),
+        home,
+        store,
+        reaper,
+        server=server,
+        on_spawn=lambda r, pid, start, gen: spawns.append((pid, start, gen)),
+        on_exit=lambda r, gen: exits.append(gen),
+        argv=[sys.executable, "-c", script],
+        env={"PATH": os.environ["PATH"], "BAD%NAME": "dropped"},
+    )
+    await runner.start()
+    await until_async(lambda: len(spawns) >= 4 and runner.status().state == "running", "run 4")
+    pane_pid = spawns[-1][0]
+    parents = Path(f"/proc/{pane_pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    running = runner.status()
+    await until_async(lambda: os.path.exists(os.path.join(workspace, "run-3")), "run 3 files")
+    sessions_running = await server.sessions()
+    await runner.stop()
+    stopped = runner.status()
+    server_after = await server.server_pid()
+    await runner.aclose()
+    log = Path(directory, "logs", "agent.log").read_text()
+    reaper.uninstall()
+    store.close()
+    return {
+        "generations": [gen for _, _, gen in spawns][:4],
+        "exits": exits[:3],
+        "starttimes": all(start > 0 for _, start, _ in spawns),
+        "running": (str(running.state), running.pid == pane_pid, running.last_exit),
+        "pane_parent_is_tmux": int(parents) != os.getpid(),
+        "sessions_running": sessions_running,
+        "stopped": (str(stopped.state), stopped.pid),
+        "server_after_stop": server_after,
+        "log_has_runs": all(f"hello from run {n}" in log for n in range(3)),
+    }
+
+
+def test_a_tmux_runner_restarts_like_a_process_and_stop_ends_its_server(tmp_path: Path) -> None:
+    from tests.supervisor.test_kernel import isolated
+
+    directory = tempfile.mkdtemp(prefix="mcphost-tr-")  # short: the tmux socket lives here
+    try:
+        out = isolated(_tmux_runner_scenario, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert out == {
+        "generations": [1, 2, 3, 4],
+        "exits": [1, 2, 3],
+        "starttimes": True,
+        "running": ("running", True, "exit 3"),
+        "pane_parent_is_tmux": True,
+        "sessions_running": {"agent-1": True},
+        "stopped": ("stopped", None),
+        "server_after_stop": None,
+        "log_has_runs": True,
+    }
+
+
+class _Slot:
+    def __init__(self, agent_id: str, bundle: str | None, uid: int) -> None:
+        from mcphost.supervisor.fleet import AgentDefaults, _apply
+
+        self.plan = _apply(AgentDefaults(bundle=bundle, runner="tmux"), agent_id, None)
+        self.runner: Any = None
+        self.uid = uid
+
+
+class _Agents:
+    def __init__(self) -> None:
+        self.slots: dict[str, Any] = {}
+        self.roots: dict[tuple[int, int], tuple[str, int]] = {}
+
+
+def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
+    from mcphost.supervisor.kernel import proc_starttime
+    from mcphost.supervisor.peer import PeerCred
+    from mcphost.supervisor.relayhost import RelayHost
+
+    agents = _Agents()
+    agents.slots = {
+        "A": _Slot("A", "party", os.getuid()),
+        "B": _Slot("B", "party", os.getuid()),
+        "solo": _Slot("solo", None, os.getuid()),
+    }
+    host = RelayHost(str(tmp_path), {}, agents)
+    me = PeerCred(os.getpid(), os.getuid(), os.getgid(), None)
+    # our own pid: the in-process relay tools, for a fleet agent of that bundle only
+    assert host.socket_trust("A@party", me)
+    assert not host.socket_trust("A@other", me)
+    assert not host.socket_trust("solo@party", me)
+    assert not host.socket_trust("ops@GLOBAL", me)
+    assert not host.socket_trust("A@party", None)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cred = PeerCred(child.pid, os.getuid(), os.getgid(), None)
+        assert not host.socket_trust("A@party", cred)  # not under any root
+        start = proc_starttime(child.pid)
+        assert start is not None
+        agents.roots[(child.pid, start)] = ("A", 1)
+        assert host.socket_trust("A@party", cred)
+        assert not host.socket_trust("B@party", cred)  # A's tree cannot speak as B
+        other_uid = PeerCred(child.pid, os.getuid() + 1, os.getgid(), None)
+        assert not host.socket_trust("A@party", other_uid)
+        agents.roots[(child.pid, start + 1)] = agents.roots.pop((child.pid, start))
+        assert not host.socket_trust("A@party", cred)  # a reused pid never matches
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) -> None:
+    import asyncio
+
+    from mcphost.relay.bundles import load_bundle
+    from mcphost.relay.policy import load_policies, member_policy
+    from mcphost.supervisor.fleet import AgentDefaults, Fleet, _apply
+    from mcphost.supervisor.relayhost import RelayHost
+
+    state = tmp_path / "state"
+    base = AgentDefaults(bundle="party", runner="tmux", client="command", command=("echo", "hi"))
+    plans = (
+        _apply(base, "A", None),
+        dataclasses_replace(_apply(base, "B", None), policy="operator"),
+        _apply(AgentDefaults(client="command", command=("x",)), "solo", None),
+    )
+    fleet = Fleet(path="f.toml", center=None, agents=plans)  # type: ignore[arg-type]
+    host = RelayHost(str(state), {"AGENTMUX_STATE_DIRECTORY": "/elsewhere"}, _Agents())
+    asyncio.run(host.configure(fleet))
+    assert not host.serving  # an operator's AGENTMUX_STATE_DIRECTORY: an external relay
+    assert os.stat(state / "relay").st_mode & 0o777 == 0o700
+    bundle = load_bundle(host.configuration_roots, "party")
+    assert bundle is not None
+    assert [(s.id, s.transport, s.policy) for s in bundle.sessions] == [
+        ("A", "tmux", None),
+        ("B", "tmux", "operator"),
+    ]
+    assert bundle.sessions[0].directory == str(state / "agents" / "A" / "workspace")
+    policies = load_policies(host.configuration_roots)
+    assert member_policy(policies, bundle.sessions[1]).id == "operator"
+    # a bundle gone from the fleet is gone from the layer
+    asyncio.run(host.configure(dataclasses_replace(fleet, agents=plans[2:])))
+    assert load_bundle(host.configuration_roots, "party") is None
+
+
+def dataclasses_replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
