@@ -579,3 +579,27 @@ def dataclasses_replace(obj: Any, **changes: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(obj, **changes)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_crashed_supervisors_tmux_is_swept_at_the_next_start(party: Supervised) -> None:
+    sv = party
+    old = {agent: sv.status()[agent]["pid"] for agent in AGENTS}
+    assert sv.proc is not None
+    sv.proc.kill()  # no graceful stop: the daemonized tmux server and its panes outlive it
+    sv.proc.wait(60)
+    assert all(_alive(pid) for pid in old.values()), old
+    sv.start()
+    for agent in AGENTS:
+        row = sv.wait_running(agent)
+        assert row["pid"] != old[agent], (row, old)
+    until(lambda: not any(_alive(pid) for pid in old.values()), 60, "the old panes to end")
+    assert tmux_sessions(sv) == set(AGENTS)
+    assert any(e.get("event") == "supervisor.relay_swept" for e in sv.events(this_run=True))
