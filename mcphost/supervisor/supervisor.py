@@ -40,7 +40,7 @@ from mcphost.supervisor import kernel, peer
 from mcphost.supervisor.control import ControlError, ControlServer
 from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
-from mcphost.supervisor.homes import AttachPoints, Home, agent_env, prepare_home
+from mcphost.supervisor.homes import AttachPoints, Home, HomeError, agent_env, prepare_home
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 from mcphost.supervisor.relayhost import RelayHost
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
@@ -88,6 +88,7 @@ class Supervisor:
         self.state_dir = os.path.abspath(state_dir)
         self.env = dict(os.environ if env is None else env)
         self.slots: dict[str, Slot] = {}
+        self.unstarted: dict[str, str] = {}  # agent -> why its home could not be prepared
         self.roots: dict[tuple[int, int], tuple[str, int]] = {}
         self.stopping = asyncio.Event()
         self.started_at = time.time()
@@ -259,9 +260,21 @@ class Supervisor:
             *(
                 asyncio.to_thread(prepare_home, self.state_dir, wanted[agent_id], attach)
                 for agent_id in starting
-            )
+            ),
+            return_exceptions=True,
         )
+        self.unstarted = {a: r for a, r in self.unstarted.items() if a in wanted}
         for agent_id, home in zip(starting, homes, strict=True):
+            if isinstance(home, BaseException):
+                if not isinstance(home, HomeError | OSError):
+                    raise home
+                # One unsafe home (e.g. a symlink the agent planted) fails that agent only.
+                self.unstarted[agent_id] = f"its home could not be prepared: {home}"
+                events.emit(
+                    "supervisor.home_failed", level="error", agent_id=agent_id, problem=str(home)
+                )
+                continue
+            self.unstarted.pop(agent_id, None)
             self.slots[agent_id] = slot = self._slot(wanted[agent_id], home)
             await slot.runner.start()
         outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
@@ -531,6 +544,20 @@ class Supervisor:
                     "last_exit": status.last_exit,
                     "last_reason": status.last_reason,
                     "sessions": sum(hub.count(agent_id) for hub in self.hubs.values()),
+                }
+            )
+        for agent_id, reason in sorted(self.unstarted.items()):
+            rows.append(
+                {
+                    "agent_id": agent_id,
+                    "state": str(AgentState.FAILED),
+                    "pid": None,
+                    "generation": None,
+                    "restarts": 0,
+                    "started_at": None,
+                    "last_exit": None,
+                    "last_reason": reason,
+                    "sessions": 0,
                 }
             )
         return rows

@@ -183,7 +183,8 @@ class Supervised:
                 return row
             return None
 
-        return until(running, 60, f"{agent_id} running")
+        # each poll is a `mcphost ctl` process: poll at 10 Hz, not 100
+        return until(running, 60, f"{agent_id} running", every=0.1)
 
     def terminate(self) -> int:
         assert self.proc is not None

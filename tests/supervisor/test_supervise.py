@@ -251,3 +251,25 @@ def test_ctl_status_table_and_logs(supervised: Supervised):
     missing = supervised.ctl("restart", "agent-9", check=False)
     assert missing.returncode == 1 and "unknown_agent" in missing.stderr
     json.loads(supervised.ctl("status", "--json").stdout)
+
+
+def test_an_unsafe_home_fails_that_agent_only(supervised: Supervised):
+    """A symlink planted where an agent's workspace belongs: that agent is `failed` with the
+    reason, nothing is written through the link, and the rest of the fleet runs."""
+    outside = supervised.base / "outside"
+    outside.mkdir()
+    home = supervised.state / "agents" / "agent-2"
+    home.mkdir(parents=True)
+    (home / "workspace").symlink_to(outside)
+    supervised.write_fleet(
+        [
+            {"id": "agent-1", "command": standin("--hold")},
+            {"id": "agent-2", "command": standin("--hold")},
+        ]
+    )
+    supervised.start()
+    supervised.wait_running("agent-1")
+    row = supervised.status()["agent-2"]
+    assert row["state"] == "failed" and row["pid"] is None, row
+    assert "home" in row["last_reason"], row
+    assert list(outside.iterdir()) == []
