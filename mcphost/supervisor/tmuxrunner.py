@@ -18,10 +18,14 @@ a child's. After each run the pane's last lines are appended to the agent's `Rot
 process group, SIGKILL after `stop_grace`), then the session is killed, and the bundle's tmux
 server when no owned session is left on it.
 
-Unlike a plain process, the spawn awaits the tmux CLI, so the pane may run for a few
-milliseconds before `on_spawn` registers it: a pump started in that window is refused
-(`not_in_fleet`) and the agent's client sees its MCP server fail to start. Agents start their
-MCP servers after their own start-up, far later; a gate in the pane would close it fully.
+The spawn awaits the tmux CLI (a plain process's `Popen` does not), so the pane would run
+before `on_spawn` registers it, and a pump it started in that window would be refused
+(`not_in_fleet`). So the pane starts *gated*: its command is `python3 -I -S -c GATE <fifo>
+argv...`, which blocks reading one byte from a FIFO under the bundle's runtime directory (0700)
+and then `execvp`s the agent's argv (same pid, same start time: the registered root holds). The
+runner holds the FIFO open read-write from before `new-session` until the run ends, and writes
+the byte right after `on_spawn`: the agent runs only once it is known. EOF instead of the byte
+(the runner gave up) ends the gate with status 1; an argv that cannot be exec'd, with 127.
 
 Must never: run a shell, pass the environment in an argv, kill a session it does not own (the
 `TmuxServer` refuses), or decide restarts itself.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Sequence
 
@@ -42,6 +47,18 @@ from mcphost.supervisor.lifecycle import AgentRunner, HomeDirs, OnExit, OnSpawn,
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
+GATE = (
+    "import os, sys\n"
+    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "if not os.read(fd, 1):\n"
+    "    os._exit(1)\n"
+    "os.close(fd)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    "    sys.stderr.write(f'mcphost: cannot run {sys.argv[2]}: {exc.strerror}\\n')\n"
+    "    os._exit(127)\n"
+)
 UNKNOWN_STATUS = 255 << 8  # tmux recorded no status (the session vanished): "exit 255"
 
 
@@ -78,15 +95,19 @@ class TmuxRunner(AgentRunner):
         # tmux takes only POSIX-shaped names (a `BASH_FUNC_x%%` export cannot be passed on).
         self._pane_env = {k: v for k, v in env.items() if tm.ENV_NAME.fullmatch(k)}
         self._watchers: set[asyncio.Task[None]] = set()
+        self._gate: int | None = None  # our read-write end of the pane's gate FIFO
+        self._gate_path = os.path.join(self.server.runtime_dir, f"{self.session}.gate")
 
     async def _launch(self) -> _Run | None:
         generation = self._new_generation()
         try:
             await self._kill_session()  # a leftover of an earlier run or supervisor
+            gated = [sys.executable, "-I", "-S", "-c", GATE, self._open_gate(), *self._argv]
             pid = await self.server.new_session(
-                self.session, self._argv, cwd=os.fspath(self.home.workspace), env=self._pane_env
+                self.session, gated, cwd=os.fspath(self.home.workspace), env=self._pane_env
             )
         except (tm.TmuxError, OSError, ValueError) as exc:
+            self._close_gate()
             message = exc.message if isinstance(exc, tm.TmuxError) else str(exc)
             self._spawn_failed(generation, f"cannot start tmux session {self.session!r}: {message}")
             return None
@@ -98,7 +119,31 @@ class TmuxRunner(AgentRunner):
         watcher.add_done_callback(self._watchers.discard)
         run = _Run(None, pid, generation, exit_future, loop.time())
         self._register(run, starttime)
+        self._release_gate()  # registered (or killed, if on_spawn failed): now it may run
         return run
+
+    def _open_gate(self) -> str:
+        """A fresh FIFO, held open read-write (never blocks; keeps a written byte until the
+        pane reads it, however late it opens the FIFO); its path."""
+        self._close_gate()
+        self.server.prepare_runtime_dir()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._gate_path)
+        os.mkfifo(self._gate_path, 0o600)
+        self._gate = os.open(self._gate_path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        return self._gate_path
+
+    def _release_gate(self) -> None:
+        if self._gate is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._gate, b"\x01")
+
+    def _close_gate(self) -> None:
+        if self._gate is not None:
+            os.close(self._gate)
+            self._gate = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._gate_path)
 
     async def _watch(self, pid: int, done: asyncio.Future[int]) -> None:
         try:
@@ -114,6 +159,7 @@ class TmuxRunner(AgentRunner):
 
     async def _run_ended(self, run: _Run) -> None:
         """Keep the pane's last screen in the agent's log, then kill the (dead) session."""
+        self._close_gate()
         try:
             lines = await self.server.capture(self.session, CAPTURE_LINES)
         except tm.TmuxError:
@@ -144,6 +190,7 @@ class TmuxRunner(AgentRunner):
 
     async def aclose(self) -> None:
         await super().aclose()
+        self._close_gate()
         for task in list(self._watchers):
             task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)

@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -426,6 +427,15 @@ async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
     server = TmuxServer(os.path.join(directory, "bundle"), watch=reaper.watch)
     spawns: list[tuple[int, int, int]] = []
     exits: list[int] = []
+    ran_before_registered: list[bool] = []
+
+    def on_spawn(runner: Any, pid: int, start: int, gen: int) -> None:
+        # The gate holds the pane until on_spawn returns: given 0.3 s, the agent still has not
+        # run (without the gate, Python would have started and written run-N by then).
+        time.sleep(0.3)
+        ran_before_registered.append(len(os.listdir(workspace)) >= gen)
+        spawns.append((pid, start, gen))
+
     script = (
         "import os, sys, time; n = len(os.listdir('.')); open(f'run-{n}', 'w').close(); "
         "print(f'hello from run {n}', flush=True); sys.exit(3) if n < 3 else time.sleep(1000)"
@@ -436,7 +446,7 @@ async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
         store,
         reaper,
         server=server,
-        on_spawn=lambda r, pid, start, gen: spawns.append((pid, start, gen)),
+        on_spawn=on_spawn,
         on_exit=lambda r, gen: exits.append(gen),
         argv=[sys.executable, "-c", script],
         env={"PATH": os.environ["PATH"], "BAD%NAME": "dropped"},
@@ -465,6 +475,8 @@ async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
         "stopped": (str(stopped.state), stopped.pid),
         "server_after_stop": server_after,
         "log_has_runs": all(f"hello from run {n}" in log for n in range(3)),
+        "ran_before_registered": any(ran_before_registered),
+        "gate_left": os.path.exists(os.path.join(directory, "bundle", "agent-1.gate")),
     }
 
 
@@ -486,6 +498,8 @@ def test_a_tmux_runner_restarts_like_a_process_and_stop_ends_its_server(tmp_path
         "stopped": ("stopped", None),
         "server_after_stop": None,
         "log_has_runs": True,
+        "ran_before_registered": False,
+        "gate_left": False,
     }
 
 
