@@ -7,7 +7,8 @@ client on A's own `agentmux` attach entry), so every call goes pump -> superviso
 -> the relay socket (socket trust, vouched for by the kernel) -> the behaviour -> tmux. Through
 them A lists the bundle (all ready), sends to B and sees it in B's pane with `look`, broadcasts,
 uses `raww`, is refused what its policy forbids, and mints a PSK for the operator user
-`ops@GLOBAL`; the test then connects to the relay socket as ops with that PSK (a wrong PSK and a
+`ops@GLOBAL`; a raw socket-trust hello from inside A's tree is accepted as A and refused as B;
+a killed pane restarts with a new generation; the test then connects to the relay socket as ops with that PSK (a wrong PSK and a
 bare socket-trust hello are refused), takes the bundle `down` (every session stops, the tmux
 server ends) and `up` again (new generations), and kills a client mid-request while others keep
 being served. Conditions only (`until`), no sleeps.
@@ -122,6 +123,21 @@ policy = "operator"
 """
 
 AGENTS = ("A", "B", "C")
+
+# Runs inside agent A (ctl exec): raw socket-trust hellos on the relay socket, one per principal.
+HELLOS = """\
+import json, socket, sys
+out = {}
+for principal in sys.argv[2:]:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    hello = {"frame": "hello", "schema_version": "1", "principal_id": principal,
+             "identity_token": "socket-trust"}
+    s.sendall(json.dumps(hello).encode() + b"\\n")
+    out[principal] = json.loads(s.makefile("rb").readline())
+    s.close()
+print(json.dumps(out))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -299,6 +315,17 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     assert not minted.get("isError"), minted
     psk = _find(payload(minted), "psk")
     assert isinstance(psk, str) and len(psk) >= 40, minted
+
+    # socket trust straight from A's tree: the kernel vouches for A@party, not for B@party
+    hellos = tmp_path / "hellos.py"
+    hellos.write_text(HELLOS)
+    done = sv.ctl(
+        "exec", "A", "--", sys.executable, str(hellos), str(relay_root / "relay.sock"),
+        "A@party", "B@party",
+    )  # fmt: skip
+    answers = json.loads(done.stdout)
+    assert answers["A@party"].get("frame") == "hello_ack", answers
+    assert "validation_credential_required" in json.dumps(answers["B@party"]), answers
 
     # B's pane process killed: restarted like a plain process, a new generation, same session
     row = sv.status()["B"]
