@@ -1,6 +1,6 @@
 """One tmux server per bundle, and delivery into its panes (reference §3.4, §3.7).
 
-Owns: the tmux CLI, run as `tmux -f /dev/null -S <socket> ...` with an argv (never a shell),
+Owns: the tmux CLI, run as `tmux -u -f /dev/null -S <socket> ...` with an argv (no shell),
 from the bundle runtime directory (0700, owned by us); the sessions it hosts (one per agent, one
 window, one pane; the pane's process *is* the agent); capture; bracketed paste and submit; the
 readiness gate; watching a pane's process exit with a pidfd.
@@ -29,7 +29,8 @@ The server, as chosen (`tmux -u`: UTF-8 output whatever the client's environment
   argument like `a;` is not a command separator; `#` in the working directory is doubled (tmux
   expands formats in `-c`).
 - Session names are `[A-Za-z0-9][A-Za-z0-9_-]{0,127}` (tmux would rewrite `.` and `:`); every
-  target is exact (`=name`). Owned sessions carry the option `@agentmux_owned 1`; `kill_session`
+  target is exact (`=name`). Pane formats are read with `list-panes -F`, not `display-message`
+  (which tmux 3.3 expands to empty strings, status 0, for a missing target). Owned sessions carry the option `@agentmux_owned 1`; `kill_session`
   kills only those, and `kill_server` refuses while one remains.
 
 Capture: `capture-pane -p` (no escapes, wrapped lines not joined) of the visible screen plus up
@@ -504,34 +505,34 @@ class TmuxServer:
     async def kill_session(self, name: str, *, grace: float = 5.0) -> bool:
         """Kill an owned session and wait (up to `grace` s, then SIGKILL) for its pane process.
 
-        False when there is no such session or it is not ours (left alone).
+        False when there is no such session or it is not ours (left alone). The wait for the
+        pane process happens outside the server lock: other sessions start and stop meanwhile.
         """
-        async with self._lock:
-            try:
-                info = await self._display(name, "#{" + OWNED_OPTION + "}\t" + _PANE_STATE)
-            except NoSuchSession:
-                return False
-            owned, _, rest = info.partition("\t")
-            if owned != "1":
-                return False
-            pane = _pane_state(rest)
-            fd = None if pane.dead else _pidfd(pane.pid)
-            try:
+        fd: int | None = None
+        try:
+            async with self._lock:
+                try:
+                    info = await self._display(name, "#{" + OWNED_OPTION + "}\t" + _PANE_STATE)
+                except NoSuchSession:
+                    return False
+                owned, _, rest = info.partition("\t")
+                if owned != "1":
+                    return False
+                pane = _pane_state(rest)
+                fd = None if pane.dead else _pidfd(pane.pid)
                 if fd is not None and (await self.pane_state(name)).dead:
                     os.close(fd)  # it ended meanwhile: the pid may be someone else's already
                     fd = None
-                try:
+                with contextlib.suppress(NoSuchSession):
                     await self._ok("kill-session", "-t", _session(name))
-                except NoSuchSession:
-                    pass
-                if fd is not None and not await _wait_readable(fd, grace):
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
-                    await _wait_readable(fd, 30.0)
-            finally:
-                if fd is not None:
-                    os.close(fd)
+            if fd is not None and not await _wait_readable(fd, grace):
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                await _wait_readable(fd, 30.0)
             return True
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     # -- panes ------------------------------------------------------------------------------
     async def capture(self, name: str, lines: int = DEFAULT_LOOK_LINES) -> list[str]:

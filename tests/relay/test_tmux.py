@@ -274,8 +274,11 @@ async def test_capture_returns_the_last_lines_without_the_blank_bottom(tmp_path:
         assert await server.capture("lines", 51) == everything
         with pytest.raises(ValueError):
             await server.capture("lines", 0)
+        for probe in (server.capture("nobody", 10), server.cursor_x("nobody")):
+            with pytest.raises(NoSuchSession):  # never empty formats for a missing target
+                await probe
         with pytest.raises(NoSuchSession):
-            await server.capture("nobody", 10)
+            await server.pane_state("line")  # exact names: not a prefix of "lines"
 
 
 async def test_wait_ready_needs_quiet_prompt_and_column(tmp_path: Path) -> None:
