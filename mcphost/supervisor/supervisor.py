@@ -586,6 +586,11 @@ class Supervisor:
 
         slot = self._slot_for(agent_id)
         yield tail(slot.home.logs, lines)
+        if slot.plan.runner == "tmux":  # a pane: its screen, captured now
+            from mcphost.supervisor.tmuxrunner import TmuxRunner
+
+            if isinstance(slot.runner, TmuxRunner):
+                yield await slot.runner.live_screen(lines)
         if follow:
             async for chunk in follow_log(slot.home.logs):
                 yield chunk

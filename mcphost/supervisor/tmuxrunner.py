@@ -13,8 +13,8 @@ agent's pumps) descend from the pane process: the kernel-ancestry identity holds
 exit is observed with a pidfd (`tmux.watch_exit`, which reads the status tmux recorded:
 `remain-on-exit` keeps the dead pane), as a raw wait status so `AgentRunner` treats it exactly as
 a child's. After each run the pane's last lines are appended to the agent's `RotatingLog` (what
-`ctl logs` shows for a tmux agent: the screen at each exit; the live screen is the relay's
-`look`), then the session is killed. `stop()` is `AgentRunner.stop` (SIGTERM to the pane's
+`ctl logs` shows for a tmux agent: the screen at each exit, then `live_screen`, the running
+pane's screen captured on demand), then the session is killed. `stop()` is `AgentRunner.stop` (SIGTERM to the pane's
 process group, SIGKILL after `stop_grace`), then the session is killed, and the bundle's tmux
 server when no owned session is left on it.
 
@@ -43,7 +43,15 @@ from collections.abc import Sequence
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
 from mcphost.supervisor.kernel import Reaper, proc_starttime
-from mcphost.supervisor.lifecycle import AgentRunner, HomeDirs, OnExit, OnSpawn, Plan, _Run
+from mcphost.supervisor.lifecycle import (
+    AgentRunner,
+    AgentState,
+    HomeDirs,
+    OnExit,
+    OnSpawn,
+    Plan,
+    _Run,
+)
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
@@ -175,6 +183,19 @@ class TmuxRunner(AgentRunner):
             except OSError as exc:
                 emit("supervisor.log_write_failed", level="error", error=str(exc))
         await self._kill_session()
+
+    async def live_screen(self, lines: int = CAPTURE_LINES) -> bytes:
+        """The running pane's last `lines` lines (at most 1000) under a header, for `ctl logs`;
+        empty when the agent is not running."""
+        status = self.status()
+        if status.state != AgentState.RUNNING or status.pid is None:
+            return b""
+        try:
+            screen = await self.server.capture(self.session, max(1, min(lines, CAPTURE_LINES)))
+        except tm.TmuxError:
+            return b""
+        header = f"--- tmux pane of {self.agent_id}, generation {status.generation}, now ---\n"
+        return (header + "".join(line + "\n" for line in screen)).encode("utf-8", "replace")
 
     async def _kill_session(self) -> None:
         with contextlib.suppress(tm.TmuxError):

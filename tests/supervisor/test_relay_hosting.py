@@ -300,6 +300,8 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     # send -> B's pane shows the message (envelope pasted, then submitted: echoed by B)
     assert not sent.get("isError") and "queued" in json.dumps(sent), sent
     assert f"[B] got: {to_b}" in json.dumps(look_b), look_b  # pasted, submitted, read by B
+    live = sv.ctl("logs", "B").stdout  # ctl logs of a running tmux agent: its screen, now
+    assert "tmux pane of B, generation 1, now" in live and f"[B] got: {to_b}" in live, live
     # broadcast reaches B and C
     assert not broadcast.get("isError"), broadcast
     assert f"[B] got: {to_all}" in json.dumps(look_b2), look_b2
