@@ -646,3 +646,31 @@ def test_a_crashed_supervisors_tmux_is_swept_at_the_next_start(party: Supervised
     until(lambda: not any(_alive(pid) for pid in old.values()), 60, "the old panes to end")
     assert tmux_sessions(sv) == set(AGENTS)
     assert any(e.get("event") == "supervisor.relay_swept" for e in sv.events(this_run=True))
+
+
+def test_a_reload_regenerates_the_bundle_and_reconciles_its_sessions(
+    party: Supervised, tmp_path: Path
+) -> None:
+    sv = party
+    before = sv.status()
+    echo = str(tmp_path / "echo_agent.py")
+    # A's policy changes (restart), B is unchanged (untouched), C leaves the fleet
+    sv.write_fleet(
+        [
+            {"id": "A", "command": [sys.executable, echo, "A"], "policy": "operator"},
+            {"id": "B", "command": [sys.executable, echo, "B"]},
+        ],
+        bundle="party",
+        runner="tmux",
+        restart="always",
+    )
+    sv.ctl("reload")
+    row_a = sv.wait_running("A", before["A"]["generation"] + 1)
+    assert sv.status()["B"]["pid"] == before["B"]["pid"]
+    assert "C" not in sv.status() and tmux_sessions(sv) == {"A", "B"}, row_a
+    generated = (sv.state / "relay" / "config" / "bundles" / "party.toml").read_text()
+    assert 'id = "C"' not in generated and 'policy = "operator"' in generated, generated
+    listed = drive(sv, tmp_path, [{"tool": "list", "args": {"command": "principals"}}])[0]
+    bundles = {b["id"]: b for b in payload(listed)["bundles"]}
+    members = {p["id"]: p["ready"] for p in bundles["party"]["principals"]}
+    assert members == {"A@party": True, "B@party": True}, listed
