@@ -214,6 +214,14 @@ class RelayHost:
                 bundles.setdefault(plan.bundle, []).append((plan, workspace))
         if not bundles and not self.root.exists():
             return
+        await asyncio.to_thread(self._write_layer, bundles)  # fsyncs: off the loop
+        if not self._swept:
+            self._swept = True
+            await self._sweep()
+        if bundles and not self.serving and not self.external:
+            await self._serve()
+
+    def _write_layer(self, bundles: Mapping[str, Sequence[tuple[AgentPlan, str]]]) -> None:
         _private_dir(self.root)
         _private_dir(self.config)
         _private_dir(self.config / "bundles")
@@ -225,11 +233,6 @@ class RelayHost:
             if entry.endswith(".toml") and entry[: -len(".toml")] not in bundles:
                 with contextlib.suppress(OSError):
                     os.unlink(self.config / "bundles" / entry)
-        if not self._swept:
-            self._swept = True
-            await self._sweep()
-        if bundles and not self.serving and not self.external:
-            await self._serve()
 
     def _argv(self, plan: AgentPlan) -> list[str]:
         """The agent's argv, for the coder's `initial-command` (informational: the runner
