@@ -46,6 +46,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -68,6 +69,7 @@ RELAY_DIR = "relay"
 CONFIG_DIR = "config"
 SOCKET = "relay.sock"
 CODER_PREFIX = "fleet-"
+NO_TMUX = "/tmux-not-found-on-PATH/tmux"
 ACTIVE = (AgentState.STARTING, AgentState.RUNNING, AgentState.BACKOFF)
 
 
@@ -200,7 +202,10 @@ class RelayHost:
         server = self.servers.get(bundle)
         if server is None:
             runtime = self.root / "bundles" / bundle
-            server = self.servers[bundle] = tm.TmuxServer(runtime, watch=self._watch)
+            # Without tmux on the supervisor's PATH each spawn fails, naming the missing program
+            # (ctl status shows it; the restart policy applies): the supervisor still starts.
+            program = shutil.which("tmux", path=self.env.get("PATH", os.defpath)) or NO_TMUX
+            server = self.servers[bundle] = tm.TmuxServer(runtime, tmux=program, watch=self._watch)
         return server
 
     # -- the fleet ----------------------------------------------------------------------------

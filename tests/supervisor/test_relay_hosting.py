@@ -674,3 +674,53 @@ def test_a_reload_regenerates_the_bundle_and_reconciles_its_sessions(
     bundles = {b["id"]: b for b in payload(listed)["bundles"]}
     members = {p["id"]: p["ready"] for p in bundles["party"]["principals"]}
     assert members == {"A@party": True, "B@party": True}, listed
+
+
+async def _without_tmux(directory: str) -> dict[str, Any]:
+    """No tmux on PATH: a tmux agent's spawn fails (named), it does not crash anything."""
+    from mcphost.supervisor import lifecycle
+    from mcphost.supervisor.kernel import Reaper
+    from mcphost.supervisor.relayhost import RelayHost
+    from mcphost.supervisor.state import StateStore
+    from mcphost.supervisor.tmuxrunner import TmuxRunner
+    from tests.supervisor.test_kernel import until_async
+    from tests.supervisor.test_lifecycle import StubHome, StubPlan
+
+    lifecycle.emit = lambda *a, **k: None
+    store = StateStore(os.path.join(directory, "state.sqlite3"))
+    reaper = Reaper()
+    reaper.install()
+    os.makedirs(os.path.join(directory, "workspace"))
+    host = RelayHost(directory, {"PATH": directory}, _Agents(), watch=reaper.watch)  # no tmux
+    runner = TmuxRunner(
+        StubPlan(agent_id="A", restart="never"),
+        StubHome(os.path.join(directory, "workspace"), os.path.join(directory, "logs")),
+        store,
+        reaper,
+        server=host.tmux_server("party"),
+        on_spawn=lambda *a: None,
+        on_exit=lambda *a: None,
+        argv=["true"],
+        env={},
+    )
+    await runner.start()
+    await until_async(lambda: runner.status().state == "failed", "failed")
+    status = runner.status()
+    await runner.aclose()
+    await host.aclose()
+    reaper.uninstall()
+    store.close()
+    return {"state": str(status.state), "reason": status.last_reason}
+
+
+def test_without_tmux_a_tmux_agent_fails_its_spawn_and_says_why(tmp_path: Path) -> None:
+    from tests.supervisor.test_kernel import isolated
+
+    directory = tempfile.mkdtemp(prefix="mcphost-nt-")
+    try:
+        out = isolated(_without_tmux, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert out["state"] == "failed", out
+    assert "cannot start tmux session 'A'" in out["reason"], out
+    assert "tmux-not-found-on-PATH" in out["reason"], out
