@@ -724,3 +724,38 @@ def test_without_tmux_a_tmux_agent_fails_its_spawn_and_says_why(tmp_path: Path) 
     assert out["state"] == "failed", out
     assert "cannot start tmux session 'A'" in out["reason"], out
     assert "tmux-not-found-on-PATH" in out["reason"], out
+
+
+def test_an_agent_in_a_pane_attaches_as_itself(tmp_path: Path, center: DevCenter) -> None:
+    """The stand-in client runs *in* its tmux pane: its pumps descend from the pane's process
+    (the registered root), so both surfaces serve it as D, and its relay tools reach the real
+    relay as D@solo."""
+    from tests.supervisor.supervise_harness import standin
+
+    sv = Supervised(tmp_path, center)
+    try:
+        sv.write_fleet(
+            [
+                {
+                    "id": "D",
+                    "command": standin(
+                        "--relay-call", "list", "--relay-args", '{{"command": "principals"}}',
+                        "--hold",
+                    ),
+                }
+            ],
+            bundle="solo",
+            runner="tmux",
+        )  # fmt: skip
+        sv.start()
+        calls = until(lambda: len(sv.calls("D")) >= 2 and sv.calls("D"), 120, "D's two calls")
+        by_server = {c["server"]: c for c in calls}
+        heard = json.dumps(by_server["agent-center"])  # the center knows no D: it says so
+        assert by_server["agent-center"]["ok"] or "agent 'D' does not exist" in heard, heard
+        assert by_server["agentmux"]["ok"], by_server["agentmux"]
+        assert by_server["agent-center"]["agent_pid"] == sv.status()["D"]["pid"]  # the pane
+        listed = json.dumps(by_server["agentmux"]["result"])
+        assert "D@solo" in listed and '\\"ready\\":true' in listed, listed
+    finally:
+        sv.close()
+        shutil.rmtree(sv.state, ignore_errors=True)
