@@ -748,7 +748,8 @@ def test_an_agent_in_a_pane_attaches_as_itself(tmp_path: Path, center: DevCenter
             runner="tmux",
         )  # fmt: skip
         sv.start()
-        calls = until(lambda: len(sv.calls("D")) >= 2 and sv.calls("D"), 120, "D's two calls")
+        until(lambda: len(sv.calls("D")) >= 2, 120, "D's two calls")
+        calls = sv.calls("D")
         by_server = {c["server"]: c for c in calls}
         heard = json.dumps(by_server["agent-center"])  # the center knows no D: it says so
         assert by_server["agent-center"]["ok"] or "agent 'D' does not exist" in heard, heard
