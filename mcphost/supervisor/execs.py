@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcphost.events import emit
-from mcphost.supervisor.kernel import Credentials, Reaper, pdeathsig_preexec, proc_starttime
+from mcphost.supervisor.kernel import (
+    Credentials,
+    Reaper,
+    end_group,
+    group_alive,
+    killpg_quietly,
+    pdeathsig_preexec,
+    proc_starttime,
+)
 from mcphost.supervisor.lifecycle import spawn_failure_reason
 
 # The grace between SIGTERM and SIGKILL when the group is ended (the agent's stop_grace).
@@ -74,7 +82,7 @@ class Execution:
         return os.waitstatus_to_exitcode(await asyncio.shield(self.exit))
 
     def send_signal(self, sig: int) -> None:
-        _killpg(self.pid, sig)
+        killpg_quietly(self.pid, sig)
 
     def end(self) -> None:
         """SIGTERM the group now; SIGKILL whatever is left of it after `grace`."""
@@ -91,19 +99,12 @@ class Execution:
                 pid=self.pid,
                 exit=self.proc.returncode,
             )
-        if _group_alive(self.pid):
+        if group_alive(self.pid):
             self.end()  # what the command left behind in its group goes with it
 
     async def _end(self) -> None:
-        loop = asyncio.get_running_loop()
-        _killpg(self.pid, signal.SIGTERM)
-        deadline = loop.time() + self.grace
-        while not self.exit.done() or _group_alive(self.pid):
-            if loop.time() >= deadline:
-                emit("supervisor.exec_killed", agent_id=self.agent_id, pgid=self.pid)
-                _killpg(self.pid, signal.SIGKILL)
-                return
-            await asyncio.sleep(0.02)
+        if await end_group(self.pid, self.exit, self.grace):
+            emit("supervisor.exec_killed", agent_id=self.agent_id, pgid=self.pid)
 
 
 def spawn(
@@ -148,19 +149,4 @@ def spawn(
     )
     return execution
 
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True

@@ -190,6 +190,52 @@ def children_of(parent: int) -> list[int]:
     return sorted(found)
 
 
+def killpg_quietly(pgid: int, sig: int) -> None:
+    """Signal a process group; a group that is already gone is not an error."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Any process (zombies included) still in the group?"""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def group_gone(pgid: int, leader: asyncio.Future[int], deadline: float) -> bool:
+    """Wait until the leader is reaped and the group is empty; False at `deadline` (loop time)."""
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(asyncio.shield(leader), max(0.0, deadline - loop.time()))
+    except TimeoutError:
+        return False
+    while group_alive(pgid):  # members left behind: no event tells us, so poll briefly
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def end_group(pgid: int, leader: asyncio.Future[int], grace: float) -> bool:
+    """SIGTERM the group; if the leader or a member is still there after `grace` seconds,
+    SIGKILL it. Returns once the leader is reaped and the group is empty (or 30 s after the
+    SIGKILL); True when it had to kill."""
+    loop = asyncio.get_running_loop()
+    killpg_quietly(pgid, signal.SIGTERM)
+    if await group_gone(pgid, leader, loop.time() + grace):
+        return False
+    killpg_quietly(pgid, signal.SIGKILL)
+    await group_gone(pgid, leader, loop.time() + 30.0)
+    return True
+
+
 def describe_status(status: int) -> str:
     """A raw wait status as `ctl status` shows it: "exit 1" or "signal 9"."""
     code = os.waitstatus_to_exitcode(status)

@@ -42,6 +42,9 @@ from mcphost.events import emit
 from mcphost.supervisor.kernel import (
     Reaper,
     describe_status,
+    end_group,
+    group_alive,
+    killpg_quietly,
     pdeathsig_preexec,
     proc_starttime,
     resolve_user,
@@ -377,7 +380,7 @@ class AgentRunner:
             emit(
                 "supervisor.on_spawn_failed", level="error", agent_id=self.agent_id, error=repr(exc)
             )
-            _killpg(run.pid, signal.SIGKILL)  # unregistered: it must not run
+            killpg_quietly(run.pid, signal.SIGKILL)  # unregistered: it must not run
         emit(
             "supervisor.agent_spawned",
             agent_id=self.agent_id,
@@ -457,13 +460,8 @@ class AgentRunner:
     async def _end_group(self, pgid: int, leader: asyncio.Future[int]) -> None:
         """SIGTERM the group; once `stop_grace` passed with the leader or a member alive,
         SIGKILL it; return when the leader is reaped and the group is empty."""
-        loop = asyncio.get_running_loop()
-        _killpg(pgid, signal.SIGTERM)
-        if await _group_gone(pgid, leader, loop.time() + self.plan.stop_grace):
-            return
-        emit("supervisor.agent_killed", agent_id=self.agent_id, pgid=pgid)
-        _killpg(pgid, signal.SIGKILL)
-        await _group_gone(pgid, leader, loop.time() + 30.0)
+        if await end_group(pgid, leader, self.plan.stop_grace):
+            emit("supervisor.agent_killed", agent_id=self.agent_id, pgid=pgid)
 
     async def _supervise(self, first: _Run | None) -> None:
         try:
@@ -480,7 +478,7 @@ class AgentRunner:
             if run is not None:
                 await self._attach_output(run)
                 code, uptime = await self._wait_exit(run)
-                if self._want and _group_alive(run.pid):
+                if self._want and group_alive(run.pid):
                     await self._end_group(run.pid, run.exit)  # what the agent left behind
                 await self._run_ended(run)
             if not self._want:
@@ -517,35 +515,3 @@ class AgentRunner:
         self._state = AgentState.FAILED
         self._last_reason = reason
         emit("supervisor.agent_failed", level="error", agent_id=self.agent_id, reason=reason)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Any process (zombies included) still in the group?"""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-async def _group_gone(pgid: int, leader: asyncio.Future[int], deadline: float) -> bool:
-    """Wait until the leader is reaped and the group is empty; False at `deadline`."""
-    loop = asyncio.get_running_loop()
-    try:
-        await asyncio.wait_for(asyncio.shield(leader), max(0.0, deadline - loop.time()))
-    except TimeoutError:
-        return False
-    while _group_alive(pgid):  # members left behind: no event tells us, so poll briefly
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
