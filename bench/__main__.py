@@ -282,6 +282,7 @@ async def main() -> None:
     for extra in (
         "bench.files",
         "bench.relay",
+        "bench.relay_real",
         "bench.lifecycle",
         "bench.attach",
         "bench.supervisor",
