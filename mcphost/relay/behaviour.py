@@ -55,7 +55,7 @@ Operations and what each answers:
 
 Delivery outcomes (§3.4: `delivered`, `timeout` with the gate's reason code, `not_submitted`,
 `submission_unknown`, `failed` `dropped_on_shutdown`) are kept in `outcomes` (the last 4096, by
-message id) and logged as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
+message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
 `delivery_outcome` event. Not done: upstream's receipt message from `relay@RELAY` to a coder
 sender for a non-delivered outcome, per-target quotas. Revocation goes through the server's
 `revoke`, which closes every live connection of the principal (a socket-trust one too).
@@ -71,6 +71,15 @@ only for a session or user principal, only when relay.toml does not require sess
 and only when the host's `socket_trust(principal_id, peer_cred)` says the kernel vouches for the
 peer (`validation_credential_required` otherwise). Then the principal must exist: a member of a
 configured bundle, or a users.toml user with a known policy.
+
+Inscriptions (§5, inscriptions.py): requests and outcomes are `relay.*` records in
+`<inscriptions root>/relay.log` (default `<state root>/inscriptions`) and the event log:
+`relay.list.response`, `relay.look.response`, `relay.send.request`, one
+`relay.send.envelope.metadata` per envelope (schema_version, message_id, namespace,
+sender_session, target_sessions, cc_sessions, created_at: what the pane never shows),
+`relay.raww.request`, `relay.delivery.outcome`, `relay.bundle.up|down`,
+`relay.identity.principal_registered|psk_rotated|principal_dropped`. `inscribe` is handed to
+the server too (its connection records).
 
 Must never: log, store or return a PSK except in a `response`-destination answer; log a message
 body or raww text (events carry ids, sizes and outcomes only); act as any principal but the
@@ -106,6 +115,7 @@ from mcphost.relay.bundles import (
     load_users,
     require_bundle,
 )
+from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
 from mcphost.relay.policy import Policy, authorize, load_policies, member_policy
 from mcphost.relay.principals import (
     PrincipalStore,
@@ -308,6 +318,7 @@ class RelayBehaviour:
         quiet_ms: int = DEFAULT_QUIET_MS,
         poll_ms: int = 50,
         environ: dict[str, str] | None = None,
+        inscriptions: Path | str | None = None,
     ) -> None:
         self.roots = tuple(Path(r) for r in configuration_roots)
         self.state_root = Path(state_root).absolute()
@@ -320,6 +331,9 @@ class RelayBehaviour:
         self.poll_ms = poll_ms
         self._environ = environ
         self.store = PrincipalStore(self.state_root / "identity" / "principals.json")
+        self.inscribe = RelayInscriptions(
+            inscriptions if inscriptions is not None else inscriptions_root(self.state_root)
+        )
         self._admin = asyncio.Lock()
         self._workers: dict[tuple[str, str], _Worker] = {}
         self.outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -521,6 +535,14 @@ class RelayBehaviour:
     async def _list(self, principal: Principal, request: Request) -> dict[str, Any]:
         namespace = self._subject(principal, request)
         listed = self._listed(principal, namespace, request.body)
+        self.inscribe(
+            "relay.list.response",
+            requester_session=principal.id,
+            namespace=listed["id"],
+            state=listed["state"],
+            principal_count=len(listed["principals"]),
+            ready_count=sum(1 for p in listed["principals"] if p.get("ready")),
+        )
         return {"kind": "list", "schema_version": SCHEMA_VERSION, "bundle": listed}
 
     def _listed(self, principal: Principal, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -631,7 +653,7 @@ class RelayBehaviour:
             raise _unavailable(target.principal.id, "the target session is not running") from None
         except tm.TmuxError as exc:
             raise _unavailable(target.principal.id, exc.message) from None
-        events.emit(
+        self.inscribe(
             "relay.look.response",
             requester_session=principal.id,
             target_session=target.principal.id,
@@ -729,6 +751,18 @@ class RelayBehaviour:
             cc = [a for a in everyone if a.canonical_id != target.principal.id]
             text = env.render(env.Envelope(message_id, created, sender, to, message, cc))
             item = _Item(str(message_id), "envelope", text, principal.id, target.principal.id)
+            # the machine metadata the pane never shows (envelope.py)
+            self.inscribe(
+                "relay.send.envelope.metadata",
+                schema_version=SCHEMA_VERSION,
+                message_id=str(message_id),
+                namespace=target.principal.namespace,
+                sender_session=principal.id,
+                target_sessions=[target.principal.id],
+                cc_sessions=[a.canonical_id for a in cc],
+                created_at=env.rfc3339(created),
+                message_length=len(message),
+            )
             if target.bundle is None:
                 self._deliver_event(item, message)
             else:
@@ -755,7 +789,7 @@ class RelayBehaviour:
                 }
             )
             self._record(skipped_id, principal.id, target.principal.id, "not_submitted", err.code)
-        events.emit(
+        self.inscribe(
             "relay.send.request",
             requester_session=principal.id,
             request_id=client_request_id,
@@ -820,7 +854,7 @@ class RelayBehaviour:
         message_id = str(uuid.uuid4())
         item = _Item(message_id, "raww", text, principal.id, target.principal.id, no_enter)
         self._enqueue(target.bundle.id, target.session.id, item)
-        events.emit(
+        self.inscribe(
             "relay.raww.request",
             requester_session=principal.id,
             target_session=target.principal.id,
@@ -958,7 +992,7 @@ class RelayBehaviour:
         self.outcomes[message_id] = record
         while len(self.outcomes) > OUTCOMES_KEPT:
             self.outcomes.popitem(last=False)
-        events.emit(
+        self.inscribe(
             "relay.delivery.outcome",
             message_id=message_id,
             sender_session=sender,
@@ -1000,6 +1034,7 @@ class RelayBehaviour:
                 self._record_delivery(
                     item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
                 )
+        self.inscribe.close()
 
     # -- up / down -----------------------------------------------------------------------------
 
@@ -1033,7 +1068,7 @@ class RelayBehaviour:
                 code = "runtime_startup_failed" if action == "up" else "runtime_shutdown_failed"
                 reason = exc.message if isinstance(exc, RelayError | tm.TmuxError) else str(exc)
                 entry.update(outcome="failed", reason_code=code, reason=reason or code)
-        events.emit(
+        self.inscribe(
             f"relay.bundle.{action}",
             requester_session=principal.id,
             bundle_name=bundle.id,
@@ -1151,7 +1186,7 @@ class RelayBehaviour:
             psk = self.store.mint(
                 principal_id, kind, scope=scope, deliver=self._deliverer(dest, principal_id, path)
             )
-        events.emit(
+        self.inscribe(
             "relay.identity.principal_registered",
             requester_session=principal.id,
             principal_id=principal_id,
@@ -1180,7 +1215,7 @@ class RelayBehaviour:
             revoked = int(
                 self.revoke(principal_id, "runtime_identity_revoked", REVOKED_MESSAGE) or 0
             )
-        events.emit(
+        self.inscribe(
             "relay.identity.psk_rotated",
             requester_session=principal.id,
             principal_id=principal_id,
@@ -1210,7 +1245,7 @@ class RelayBehaviour:
                 raise unknown_principal(principal_id)
         if self.revoke is not None:
             self.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
-        events.emit(
+        self.inscribe(
             "relay.identity.principal_dropped",
             requester_session=principal.id,
             principal_id=principal_id,

@@ -37,6 +37,9 @@ that is a few GiB only if every client sends megabyte lines; real frames are sma
 connections and closes them (PSK rotation, §3.3); `send_event` queues an event frame for a
 principal's connections; `live_principals` lists who is connected; `aclose` stops listening,
 closes every connection and unlinks the socket (only if it is still the file this server bound).
+`inscribe` (inscriptions.py; default: the event log only) takes the connection records of §5:
+`relay.stream.stale_claim_reclaimed`, `relay.connection.write_timeout`,
+`relay.connection.identity_revoked_teardown`.
 
 Must never: take identity from anything but `authenticate` (which sees the kernel's
 credentials), log an identity token or a request body, answer a request before its
@@ -61,6 +64,7 @@ from typing import Any, cast
 
 from mcphost import events
 from mcphost.relay import wire
+from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
 from mcphost.relay.wire import Hello, Principal, RelayError, Request
 from mcphost.supervisor.peer import PeerCred, peer_credentials
 
@@ -150,8 +154,10 @@ class RelayServer:
         pre_hello_timeout: float = 2.0,
         write_timeout: float = 5.0,
         max_connections: int = 512,
+        inscribe: Inscribe | None = None,
     ) -> None:
         self.path = path
+        self._inscribe: Inscribe = inscribe if inscribe is not None else RelayInscriptions(None)
         self._authenticate = authenticate
         self._handle = handle
         self.pre_hello_timeout = pre_hello_timeout
@@ -242,7 +248,7 @@ class RelayServer:
                 continue
             conn.finish(frame)
             count += 1
-            events.emit(
+            self._inscribe(
                 "relay.connection.identity_revoked_teardown",
                 connection_id=conn.id,
                 principal_id=principal_id,
@@ -415,7 +421,7 @@ class RelayServer:
                 self._refused(conn, conflict)
                 conn.finish(wire.encode(wire.error_response(None, conflict)))
                 return
-            events.emit(
+            self._inscribe(
                 "relay.stream.stale_claim_reclaimed",
                 connection_id=conn.id,
                 stale_connection_id=owner.id,
@@ -505,7 +511,7 @@ class RelayServer:
                     try:
                         await asyncio.wait_for(conn.writer.drain(), self.write_timeout)
                     except TimeoutError:
-                        events.emit(
+                        self._inscribe(
                             "relay.connection.write_timeout",
                             level="warning",
                             connection_id=conn.id,

@@ -9,6 +9,8 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
     bundles/<bundle>.toml         members = the fleet's agents with that bundle
     coders.toml                   one tmux coder per bundle agent ("fleet-<agent id>")
   identity/principals.json      the PSK store (RelayBehaviour / principals.py)
+  inscriptions/relay.log        the relay's records (relay/inscriptions.py), beside the relay
+                                tools' inscriptions/bundles/<b>/sessions/<s>/mcp.log
   bundles/<bundle>/tmux.sock    the bundle's tmux server (tmux.py; relative when too long)
   bundles/<bundle>/sessions/<session>/identity.psk   a session PSK written to `config`
 ```
@@ -282,7 +284,10 @@ class RelayHost:
             environ=self.env,
         )
         server = RelayServer(
-            str(self.root / SOCKET), authenticate=behaviour.authenticate, handle=behaviour.handle
+            str(self.root / SOCKET),
+            authenticate=behaviour.authenticate,
+            handle=behaviour.handle,
+            inscribe=behaviour.inscribe,
         )
         behaviour.revoke = server.revoke
         behaviour.send_event = server.send_event

@@ -3,8 +3,8 @@
 The bundle `party` has three members (alpha: operator, bravo and charlie: the file default),
 each a tiny interactive stand-in in its own tmux session that prints the prompt `> ` and echoes
 what it reads; the coder's `prompt-regex` matches that prompt, so the readiness gate is real.
-The `BundleHost` here is a small real one (one TmuxServer per bundle under the state root), as
-the supervisor's will be. Requests go straight to `RelayBehaviour.handle`, and a few through a
+The `BundleHost` (`TmuxHost`, with the tree, in tests/relay/realrelay.py) is a small real one
+(one TmuxServer per bundle under the state root), as the supervisor's is. Requests go straight to `RelayBehaviour.handle`, and a few through a
 real `RelayServer` socket with our relay client (`RelayStream`).
 
 No sleeps as waits: a pane is polled until it shows what a test needs (a 30 s guard only catches
@@ -15,25 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import shutil
 import stat
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mcphost.relay.behaviour import BundleHost, MemberHealth, RelayBehaviour
-from mcphost.relay.bundles import Bundle
+from mcphost.relay.behaviour import BundleHost, RelayBehaviour
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
 from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.relaytools.stream import RelayStream
 from mcphost.supervisor.peer import PeerCred
+from tests.relay.realrelay import TmuxHost, config_tree
 
 pytestmark = [
     pytest.mark.anyio,
@@ -41,147 +39,6 @@ pytestmark = [
 ]
 
 GUARD = 30.0
-
-# The stand-in agent: prompt "> ", echo each line. "hold" makes it busy (no prompt) until it
-# reads "release", so a test can keep the readiness gate closed for as long as it needs.
-STAND_IN = """\
-import sys
-held = False
-while True:
-    if not held:
-        sys.stdout.write("> ")
-        sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        break
-    if line.strip() in ("hold", "release"):
-        held = line.strip() == "hold"
-        sys.stdout.write(("holding" if held else "released") + "\\n")
-    else:
-        sys.stdout.write("echo: " + line)
-    sys.stdout.flush()
-"""
-
-POLICIES = """\
-format-version = 1
-default = "default"
-
-[[policies]]
-id = "default"
-description = "list, look and send at home"
-[policies.controls]
-list = "home"
-look = "home"
-send = "home"
-
-[[policies]]
-id = "operator"
-description = "everything"
-[policies.controls]
-list = "all"
-look = "all"
-send = "all"
-raww = "all"
-choose = "all"
-updown = "all"
-[policies.controls.new]
-peer = "all"
-[policies.controls.change]
-psk = "all"
-scope = "all"
-[policies.controls.drop]
-peer = "all"
-"""
-
-
-def config_tree(root: Path) -> tuple[Path, Path]:
-    """(configuration root, state root) with bundles/party.toml, coders.toml, policies.toml,
-    users.toml and the stand-in program."""
-    config = root / "config"
-    state = root / "state"
-    work = root / "work"
-    for path in (config / "bundles", state, work):
-        path.mkdir(parents=True, mode=0o700)
-    program = root / "standin.py"
-    program.write_text(STAND_IN)
-    command = f"{shlex.quote(sys.executable)} -u {shlex.quote(str(program))}"
-    (config / "coders.toml").write_text(
-        'format-version = 1\n\n[[coders]]\nid = "standin"\n[coders.tmux]\n'
-        f"initial-command = {command!r}\n"
-        "prompt-regex = '^>\\s*$'\nprompt-inspect-lines = 1\n"
-        '\n[[coders]]\nid = "acpish"\n[coders.acp]\nchannel = "stdio"\ncommand = "true"\n'
-    )
-    members = ""
-    for member, extra in (("alpha", 'name = "Alpha"\npolicy = "operator"\n'), ("bravo", ""),
-                          ("charlie", "")):  # fmt: skip
-        members += (
-            f'\n[[sessions]]\nid = "{member}"\n{extra}directory = "{work}"\ncoder = "standin"\n'
-        )
-    (config / "bundles" / "party.toml").write_text("format-version = 1\n" + members)
-    # a bundle whose other members this relay cannot host: an ACP coder and a UI session
-    (config / "bundles" / "mixed.toml").write_text(
-        "format-version = 1\n"
-        f'[[sessions]]\nid = "lead"\ndirectory = "{work}"\ncoder = "standin"\npolicy = "operator"\n'
-        f'[[sessions]]\nid = "agent"\ndirectory = "{work}"\ncoder = "acpish"\n'
-        '[[sessions]]\nid = "panel"\n[sessions.ui]\n'
-    )
-    (config / "policies.toml").write_text(POLICIES)
-    (config / "users.toml").write_text(
-        'format-version = 1\n\n[[sessions]]\nid = "op@GLOBAL"\npolicy = "operator"\n[sessions.ui]\n'
-    )
-    return config, state
-
-
-@dataclass
-class TmuxHost:
-    """A real BundleHost: one TmuxServer per bundle under `<state>/bundles/<id>`."""
-
-    state_root: Path
-    servers: dict[str, TmuxServer] = field(default_factory=dict)
-    pids: dict[tuple[str, str], int] = field(default_factory=dict)
-    ups: int = 0
-    downs: int = 0
-
-    def hosted(self, bundle: Bundle) -> bool:
-        return bundle.id in self.servers
-
-    async def up(self, bundle: Bundle) -> None:
-        self.ups += 1
-        server = TmuxServer(self.state_root / "bundles" / bundle.id)
-        self.servers[bundle.id] = server
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_root)}
-        for session in bundle.sessions:
-            coder = bundle.coder_for(session)
-            assert coder is not None and coder.tmux is not None and session.directory
-            argv = shlex.split(coder.tmux.command(session.coder_session_id))
-            name = self.session_name(bundle, session.id)
-            pid = await server.new_session(name, argv, session.directory, env)
-            self.pids[(bundle.id, session.id)] = pid
-
-    async def down(self, bundle: Bundle) -> None:
-        self.downs += 1
-        server = self.servers.pop(bundle.id)
-        for session in bundle.sessions:
-            await server.kill_session(self.session_name(bundle, session.id))
-            self.pids.pop((bundle.id, session.id), None)
-        await server.kill_server()
-
-    def tmux(self, bundle: Bundle) -> TmuxServer | None:
-        return self.servers.get(bundle.id)
-
-    def session_name(self, bundle: Bundle, session_id: str) -> str:
-        return f"{bundle.id}-{session_id}"
-
-    def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
-        pid = self.pids.get((bundle.id, session_id))
-        alive = False
-        if pid is not None:
-            try:
-                os.kill(pid, 0)
-                alive = True
-            except ProcessLookupError:
-                alive = False
-        return alive, MemberHealth()
 
 
 @dataclass

@@ -1,0 +1,302 @@
+"""A real relay for tests: the configuration tree, a real `BundleHost` on real tmux, and a
+`RelayServer` + `RelayBehaviour` running on their own event loop in a background thread.
+
+- `config_tree(root)`: the bundle `party` (alpha: operator, named "Alpha"; bravo and charlie:
+  the file default), each member a tiny interactive stand-in that prints the prompt `> ` and
+  echoes what it reads (the coder's `prompt-regex` matches the prompt, so the readiness gate is
+  real); the bundle `mixed` (a tmux lead, an ACP member, a UI member); `policies.toml`
+  (`default`: list, look, send at home; `operator`: everything) and `users.toml` (`op@GLOBAL`).
+- `TmuxHost`: a small real `BundleHost`, one `TmuxServer` per bundle under `<state>/bundles`,
+  as the supervisor's `RelayHost` is.
+- `RealRelay`: the relay on `<state>/relay.sock` with `TmuxHost`, the bundle `party` up, on a
+  thread of its own, so a test's blocking calls (or another process, such as the real `mcphost
+  relay-tools`) talk to it over the socket. Socket trust is the kernel's word that the peer runs
+  as this uid, for the principals in `trusted`. It records each hello (principal, socket trust
+  or not, accepted or not; never the token) and each request frame it served.
+
+Used by tests/relay/test_behaviour.py (in its own loop), tests/relay/test_inscriptions.py and
+tests/relaytools/test_relaytools_realrelay.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
+from mcphost.relay.bundles import Bundle, require_bundle
+from mcphost.relay.server import RelayServer
+from mcphost.relay.tmux import TmuxServer
+from mcphost.relay.wire import SOCKET_TRUST, Hello, Principal, Request
+from mcphost.supervisor.peer import PeerCred
+
+T = TypeVar("T")
+GUARD = 30.0  # only a hang reaches it
+MEMBERS = ("alpha@party", "bravo@party", "charlie@party", "lead@mixed", "op@GLOBAL")
+
+# The stand-in agent: prompt "> ", echo each line. "hold" makes it busy (no prompt) until it
+# reads "release", so a test can keep the readiness gate closed for as long as it needs.
+STAND_IN = """\
+import sys
+held = False
+while True:
+    if not held:
+        sys.stdout.write("> ")
+        sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:
+        break
+    if line.strip() in ("hold", "release"):
+        held = line.strip() == "hold"
+        sys.stdout.write(("holding" if held else "released") + "\\n")
+    else:
+        sys.stdout.write("echo: " + line)
+    sys.stdout.flush()
+"""
+
+POLICIES = """\
+format-version = 1
+default = "default"
+
+[[policies]]
+id = "default"
+description = "list, look and send at home"
+[policies.controls]
+list = "home"
+look = "home"
+send = "home"
+
+[[policies]]
+id = "operator"
+description = "everything"
+[policies.controls]
+list = "all"
+look = "all"
+send = "all"
+raww = "all"
+choose = "all"
+updown = "all"
+[policies.controls.new]
+peer = "all"
+[policies.controls.change]
+psk = "all"
+scope = "all"
+[policies.controls.drop]
+peer = "all"
+"""
+
+
+def config_tree(root: Path) -> tuple[Path, Path]:
+    """(configuration root, state root) with bundles/party.toml, coders.toml, policies.toml,
+    users.toml and the stand-in program."""
+    config = root / "config"
+    state = root / "state"
+    work = root / "work"
+    for path in (config / "bundles", state, work):
+        path.mkdir(parents=True, mode=0o700)
+    program = root / "standin.py"
+    program.write_text(STAND_IN)
+    command = f"{shlex.quote(sys.executable)} -u {shlex.quote(str(program))}"
+    (config / "coders.toml").write_text(
+        'format-version = 1\n\n[[coders]]\nid = "standin"\n[coders.tmux]\n'
+        f"initial-command = {command!r}\n"
+        "prompt-regex = '^>\\s*$'\nprompt-inspect-lines = 1\n"
+        '\n[[coders]]\nid = "acpish"\n[coders.acp]\nchannel = "stdio"\ncommand = "true"\n'
+    )
+    members = ""
+    for member, extra in (("alpha", 'name = "Alpha"\npolicy = "operator"\n'), ("bravo", ""),
+                          ("charlie", "")):  # fmt: skip
+        members += (
+            f'\n[[sessions]]\nid = "{member}"\n{extra}directory = "{work}"\ncoder = "standin"\n'
+        )
+    (config / "bundles" / "party.toml").write_text("format-version = 1\n" + members)
+    # a bundle whose other members this relay cannot host: an ACP coder and a UI session
+    (config / "bundles" / "mixed.toml").write_text(
+        "format-version = 1\n"
+        f'[[sessions]]\nid = "lead"\ndirectory = "{work}"\ncoder = "standin"\npolicy = "operator"\n'
+        f'[[sessions]]\nid = "agent"\ndirectory = "{work}"\ncoder = "acpish"\n'
+        '[[sessions]]\nid = "panel"\n[sessions.ui]\n'
+    )
+    (config / "policies.toml").write_text(POLICIES)
+    (config / "users.toml").write_text(
+        'format-version = 1\n\n[[sessions]]\nid = "op@GLOBAL"\npolicy = "operator"\n[sessions.ui]\n'
+    )
+    return config, state
+
+
+@dataclass
+class TmuxHost:
+    """A real BundleHost: one TmuxServer per bundle under `<state>/bundles/<id>`."""
+
+    state_root: Path
+    servers: dict[str, TmuxServer] = field(default_factory=dict)
+    pids: dict[tuple[str, str], int] = field(default_factory=dict)
+    ups: int = 0
+    downs: int = 0
+
+    def hosted(self, bundle: Bundle) -> bool:
+        return bundle.id in self.servers
+
+    async def up(self, bundle: Bundle) -> None:
+        self.ups += 1
+        server = TmuxServer(self.state_root / "bundles" / bundle.id)
+        self.servers[bundle.id] = server
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_root)}
+        for session in bundle.sessions:
+            coder = bundle.coder_for(session)
+            assert coder is not None and coder.tmux is not None and session.directory
+            argv = shlex.split(coder.tmux.command(session.coder_session_id))
+            name = self.session_name(bundle, session.id)
+            pid = await server.new_session(name, argv, session.directory, env)
+            self.pids[(bundle.id, session.id)] = pid
+
+    async def down(self, bundle: Bundle) -> None:
+        self.downs += 1
+        server = self.servers.pop(bundle.id)
+        for session in bundle.sessions:
+            await server.kill_session(self.session_name(bundle, session.id))
+            self.pids.pop((bundle.id, session.id), None)
+        await server.kill_server()
+
+    def tmux(self, bundle: Bundle) -> TmuxServer | None:
+        return self.servers.get(bundle.id)
+
+    def session_name(self, bundle: Bundle, session_id: str) -> str:
+        return f"{bundle.id}-{session_id}"
+
+    def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
+        pid = self.pids.get((bundle.id, session_id))
+        alive = False
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+        return alive, MemberHealth()
+
+
+class RealRelay:
+    """The relay (server, behaviour, `TmuxHost`) on its own loop in a daemon thread."""
+
+    def __init__(
+        self,
+        config: Path,
+        state: Path,
+        *,
+        trusted: Iterable[str] = MEMBERS,
+        hosted: Iterable[str] = ("party",),
+        quiet_ms: int = 150,
+        poll_ms: int = 20,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.trusted = set(trusted)
+        self.hosted = tuple(hosted)
+        self.quiet_ms = quiet_ms
+        self.poll_ms = poll_ms
+        self.socket = state / "relay.sock"
+        self.hellos: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.host = TmuxHost(state)
+        self.behaviour: RelayBehaviour | None = None
+        self.server: RelayServer | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    # -- running ---------------------------------------------------------------------------------
+    def start(self) -> RealRelay:
+        self._thread.start()
+        self.run(self._start)
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.run(self._stop)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(GUARD)
+            self._loop.close()
+
+    def run(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run `factory()` on the relay's loop and return its result (blocking)."""
+        return asyncio.run_coroutine_threadsafe(factory(), self._loop).result(GUARD)
+
+    async def arun(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """`run` for a caller on another event loop (does not block it)."""
+        future = asyncio.run_coroutine_threadsafe(factory(), self._loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), GUARD)
+
+    async def _start(self) -> None:
+        behaviour = RelayBehaviour(
+            [self.config], self.state, self.host, socket_trust=self._socket_trust,
+            quiet_ms=self.quiet_ms, poll_ms=self.poll_ms, environ={},
+        )  # fmt: skip
+        server = RelayServer(
+            str(self.socket),
+            authenticate=self._authenticate,
+            handle=self._handle,
+            inscribe=behaviour.inscribe,
+            pre_hello_timeout=GUARD,
+        )
+        behaviour.revoke = server.revoke
+        behaviour.send_event = server.send_event
+        behaviour.live_principals = server.live_principals
+        self.behaviour, self.server = behaviour, server
+        for bundle_id in self.hosted:
+            await self.host.up(require_bundle([self.config], bundle_id))
+        await server.start()
+
+    async def _stop(self) -> None:
+        if self.server is not None:
+            await self.server.aclose()
+        if self.behaviour is not None:
+            await self.behaviour.aclose()
+        for bundle_id, server in list(self.host.servers.items()):
+            for name in await server.sessions():
+                await server.kill_session(name)
+            await server.kill_server()
+            self.host.servers.pop(bundle_id, None)
+
+    # -- the relay's hooks -----------------------------------------------------------------------
+    def _socket_trust(self, principal_id: str, cred: PeerCred | None) -> bool:
+        return cred is not None and cred.uid == os.geteuid() and principal_id in self.trusted
+
+    def _authenticate(self, hello: Hello, cred: PeerCred | None) -> Principal:
+        record: dict[str, Any] = {
+            "principal_id": hello.principal_id,
+            "socket_trust": hello.identity_token == SOCKET_TRUST,
+            "accepted": False,
+        }
+        self.hellos.append(record)
+        assert self.behaviour is not None
+        principal = self.behaviour.authenticate(hello, cred)
+        record["accepted"] = True
+        return principal
+
+    async def _handle(self, principal: Principal, request: Request) -> dict[str, Any]:
+        frame: dict[str, Any] = {"principal_id": principal.id, "request": request.body}
+        if request.request_id is not None:
+            frame["request_id"] = request.request_id
+        if request.namespace is not None:
+            frame["namespace"] = request.namespace
+        self.requests.append(frame)
+        assert self.behaviour is not None
+        return await self.behaviour.handle(principal, request)
+
+    def operations(self) -> list[str]:
+        return [r["request"].get("operation") for r in self.requests]
+
+    def pane(self, member: str, bundle: str = "party") -> list[str]:
+        """The member's pane now (its last 1000 lines)."""
+        server = self.host.servers.get(bundle)
+        if server is None:
+            return []
+        return self.run(lambda: server.capture(f"{bundle}-{member}", 1000))
