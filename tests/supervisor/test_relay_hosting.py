@@ -140,12 +140,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
-    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
-        yield running
-
-
 @pytest.fixture
 def party(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
     sv = Supervised(tmp_path, center)

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,21 +24,6 @@ from tests.supervisor.supervise_harness import Supervised, descendants_alive, st
 from tests.waiting import until
 
 ATTACH = str(Path(__file__).resolve().parents[2] / "mcphost" / "attach.py")
-
-
-@pytest.fixture(scope="module")
-def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
-    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
-        yield running
-
-
-@pytest.fixture
-def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
-    sv = Supervised(tmp_path, center)
-    try:
-        yield sv
-    finally:
-        sv.close()
 
 
 def agent_calls(center: DevCenter, tool: str = "get_my_work") -> list[dict]:

@@ -24,12 +24,6 @@ from tests.waiting import until
 WORKER = "w-2"  # the devcenter binds agent-x to it; the tests bind and unbind more
 
 
-@pytest.fixture(scope="module")
-def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
-    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
-        yield running
-
-
 @pytest.fixture
 def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
     sv = Supervised(tmp_path, center)

@@ -15,10 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
@@ -42,21 +38,6 @@ CHATTY = (
     "while True:\n"
     "    signal.pause()\n"
 )
-
-
-@pytest.fixture(scope="module")
-def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
-    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
-        yield running
-
-
-@pytest.fixture
-def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
-    sv = Supervised(tmp_path, center)
-    try:
-        yield sv
-    finally:
-        sv.close()
 
 
 def generations_heard(center: DevCenter, agent_id: str) -> set[str]:

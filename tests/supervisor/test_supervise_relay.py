@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from mcphost.supervisor.supervisor import MAX_SESSIONS_PER_AGENT
-from mcphost.testing.devcenter import DevCenter
 from tests.relaytools.relayharness import CODERS, FakeRelay
 from tests.supervisor.supervise_harness import Supervised, standin
 from tests.waiting import until
@@ -105,21 +104,6 @@ signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
     signal.pause()
 """
-
-
-@pytest.fixture(scope="module")
-def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
-    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
-        yield running
-
-
-@pytest.fixture
-def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
-    sv = Supervised(tmp_path, center)
-    try:
-        yield sv
-    finally:
-        sv.close()
 
 
 class RelayThread:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,21 +83,6 @@ def run_as(supervised: Supervised, user: pwd.struct_passwd) -> str:
         supervised.python = python
         supervised.extra_env["PYTHONPATH"] = os.pathsep.join((REPO, site))
     return python
-
-
-@pytest.fixture(scope="module")
-def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
-    with DevCenter.start(tmp_path_factory.mktemp("center")) as running:
-        yield running
-
-
-@pytest.fixture
-def supervised(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
-    sv = Supervised(tmp_path, center)
-    try:
-        yield sv
-    finally:
-        sv.close()
 
 
 def ids(pid: int, kind: str) -> list[int]:
