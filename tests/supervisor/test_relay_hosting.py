@@ -391,6 +391,28 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     assert sv.terminate() == 0
     assert not (relay_root / "bundles" / "party" / "tmux.sock").exists()
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], pids
+    # the relay's inscriptions (§5), beside the relay tools' own: ids, sizes, outcomes only
+    relay_log = relay_root / "inscriptions" / "relay.log"
+    assert os.stat(relay_log).st_mode & 0o777 == 0o600
+    inscribed = relay_log.read_text()
+    kinds = {json.loads(line)["event"] for line in inscribed.splitlines()}
+    for event in (
+        "relay.list.response",
+        "relay.send.request",
+        "relay.send.envelope.metadata",
+        "relay.delivery.outcome",
+        "relay.look.response",
+        "relay.raww.request",
+        "relay.identity.principal_registered",
+        "relay.bundle.down",
+        "relay.bundle.up",
+    ):
+        assert event in kinds, (event, sorted(kinds))
+    assert (
+        relay_root / "inscriptions" / "bundles" / "party" / "sessions" / "A" / "mcp.log"
+    ).exists()
+    for secret in (psk, to_b, to_all, raw, marker):
+        assert secret not in inscribed
 
 
 def _reconnect(sock: Path, psk: str) -> Wire:
