@@ -1,10 +1,10 @@
 """RelayServer: agentmux's relay wire protocol (reference §2) on one Unix socket.
 
-Owns: the listening socket at `path` (its parent must exist, be a directory owned by this user
-and writable by no one else; mode 0600 set before the socket listens; a stale socket file is
-replaced only when nothing listens on it, anything else there is refused), the live
-connections (one asyncio task each, plus one writer task each), the identity claim registry and
-the connection cap. Per connection (§2.1, §2.2):
+Owns: the listening socket at `path` (its parent must exist, be a directory owned by this user and
+writable by no one else; mode 0600 set before the socket listens; a stale socket file is replaced
+only when nothing listens on it, anything else there is refused: `mcphost.unixsock`), the live
+connections (one asyncio task each, plus one writer task each), the identity claim registry and the
+connection cap. Per connection (§2.1, §2.2):
 1. over `max_connections` live connections: one `runtime_connection_limit_reached` error frame,
    then close;
 2. before hello, every read must arrive within `pre_hello_timeout` (2 s) or the connection is
@@ -59,10 +59,10 @@ import socket
 import stat
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from mcphost import events
+from mcphost import events, unixsock
 from mcphost.relay import wire
 from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
 from mcphost.relay.wire import Hello, Principal, RelayError, Request
@@ -75,7 +75,6 @@ BACKLOG = 128
 EVENT_BACKLOG = 64
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 1 << 20
-SUN_PATH_MAX = 100  # as the relay tools' client: longer paths go through /proc/self/fd
 
 CLAIM_CONFLICT_MESSAGE = "stream identity is already claimed by a live connection"
 CLAIM_CONFLICT_REASON = "existing identity owner is still live"
@@ -164,7 +163,7 @@ class RelayServer:
         self.write_timeout = write_timeout
         self.max_connections = max_connections
         self._server: asyncio.AbstractServer | None = None
-        self._inode: tuple[int, int] | None = None
+        self._listening: unixsock.Listening | None = None
         self._conns: set[_Conn] = set()
         self._claims: dict[str, _Conn] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -174,16 +173,13 @@ class RelayServer:
     # -- the socket -------------------------------------------------------------------------
     async def start(self) -> None:
         """Bind `path` (0600 before it listens) and serve in the background."""
-        listener = _bind(self.path)
+        self._listening = listening = _bind(self.path)
         try:
-            info = os.stat(self.path)
-            self._inode = (info.st_dev, info.st_ino)
             self._server = await asyncio.start_unix_server(
-                self._accepted, sock=listener, limit=wire.MAX_FRAME_BYTES, backlog=BACKLOG
+                self._accepted, sock=listening.sock, limit=wire.MAX_FRAME_BYTES, backlog=BACKLOG
             )
         except BaseException:
-            listener.close()
-            self._unlink()
+            listening.close()
             raise
         events.emit("relay.server.listening", level="debug", path=self.path)
 
@@ -192,7 +188,8 @@ class RelayServer:
         self._closing = True
         if self._server is not None:
             self._server.close()
-        self._unlink()
+        if self._listening is not None:
+            self._listening.unlink()  # only while it is still the socket file bound here
         for conn in list(self._conns):
             conn.abort()
         tasks = set(self._tasks)
@@ -203,16 +200,6 @@ class RelayServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), self.write_timeout)
             self._server = None
-
-    def _unlink(self) -> None:
-        """Remove the socket file if it is still the one this server bound."""
-        try:
-            info = os.lstat(self.path)
-        except OSError:
-            return
-        if (info.st_dev, info.st_ino) == self._inode and stat.S_ISSOCK(info.st_mode):
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
 
     # -- the registry -----------------------------------------------------------------------
     def connections(self, principal_id: str | None = None) -> int:
@@ -546,22 +533,8 @@ def _unexpected() -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _address(path: str) -> Iterator[str]:
-    """`path`, or `/proc/self/fd/<dirfd>/<name>` when it is too long for `sun_path`."""
-    if len(os.fsencode(path)) <= SUN_PATH_MAX:
-        yield path
-        return
-    directory, name = os.path.split(path)
-    dirfd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        yield f"/proc/self/fd/{dirfd}/{name}"
-    finally:
-        os.close(dirfd)
-
-
-def _bind(path: str) -> socket.socket:
-    """A bound (not yet listening) socket at `path`, mode 0600."""
+def _bind(path: str) -> unixsock.Listening:
+    """A listening socket at `path`, mode 0600 before it listens, in a directory private to us."""
     parent = os.path.dirname(path) or "."
     try:
         info = os.stat(parent)
@@ -574,42 +547,15 @@ def _bind(path: str) -> socket.socket:
             f"{parent} must be owned by this user and writable by no one else "
             f"(owner {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o})"
         )
-    _clear_stale(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with _address(path) as address:
-            listener.bind(address)
-        # before listen(): until then a connect is refused, so no peer sees a looser mode
-        os.chmod(path, 0o600)
-        listener.setblocking(False)
+        return unixsock.listen(path, mode=0o600, backlog=BACKLOG)
+    except unixsock.SocketPathError as exc:
+        if exc.reason == unixsock.NOT_A_SOCKET:
+            raise RelayBindError(f"{path} exists and is not a socket") from None
+        if exc.reason == unixsock.IN_USE:
+            raise RelayBindError(
+                f"another process is serving {path}; is a relay already running?"
+            ) from None
+        raise RelayBindError(f"cannot bind the relay socket {path}: {exc}") from None
     except OSError as exc:
-        listener.close()
         raise RelayBindError(f"cannot bind the relay socket {path}: {exc}") from exc
-    return listener
-
-
-def _clear_stale(path: str) -> None:
-    """Make room at `path`: remove a socket nothing listens on; refuse anything else.
-
-    The same rule as `mcphost.supervisor.sessions` (not imported: nothing under
-    `mcphost/relay/` depends on the supervisor but its peer-credential reads)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(info.st_mode):
-        raise RelayBindError(f"{path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.setblocking(False)
-    try:
-        with _address(path) as address:
-            probe.connect(address)
-    except (ConnectionRefusedError, FileNotFoundError):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    except BlockingIOError:  # a full backlog: someone listens
-        pass
-    finally:
-        probe.close()
-    raise RelayBindError(f"another process is serving {path}; is a relay already running?")

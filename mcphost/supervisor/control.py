@@ -39,14 +39,14 @@ sends `exit` and closes. When the client's side closes first (it was killed, or 
 the server ends the command's process group (`Execution.end`): a dead `ctl` leaves nothing
 running. Passing descriptors to any other op is refused (`bad_request`).
 
-Access: the socket is bound under the state directory, chmod 0600 *before* `listen()` (until
-then a connect is refused, so the umask never matters), and every connection's `SO_PEERCRED`
-uid must be the supervisor's own effective uid or root (`forbidden_peer` otherwise), so a
-socket whose mode was loosened still serves no one else. A second server on the same path is
+Access: the socket is bound under the state directory (by `mcphost.unixsock`), chmod 0600 *before*
+`listen()` (until then a connect is refused, so the umask never matters), and every connection's
+`SO_PEERCRED` uid must be the supervisor's own effective uid or root (`forbidden_peer` otherwise),
+so a socket whose mode was loosened still serves no one else. A second server on the same path is
 refused (`ControlInUse`): an exclusive `flock` on `<path>.lock`, held for the server's life,
-settles a race between two supervisors starting at once, and a live listener found at the path
-(a supervisor without the lock) is never unlinked. A stale socket file is replaced; anything
-else at the path is refused, never deleted.
+settles a race between two supervisors starting at once, and a live listener found at the path (a
+supervisor without the lock) is never unlinked. A stale socket file is replaced; anything else at
+the path is refused, never deleted.
 
 Bounds: `MAX_CONNECTIONS` connections at once (more get `busy`), `REQUEST_TIMEOUT` to send the
 request line, and replies written with a small write buffer and `drain()`: a client that does
@@ -71,13 +71,14 @@ import errno
 import json
 import os
 import socket
-import stat
 import struct
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import asyncio
+
+    from mcphost.unixsock import Listening, SocketPathError
 
 MAX_LINE = 64 * 1024  # a request line, newline included
 MAX_REPLY_LINE = 64 * 1024 * 1024  # what the client accepts per reply line (status of a big fleet)
@@ -297,10 +298,9 @@ class ControlServer:
         self.handler = handler
         self.owner = os.geteuid()
         self._lock_fd: int | None = None
-        self._listener: socket.socket | None = None
+        self._listening: Listening | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._identity: tuple[int, int] | None = None
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -309,11 +309,11 @@ class ControlServer:
 
         self._lock()
         try:
-            sock = self._bind()
+            self._listening = self._bind()
         except BaseException:
             self._unlock()
             raise
-        self._listener = sock
+        sock = self._listening.sock
         self._accepting = asyncio.get_running_loop().create_task(self._accept_loop(sock))
 
     async def aclose(self) -> None:
@@ -325,15 +325,16 @@ class ControlServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._accepting
             self._accepting = None
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            listening.sock.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        self._remove_socket()
+        if listening is not None:
+            listening.unlink()  # only while it is still the socket file we bound
         self._unlock()
 
     async def __aenter__(self) -> ControlServer:
@@ -368,76 +369,49 @@ class ControlServer:
             os.close(self._lock_fd)  # releases the flock; the file stays (harmless, reused)
             self._lock_fd = None
 
-    def _bind(self) -> socket.socket:
-        self._clear_stale()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(self.path)
-            # not listening yet: a connect is refused whatever the umask made the mode
-            os.chmod(self.path, 0o600)
-            st = os.lstat(self.path)
-            if not stat.S_ISSOCK(st.st_mode) or st.st_uid != self.owner:
-                raise ControlError(
-                    "control_in_use",
-                    f"{self.path} changed under us while binding; check who can write its directory",
-                    {"path": self.path},
-                )
-            self._identity = (st.st_dev, st.st_ino)
-            sock.listen(MAX_CONNECTIONS)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+    def _bind(self) -> Listening:
+        """Listen at the path (mode 0600 before listen; we hold the lock, so a socket nobody
+        listens on is stale and replaced); refuse a live listener, a non-socket, a changed file."""
+        from mcphost import unixsock
 
-    def _clear_stale(self) -> None:
-        """Unlink a stale socket file at the path; refuse a live listener or a non-socket."""
+        def ours(st: os.stat_result) -> None:
+            if st.st_uid != self.owner:
+                raise unixsock.SocketPathError(self.path, unixsock.REPLACED)
+
         try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ControlInUse(
+            return unixsock.listen(self.path, mode=0o600, backlog=MAX_CONNECTIONS, check=ours)
+        except unixsock.SocketPathError as exc:
+            raise self._refusal_of(exc) from None
+
+    def _refusal_of(self, exc: SocketPathError) -> ControlError:
+        from mcphost import unixsock
+
+        details = {"path": self.path}
+        if exc.reason == unixsock.NOT_A_SOCKET:
+            return ControlInUse(
                 "control_in_use",
                 f"{self.path} exists and is not a socket; it was left alone. Remove it, or give "
                 "the supervisor another --state",
-                {"path": self.path},
+                details,
             )
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(2.0)
-        try:
-            probe.connect(self.path)
-        except (ConnectionRefusedError, FileNotFoundError):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)  # stale: nobody listens (we hold the lock)
-            return
-        except OSError as exc:
-            raise ControlInUse(
+        if exc.reason == unixsock.IN_USE:
+            return ControlInUse(
                 "control_in_use",
-                f"{self.path} exists and cannot be probed ({errno.errorcode.get(exc.errno or 0, exc)}); "
-                "it was left alone",
-                {"path": self.path},
-            ) from None
-        finally:
-            probe.close()
-        raise ControlInUse(
+                f"something already listens on {self.path} (another supervisor?); stop it first, "
+                "or give this one another --state",
+                details,
+            )
+        if exc.reason == unixsock.UNPROBEABLE:
+            return ControlInUse(
+                "control_in_use",
+                f"{self.path} exists and cannot be probed ({exc.errname}); it was left alone",
+                details,
+            )
+        return ControlError(
             "control_in_use",
-            f"something already listens on {self.path} (another supervisor?); stop it first, or "
-            "give this one another --state",
-            {"path": self.path},
+            f"{self.path} changed under us while binding; check who can write its directory",
+            details,
         )
-
-    def _remove_socket(self) -> None:
-        """Unlink the socket file only if it is still the one we bound."""
-        if self._identity is None:
-            return
-        try:
-            st = os.lstat(self.path)
-            if (st.st_dev, st.st_ino) == self._identity:
-                os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        self._identity = None
 
     # -- one connection ----------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """SessionHub: one attach socket of one surface, one MCP session per connected pump.
 
-Owns: the listening Unix socket at `path` (a stale socket file is replaced only when nothing
-listens on it; any other file there is refused), its mode, the attach handshake and the registry
-of live sessions. Per connection, before reading a byte from it:
+Owns: the listening Unix socket at `path` (bound by `mcphost.unixsock`: a stale socket file is
+replaced only when nothing listens on it, any other file there is refused, the mode is set before
+it listens), the attach handshake and the registry of live sessions. Per connection, before
+reading a byte from it:
 1. the peer's kernel credentials (`mcphost.supervisor.peer.peer_credentials`; the pidfd is
    closed here once `identify` has used it);
 2. `identify(cred)` -> `Attached(agent_id, generation)`, or `Refused(code, message)`;
@@ -32,13 +33,12 @@ import errno
 import os
 import re
 import socket
-import stat
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mcphost import events
+from mcphost import events, unixsock
 
 if TYPE_CHECKING:
     from mcphost.mcpserve.connection import Limits
@@ -103,8 +103,7 @@ class SessionHub:
         self._identify = identify
         self._surface_for = surface_for
         self._limits = limits
-        self._listener: socket.socket | None = None
-        self._inode: tuple[int, int] | None = None
+        self._listening: unixsock.Listening | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._sessions: set[_Session] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -113,21 +112,12 @@ class SessionHub:
     # -- the socket -----------------------------------------------------------------------
     async def start(self) -> None:
         """Bind `path` (mode `mode`), listen, and accept in the background."""
-        _clear_stale(self.path)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(self.path)
-            # before listen(): until then a connect is refused, so no peer sees a looser mode
-            os.chmod(self.path, self.mode)
-            info = os.stat(self.path)
-            self._inode = (info.st_dev, info.st_ino)
-            listener.listen(BACKLOG)
-            listener.setblocking(False)
-        except BaseException:
-            listener.close()
-            raise
-        self._listener = listener
-        self._accepting = asyncio.ensure_future(self._accept(listener))
+            listening = unixsock.listen(self.path, mode=self.mode, backlog=BACKLOG)
+        except unixsock.SocketPathError as exc:
+            raise HubError(_refusal(exc)) from None
+        self._listening = listening
+        self._accepting = asyncio.ensure_future(self._accept(listening.sock))
         events.emit("supervisor.hub.listening", level="debug", path=self.path)
 
     async def _accept(self, listener: socket.socket) -> None:
@@ -297,10 +287,9 @@ class SessionHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._accepting
             self._accepting = None
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-            self._unlink()
+        if self._listening is not None:
+            self._listening.close()  # unlinks the socket file only while it is the one bound here
+            self._listening = None
         for session in list(self._sessions):
             session.stop.set()
         tasks = set(self._tasks)
@@ -313,38 +302,15 @@ class SessionHub:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _unlink(self) -> None:
-        """Remove the socket file if it is still the one this hub bound."""
-        try:
-            info = os.lstat(self.path)
-        except OSError:
-            return
-        if (info.st_dev, info.st_ino) == self._inode and stat.S_ISSOCK(info.st_mode):
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
 
-
-def _clear_stale(path: str) -> None:
-    """Make room at `path`: remove a socket nothing listens on; refuse anything else."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(info.st_mode):
-        raise HubError(f"{path} exists and is not a socket; remove it or choose another --state")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.setblocking(False)
-    try:
-        probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    except BlockingIOError:  # a full backlog: someone listens
-        pass
-    finally:
-        probe.close()
-    raise HubError(f"another process is serving {path}; is a supervisor already running?")
+def _refusal(exc: unixsock.SocketPathError) -> str:
+    """The hub's message for a path `mcphost.unixsock` will not bind."""
+    path = exc.path
+    if exc.reason == unixsock.NOT_A_SOCKET:
+        return f"{path} exists and is not a socket; remove it or choose another --state"
+    if exc.reason == unixsock.IN_USE:
+        return f"another process is serving {path}; is a supervisor already running?"
+    return f"{exc}; it was left alone"
 
 
 def _send_now(conn: socket.socket, data: bytes) -> bool:
