@@ -78,7 +78,9 @@ Inscriptions (§5, inscriptions.py): requests and outcomes are `relay.*` records
 `relay.send.envelope.metadata` per envelope (schema_version, message_id, namespace,
 sender_session, target_sessions, cc_sessions, created_at: what the pane never shows),
 `relay.raww.request`, `relay.delivery.outcome`, `relay.bundle.up|down`,
-`relay.identity.principal_registered|psk_rotated|principal_dropped`. `inscribe` is handed to
+`relay.identity.principal_registered|psk_rotated|principal_dropped`, and
+`relay.request.refused` (operation, code, the capability of an authorization refusal) for a
+request answered with an error. `inscribe` is handed to
 the server too (its connection records).
 
 Must never: log, store or return a PSK except in a `response`-destination answer; log a message
@@ -423,9 +425,20 @@ class RelayBehaviour:
     async def handle(self, principal: Principal, request: Request) -> dict[str, Any]:
         """One request's response body (`{"kind": ...}`); raises RelayError."""
         op = self._ops.get(request.operation)
-        if op is None:
-            raise _not_implemented(request.operation, "unknown operation")
-        result: dict[str, Any] = await op(principal, request)
+        try:
+            if op is None:
+                raise _not_implemented(request.operation, "unknown operation")
+            result: dict[str, Any] = await op(principal, request)
+        except RelayError as err:
+            details = err.details or {}
+            self.inscribe(
+                "relay.request.refused",
+                requester_session=principal.id,
+                operation=request.operation,
+                code=err.code,
+                capability=details.get("capability"),
+            )
+            raise
         return result
 
     def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:

@@ -6,7 +6,7 @@ thread of its own) is driven over its socket by our relay client; its records la
 proven: the record shape (`timestamp` RFC 3339 UTC, `pid`, `event`, `details`; file 0600,
 directory 0700); that `send`, its per-envelope metadata (which matches the envelope the pane
 shows), its delivery outcomes, `look`, `list`, `raww`, PSK minting, rotation and dropping are
-inscribed; that no message body, raww text or PSK is ever in the file. The server's connection
+inscribed, and a refused request with its code and capability; that no message body, raww text or PSK is ever in the file. The server's connection
 records (`relay.stream.stale_claim_reclaimed`, `relay.connection.write_timeout`,
 `relay.connection.identity_revoked_teardown`) are proven on a bare `RelayServer`.
 
@@ -236,6 +236,25 @@ async def test_psk_minting_rotation_and_drop_are_inscribed_never_the_psk(
     assert drop["details"] == {"requester_session": "alpha@party", "principal_id": target}
     text = (relay.state / "inscriptions" / "relay.log").read_text()
     assert minted["psk"] not in text and rotated["psk"] not in text
+
+
+async def test_a_refused_request_is_inscribed_with_its_code_and_capability(
+    relay: RealRelay,
+) -> None:
+    text = f"refused-marker-{uuid.uuid4().hex}"
+    async with client(relay, "bravo@party") as bravo:  # policy "default": no raww
+        out = await bravo.request(
+            {"operation": "raww", "target_session": "charlie@party", "text": text}
+        )
+    assert out["kind"] == "error" and out["error"]["code"] == "authorization_forbidden"
+    (refused,) = await wait_for(relay, "relay.request.refused", requester_session="bravo@party")
+    assert refused["details"] == {
+        "requester_session": "bravo@party",
+        "operation": "raww",
+        "code": "authorization_forbidden",
+        "capability": "raww.write",
+    }
+    assert text not in (relay.state / "inscriptions" / "relay.log").read_text()
 
 
 # -- the server's connection records ----------------------------------------------------------
