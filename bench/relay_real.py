@@ -164,10 +164,10 @@ async def section(out: list[str]) -> None:
     if shutil.which("tmux") is None:
         out += ["## 6b. Relay tools through the real relay: skipped (no tmux)", ""]
         return
+    from mcphost.peer import PeerCred
     from mcphost.relay.behaviour import RelayBehaviour
     from mcphost.relay.bundles import require_bundle
     from mcphost.relay.server import RelayServer
-    from mcphost.supervisor.peer import PeerCred
 
     root = Path(tempfile.mkdtemp(prefix="rrb-", dir="/tmp"))  # short: tmux.sock fits sun_path
     config, state, _ = config_tree(root)

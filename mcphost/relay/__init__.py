@@ -13,7 +13,7 @@ The module contracts are pinned in docs/relay-internals.md; the protocol is refe
 - `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, readiness.
 - `behaviour`: the operations (list, look, send, raww, up, down, new_peer, change_psk, ...).
 
-Nothing here imports `mcphost.supervisor` except `server`, which reads peer credentials through
-`mcphost.supervisor.peer` (the supervisor imports the relay and hosts it). This package file
-imports nothing.
+Nothing here imports `mcphost.supervisor`: peer credentials come from `mcphost.peer`, which
+sits below both (the supervisor imports the relay and hosts it). This package file imports
+nothing.
 """

@@ -103,6 +103,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mcphost import events
+from mcphost.peer import PeerCred
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
 from mcphost.relay import wire
@@ -140,7 +141,6 @@ from mcphost.relay.wire import (
     parse_principal,
     utc_now,
 )
-from mcphost.supervisor.peer import PeerCred
 
 GLOBAL = "GLOBAL"
 RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")

@@ -10,7 +10,7 @@ connection cap. Per connection (§2.1, §2.2):
 2. before hello, every read must arrive within `pre_hello_timeout` (2 s) or the connection is
    closed; a request before hello is answered `validation_missing_hello` (it stays open);
 3. hello -> `authenticate(hello, peer_cred)` (the kernel's `SO_PEERCRED` / `SO_PEERPIDFD`
-   through `mcphost.supervisor.peer`; the pidfd is closed here once `authenticate` returns) ->
+   through `mcphost.peer`; the pidfd is closed here once `authenticate` returns) ->
    `hello_ack`, or one error frame without `request_id` and close. A principal already claimed
    by a live connection is `runtime_identity_claim_conflict` (§2.2's exact message and
    details); a claim whose connection is closing is reclaimed (`relay.stream.stale_claim_
@@ -63,10 +63,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from mcphost import events, unixsock
+from mcphost.peer import PeerCred, peer_credentials
 from mcphost.relay import wire
 from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
 from mcphost.relay.wire import Hello, Principal, RelayError, Request
-from mcphost.supervisor.peer import PeerCred, peer_credentials
 
 Authenticate = Callable[[Hello, PeerCred | None], Principal]
 Handle = Callable[[Principal, Request], Awaitable[dict[str, Any]]]

@@ -1,9 +1,8 @@
 """The fleet file: `[center]`, `[defaults]` and `[[agent]]` (TOML) -> a frozen `Fleet`.
 
 Owns: the fleet file's grammar on the settings base (`mcphost.settings`), every default applied
-to every agent (`AgentPlan`), and turning a plan into the agent's argv (`agent_argv`). Pure apart
-from reading the fleet file `load_fleet` is given (and, in `agent_argv`, looking up the default
-`claude` / `codex` program).
+to every agent (`AgentPlan`). Pure apart from reading the fleet file `load_fleet` is given (a
+plan becomes an argv in `mcphost.supervisor.homes.agent_argv`, where the home's paths are).
 
 Sources, highest precedence first: `cli` (a mapping `{"center": {key: value}}`, named
 `--center-<key>` in messages), then the `MCPHOST_CENTER__<KEY>` variables of `env` (e.g.
@@ -57,7 +56,7 @@ import re
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -80,9 +79,6 @@ from mcphost.names import (
     is_session_id,
 )
 from mcphost.settings import SettingError, Settings
-
-if TYPE_CHECKING:
-    from mcphost.supervisor.homes import Home
 
 Client = Literal["claude", "codex", "command"]
 Runner = Literal["process", "tmux"]
@@ -766,25 +762,3 @@ def check_users(fleet: Fleet) -> None:
                 )
             )
     _raise_all(problems)
-
-
-def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
-    """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
-    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex`, which finds its
-    config through CODEX_HOME). A program not found stays bare; the spawn then fails naming it."""
-    values = {
-        "mcp_config": home.mcp_config,
-        "workspace": home.workspace,
-        "home": home.root,
-        "agent_id": plan.agent_id,
-    }
-    if plan.command is not None:
-        return [item.format(**values) for item in plan.command]
-    from configgen.launch import find_command
-
-    if plan.client == "claude":
-        program = find_command("claude") or "claude"
-        return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
-    if plan.client == "codex":
-        return [find_command("codex") or "codex"]
-    raise ValueError(f'agent {plan.agent_id}: client = "command" needs a command')

@@ -1,5 +1,7 @@
 """Per-agent homes: `<state>/agents/<id>/` with its workspace, its logs directory and the client's
-MCP config of *attach* entries; and the environment an agent is spawned with.
+MCP config of *attach* entries; and the argv and environment an agent is spawned with
+(`agent_argv`: the plan's command with `{mcp_config}`, `{workspace}`, `{home}`, `{agent_id}`
+expanded from the home, else the client's default command).
 
 Owns:
 - the layout (`home_paths`, pure): `<state>/agents/<id>/` (0700), `workspace/` (0700; the
@@ -263,3 +265,25 @@ def _write(dir_fd: int, name: str, shown: str, data: bytes, owner: tuple[int, in
         ) from None
     if owner is not None:
         os.chown(name, owner[0], owner[1], dir_fd=dir_fd, follow_symlinks=False)
+
+
+def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
+    """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
+    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex`, which finds its
+    config through CODEX_HOME). A program not found stays bare; the spawn then fails naming it."""
+    values = {
+        "mcp_config": home.mcp_config,
+        "workspace": home.workspace,
+        "home": home.root,
+        "agent_id": plan.agent_id,
+    }
+    if plan.command is not None:
+        return [item.format(**values) for item in plan.command]
+    from configgen.launch import find_command
+
+    if plan.client == "claude":
+        program = find_command("claude") or "claude"
+        return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
+    if plan.client == "codex":
+        return [find_command("codex") or "codex"]
+    raise ValueError(f'agent {plan.agent_id}: client = "command" needs a command')

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcphost.events import emit
-from mcphost.supervisor.peer import read_stat
+from mcphost.peer import read_stat
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2

@@ -54,13 +54,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from mcphost import events
+from mcphost import events, peer
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle
 from mcphost.relay.wire import RelayError, parse_principal
-from mcphost.supervisor import peer
-from mcphost.supervisor.fleet import AgentPlan, Fleet, agent_argv
-from mcphost.supervisor.homes import home_paths
+from mcphost.supervisor.fleet import AgentPlan, Fleet
+from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Owns: the listening Unix socket at `path` (bound by `mcphost.unixsock`: a stale 
 replaced only when nothing listens on it, any other file there is refused, the mode is set before
 it listens), the attach handshake and the registry of live sessions. Per connection, before
 reading a byte from it:
-1. the peer's kernel credentials (`mcphost.supervisor.peer.peer_credentials`; the pidfd is
+1. the peer's kernel credentials (`mcphost.peer.peer_credentials`; the pidfd is
    closed here once `identify` has used it);
 2. `identify(cred)` -> `Attached(agent_id, generation)`, or `Refused(code, message)`;
 3. `surface_for(attached)` -> the agent's `Surface` (it may refuse too);
@@ -42,7 +42,7 @@ from mcphost import events, unixsock
 
 if TYPE_CHECKING:
     from mcphost.mcpserve.connection import Limits
-    from mcphost.supervisor.peer import PeerCred
+    from mcphost.peer import PeerCred
     from mcphost.surface import Surface
 
 STATUS_LINE_MAX = 1024  # the pump reads at most this much before it moves any byte
@@ -200,7 +200,7 @@ class SessionHub:
 
     def _who(self, conn: socket.socket) -> tuple[Attached, int]:
         """The connection's agent, from the kernel's word only; raises Refused."""
-        from mcphost.supervisor.peer import peer_credentials
+        from mcphost.peer import peer_credentials
 
         try:
             cred = peer_credentials(conn)

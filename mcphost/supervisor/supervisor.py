@@ -34,13 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcphost import events
+from mcphost import events, peer
 from mcphost.settings import SettingError
-from mcphost.supervisor import kernel, peer
+from mcphost.supervisor import kernel
 from mcphost.supervisor.control import ControlError, ControlServer
 from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
-from mcphost.supervisor.homes import AttachPoints, Home, HomeError, agent_env, prepare_home
+from mcphost.supervisor.homes import (
+    AttachPoints,
+    Home,
+    HomeError,
+    agent_argv,
+    agent_env,
+    prepare_home,
+)
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 from mcphost.supervisor.relayhost import RelayHost
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
@@ -289,7 +296,6 @@ class Supervisor:
 
     def _slot(self, plan: AgentPlan, home: Home) -> Slot:
         assert self.store is not None and self.reaper is not None
-        from mcphost.supervisor.fleet import agent_argv
 
         runner: AgentRunner
         if plan.runner == "tmux" and plan.bundle is not None and self.relay is not None:

@@ -31,13 +31,13 @@ from typing import Any
 
 import pytest
 
+from mcphost.peer import PeerCred
 from mcphost.relay import server as server_mod
 from mcphost.relay import wire
 from mcphost.relay.inscriptions import RelayInscriptions, relay_log_path
 from mcphost.relay.server import RelayServer
 from mcphost.relay.wire import Hello, Principal, Request, parse_principal
 from mcphost.relaytools.stream import RelayStream
-from mcphost.supervisor.peer import PeerCred
 from tests.relay.realrelay import GUARD, RealRelay, config_tree
 from tests.waiting import until
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from mcphost.peer import PeerCred
 from mcphost.relay import wire
 from mcphost.relay.server import (
     CLAIM_CONFLICT_MESSAGE,
@@ -32,7 +33,6 @@ from mcphost.relay.server import (
 from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.relaytools.errors import RelayIOError, ToolFailure
 from mcphost.relaytools.stream import RelayStream
-from mcphost.supervisor.peer import PeerCred
 from tests.relaytools.relayharness import (
     FakeRelay,
     _default_response,

@@ -465,8 +465,8 @@ def test_names_and_env_keys_are_checked() -> None:
 
 
 async def _under_reaper(runtime_dir: str) -> dict[str, Any]:
+    from mcphost.peer import read_stat
     from mcphost.supervisor import kernel
-    from mcphost.supervisor.peer import read_stat
     from tests.supervisor.test_kernel import until_async
 
     kernel.set_child_subreaper()

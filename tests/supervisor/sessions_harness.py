@@ -26,7 +26,7 @@ from mcphost.admin.pinning import parse_pins
 from mcphost.admin.target import parse_target
 from mcphost.binding import AgentBinding
 from mcphost.host.server import HostSurface
-from mcphost.supervisor.peer import PeerCred
+from mcphost.peer import PeerCred
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
 from mcphost.surface import Surface
 

@@ -14,12 +14,11 @@ from mcphost.admin.target import AdminTarget
 from mcphost.settings import SettingError
 from mcphost.supervisor.fleet import (
     AgentDefaults,
-    agent_argv,
     fleet_with_agents,
     load_fleet,
     plan_from_center,
 )
-from mcphost.supervisor.homes import home_paths
+from mcphost.supervisor.homes import agent_argv, home_paths
 
 PIN = "sha256:" + ":".join(["AB"] * 32)
 CENTER = f"""

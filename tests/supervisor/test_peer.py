@@ -1,4 +1,4 @@
-"""Kernel identity (mcphost/supervisor/peer.py): the pure parse and walk, then real processes.
+"""Kernel identity (mcphost/peer.py): the pure parse and walk, then real processes.
 
 The pure parts are checked with hypothesis (command names holding `) (`, newlines, digits) and
 with a scripted process table (depth limit, vanishing stats, a reused parent PID). The thin
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mcphost.supervisor import peer
-from mcphost.supervisor.peer import (
+from mcphost import peer
+from mcphost.peer import (
     PeerCred,
     ProcStat,
     find_root,

@@ -564,8 +564,8 @@ class _Agents:
 
 
 def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
+    from mcphost.peer import PeerCred
     from mcphost.supervisor.kernel import proc_starttime
-    from mcphost.supervisor.peer import PeerCred
     from mcphost.supervisor.relayhost import RelayHost
 
     agents = _Agents()
