@@ -103,21 +103,25 @@ class Supervised:
             fleet_toml(self.center, self.token_file, agents, center_keys, **defaults)
         )
 
+    def argv(self) -> list[str]:
+        """`mcphost supervise` on this fleet file and state directory."""
+        return [
+            self.python, "-m", "mcphost", "supervise",
+            "--fleet", str(self.fleet), "--state", str(self.state),
+        ]  # fmt: skip
+
+    def run_to_exit(self, **popen: Any) -> subprocess.CompletedProcess[str]:
+        """Run the supervisor to its exit (for start-up refusals): its status and output."""
+        return subprocess.run(  # type: ignore[no-any-return]
+            self.argv(), capture_output=True, text=True, env=self.env(), timeout=60, **popen
+        )
+
     def start(self) -> Supervised:
         """Start the supervisor (again, on the same state directory, after `terminate`)."""
         self._stderr_from = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
-                [
-                    self.python,
-                    "-m",
-                    "mcphost",
-                    "supervise",
-                    "--fleet",
-                    str(self.fleet),
-                    "--state",
-                    str(self.state),
-                ],
+                self.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=err,

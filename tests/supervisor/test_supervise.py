@@ -173,22 +173,7 @@ def test_a_bad_reload_changes_nothing(supervised: Supervised):
 
 def test_a_bad_fleet_file_is_refused_at_start(supervised: Supervised):
     supervised.write_fleet([{"id": "agent-1", "command": standin()}], restart="sometimes")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mcphost",
-            "supervise",
-            "--fleet",
-            str(supervised.fleet),
-            "--state",
-            str(supervised.state),
-        ],
-        capture_output=True,
-        text=True,
-        env=supervised.env(),
-        timeout=60,
-    )
+    done = supervised.run_to_exit()
     assert done.returncode == 2
     assert str(supervised.fleet) in done.stderr and "restart" in done.stderr
     assert done.stdout == ""

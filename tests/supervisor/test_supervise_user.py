@@ -192,26 +192,6 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
         shared.rmdir()
 
 
-def run_supervise(supervised: Supervised, **popen: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # type: ignore[call-overload,no-any-return]
-        [
-            supervised.python,
-            "-m",
-            "mcphost",
-            "supervise",
-            "--fleet",
-            str(supervised.fleet),
-            "--state",
-            str(supervised.state),
-        ],
-        capture_output=True,
-        text=True,
-        env=supervised.env(),
-        timeout=60,
-        **popen,
-    )
-
-
 def test_a_user_that_does_not_exist_is_refused_at_start(supervised: Supervised):
     supervised.write_fleet(
         [
@@ -219,7 +199,7 @@ def test_a_user_that_does_not_exist_is_refused_at_start(supervised: Supervised):
             {"id": "agent-2", "command": standin(), "user": "no-such-user-mcphost"},
         ]
     )
-    done = run_supervise(supervised)
+    done = supervised.run_to_exit()
     assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
     assert f"{supervised.fleet}: agent[1].user" in done.stderr, done.stderr
     assert "no-such-user-mcphost" in done.stderr
@@ -274,7 +254,7 @@ def test_a_user_switch_without_root_is_refused_at_start(supervised: Supervised, 
         other = "nobody"
     supervised.write_fleet([{"id": "agent-1", "command": standin(), "user": other}])
     supervised.fleet.chmod(0o644)
-    done = run_supervise(supervised, **popen)
+    done = supervised.run_to_exit(**popen)
     assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
     assert f"{supervised.fleet}: agent[0].user" in done.stderr, done.stderr
     assert "root" in done.stderr and "Traceback" not in done.stderr, done.stderr
