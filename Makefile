@@ -33,7 +33,6 @@ lint: $(STAMP)
 # The suite to run before every commit: lint, then pytest in parallel without `slow` tests.
 test: $(STAMP) node lint
 	@$(PY) -m pytest
-	@$(PY) -m pytest -m solo -n 0
 
 # The long load and payload tests, and the `thorough` tests again at their full example counts
 # (tests/thorough.py). CI runs them after `make test`.

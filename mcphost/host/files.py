@@ -194,14 +194,16 @@ class FileTools:
             except OSError as exc:
                 raise write_failed(w, exc) from None
             finally:
-                await jobs.drain()  # no write may still run when the temp file goes
-                if not kept and temp is not None:
-                    with suppress(OSError):  # removed while still locked, then closed
-                        os.unlink(temp, dir_fd=resolved.parent_fd)
-                if temp_fd >= 0:
-                    os.close(temp_fd)
-                if not kept:
-                    w.undo_made(resolved)
+                try:
+                    await jobs.drain()  # no write may still run when the temp file goes
+                finally:  # also when drain re-raises a cancel that came while it waited
+                    if not kept and temp is not None:
+                        with suppress(OSError):  # removed while still locked, then closed
+                            os.unlink(temp, dir_fd=resolved.parent_fd)
+                    if temp_fd >= 0:
+                        os.close(temp_fd)
+                    if not kept:
+                        w.undo_made(resolved)
             report.total = size
             await report(size, final=True)
             return _ok(

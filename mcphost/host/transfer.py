@@ -107,7 +107,11 @@ class Jobs:
             self.running = [job for job in jobs if not job.done()] + self.running
 
     async def drain(self) -> None:
-        """Wait for running jobs even under cancellation (re-raised after they finish)."""
+        """Wait for running jobs even under cancellation, re-raised once they have finished.
+
+        Under anyio a cancelled scope cancels again at every wait, so a cancel that arrives
+        during a running job is re-raised here: callers put their cleanup in a `finally`
+        around this call, never after it."""
         cancelled = False
         for job in self.running:
             while not job.done():

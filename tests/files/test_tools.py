@@ -5,12 +5,17 @@ handlers where timing must be controlled (cancellation, progress, volume)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 from mcphost.host.server import HostSurface
@@ -354,6 +359,61 @@ async def test_cancelled_download_leaves_nothing(center: DevCenter, workspace: P
         await surface.aclose()
     assert leftovers(workspace) == []
     assert not (workspace / "new").exists()
+
+
+async def test_a_download_cancelled_while_a_write_runs_still_removes_its_part(
+    center: DevCenter, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel lands while a thread still writes the temp file (its fsync, held here): the
+    call waits for that write, the cancel is re-raised (anyio cancels again at every wait), and
+    the `.part`, its descriptor and the directories the call made must still go. (A regression:
+    the cleanup once sat after the wait, and a re-raised cancel skipped it.)"""
+    (workspace / "w.bin").write_bytes(os.urandom(3 << 20))
+    writing, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def held_fsync(fd: int) -> None:
+        if ".mcphost-" in os.readlink(f"/proc/self/fd/{fd}"):
+            writing.set()
+            release.wait(60)
+        real_fsync(fd)
+
+    surface = HostSurface(center_binding(center))
+    try:
+        ctx, _ = context()
+        result = await surface.call_tool("upload_file", {"path": "w.bin"}, ctx)
+        assert result.structured is not None
+        uri = result.structured["file_uri"]
+        monkeypatch.setattr(os, "fsync", held_fsync)
+        scope = anyio.CancelScope()
+
+        async def download() -> None:
+            with scope:
+                await surface.call_tool("download_file", {"file": uri, "dest_path": "n/d/w"}, ctx)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(download)
+            await anyio.to_thread.run_sync(writing.wait)
+            scope.cancel()
+            await anyio.lowlevel.checkpoint()  # the call takes the cancel inside its wait
+            release.set()
+    finally:
+        release.set()
+        await surface.aclose()
+    assert scope.cancelled_caught
+    assert leftovers(workspace) == []
+    assert not (workspace / "n").exists()
+    assert [p.name for p in workspace.iterdir()] == ["w.bin"]
+    assert not [path for path in open_paths() if ".mcphost-" in path]  # nor its descriptor
+
+
+def open_paths() -> list[str]:
+    """What this process's descriptors point at."""
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return paths
 
 
 async def test_cancelled_upload_is_not_completed(center: DevCenter, workspace: Path) -> None:
