@@ -2,7 +2,8 @@
 
 Owns: resolving the configuration layers, the state root and the inscriptions root (flag > env >
 XDG > home), the association (bundle > session precedence, membership check), reading bundle
-TOML for membership and transports, the relay socket path, and reading the session PSK.
+TOML for membership and transports (each file parsed once while it stays unchanged), the relay
+socket path, and reading the session PSK.
 
 Precedence (agentmux's):
 - configuration layers: `--configuration-directory` (repeatable) > `AGENTMUX_CONFIGURATION_DIRECTORY`
@@ -34,6 +35,7 @@ and the settings model are imported only when used).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -177,12 +179,32 @@ class ConfigError(Exception):
         self.message = message
 
 
+# Parsed TOML by path, with the stamp it was parsed at: the relay reads the same few files on
+# every request, and parsing is most of a request's cost. Bounded: cleared when it grows past
+# `_PARSED_MAX` entries (paths come from configured names, so it rarely holds more than a few).
+_PARSED: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}
+_PARSED_MAX = 256
+# A file changed within this long of its last read may share its mtime with the previous
+# content (coarse file-system clocks), so it is parsed again until it is older than that.
+_SETTLED_NS = 2_000_000_000
+
+
 def _load_toml(path: Path) -> dict[str, Any] | None:
-    """The parsed file, None if it does not exist; `ConfigError` if unreadable or invalid."""
+    """The parsed file, None if it does not exist; `ConfigError` if unreadable or invalid.
+
+    A file read again unchanged (same device, inode, size, mtime and ctime, and settled for
+    `_SETTLED_NS`) is not parsed again: the same document is returned, which callers must not
+    modify. A file replaced by rename (a new inode) or edited in place is parsed afresh."""
     import tomllib
 
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as file:
+            info = os.fstat(file.fileno())
+            stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            cached = _PARSED.get(path)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            data = file.read()
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -190,11 +212,16 @@ def _load_toml(path: Path) -> dict[str, Any] | None:
             "validation_unreadable_configuration_layer", f"cannot read {path}: {exc}"
         ) from exc
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        doc = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             "validation_invalid_arguments", f"bundle configuration is invalid: {path}: {exc}"
         ) from exc
+    if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > _SETTLED_NS:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[path] = (stamp, doc)
+    return doc
 
 
 def _first_file(roots: Sequence[Path], relative: str) -> dict[str, Any] | None:
