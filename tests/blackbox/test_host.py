@@ -4,11 +4,16 @@ Tests on `host` run both ways (tests/blackbox/conftest.py): the standalone `mcph
 the supervisor serving an agent's pump started with `mcphost ctl exec`. Tests of the binding
 itself (TLS pins, a down center, no runtime socket, chosen generations) take `center`: under the
 supervisor that binding is the fleet's `[center]` (tests/supervisor/test_fleet.py).
+
+The tests that only call tools share one tiered session per way (`client`); a test gets a session
+of its own when it is about the session (its listing era, its loaded tools, its notifications)
+or about the binding the process starts with.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 
 import pytest
 from mcp import Client
@@ -25,12 +30,31 @@ DEFERRED = {d.name for d in CATALOG if d.tier == "deferred"}
 WRONG_PIN = format_pin(hashlib.sha256(b"not the center's certificate").digest())
 
 
-async def test_tiered_listing_shows_core_and_search_tools(host: HostUnderTest) -> None:
-    async with host.open() as client:
-        names = {t.name for t in (await client.list_tools()).tools}
-        assert names == CORE | {"search_tools"}
-        caps = client.session.server_capabilities
-        assert caps is not None and caps.tools is not None and caps.tools.list_changed is True
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """Module scope, so that `client` (one session per module and way) can be async."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def client(host: HostUnderTest) -> AsyncIterator[Client]:
+    """One tiered session per way (standalone host process, or supervised pump), shared.
+
+    For the tests that only call tools: a fresh process per test would prove nothing more (the
+    binding is the same, and each test reads only its own results and its own slice of the
+    center's request log). Nothing here loads a deferred tool (`search_tools` has a session of
+    its own), so every test sees the session as it started: core tools listed, nothing loaded.
+    Closing it at the end of the module (stdin EOF) must succeed.
+    """
+    async with host.open() as session:
+        yield session
+
+
+async def test_tiered_listing_shows_core_and_search_tools(client: Client) -> None:
+    names = {t.name for t in (await client.list_tools()).tools}
+    assert names == CORE | {"search_tools"}
+    caps = client.session.server_capabilities
+    assert caps is not None and caps.tools is not None and caps.tools.list_changed is True
 
 
 async def test_untiered_listing_is_the_whole_catalog(host: HostUnderTest) -> None:
@@ -42,9 +66,8 @@ async def test_untiered_listing_is_the_whole_catalog(host: HostUnderTest) -> Non
             assert "agent_id" not in tool.input_schema["properties"]
 
 
-async def test_task_lifecycle(host: HostUnderTest) -> None:
-    async with host.open() as client:
-        await task_lifecycle(client)
+async def test_task_lifecycle(client: Client) -> None:
+    await task_lifecycle(client)
 
 
 async def test_task_lifecycle_over_tls(center: DevCenter) -> None:
@@ -74,16 +97,17 @@ async def task_lifecycle(client: Client) -> None:
     assert failed and again["status"] == 409 and again["error"] == "illegal_transition"
 
 
-async def test_identity_is_the_bindings_and_smuggling_is_refused(host: HostUnderTest) -> None:
+async def test_identity_is_the_bindings_and_smuggling_is_refused(
+    host: HostUnderTest, client: Client
+) -> None:
     center = host.center
     before = len(center.requests(500))
-    async with host.open() as client:
-        for smuggled in ({"agent_id": "agent-2"}, {"agentId": "agent-2"}, {"AGENT_ID": "x"}):
-            failed, refused = await call(client, "get_my_work", smuggled)
-            assert failed and refused["error"] == "invalid_arguments"
-        assert len(center.requests(500)) == before, "refused calls made no request"
-        await call(client, "get_my_work", {})
-        await call(client, "get_issue", {"issue_id": "i-1"})
+    for smuggled in ({"agent_id": "agent-2"}, {"agentId": "agent-2"}, {"AGENT_ID": "x"}):
+        failed, refused = await call(client, "get_my_work", smuggled)
+        assert failed and refused["error"] == "invalid_arguments"
+    assert len(center.requests(500)) == before, "refused calls made no request"
+    await call(client, "get_my_work", {})
+    await call(client, "get_issue", {"issue_id": "i-1"})
     bodies = admin_bodies(center, before)
     assert bodies and {b["agent_id"] for b in bodies} == {"agent-1"}
     generations = {
@@ -94,12 +118,11 @@ async def test_identity_is_the_bindings_and_smuggling_is_refused(host: HostUnder
     assert generations == {str(host.generation())}
 
 
-async def test_center_errors_keep_status_code_and_message(host: HostUnderTest) -> None:
-    async with host.open() as client:
-        failed, missing = await call(client, "get_task", {"task_id": "t-missing"})
-        assert failed and missing["status"] == 404 and missing["error"] == "not_found"
-        failed, foreign = await call(client, "get_issue", {"issue_id": "i-2"})
-        assert failed and foreign["status"] == 403 and foreign["message"]
+async def test_center_errors_keep_status_code_and_message(client: Client) -> None:
+    failed, missing = await call(client, "get_task", {"task_id": "t-missing"})
+    assert failed and missing["status"] == 404 and missing["error"] == "not_found"
+    failed, foreign = await call(client, "get_issue", {"issue_id": "i-2"})
+    assert failed and foreign["status"] == 403 and foreign["message"]
 
 
 async def test_a_wrong_pin_sends_nothing_and_says_why(center: DevCenter) -> None:
@@ -144,15 +167,16 @@ async def test_generation_fencing_reports_a_superseded_host(center: DevCenter) -
     assert "superseded" in stale["message"]
 
 
-async def test_fork_executor_goes_to_the_runtime_socket(host: HostUnderTest) -> None:
+async def test_fork_executor_goes_to_the_runtime_socket(
+    host: HostUnderTest, client: Client
+) -> None:
     center = host.center
-    async with host.open() as client:
-        _, created = await call(
-            client, "create_task", {"project_id": "p-1", "title": "fork me", "assignee": "agent-1"}
-        )
-        failed, accepted = await call(
-            client, "fork_executor", {"task_id": created["task_id"], "model": "m1"}
-        )
+    _, created = await call(
+        client, "create_task", {"project_id": "p-1", "title": "fork me", "assignee": "agent-1"}
+    )
+    failed, accepted = await call(
+        client, "fork_executor", {"task_id": created["task_id"], "model": "m1"}
+    )
     assert not failed and accepted["status"] == "accepted"
     forks = [f for f in center.forks() if f["task_id"] == created["task_id"]]
     assert forks and forks[-1]["agent_id"] == "agent-1" and forks[-1]["model"] == "m1"
@@ -187,27 +211,22 @@ async def test_search_tools_loads_additively_and_notifies(host: HostUnderTest) -
     assert any("list_changed" in n or "ToolListChanged" in n for n in notifications), notifications
 
 
-async def test_deferred_tools_are_callable_by_name_without_a_refresh(
-    host: HostUnderTest,
-) -> None:
-    async with host.open() as client:
-        _, created = await call(client, "create_task", {"project_id": "p-1", "title": "x"})
-        failed, ok = await call(client, "subscribe", {"task_id": created["task_id"]})
+async def test_deferred_tools_are_callable_by_name_without_a_refresh(client: Client) -> None:
+    _, created = await call(client, "create_task", {"project_id": "p-1", "title": "x"})
+    failed, ok = await call(client, "subscribe", {"task_id": created["task_id"]})
     assert not failed and ok["ok"] is True
 
 
-async def test_oversized_results_are_cut_with_a_note(host: HostUnderTest) -> None:
+async def test_oversized_results_are_cut_with_a_note(host: HostUnderTest, client: Client) -> None:
     with host.center.faults(big_result_bytes={"get_my_work": 300_000}):
-        async with host.open() as client:
-            failed, big = await call(client, "get_my_work", {})
+        failed, big = await call(client, "get_my_work", {})
     assert not failed and big["truncated"] is True
     assert big["total_bytes"] > 300_000 and big["omitted_bytes"] > 200_000
     assert "note" in big and isinstance(big["partial"], dict)
 
 
-async def test_unknown_tool_is_an_error_result(host: HostUnderTest) -> None:
-    async with host.open() as client:
-        failed, err = await call(client, "no_such_tool", {})
+async def test_unknown_tool_is_an_error_result(client: Client) -> None:
+    failed, err = await call(client, "no_such_tool", {})
     assert failed and err["error"] == "unknown_tool" and "search_tools" in err["message"]
 
 
