@@ -22,8 +22,9 @@ from mcphost.testing import DevCenter
 HOST_ARGS = ["-m", "mcphost.cli", "host"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
+    """Module-scoped, so a module may share one async fixture (a host process) across tests."""
     return "asyncio"
 
 

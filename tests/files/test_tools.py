@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import pytest
+from mcp import Client
 
 from mcphost.host.server import HostSurface
 from mcphost.surface import CallContext
@@ -51,61 +54,70 @@ async def upload(client: Any, path: str, **extra: Any) -> dict[str, Any]:
     return payload  # type: ignore[no-any-return]
 
 
+@pytest.fixture(scope="module")
+async def host(center: DevCenter) -> AsyncIterator[Client]:
+    """One real `mcphost host` for agent-1 on the center's workspace, driven by the SDK client and
+    shared by the end-to-end tests that bind it that way (a host process costs more than a second
+    of CPU just starting). Each test starts from an emptied workspace (the `workspace` fixture
+    empties the root, which the host holds from start and which stays in place) and uses its own
+    files and file ids; the host keeps nothing else between calls. Tests about another binding
+    (another agent, a size cap, no root) start their own host."""
+    center.agent_root.mkdir(parents=True, exist_ok=True)
+    async with open_host(center.binding_env("unix")) as client:
+        yield client
+
+
 # -- containment through the real process ---------------------------------------------------
 
 E2E_SKIP = {"\ud800.txt"}  # a lone surrogate cannot be sent as UTF-8 JSON by the client
 
 
 async def test_upload_attack_corpus_end_to_end(
-    center: DevCenter, workspace: Path, outside: Path
+    center: DevCenter, workspace: Path, outside: Path, host: Client
 ) -> None:
     corpus.build(workspace, outside)
     secret = sha((outside / "secret.txt").read_bytes())
     wrong: list[tuple[str, Any, Any]] = []
-    async with open_host(center.binding_env("unix")) as client:
-        for template, expected in corpus.UPLOAD.items():
-            if template in E2E_SKIP:
-                continue
-            path = corpus.expand(template, workspace)
-            before = mark(center)
-            is_error, payload = await call(client, "upload_file", {"path": path})
-            got = payload["error"] if is_error else None
-            if got != expected:
-                wrong.append((template[:60], expected, payload))
-            if is_error:
-                assert payload["details"].get("path", path) == path
-                assert since(center, before) == [], f"{template!r} reached the center"
-            else:
-                assert payload["sha256"] != secret
+    for template, expected in corpus.UPLOAD.items():
+        if template in E2E_SKIP:
+            continue
+        path = corpus.expand(template, workspace)
+        before = mark(center)
+        is_error, payload = await call(host, "upload_file", {"path": path})
+        got = payload["error"] if is_error else None
+        if got != expected:
+            wrong.append((template[:60], expected, payload))
+        if is_error:
+            assert payload["details"].get("path", path) == path
+            assert since(center, before) == [], f"{template!r} reached the center"
+        else:
+            assert payload["sha256"] != secret
     assert wrong == []
 
 
 async def test_download_attack_corpus_end_to_end(
-    center: DevCenter, workspace: Path, outside: Path
+    center: DevCenter, workspace: Path, outside: Path, host: Client
 ) -> None:
     (workspace / "payload.bin").write_bytes(b"payload\n" * 100)
     corpus.build(workspace, outside)
     outside_before = sorted(os.listdir(outside))
     wrong: list[tuple[str, Any, Any]] = []
-    async with open_host(center.binding_env("unix")) as client:
-        uri = (await upload(client, "payload.bin"))["file_uri"]
-        for template, expected in corpus.DOWNLOAD.items():
-            if template in E2E_SKIP:
-                continue
-            path = corpus.expand(template, workspace)
-            before = mark(center)
-            is_error, payload = await call(
-                client, "download_file", {"file": uri, "dest_path": path}
-            )
-            got = payload["error"] if is_error else None
-            if got != expected:
-                wrong.append((template[:60], expected, payload))
-            if is_error:
-                assert file_gets(center, before) == [], f"{template!r}: GET before containment"
-            else:
-                dest = Path(payload["dest_path"])
-                assert dest.read_bytes() == b"payload\n" * 100
-                assert str(dest).startswith(str(workspace) + "/")
+    uri = (await upload(host, "payload.bin"))["file_uri"]
+    for template, expected in corpus.DOWNLOAD.items():
+        if template in E2E_SKIP:
+            continue
+        path = corpus.expand(template, workspace)
+        before = mark(center)
+        is_error, payload = await call(host, "download_file", {"file": uri, "dest_path": path})
+        got = payload["error"] if is_error else None
+        if got != expected:
+            wrong.append((template[:60], expected, payload))
+        if is_error:
+            assert file_gets(center, before) == [], f"{template!r}: GET before containment"
+        else:
+            dest = Path(payload["dest_path"])
+            assert dest.read_bytes() == b"payload\n" * 100
+            assert str(dest).startswith(str(workspace) + "/")
     assert wrong == []
     assert sorted(os.listdir(outside)) == outside_before
     assert leftovers(workspace) == []
@@ -115,16 +127,15 @@ async def test_download_attack_corpus_end_to_end(
 
 
 @pytest.mark.parametrize("size", [0, 1, 4096, 5 * 1024 * 1024 + 7])
-async def test_round_trip(center: DevCenter, workspace: Path, size: int) -> None:
+async def test_round_trip(workspace: Path, host: Client, size: int) -> None:
     data = os.urandom(size)
     (workspace / "src.bin").write_bytes(data)
-    async with open_host(center.binding_env("unix")) as client:
-        up = await upload(client, "src.bin")
-        assert up["size"] == size and up["sha256"] == sha(data) and up["filename"] == "src.bin"
-        assert up["file_uri"].startswith("ac://files/")
-        is_error, down = await call(
-            client, "download_file", {"file": up["file_uri"], "dest_path": "out/copy.bin"}
-        )
+    up = await upload(host, "src.bin")
+    assert up["size"] == size and up["sha256"] == sha(data) and up["filename"] == "src.bin"
+    assert up["file_uri"].startswith("ac://files/")
+    is_error, down = await call(
+        host, "download_file", {"file": up["file_uri"], "dest_path": "out/copy.bin"}
+    )
     assert not is_error, down
     assert down["size"] == size and down["sha256"] == sha(data)
     copy = workspace / "out" / "copy.bin"
@@ -133,23 +144,22 @@ async def test_round_trip(center: DevCenter, workspace: Path, size: int) -> None
     assert leftovers(workspace) == []
 
 
-async def test_metadata_for_attachments(center: DevCenter, workspace: Path) -> None:
+async def test_metadata_for_attachments(workspace: Path, host: Client) -> None:
     (workspace / "notes.json").write_text('{"a": 1}')
     (workspace / "picture").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 32)
     (workspace / "README").write_text("plain words\n")
     (workspace / "blob").write_bytes(b"\x00\x01\x02\xff")
-    async with open_host(center.binding_env("unix")) as client:
-        kinds = {
-            name: (await upload(client, name))["mime_type"]
-            for name in ("notes.json", "picture", "README", "blob")
-        }
-        up = await upload(client, "notes.json", scope="project", scope_id="p-1")
-        assert up["reference_id"] and up["scope"] == "project"
-        is_error, down = await call(
-            client,
-            "download_file",
-            {"file": up["file_uri"].removeprefix("ac://files/"), "dest_path": "n.json"},
-        )
+    kinds = {
+        name: (await upload(host, name))["mime_type"]
+        for name in ("notes.json", "picture", "README", "blob")
+    }
+    up = await upload(host, "notes.json", scope="project", scope_id="p-1")
+    assert up["reference_id"] and up["scope"] == "project"
+    is_error, down = await call(
+        host,
+        "download_file",
+        {"file": up["file_uri"].removeprefix("ac://files/"), "dest_path": "n.json"},
+    )
     assert kinds == {
         "notes.json": "application/json",
         "picture": "image/png",
@@ -160,7 +170,7 @@ async def test_metadata_for_attachments(center: DevCenter, workspace: Path) -> N
 
 
 @pytest.mark.slow
-async def test_large_round_trip_256_mib(center: DevCenter, workspace: Path) -> None:
+async def test_large_round_trip_256_mib(workspace: Path, host: Client) -> None:
     block = os.urandom(1 << 20)
     digest = hashlib.sha256()
     with (workspace / "large.bin").open("wb") as out:
@@ -168,12 +178,11 @@ async def test_large_round_trip_256_mib(center: DevCenter, workspace: Path) -> N
             chunk = block[index:] + block[:index]
             digest.update(chunk)
             out.write(chunk)
-    async with open_host(center.binding_env("unix")) as client:
-        up = await upload(client, "large.bin")
-        assert up["size"] == 256 << 20 and up["sha256"] == digest.hexdigest()
-        is_error, down = await call(
-            client, "download_file", {"file": up["file_uri"], "dest_path": "large.copy"}
-        )
+    up = await upload(host, "large.bin")
+    assert up["size"] == 256 << 20 and up["sha256"] == digest.hexdigest()
+    is_error, down = await call(
+        host, "download_file", {"file": up["file_uri"], "dest_path": "large.copy"}
+    )
     assert not is_error, down
     assert down["sha256"] == digest.hexdigest()
     check = hashlib.sha256()
@@ -186,42 +195,46 @@ async def test_large_round_trip_256_mib(center: DevCenter, workspace: Path) -> N
 # -- download rules --------------------------------------------------------------------------
 
 
-async def test_overwrite(center: DevCenter, workspace: Path) -> None:
+async def test_overwrite(workspace: Path, host: Client) -> None:
     (workspace / "new.txt").write_text("new contents\n")
     (workspace / "old.txt").write_text("old\n")
-    async with open_host(center.binding_env("unix")) as client:
-        uri = (await upload(client, "new.txt"))["file_uri"]
-        refused, payload = await call(
-            client, "download_file", {"file": uri, "dest_path": "old.txt"}
-        )
-        assert refused and payload["error"] == "destination_exists"
-        assert "overwrite" in payload["message"]
-        assert (workspace / "old.txt").read_text() == "old\n"
-        is_error, _ = await call(
-            client, "download_file", {"file": uri, "dest_path": "old.txt", "overwrite": True}
-        )
+    uri = (await upload(host, "new.txt"))["file_uri"]
+    refused, payload = await call(host, "download_file", {"file": uri, "dest_path": "old.txt"})
+    assert refused and payload["error"] == "destination_exists"
+    assert "overwrite" in payload["message"]
+    assert (workspace / "old.txt").read_text() == "old\n"
+    is_error, _ = await call(
+        host, "download_file", {"file": uri, "dest_path": "old.txt", "overwrite": True}
+    )
     assert not is_error
     assert (workspace / "old.txt").read_text() == "new contents\n"
 
 
-async def test_not_reachable_and_not_found(center: DevCenter, workspace: Path) -> None:
+async def test_not_reachable_and_not_found(
+    center: DevCenter, workspace: Path, host: Client
+) -> None:
     (workspace / "theirs.txt").write_text("agent-2's\n")
-    async with open_host(center.binding_env("unix", agent_id="agent-2")) as other:
-        theirs = (await upload(other, "theirs.txt"))["file_uri"]
-    async with open_host(center.binding_env("unix")) as client:
-        is_error, payload = await call(
-            client, "download_file", {"file": theirs, "dest_path": "deep/dir/x.txt"}
-        )
-        assert is_error and payload["error"] == "file_not_reachable" and payload["status"] == 403
-        assert "not attached to a scope you belong to" in payload["message"]  # the center's words
-        is_error, payload = await call(
-            client,
-            "download_file",
-            {"file": "ac://files/01ARZ3NDEKTSV4RRFFQ69G5FAV", "dest_path": "deep/dir/y.txt"},
-        )
-        assert is_error and payload["error"] == "file_not_found" and payload["status"] == 404
-        is_error, payload = await call(client, "download_file", {"file": "nope", "dest_path": "z"})
-        assert is_error and payload["error"] == "invalid_file_uri"
+    # agent-2's upload is only the setup (a file agent-1 may not reach): its handler in process
+    other = HostSurface(center_binding(center, agent_id="agent-2"))
+    try:
+        result = await other.call_tool("upload_file", {"path": "theirs.txt"}, context()[0])
+    finally:
+        await other.aclose()
+    assert not result.is_error and result.structured is not None, result.text
+    theirs = result.structured["file_uri"]
+    is_error, payload = await call(
+        host, "download_file", {"file": theirs, "dest_path": "deep/dir/x.txt"}
+    )
+    assert is_error and payload["error"] == "file_not_reachable" and payload["status"] == 403
+    assert "not attached to a scope you belong to" in payload["message"]  # the center's words
+    is_error, payload = await call(
+        host,
+        "download_file",
+        {"file": "ac://files/01ARZ3NDEKTSV4RRFFQ69G5FAV", "dest_path": "deep/dir/y.txt"},
+    )
+    assert is_error and payload["error"] == "file_not_found" and payload["status"] == 404
+    is_error, payload = await call(host, "download_file", {"file": "nope", "dest_path": "z"})
+    assert is_error and payload["error"] == "invalid_file_uri"
     assert not (workspace / "deep").exists()  # parents are created only for a 200
 
 
@@ -239,25 +252,28 @@ async def test_size_cap(center: DevCenter, workspace: Path) -> None:
 
 
 async def test_workspace_root_errors(center: DevCenter, workspace: Path, tmp_path: Path) -> None:
+    """A host started without a root binding is a real process; a root bound to a missing
+    directory is the same binding parsed (`AgentBinding.from_env`) into the same `HostSurface`
+    that `mcphost host` builds, in process."""
     async with open_host(center.binding_env("unix", agent_root=None)) as client:
         is_error, payload = await call(client, "upload_file", {"path": "a.txt"})
         assert is_error and payload["error"] == "workspace_root_unset"
-    async with open_host(center.binding_env("unix", agent_root=str(tmp_path / "gone"))) as client:
-        is_error, payload = await call(
-            client, "download_file", {"file": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "dest_path": "a"}
+    gone = HostSurface(center_binding(center, agent_root=str(tmp_path / "gone")))
+    try:
+        result = await gone.call_tool(
+            "download_file", {"file": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "dest_path": "a"}, context()[0]
         )
-        assert is_error and payload["error"] == "workspace_root_missing"
+    finally:
+        await gone.aclose()
+    assert result.is_error and json.loads(result.text)["error"] == "workspace_root_missing"
 
 
-async def test_schema_refuses_identity_and_unknown_fields(
-    center: DevCenter, workspace: Path
-) -> None:
-    async with open_host(center.binding_env("unix")) as client:
-        is_error, payload = await call(client, "upload_file", {"path": "a", "agent_id": "agent-2"})
-        assert is_error and payload["error"] == "invalid_arguments"
-        is_error, payload = await call(client, "upload_file", {"path": "a", "scope": "task"})
-        assert is_error and payload["error"] == "invalid_arguments"
-        tools = {t.name: t for t in (await client.list_tools()).tools}
+async def test_schema_refuses_identity_and_unknown_fields(workspace: Path, host: Client) -> None:
+    is_error, payload = await call(host, "upload_file", {"path": "a", "agent_id": "agent-2"})
+    assert is_error and payload["error"] == "invalid_arguments"
+    is_error, payload = await call(host, "upload_file", {"path": "a", "scope": "task"})
+    assert is_error and payload["error"] == "invalid_arguments"
+    tools = {t.name: t for t in (await host.list_tools()).tools}
     assert {"upload_file", "download_file"} <= set(tools)
     assert tools["download_file"].annotations.destructive_hint is True
 
