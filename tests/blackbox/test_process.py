@@ -14,6 +14,7 @@ import pytest
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import HOST_ARGS
 from tests.blackbox.test_host import WRONG_PIN
+from tests.hardening.conftest import run_in_process
 
 INIT = {
     "jsonrpc": "2.0",
@@ -52,22 +53,30 @@ def read(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("override", "variable"),
+    ("override", "variable", "run"),
     [
-        ({"AC_MCP_AGENT_ID": None}, "AC_MCP_AGENT_ID"),
-        ({"AC_MCP_ADMIN_URL": "https://center:443"}, "AC_MCP_ADMIN_URL"),
-        ({"AC_MCP_GENERATION": "-3"}, "AC_MCP_GENERATION"),
-        ({"AC_MCP_TIER_TOOLS": "maybe"}, "AC_MCP_TIER_TOOLS"),
-        ({"AC_MCP_SERVER_FINGERPRINT": "sha256:00"}, "AC_MCP_SERVER_FINGERPRINT"),
+        ({"AC_MCP_AGENT_ID": None}, "AC_MCP_AGENT_ID", "process"),
+        ({"AC_MCP_ADMIN_URL": "https://center:443"}, "AC_MCP_ADMIN_URL", "in_process"),
+        ({"AC_MCP_GENERATION": "-3"}, "AC_MCP_GENERATION", "in_process"),
+        ({"AC_MCP_TIER_TOOLS": "maybe"}, "AC_MCP_TIER_TOOLS", "in_process"),
+        ({"AC_MCP_SERVER_FINGERPRINT": "sha256:00"}, "AC_MCP_SERVER_FINGERPRINT", "in_process"),
     ],
 )
 def test_bad_binding_exits_2_naming_the_variable(
-    center: DevCenter, override: dict[str, str | None], variable: str
+    center: DevCenter, override: dict[str, str | None], variable: str, run: str
 ) -> None:
+    """The first case is a real `mcphost host` process; the others run the same `main()` in this
+    process (`run_in_process`: the same environment, exit code and output streams; these runs
+    end while reading the binding, so a spawned interpreter would only add its start-up)."""
     env = center.binding_env("tcp", **override)  # type: ignore[arg-type]
-    proc = spawn(env)
-    out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 2
+    if run == "process":
+        proc = spawn(env)
+        out, err = proc.communicate(timeout=20)
+        returncode = proc.returncode
+    else:
+        ran = run_in_process(HOST_ARGS[2:], {"PATH": os.environ["PATH"], **env})
+        out, err, returncode = ran.stdout, ran.stderr, ran.returncode
+    assert returncode == 2
     assert out == b""
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and variable in lines[0] and "expected" in lines[0]
