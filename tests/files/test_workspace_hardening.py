@@ -39,7 +39,7 @@ from tests.files.conftest import mark, since
 from tests.files.stub_center import FILE_ID as STUB_FILE
 from tests.files.stub_center import StubCenter
 from tests.files.test_cancel_e2e import listing, until
-from tests.hardening.conftest import ROOT, RawHost, host_env
+from tests.hardening.conftest import ROOT, RawHost, host_env, run_in_process
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,13 +54,31 @@ LIMITED_HOST = [
 ]
 
 
-@pytest.fixture
-def host(center: DevCenter, workspace: Path) -> Iterator[RawHost]:
+@pytest.fixture(scope="module")
+def shared_host(center: DevCenter) -> Iterator[RawHost]:
+    """One real host for agent-1 on the center's workspace, shared by the tests that need a
+    plainly bound host (a host process costs more than a second of CPU just starting). Each test
+    starts from an emptied workspace (the root the host holds stays in place) and uses its own
+    files; tests about the process itself (its descriptor limit, its environment, its held root,
+    being killed) start their own. Its whole stdout and stderr are checked once it has exited."""
+    center.agent_root.mkdir(parents=True, exist_ok=True)
     with RawHost(host_env(center.binding_env("unix"))) as running:
         running.initialize()
         yield running
-        assert not running.bad_lines
-        assert b"Traceback" not in running.stderr, running.stderr.decode(errors="replace")
+        running.close()
+    assert not running.bad_lines
+    assert b"Traceback" not in running.stderr, running.stderr.decode(errors="replace")
+
+
+@pytest.fixture
+def host(shared_host: RawHost, workspace: Path) -> Iterator[RawHost]:
+    """The shared host, with what it writes during this test checked at its end: no line that is
+    not JSON-RPC, no traceback on stderr (read from where this test began)."""
+    lines, start = len(shared_host.bad_lines), len(shared_host.stderr)
+    yield shared_host
+    assert shared_host.bad_lines[lines:] == []
+    mine = bytes(shared_host.stderr[start:])
+    assert b"Traceback" not in mine, mine.decode(errors="replace")
 
 
 @pytest.fixture
@@ -263,7 +281,7 @@ def test_parents_a_download_creates_are_private(
 
 
 def test_stale_part_is_removed_but_an_in_flight_one_is_not(
-    center: DevCenter, workspace: Path, stub: StubCenter
+    workspace: Path, stub: StubCenter, host: RawHost
 ) -> None:
     stub.download = os.urandom(1 << 20)
     stub.hold_after = 4096
@@ -287,9 +305,8 @@ def test_stale_part_is_removed_but_an_in_flight_one_is_not(
 
     # a second download is in flight in the same directory (held by the stub center)
     stub.streaming.clear()
-    with RawHost(stub_env) as in_flight, RawHost(host_env(center.binding_env("unix"))) as host:
+    with RawHost(stub_env) as in_flight:
         in_flight.initialize()
-        host.initialize()
         pending = in_flight.request("tools/call", {"name": "download_file", "arguments": {
             "file": STUB_FILE, "dest_path": "dl/y.bin",
         }})  # fmt: skip
@@ -350,14 +367,17 @@ def test_root_swapped_for_a_symlink_mid_session_changes_nothing(
     assert (parent / "ws.real" / "tmp" / name).read_text() == "mine\n"
 
 
-def check_report(env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "mcphost.cli", "check", "--json"],
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def check_report(env: dict[str, str], *, in_process: bool = False) -> dict[str, Any]:
+    """`mcphost check --json` with `env` bound: a real process, or its `main()` in this process
+    (`run_in_process`) for a further run once a real one has covered the entry point."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **env}
+    argv = ["check", "--json"]
+    if in_process:
+        done = run_in_process(argv, env)
+    else:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcphost.cli", *argv], env=env, capture_output=True, timeout=60
+        )
     report: dict[str, Any] = json.loads(done.stdout)
     report["exit"] = done.returncode
     return report
@@ -373,7 +393,9 @@ def test_check_warns_about_a_root_others_can_swap(center: DevCenter, tmp_path: P
     (shared / "ws").mkdir(parents=True)
     shared.chmod(0o777)
     try:
-        report = check_report(center.binding_env("unix", agent_root=str(shared / "ws")))
+        report = check_report(
+            center.binding_env("unix", agent_root=str(shared / "ws")), in_process=True
+        )
     finally:
         shared.chmod(0o755)
     warnings = report["workspace_warnings"]
