@@ -2,10 +2,11 @@
 
 Every case drives the real process as an operator would (`mcphost host`, `mcphost check`,
 `mcphost check --json`, `configgen`, `mcphost relay-tools`, `mcphost devcenter`, `mcphost
-ctl`, `mcphost supervise`) and asserts the points below. The sweeps of bad bindings run most
-cases through the same `main()` in this process (`run_in_process`: the environment, exit code and
-both output streams are the process's) and the first case of each sweep as a real process, so the
-entry point, interpreter start-up and exit status stay covered end to end:
+ctl`, `mcphost supervise`) and asserts the points below. The sweeps (bad bindings, token file
+endings, refused options) run most cases through the same `main()` in this process
+(`run_in_process`: the environment, exit code and both output streams are the process's) and
+the first case of each sweep as a real process, so the entry point, interpreter start-up and
+exit status stay covered end to end:
 
 - a bad binding exits 2 with one message that names the variable and says what is expected;
   `check --json` prints a classified JSON result (never nothing, never a traceback);
@@ -133,7 +134,10 @@ def test_inline_token_with_bad_characters_is_refused_at_start(center: DevCenter,
         )
 
 
-@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b""])
+ENDINGS = [b"\n", b"\r\n", b""]
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
 def test_token_file_with_one_line_ending_works(
     center: DevCenter, tmp_path: Path, ending: bytes
 ) -> None:
@@ -146,7 +150,9 @@ def test_token_file_with_one_line_ending_works(
             AC_MCP_RUNTIME_SOCKET=None,
         )
     )
-    proc = run(["check", "--json"], env)
+    runner = run if ending == ENDINGS[0] else run_in_process
+    proc = runner(["check", "--json"], env)
+    assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["center"]["ok"] is True, report
     assert report["token"] == "configured"
@@ -215,21 +221,24 @@ CONFIGGEN = [
 ]
 
 
-def configgen(*argv: str, env: dict[str, str] | None = None) -> Any:
+def configgen(*argv: str, env: dict[str, str] | None = None, real: bool = True) -> Any:
+    """`python -m configgen <argv>` as a real process, or its `main()` in this process."""
     clean = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **(env or {})}
+    if not real:
+        return run_in_process(list(argv), clean, module="configgen.cli")
     return run(list(argv), clean, module="configgen")
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        [*CONFIGGEN, "--token", SECRET],
-        [*CONFIGGEN, f"--token={SECRET}"],
-        ["--token", SECRET, *CONFIGGEN],
-    ],
-)
+CONFIGGEN_TOKEN_OPTIONS = [
+    [*CONFIGGEN, "--token", SECRET],
+    [*CONFIGGEN, f"--token={SECRET}"],
+    ["--token", SECRET, *CONFIGGEN],
+]
+
+
+@pytest.mark.parametrize("argv", CONFIGGEN_TOKEN_OPTIONS)
 def test_configgen_token_option_is_refused_without_echo(argv: list[str]) -> None:
-    proc = configgen(*argv)
+    proc = configgen(*argv, real=argv == CONFIGGEN_TOKEN_OPTIONS[0])
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == b""
     err = proc.stderr.decode()
@@ -241,7 +250,8 @@ def test_configgen_token_option_is_refused_without_echo(argv: list[str]) -> None
 
 
 def test_configgen_token_file_option_holding_a_token_is_not_echoed() -> None:
-    proc = configgen(*CONFIGGEN, "--token-file", SECRET)
+    """In this process: `configgen`'s entry point is run for real by the sweep above."""
+    proc = configgen(*CONFIGGEN, "--token-file", SECRET, real=False)
     assert proc.returncode == 2 and proc.stdout == b""
     err = proc.stderr.decode()
     assert "AC_MCP_WORKER_TOKEN_FILE" in err and "absolute path" in err and "--token-file" in err
@@ -280,7 +290,8 @@ TOKEN_AS_OPTION = [
 
 @pytest.mark.parametrize(("name", "argv"), TOKEN_AS_OPTION, ids=[n for n, _ in TOKEN_AS_OPTION])
 def test_unknown_options_are_named_without_their_values(name: str, argv: list[str]) -> None:
-    proc = run(argv, host_env({}))
+    runner = run if name == TOKEN_AS_OPTION[0][0] else run_in_process
+    proc = runner(argv, host_env({}))
     assert proc.returncode == 2, (name, proc.stderr)
     assert proc.stdout == b""
     assert "Traceback" not in proc.stderr.decode()
@@ -314,8 +325,11 @@ def test_no_cli_accepts_an_abbreviated_option(tmp_path: Path) -> None:
             unrecognized + "--fle",
         ),
     ]
-    for module, argv, expected in cases:
-        proc = run(argv, env, module=module)
+    for index, (module, argv, expected) in enumerate(cases):
+        if index == 0:
+            proc = run(argv, env, module=module)
+        else:  # `python -m configgen` is `configgen.cli.main()`
+            proc = run_in_process(argv, env, module=module.replace("configgen", "configgen.cli"))
         err = proc.stderr.decode()
         assert proc.returncode == 2, (argv, err)
         assert expected in err, (argv, err)
