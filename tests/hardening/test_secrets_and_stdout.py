@@ -118,13 +118,13 @@ def test_no_error_path_reveals_the_token(center: DevCenter, tmp_path: Path, scen
         assert host.close() == 0
         assert not host.bad_lines
         assert_no_token(host.all_output(), token, f"host stdout/stderr ({scenario})")
+    for flags in ((), ("--json",)):
+        assert_no_token(run_check(env, *flags), token, f"mcphost check {flags} ({scenario})")
     assert log_file.stat().st_size > 0
-    records = log_file.read_bytes()
+    records = log_file.read_bytes()  # the host's records, and any the checks wrote
     for line in records.splitlines():
         strict_json(line)  # every event record is one JSON object per line
     assert_no_token(records, token, f"event records ({scenario})")
-    for flags in ((), ("--json",)):
-        assert_no_token(run_check(env, *flags), token, f"mcphost check {flags} ({scenario})")
 
 
 def test_bad_bindings_never_echo_the_token(center: DevCenter, tmp_path: Path) -> None:
