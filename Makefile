@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mcphost-installed
 NODE_STAMP := tools/node_modules/.mcphost-installed
 
-.PHONY: demo test test-slow lint bench clean venv node
+.PHONY: demo test test-slow test-loaded lint bench clean venv node
 
 venv: $(STAMP)
 
@@ -26,8 +26,8 @@ demo: $(STAMP)
 	@$(VENV)/bin/mcphost demo
 
 lint: $(STAMP)
-	@$(VENV)/bin/ruff check mcphost configgen tests bench
-	@$(VENV)/bin/ruff format --check mcphost configgen tests bench
+	@$(VENV)/bin/ruff check mcphost configgen tests bench tools/loaded_runs.py
+	@$(VENV)/bin/ruff format --check mcphost configgen tests bench tools/loaded_runs.py
 	@$(VENV)/bin/mypy
 
 # The suite to run before every commit: lint, then pytest in parallel without `slow` tests.
@@ -38,6 +38,12 @@ test: $(STAMP) node lint
 # (tests/thorough.py). CI runs them after `make test`.
 test-slow: $(STAMP) node
 	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m 'slow or thorough'
+
+# The determinism check: the pytest run of `make test`, RUNS times in a row, while one CPU burner
+# per CPU spins (tools/loaded_runs.py). Not part of CI: it takes several suite runs.
+RUNS ?= 5
+test-loaded: $(STAMP) node
+	@$(PY) tools/loaded_runs.py --runs $(RUNS)
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
