@@ -329,22 +329,100 @@ def error_exchange(host: RawHost, lines: list[bytes]) -> list[dict[str, Any]]:
     return idless
 
 
-def test_errors_to_unreadable_ids_leave_the_id_out(served: tuple[str, Launch]) -> None:
-    name, (argv, env) = served
-    with RawHost(env, argv) as host:
+@pytest.fixture(scope="module")
+def shared_host(center: DevCenter) -> Iterator[RawHost]:
+    """One `mcphost host` for the tests that read only their own replies: the id-less errors,
+    the line cap and the TypeScript SDK's schema. Each reads the messages from its own start, so
+    a fresh process would prove nothing more. The line-cap test reads the peak RSS (VmHWM, which
+    only grows): it comes before any other test sends this host an over-cap line (file order),
+    and a peak left by another could only make its bound stricter. The host must exit 0 on
+    stdin EOF once all are done, with no traceback on its stderr."""
+    with RawHost(host_env(center.binding_env("unix"))) as host:
         host.initialize()
-        errors = error_exchange(host, UNREADABLE_IDS)
-        # requests whose id was readable keep it
-        assert host.wait(host.request("nope/x"))["error"]["code"] == -32601
-        host.write(b'{"jsonrpc":"2.0","id":"keep-me"}\n')
-        assert host.wait("keep-me")["error"]["code"] == -32600
+        yield host
         assert host.close() == 0
+        assert b"Traceback" not in host.stderr, host.stderr.decode(errors="replace")[-3000:]
+
+
+def idless_errors(host: RawHost) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the id-less errors, every message) of the unreadable-id exchange on `host`."""
+    start = len(host.messages)
+    errors = error_exchange(host, UNREADABLE_IDS)
+    # requests whose id was readable keep it
+    assert host.wait(host.request("nope/x"))["error"]["code"] == -32601
+    host.write(b'{"jsonrpc":"2.0","id":"keep-me"}\n')
+    assert host.wait("keep-me")["error"]["code"] == -32600
+    return errors, host.messages[start:]
+
+
+def test_errors_to_unreadable_ids_leave_the_id_out(
+    request: pytest.FixtureRequest, served: tuple[str, Launch]
+) -> None:
+    name, (argv, env) = served
+    if name == "host":
+        host: RawHost = request.getfixturevalue("shared_host")
+        errors, messages = idless_errors(host)
+    else:
+        with RawHost(env, argv) as host:
+            host.initialize()
+            errors, _ = idless_errors(host)
+            assert host.close() == 0
+        messages = host.messages  # all this process wrote, from its initialize on
     for line, error in zip(UNREADABLE_IDS, errors, strict=True):
         assert "id" not in error, (line, error)
         assert error["error"]["code"] in (-32700, -32600), (line, error)
-    problems = [(m, p) for m in host.messages if (p := mcp_schema_problem(m))]
+    problems = [(m, p) for m in messages if (p := mcp_schema_problem(m))]
     assert not problems and not host.bad_lines, problems[:5]
-    FIGURES[f"id-less errors {name}"] = {"lines": len(errors), "messages": len(host.messages)}
+    FIGURES[f"id-less errors {name}"] = {"lines": len(errors), "messages": len(messages)}
+
+
+# -- the line cap ------------------------------------------------------------------------------
+
+
+def over_cap_line(head: bytes, pad: int, tail: bytes = b"") -> bytes:
+    return head + b'"pad":"' + b"x" * pad + b'"' + tail + b"}\n"
+
+
+def test_a_line_over_the_cap_is_answered_under_its_own_id(shared_host: RawHost) -> None:
+    host = shared_host
+    host.alive()
+    baseline = rss_kib(host.proc.pid)
+    started = time.monotonic()
+    host.write(over_cap_line(b'{"jsonrpc":"2.0","id":7,"method":"ping",', LINE_CAP))
+    refused = host.wait(7, timeout=30)
+    assert "error" in refused, f"a line over the cap was served: {refused}"
+    assert refused["error"]["code"] == -32600
+    data = refused["error"]["data"]
+    assert data["code"] == "message_too_large" and data["details"]["limit_bytes"] == LINE_CAP
+    assert "message" in data  # the remedy
+    # a string id after a nested one, and a line far over the cap (discarded as it streams)
+    head = b'{"jsonrpc":"2.0","method":"tools/call","params":{"id":1,"arguments":{}},'
+    host.write(over_cap_line(head + b'"id":"big-1",', 3 * LINE_CAP))
+    assert host.wait("big-1", timeout=60)["error"]["code"] == -32600
+    # an id the first 64 KiB do not show: answered without one, never under a guess
+    before = len(host.messages)
+    host.write(over_cap_line(b'{"jsonrpc":"2.0","method":"ping",', LINE_CAP, b',"id":8'))
+    host.alive(timeout=30)
+    late = [m for m in host.messages[before:] if "error" in m]
+    assert len(late) == 1 and "id" not in late[0], late
+    assert 8 not in host.by_id
+    host.alive()
+    grown = host_peak(host) - baseline
+    took = time.monotonic() - started
+    assert grown <= DISCARD_BOUND_KIB, f"grew {grown // 1024} MiB discarding over-cap lines"
+    assert not host.bad_lines
+    FIGURES["line cap"] = {
+        "bytes_discarded": 5 * LINE_CAP,
+        "rss_growth_mib": round(grown / 1024, 1),
+        "seconds": round(took, 2),
+    }
+
+
+def host_peak(host: RawHost) -> int:
+    return proc_field(host.proc.pid, "VmHWM")
+
+
+# -- every reply to bad input, through the TypeScript SDK's schema -----------------------------
 
 
 def ts_sdk_accepts(messages: list[dict[str, Any]]) -> list[bool]:
@@ -369,61 +447,14 @@ def ts_sdk_accepts(messages: list[dict[str, Any]]) -> list[bool]:
     shutil.which("node") is None or not TS_CORE.exists(),
     reason="node or tools/node_modules/@modelcontextprotocol/core missing (`make node`)",
 )
-def test_every_reply_to_bad_input_passes_the_typescript_sdk_schema(center: DevCenter) -> None:
-    with RawHost(host_env(center.binding_env("unix"))) as host:
-        host.initialize()
-        error_exchange(host, UNREADABLE_IDS)
-        host.write(b'{"jsonrpc":"2.0","id":"big","pad":"' + b"x" * (LINE_CAP + 1) + b'"}\n')
-        assert "error" in host.wait("big", timeout=30)
-        assert host.close() == 0
-    verdicts = ts_sdk_accepts(host.messages)
-    rejected = [m for m, ok in zip(host.messages, verdicts, strict=True) if not ok]
+def test_every_reply_to_bad_input_passes_the_typescript_sdk_schema(shared_host: RawHost) -> None:
+    host = shared_host
+    start = len(host.messages)
+    error_exchange(host, UNREADABLE_IDS)
+    host.write(b'{"jsonrpc":"2.0","id":"big","pad":"' + b"x" * (LINE_CAP + 1) + b'"}\n')
+    assert "error" in host.wait("big", timeout=30)
+    host.alive()  # the last reply is in before the messages are taken
+    messages = host.messages[start:]
+    verdicts = ts_sdk_accepts(messages)
+    rejected = [m for m, ok in zip(messages, verdicts, strict=True) if not ok]
     assert not rejected, rejected[:5]
-
-
-# -- the line cap ------------------------------------------------------------------------------
-
-
-def over_cap_line(head: bytes, pad: int, tail: bytes = b"") -> bytes:
-    return head + b'"pad":"' + b"x" * pad + b'"' + tail + b"}\n"
-
-
-def test_a_line_over_the_cap_is_answered_under_its_own_id(center: DevCenter) -> None:
-    with RawHost(host_env(center.binding_env("unix"))) as host:
-        host.initialize()
-        host.alive()
-        baseline = rss_kib(host.proc.pid)
-        started = time.monotonic()
-        host.write(over_cap_line(b'{"jsonrpc":"2.0","id":7,"method":"ping",', LINE_CAP))
-        refused = host.wait(7, timeout=30)
-        assert "error" in refused, f"a line over the cap was served: {refused}"
-        assert refused["error"]["code"] == -32600
-        data = refused["error"]["data"]
-        assert data["code"] == "message_too_large" and data["details"]["limit_bytes"] == LINE_CAP
-        assert "message" in data  # the remedy
-        # a string id after a nested one, and a line far over the cap (discarded as it streams)
-        head = b'{"jsonrpc":"2.0","method":"tools/call","params":{"id":1,"arguments":{}},'
-        host.write(over_cap_line(head + b'"id":"big-1",', 3 * LINE_CAP))
-        assert host.wait("big-1", timeout=60)["error"]["code"] == -32600
-        # an id the first 64 KiB do not show: answered without one, never under a guess
-        before = len(host.messages)
-        host.write(over_cap_line(b'{"jsonrpc":"2.0","method":"ping",', LINE_CAP, b',"id":8'))
-        host.alive(timeout=30)
-        late = [m for m in host.messages[before:] if "error" in m]
-        assert len(late) == 1 and "id" not in late[0], late
-        assert 8 not in host.by_id
-        host.alive()
-        grown = host_peak(host) - baseline
-        took = time.monotonic() - started
-        assert grown <= DISCARD_BOUND_KIB, f"grew {grown // 1024} MiB discarding over-cap lines"
-        assert not host.bad_lines
-        assert host.close() == 0
-    FIGURES["line cap"] = {
-        "bytes_discarded": 5 * LINE_CAP,
-        "rss_growth_mib": round(grown / 1024, 1),
-        "seconds": round(took, 2),
-    }
-
-
-def host_peak(host: RawHost) -> int:
-    return proc_field(host.proc.pid, "VmHWM")
