@@ -5,7 +5,8 @@ Both real processes, driven over raw JSON-RPC: `mcphost host` against the devcen
 key became its own error entry, written twice (fields list and message): an object of 1M
 unknown keys (a 15 MB line) took the host to 1.7 GB and froze its loop for many seconds.
 
-Each test measures the process's own baseline (VmHWM after warm-up calls) and checks that:
+Each test measures the process's own baseline (VmHWM after warm-up calls; the process is one
+no other test has used, see `unused`) and checks that:
 (a) the refusal is the bounded one (`arguments_too_large` with the limits, or at most
 `MAX_REPORTED_FIELDS` fields plus a count), (b) the reply is small, (c) peak RSS grows by a
 small multiple of the request line at most (parsing the line is the protocol core's cost and stays),
@@ -16,9 +17,9 @@ every wait is on an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -33,6 +34,8 @@ pytestmark = pytest.mark.timeout(300)
 UNKNOWN_KEYS = 200_000  # a ~3.5 MB line: enough to show the amplification, cheap to parse
 RSS_PER_LINE_BYTE = 30  # peak RSS growth allowed per byte of request line (unbounded: ~110)
 SMALL_REPLY = 4096  # bytes
+
+T = TypeVar("T")
 
 
 def vm_hwm_kib(pid: int) -> int:
@@ -69,20 +72,55 @@ def tool_error(answer: dict[str, Any]) -> dict[str, Any]:
     return parsed
 
 
+# -- which process a test gets ----------------------------------------------------------------
+
+UNUSED: set[RawHost] = set()  # the shared processes no test has used since their warm-up
+
+
+def process(value: RawHost | tuple[RawHost, Any]) -> RawHost:
+    return value[0] if isinstance(value, tuple) else value
+
+
+def unused(
+    request: pytest.FixtureRequest, shared: str, start: Callable[[], Iterator[T]]
+) -> Iterator[T]:
+    """A process no test has used since its warm-up, for a test that reads VmHWM (it only grows,
+    so the test needs a baseline no earlier test raised): the module's shared one while it is
+    still unused (the test comes first in file order, and `--dist loadfile` keeps that order),
+    else a fresh one from `start`."""
+    value = request.getfixturevalue(shared)
+    if process(value) in UNUSED:
+        UNUSED.discard(process(value))
+        yield value
+    else:
+        yield from start()
+
+
+def used(value: T) -> T:
+    """The shared process for a test that only reads replies: no longer unused."""
+    UNUSED.discard(process(value))  # type: ignore[arg-type]
+    return value
+
+
 # -- the center-tools host -------------------------------------------------------------------
 
 
-@pytest.fixture()
-def fresh_host(center: DevCenter) -> Iterator[RawHost]:
-    """A fresh host for a test that reads VmHWM: it only grows, so the test needs its own
-    baseline."""
-    yield from started_host(center)
-
-
 @pytest.fixture(scope="module")
-def host(center: DevCenter) -> Iterator[RawHost]:
-    """One host for the tests that only read replies (each also proves it keeps serving)."""
+def shared_host(center: DevCenter) -> Iterator[RawHost]:
+    """One host for the module: the tests that only read replies (each also proves it keeps
+    serving), and, while no test has used it yet, the one that reads VmHWM."""
     yield from started_host(center)
+
+
+@pytest.fixture()
+def fresh_host(request: pytest.FixtureRequest, center: DevCenter) -> Iterator[RawHost]:
+    """A host no test has used since its warm-up (`unused`)."""
+    yield from unused(request, "shared_host", lambda: started_host(center))
+
+
+@pytest.fixture()
+def host(shared_host: RawHost) -> RawHost:
+    return used(shared_host)
 
 
 def started_host(center: DevCenter) -> Iterator[RawHost]:
@@ -92,7 +130,11 @@ def started_host(center: DevCenter) -> Iterator[RawHost]:
         assert not is_error, work
         is_error, refused = running.call("get_task", {"task_id": "t-1", "stowaway": 1})
         assert is_error and refused["error"] == "invalid_arguments", refused
-        yield running
+        UNUSED.add(running)
+        try:
+            yield running
+        finally:
+            UNUSED.discard(running)
 
 
 def test_a_million_key_style_object_is_refused_unread_and_other_calls_are_served(
@@ -198,16 +240,26 @@ def relay_loop() -> Iterator[RelayLoop]:
     loop.close()
 
 
-@pytest.fixture()
-def fresh_relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
-    """Fresh relay tools for a test that reads VmHWM (its own baseline)."""
-    yield from started_relay_tools(relay_loop)
-
-
 @pytest.fixture(scope="module")
-def relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
-    """One relay-tools process for the tests that only read replies and count frames."""
+def shared_relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
+    """One relay-tools process for the module: the tests that only read replies and count
+    frames, and, while no test has used it yet, the one that reads VmHWM."""
     yield from started_relay_tools(relay_loop)
+
+
+@pytest.fixture()
+def fresh_relay_tools(
+    request: pytest.FixtureRequest, relay_loop: RelayLoop
+) -> Iterator[tuple[RawHost, FakeRelay]]:
+    """Relay tools no test has used since their warm-up (`unused`)."""
+    yield from unused(request, "shared_relay_tools", lambda: started_relay_tools(relay_loop))
+
+
+@pytest.fixture()
+def relay_tools(
+    shared_relay_tools: tuple[RawHost, FakeRelay],
+) -> tuple[RawHost, FakeRelay]:
+    return used(shared_relay_tools)
 
 
 def started_relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRelay]]:
@@ -218,7 +270,11 @@ def started_relay_tools(relay_loop: RelayLoop) -> Iterator[tuple[RawHost, FakeRe
             running.initialize()
             warm = running.rpc("tools/call", {"name": "look", "arguments": {"target_session": "b"}})
             assert "result" in warm, warm  # the relay stream is up
-            yield running, relay
+            UNUSED.add(running)
+            try:
+                yield running, relay
+            finally:
+                UNUSED.discard(running)
     finally:
         relay_loop.run(relay.stop())
         cleanup(env)
