@@ -140,11 +140,40 @@ def certs() -> dict[str, trustme.LeafCert]:
     }
 
 
-@pytest.fixture
-def server(certs: dict[str, trustme.LeafCert]) -> Iterator[RecordingTLSServer]:
+@pytest.fixture(scope="module")
+def tls_server(certs: dict[str, trustme.LeafCert]) -> Iterator[RecordingTLSServer]:
+    """One recording server for the module, so that hosts bound to its port can be shared."""
     running = RecordingTLSServer(certs["a"])
     yield running
     running.close()
+
+
+@pytest.fixture
+def server(
+    tls_server: RecordingTLSServer, certs: dict[str, trustme.LeafCert]
+) -> RecordingTLSServer:
+    """The module's server as a new one would be: presenting `a`, answering the handshake, no
+    connection recorded (a connection an earlier test left open records into a list dropped
+    here)."""
+    tls_server.cert = certs["a"]
+    tls_server.stall = False
+    tls_server.speak_tls = True
+    tls_server.connections = []
+    return tls_server
+
+
+@pytest.fixture(scope="module")
+def pinned_to_a(
+    tls_server: RecordingTLSServer, certs: dict[str, trustme.LeafCert]
+) -> Iterator[RawHost]:
+    """One host pinned to `a` alone for the tests that need only that pin and their own
+    server behaviour (an unpinned certificate, a stalled handshake, plain HTTP): each reads
+    its own call's answer and its own connections, so a fresh host would prove nothing more.
+    It must exit 0 on stdin EOF, and the token must appear nowhere in all it wrote."""
+    with pinned_host(tls_server.port, pin_of(certs["a"])) as host:
+        yield host
+        assert host.close() == 0
+        assert TOKEN.encode() not in host.all_output()
 
 
 def pinned_host(port: int, pins: str) -> RawHost:
@@ -166,17 +195,16 @@ def timed_call(host: RawHost, tool: str = "get_my_work") -> tuple[bool, dict, fl
 
 
 def test_wrong_pin_sends_zero_application_bytes(
-    server: RecordingTLSServer, certs: dict[str, trustme.LeafCert]
+    server: RecordingTLSServer, certs: dict[str, trustme.LeafCert], pinned_to_a: RawHost
 ) -> None:
-    with pinned_host(server.port, pin_of(certs["other"])) as host:
-        for _ in range(3):  # also on retries of a read-only call
-            is_error, result, _ = timed_call(host)
-            assert is_error and result["error"] == "admin_pin_mismatch", result
-            assert result["details"]["received"] == pin_of(certs["a"])
-        assert any(c.handshake for c in server.connections), "the TLS handshake did happen"
-        assert server.app_bytes() == 0, "no HTTP byte may reach an unpinned peer"
-        assert host.close() == 0
-        assert TOKEN.encode() not in host.all_output()
+    host = pinned_to_a
+    server.cert = certs["other"]
+    for _ in range(3):  # also on retries of a read-only call
+        is_error, result, _ = timed_call(host)
+        assert is_error and result["error"] == "admin_pin_mismatch", result
+        assert result["details"]["received"] == pin_of(certs["other"])
+    assert any(c.handshake for c in server.connections), "the TLS handshake did happen"
+    assert server.app_bytes() == 0, "no HTTP byte may reach an unpinned peer"
 
 
 def test_pin_set_survives_rotation_and_refuses_the_next_unknown_cert(
@@ -229,26 +257,22 @@ def test_not_yet_valid_certificate_matching_the_pin_is_a_tls_error(
 
 
 def test_a_peer_that_never_finishes_the_handshake_times_out(
-    server: RecordingTLSServer, certs: dict[str, trustme.LeafCert]
+    server: RecordingTLSServer, pinned_to_a: RawHost
 ) -> None:
     server.stall = True
-    with pinned_host(server.port, pin_of(certs["a"])) as host:
-        is_error, result, _ = timed_call(host)
-        assert is_error and result["error"] == "admin_timeout", result  # not the peer's 12 s
-        host.alive()
-        assert host.close() == 0
+    host = pinned_to_a
+    is_error, result, _ = timed_call(host)
+    assert is_error and result["error"] == "admin_timeout", result  # not the peer's 12 s
+    host.alive()
 
 
 def test_a_plain_http_peer_on_the_tls_port_gets_no_token(
-    certs: dict[str, trustme.LeafCert],
+    server: RecordingTLSServer, pinned_to_a: RawHost
 ) -> None:
-    plain = RecordingTLSServer(None, speak_tls=False)
-    try:
-        with pinned_host(plain.port, pin_of(certs["a"])) as host:
-            is_error, result, _ = timed_call(host)
-            assert is_error and result["error"] in ("admin_tls_error", "admin_unavailable"), result
-            received = b"".join(bytes(c.received) for c in plain.connections)
-            assert received and TOKEN.encode() not in received  # only a ClientHello
-            assert host.close() == 0
-    finally:
-        plain.close()
+    plain = server
+    plain.speak_tls = False
+    host = pinned_to_a
+    is_error, result, _ = timed_call(host)
+    assert is_error and result["error"] in ("admin_tls_error", "admin_unavailable"), result
+    received = b"".join(bytes(c.received) for c in plain.connections)
+    assert received and TOKEN.encode() not in received  # only a ClientHello
