@@ -5,8 +5,9 @@ Every case drives the real process as an operator would (`mcphost host`, `mcphos
 ctl`, `mcphost supervise`) and asserts the points below. The sweeps (bad bindings, token file
 endings, refused options) run most cases through the same `main()` in this process
 (`run_in_process`: the environment, exit code and both output streams are the process's) and
-the first case of each sweep as a real process, so the entry point, interpreter start-up and
-exit status stay covered end to end:
+one run of each sweep's first case as a real process (the three bad-token sweeps each a
+different one of `host`, `check` and `check --json`), so the entry points, interpreter start-up
+and exit status stay covered end to end:
 
 - a bad binding exits 2 with one message that names the variable and says what is expected;
   `check --json` prints a classified JSON result (never nothing, never a traceback);
@@ -32,6 +33,14 @@ from tests.hardening.conftest import ROOT, host_env, run_in_process
 pytestmark = pytest.mark.timeout(180)
 
 HOST_AND_CHECK = (["host"], ["check"], ["check", "--json"])
+
+
+def runner_for(first_case: bool, argv: list[str], real_argv: list[str]) -> Any:
+    """`run` (a real process) for the sweep's first case run as `real_argv`, else
+    `run_in_process`."""
+    return run if first_case and argv == real_argv else run_in_process
+
+
 SECRET = "acat_Zq3Lx9Vb2Nw8Rt5Ys1Kp7Hm4Gd6Fc0-_EjUoWiQaSl"
 
 
@@ -104,8 +113,8 @@ def test_token_file_with_bad_characters_is_refused_at_start(
     env = host_env(
         center.binding_env("unix", AC_MCP_WORKER_TOKEN=None, AC_MCP_WORKER_TOKEN_FILE=str(path))
     )
-    runner = run if case == sorted(BAD_FILE_CONTENTS)[0] else run_in_process
     for argv in HOST_AND_CHECK:
+        runner = runner_for(case == sorted(BAD_FILE_CONTENTS)[0], argv, ["host"])
         proc = runner(argv, env)
         message = assert_bad_binding(
             proc, argv, "AC_MCP_WORKER_TOKEN_FILE", fragment, center.token, case
@@ -127,8 +136,8 @@ def test_inline_token_with_bad_characters_is_refused_at_start(center: DevCenter,
     template, fragment = BAD_INLINE[case]
     bad = template.replace("{t}", center.token)
     env = host_env(center.binding_env("unix", AC_MCP_WORKER_TOKEN=bad))
-    runner = run if case == sorted(BAD_INLINE)[0] else run_in_process
     for argv in HOST_AND_CHECK:
+        runner = runner_for(case == sorted(BAD_INLINE)[0], argv, ["check"])
         assert_bad_binding(
             runner(argv, env), argv, "AC_MCP_WORKER_TOKEN", fragment, center.token, case
         )
@@ -193,14 +202,17 @@ def test_check_classifies_every_bad_binding(center: DevCenter, tmp_path: Path) -
 
 
 def test_token_in_the_token_file_variable_is_never_echoed(center: DevCenter) -> None:
-    for runner, overrides in (
-        (run, {"AC_MCP_WORKER_TOKEN": None, "AC_MCP_WORKER_TOKEN_FILE": center.token}),
-        (run_in_process, {"AC_MCP_WORKER_TOKEN_FILE": center.token}),  # both set, and no path
+    for index, overrides in enumerate(
+        (
+            {"AC_MCP_WORKER_TOKEN": None, "AC_MCP_WORKER_TOKEN_FILE": center.token},
+            {"AC_MCP_WORKER_TOKEN_FILE": center.token},  # both set, and no path
+        )
     ):
         env = host_env(center.binding_env("unix", **overrides))  # type: ignore[arg-type]
         for argv in HOST_AND_CHECK:
+            runner = runner_for(index == 0, argv, ["check", "--json"])
             message = assert_bad_binding(
-                runner(argv, env),  # type: ignore[operator]
+                runner(argv, env),
                 argv,
                 "AC_MCP_WORKER_TOKEN_FILE",
                 "absolute path",
