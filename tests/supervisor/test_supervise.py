@@ -6,16 +6,25 @@ and makes one call each. What the tests check is what the issue promises an oper
 agent reaches the center as itself, nothing outside the fleet attaches, the token is nowhere an
 agent can read it, a killed agent comes back with the next generation and its old sessions end,
 reload adds, removes and leaves alone, and SIGTERM leaves nothing behind.
+
+The tests that only need a running supervisor share one (`fleet`): each has agents of its own in
+the shared fleet, reads only its agents' calls, files and processes, and leaves the fleet as it
+found it. A test about the supervisor process itself (its start-up refusal, its SIGTERM) starts
+its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,14 +43,62 @@ def generation_of(entry: dict) -> str | None:
     return {k.lower(): v for k, v in entry["headers"].items()}.get("x-ac-mcp-generation")
 
 
-def test_each_agent_reaches_the_center_as_itself(supervised: Supervised, center: DevCenter):
-    supervised.write_fleet(
-        [
-            {"id": "agent-1", "command": standin("--hold")},
-            {"id": "agent-2", "command": standin("--hold")},
-        ]
-    )
-    supervised.start()
+@dataclass
+class Fleet:
+    """The shared supervisor, the agents it started with, and where the unsafe home points."""
+
+    sv: Supervised
+    base: list[dict[str, Any]]
+    outside: Path
+
+    def reload(self, *extra: dict[str, Any]) -> None:
+        """Reload the base fleet plus `extra` agents."""
+        self.sv.write_fleet([*self.base, *extra])
+        assert self.sv.ctl("reload").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterator[Fleet]:
+    """One `mcphost supervise` for the tests that only need a running supervisor.
+
+    A fresh supervisor per test would prove nothing more: the center, the fleet file's defaults
+    and the environment are the same, and each test has agents of its own: `agent-1` and
+    `agent-2` (held sessions, never restarted: the tests that read them only read), `killed-1`
+    (killed by its test, with a lingering session), `printer` (prints and ends, never
+    restarted) and `unsafe-home` (its workspace a symlink planted before the start). At the
+    module's end SIGTERM must stop it with exit 0 and no traceback.
+    """
+    base = tmp_path_factory.mktemp("shared-supervisor")
+    sv = Supervised(base, center)
+    outside = base / "outside"
+    outside.mkdir()
+    home = sv.state / "agents" / "unsafe-home"
+    home.mkdir(parents=True)
+    (home / "workspace").symlink_to(outside)
+    agents: list[dict[str, Any]] = [
+        {"id": "agent-1", "command": standin("--hold")},
+        {"id": "agent-2", "command": standin("--hold")},
+        {"id": "killed-1", "command": standin("--hold", "--linger")},
+        {
+            "id": "printer",
+            "command": [sys.executable, "-c", "print('hello from printer')"],
+            "restart": "never",
+        },
+        {"id": "unsafe-home", "command": standin("--hold")},
+    ]
+    sv.write_fleet(agents)
+    try:
+        sv.start()
+        yield Fleet(sv, agents, outside)
+        assert sv.terminate() == 0, sv.stderr()[-3000:]
+        assert "Traceback" not in sv.stderr(), sv.stderr()[-3000:]
+    finally:
+        sv.close()
+        shutil.rmtree(sv.state, ignore_errors=True)
+
+
+def test_each_agent_reaches_the_center_as_itself(fleet: Fleet, center: DevCenter):
+    supervised = fleet.sv
     for agent in ("agent-1", "agent-2"):
         until(lambda a=agent: supervised.calls(a), 60, f"{agent}'s call")
         (call,) = supervised.calls(agent)
@@ -54,9 +111,8 @@ def test_each_agent_reaches_the_center_as_itself(supervised: Supervised, center:
         assert status[agent]["sessions"] >= 1
 
 
-def test_a_process_outside_the_fleet_cannot_attach(supervised: Supervised):
-    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
-    supervised.start()
+def test_a_process_outside_the_fleet_cannot_attach(fleet: Fleet):
+    supervised = fleet.sv
     supervised.wait_running("agent-1")
     done = subprocess.run(
         [sys.executable, "-I", "-S", ATTACH, str(supervised.state / "run" / "center.sock")],
@@ -69,9 +125,8 @@ def test_a_process_outside_the_fleet_cannot_attach(supervised: Supervised):
     assert done.stdout == b""
 
 
-def test_the_token_is_nowhere_an_agent_can_read_it(supervised: Supervised, center: DevCenter):
-    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
-    supervised.start()
+def test_the_token_is_nowhere_an_agent_can_read_it(fleet: Fleet, center: DevCenter):
+    supervised = fleet.sv
     row = supervised.wait_running("agent-1")
     until(lambda: supervised.calls("agent-1"), 60, "the agent's call")
     token = center.token.encode()
@@ -109,62 +164,66 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def test_a_killed_agent_restarts_with_the_next_generation(
-    supervised: Supervised, center: DevCenter
-):
-    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold", "--linger")}])
-    supervised.start()
-    first = supervised.wait_running("agent-1")
-    workspace = supervised.workspace("agent-1")
+def test_a_killed_agent_restarts_with_the_next_generation(fleet: Fleet, center: DevCenter):
+    supervised = fleet.sv
+    first = supervised.wait_running("killed-1")
+    workspace = supervised.workspace("killed-1")
     until(lambda: (workspace / "lingerer.pid").exists(), 60, "the lingering session")
-    until(lambda: supervised.calls("agent-1"), 60, "the first generation's call")
+    until(lambda: supervised.calls("killed-1"), 60, "the first generation's call")
     os.kill(first["pid"], signal.SIGKILL)
-    second = supervised.wait_running("agent-1", generation=first["generation"] + 1)
+    second = supervised.wait_running("killed-1", generation=first["generation"] + 1)
     assert second["pid"] != first["pid"]
     assert second["restarts"] >= 1
     # the lingering process attached under the old generation: its session is closed
     until(lambda: (workspace / "lingerer.closed").exists(), 60, "the old session to close")
-    until(lambda: len(supervised.calls("agent-1")) >= 2, 60, "the new generation's call")
+    until(lambda: len(supervised.calls("killed-1")) >= 2, 60, "the new generation's call")
     generations = {
-        generation_of(r) for r in agent_calls(center) if r["body"]["agent_id"] == "agent-1"
+        generation_of(r) for r in agent_calls(center) if r["body"]["agent_id"] == "killed-1"
     }
     assert str(second["generation"]) in generations
 
 
-def test_reload_adds_removes_and_leaves_alone(supervised: Supervised):
-    supervised.write_fleet(
-        [
-            {"id": "agent-1", "command": standin("--hold")},
-            {"id": "agent-2", "command": standin("--hold")},
-        ]
+def test_reload_adds_removes_and_leaves_alone(fleet: Fleet):
+    supervised = fleet.sv
+    fleet.reload(
+        {"id": "reload-kept", "command": standin("--hold")},
+        {"id": "reload-gone", "command": standin("--hold")},
     )
-    supervised.start()
-    kept = supervised.wait_running("agent-1")
-    gone = supervised.wait_running("agent-2")
-    supervised.write_fleet(
-        [
-            {"id": "agent-1", "command": standin("--hold")},
-            {"id": "agent-3", "command": standin("--hold")},
-        ]
-    )
-    done = supervised.ctl("reload")
-    assert done.returncode == 0
-    supervised.wait_running("agent-3")
-    status = supervised.status()
-    assert "agent-2" not in status
-    assert (status["agent-1"]["pid"], status["agent-1"]["generation"]) == (
-        kept["pid"],
-        kept["generation"],
-    )
-    until(lambda: not descendants_alive([gone["pid"]]), 60, "agent-2 to stop")
+    kept = supervised.wait_running("reload-kept")
+    gone = supervised.wait_running("reload-gone")
+    before = supervised.status()
+    try:
+        fleet.reload(
+            {"id": "reload-kept", "command": standin("--hold")},
+            {"id": "reload-added", "command": standin("--hold")},
+        )
+        supervised.wait_running("reload-added")
+        status = supervised.status()
+        assert "reload-gone" not in status
+        for agent in ("reload-kept", *(a["id"] for a in fleet.base)):
+            assert (status[agent]["pid"], status[agent]["generation"]) == (
+                before[agent]["pid"],
+                before[agent]["generation"],
+            ), agent
+        assert (status["reload-kept"]["pid"], status["reload-kept"]["generation"]) == (
+            kept["pid"],
+            kept["generation"],
+        )
+        until(lambda: not descendants_alive([gone["pid"]]), 60, "reload-gone to stop")
+    finally:
+        fleet.reload()  # the fleet as the module started it
+    until(lambda: not {"reload-kept", "reload-added"} & set(supervised.status()), 60, "cleanup")
 
 
-def test_a_bad_reload_changes_nothing(supervised: Supervised):
-    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
-    supervised.start()
+def test_a_bad_reload_changes_nothing(fleet: Fleet):
+    supervised = fleet.sv
     before = supervised.wait_running("agent-1")
-    supervised.fleet.write_text(supervised.fleet.read_text() + '\n[[agent]]\nid = "a b"\n')
-    done = supervised.ctl("reload", check=False)
+    good = supervised.fleet.read_text()
+    supervised.fleet.write_text(good + '\n[[agent]]\nid = "a b"\n')
+    try:
+        done = supervised.ctl("reload", check=False)
+    finally:
+        supervised.fleet.write_text(good)
     assert done.returncode == 1
     assert "reload_failed" in done.stderr and "agent" in done.stderr
     after = supervised.status()["agent-1"]
@@ -201,44 +260,26 @@ def test_sigterm_stops_everything_and_exits_0(supervised: Supervised):
     assert stopped, supervised.stderr()[-3000:]
 
 
-def test_ctl_status_table_and_logs(supervised: Supervised):
-    supervised.write_fleet(
-        [
-            {
-                "id": "agent-1",
-                "command": [sys.executable, "-c", "print('hello from agent-1')"],
-                "restart": "never",
-            }
-        ]
-    )
-    supervised.start()
-    until(lambda: supervised.status()["agent-1"]["state"] == "stopped", 60, "the agent to end")
+def test_ctl_status_table_and_logs(fleet: Fleet):
+    supervised = fleet.sv
+    until(lambda: supervised.status()["printer"]["state"] == "stopped", 60, "the agent to end")
     table = supervised.ctl("status").stdout
-    assert "agent-1" in table and "stopped" in table
-    logs = supervised.ctl("logs", "agent-1").stdout
-    assert "hello from agent-1" in logs
+    (row,) = [line for line in table.splitlines() if "printer" in line]
+    assert "stopped" in row, table
+    logs = supervised.ctl("logs", "printer").stdout
+    assert "hello from printer" in logs
     missing = supervised.ctl("restart", "agent-9", check=False)
     assert missing.returncode == 1 and "unknown_agent" in missing.stderr
     json.loads(supervised.ctl("status", "--json").stdout)
 
 
-def test_an_unsafe_home_fails_that_agent_only(supervised: Supervised):
-    """A symlink planted where an agent's workspace belongs: that agent is `failed` with the
-    reason, nothing is written through the link, and the rest of the fleet runs."""
-    outside = supervised.base / "outside"
-    outside.mkdir()
-    home = supervised.state / "agents" / "agent-2"
-    home.mkdir(parents=True)
-    (home / "workspace").symlink_to(outside)
-    supervised.write_fleet(
-        [
-            {"id": "agent-1", "command": standin("--hold")},
-            {"id": "agent-2", "command": standin("--hold")},
-        ]
-    )
-    supervised.start()
+def test_an_unsafe_home_fails_that_agent_only(fleet: Fleet):
+    """A symlink planted where an agent's workspace belongs (before the start, by `fleet`):
+    that agent is `failed` with the reason, nothing is written through the link, and the rest
+    of the fleet runs."""
+    supervised = fleet.sv
     supervised.wait_running("agent-1")
-    row = supervised.status()["agent-2"]
+    row = supervised.status()["unsafe-home"]
     assert row["state"] == "failed" and row["pid"] is None, row
     assert "home" in row["last_reason"], row
-    assert list(outside.iterdir()) == []
+    assert list(fleet.outside.iterdir()) == []
