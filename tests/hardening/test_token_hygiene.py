@@ -279,6 +279,7 @@ def test_configgen_refuses_a_bad_token_exactly_as_the_host_does(center: DevCente
         "--mcphost-command",
         "/opt/bin/mcphost",
         env={**binding, "AC_MCP_WORKER_TOKEN": bad},
+        real=False,  # configgen's entry point runs for real in the token-option sweep
     )
     assert proc.returncode == 2 and proc.stdout == b""
     assert_hidden(proc, center.token, "configgen --from-env")
