@@ -13,7 +13,12 @@ Proven here:
 - a client that floods requests without reading stops being read: the hub's process stays
   within a bound while another session keeps answering, and every request is answered later;
 - the socket's mode is the one asked for, a stale socket is replaced, a regular file refused,
-  and `aclose` unlinks the socket.
+  a served socket never taken over, and `aclose` unlinks the socket.
+
+The tests about sessions share one hub (`shared_hub`; the test process is `agent-1` at the first
+generation, which no session of these tests uses for center calls): each starts with no session
+open and leaves none, and reads only deltas of `surfaces`. The tests about the socket file, and
+so about a hub's start and end, start their own.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from mcphost.testing import DevCenter
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,6 +51,7 @@ ATTACH = ROOT / "mcphost" / "attach.py"
 FLOOD = 6_000
 RSS_BOUND_KIB = 48 * 1024  # as the stdio test: peak growth over the warm-up baseline
 GENERATIONS = count(1)  # the center fences a generation below one it has seen: always go up
+PARENT_AS = f"agent-1:{next(GENERATIONS)}"  # the test process, to the shared hub (the oldest)
 INIT = {
     "protocolVersion": "2025-06-18",
     "capabilities": {},
@@ -119,6 +126,42 @@ def hub(
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def shared_hub(center: DevCenter) -> Iterator[Harness]:
+    """One hub for the tests about sessions (the test process attaches as `PARENT_AS`).
+
+    A fresh hub per test would prove nothing more: its configuration is the same, each test
+    starts with no session open (`hub_now`) and counts only what it opens. At the module's end
+    `quit` (aclose) must succeed.
+    """
+    base = Path(tempfile.mkdtemp(prefix="mh-sess-", dir="/tmp"))
+    try:
+        with hub(center, base, parent_as=PARENT_AS) as harness:
+            yield harness
+            assert harness.quit() == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def no_sessions(harness: Harness) -> bool:
+    return harness.ask("count agent-1") == "count 0" and harness.ask("count agent-2") == "count 0"
+
+
+@pytest.fixture
+def hub_now(shared_hub: Harness) -> Iterator[Harness]:
+    """The shared hub with no session open; every session the test opened ended after it."""
+    until(lambda: no_sessions(shared_hub), 60, "an earlier test's sessions to end")
+    yield shared_hub
+    until(lambda: no_sessions(shared_hub), 60, "this test's sessions to end")
+
+
+def surfaces(harness: Harness) -> tuple[int, int]:
+    """(surfaces built so far, how many of them hold the one shared client)."""
+    word, built, shared = harness.ask("surfaces").split()
+    assert word == "surfaces"
+    return int(built), int(shared)
+
+
 def pump(socket_path: Path, as_agent: str | None) -> StdioServerParameters:
     env = {"PATH": os.environ["PATH"]}
     if as_agent is not None:
@@ -172,66 +215,64 @@ class Raw:
 
 @pytest.mark.anyio
 async def test_two_agents_reach_the_center_each_as_itself_through_one_shared_client(
-    center: DevCenter, short_dir: Path
+    center: DevCenter, hub_now: Harness
 ) -> None:
     g1, g2 = next(GENERATIONS), next(GENERATIONS)
-    with hub(center, short_dir) as harness:
-        before = len(calls_to(center, "get_my_work"))
-        async with (
-            Client(pump(harness.socket, f"agent-1:{g1}"), mode="legacy") as one,
-            Client(pump(harness.socket, f"agent-2:{g2}"), mode="legacy") as two,
-        ):
-            assert harness.ask("count agent-1") == "count 1"
-            assert harness.ask("count agent-2") == "count 1"
-            first = await one.call_tool("get_my_work", {"agent_id": "agent-2"})
-            second = await two.call_tool("get_my_work", {})
-            assert first.is_error, "an agent_id argument is refused, never used"
-            first = await one.call_tool("get_my_work", {})
-            assert not first.is_error and not second.is_error, (first, second)
-            assert harness.ask("surfaces") == "surfaces 2 2", "both surfaces hold the one client"
-        heard = calls_to(center, "get_my_work")[before:]
-        assert sorted((e["body"]["agent_id"], generation_of(e)) for e in heard) == [
-            ("agent-1", str(g1)),
-            ("agent-2", str(g2)),
-        ]
-        assert harness.quit() == 0
+    harness = hub_now
+    built, shared = surfaces(harness)
+    before = len(calls_to(center, "get_my_work"))
+    async with (
+        Client(pump(harness.socket, f"agent-1:{g1}"), mode="legacy") as one,
+        Client(pump(harness.socket, f"agent-2:{g2}"), mode="legacy") as two,
+    ):
+        assert harness.ask("count agent-1") == "count 1"
+        assert harness.ask("count agent-2") == "count 1"
+        first = await one.call_tool("get_my_work", {"agent_id": "agent-2"})
+        second = await two.call_tool("get_my_work", {})
+        assert first.is_error, "an agent_id argument is refused, never used"
+        first = await one.call_tool("get_my_work", {})
+        assert not first.is_error and not second.is_error, (first, second)
+        assert surfaces(harness) == (built + 2, shared + 2), "both surfaces hold the one client"
+    heard = calls_to(center, "get_my_work")[before:]
+    assert sorted((e["body"]["agent_id"], generation_of(e)) for e in heard) == [
+        ("agent-1", str(g1)),
+        ("agent-2", str(g2)),
+    ]
 
 
 # -- refusal ------------------------------------------------------------------------------------
 
 
-def test_a_refused_peer_gets_the_refused_line_and_no_session(
-    center: DevCenter, short_dir: Path
-) -> None:
-    with hub(center, short_dir) as harness:
-        probe = (
-            "import socket,sys\n"
-            "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1])\n"
-            "f=s.makefile('rb');sys.stdout.write(repr((f.readline(),f.read())))\n"
-        )
-        out = subprocess.run(
-            [sys.executable, "-I", "-c", probe, str(harness.socket)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={"PATH": os.environ["PATH"]},
-        )
-        line, rest = eval(out.stdout)  # a repr of two bytes objects, written just above
-        assert line.startswith(b"refused not_in_fleet process ") and line.endswith(b"\n"), line
-        assert rest == b"", "the socket is closed after the refused line"
-        attach = subprocess.run(
-            [sys.executable, "-I", "-S", str(ATTACH), str(harness.socket)],
-            input=b'{"jsonrpc":"2.0","id":0,"method":"ping"}\n',
-            capture_output=True,
-            timeout=60,
-            env={"PATH": os.environ["PATH"], "MCPHOST_TEST_AS": "agent-9:1"},
-        )
-        assert attach.returncode == 3, attach
-        assert attach.stdout == b""
-        assert b"mcphost attach: " in attach.stderr and b"(not_in_fleet)" in attach.stderr
-        assert harness.ask("count agent-1") == "count 0"
-        assert harness.ask("surfaces") == "surfaces 0 0", "no surface is built for a refusal"
-        assert harness.quit() == 0
+def test_a_refused_peer_gets_the_refused_line_and_no_session(hub_now: Harness) -> None:
+    harness = hub_now
+    built = surfaces(harness)
+    probe = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1])\n"
+        "f=s.makefile('rb');sys.stdout.write(repr((f.readline(),f.read())))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(harness.socket)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"]},
+    )
+    line, rest = eval(out.stdout)  # a repr of two bytes objects, written just above
+    assert line.startswith(b"refused not_in_fleet process ") and line.endswith(b"\n"), line
+    assert rest == b"", "the socket is closed after the refused line"
+    attach = subprocess.run(
+        [sys.executable, "-I", "-S", str(ATTACH), str(harness.socket)],
+        input=b'{"jsonrpc":"2.0","id":0,"method":"ping"}\n',
+        capture_output=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "MCPHOST_TEST_AS": "agent-9:1"},
+    )
+    assert attach.returncode == 3, attach
+    assert attach.stdout == b""
+    assert b"mcphost attach: " in attach.stderr and b"(not_in_fleet)" in attach.stderr
+    assert harness.ask("count agent-1") == "count 0"
+    assert surfaces(harness) == built, "no surface is built for a refusal"
 
 
 # -- closing an older generation ---------------------------------------------------------------
@@ -239,25 +280,24 @@ def test_a_refused_peer_gets_the_refused_line_and_no_session(
 
 @pytest.mark.anyio
 async def test_closing_an_older_generation_ends_its_session_while_another_stays(
-    center: DevCenter, short_dir: Path
+    hub_now: Harness,
 ) -> None:
-    g_old, g_new = next(GENERATIONS), next(GENERATIONS)
-    with hub(center, short_dir, parent_as=f"agent-1:{g_old}") as harness:
-        old = Raw(harness.socket)
-        assert old.status == f"ok agent-1 {g_old}\n".encode()
-        old.initialize()
-        async with Client(pump(harness.socket, f"agent-1:{g_new}"), mode="legacy") as new:
-            assert not (await new.call_tool("get_my_work", {})).is_error
-            assert harness.ask("count agent-1") == "count 2"
-            assert harness.ask(f"close agent-1 {g_new}") == "closed 1"
-            assert harness.ask("count agent-1") == "count 1"
-            assert old.file.read() == b"", "the old session's client sees the stream end"
-            old.close()
-            # the closed surface ran aclose(); the shared client it used is still open
-            again = await new.call_tool("get_my_work", {})
-            assert not again.is_error, again
-            assert harness.ask(f"close agent-1 {g_new}") == "closed 0"
-        assert harness.quit() == 0
+    g_new = next(GENERATIONS)  # newer than the test process's own (PARENT_AS)
+    harness = hub_now
+    old = Raw(harness.socket)
+    assert old.status == f"ok {PARENT_AS.replace(':', ' ')}\n".encode()
+    old.initialize()
+    async with Client(pump(harness.socket, f"agent-1:{g_new}"), mode="legacy") as new:
+        assert not (await new.call_tool("get_my_work", {})).is_error
+        assert harness.ask("count agent-1") == "count 2"
+        assert harness.ask(f"close agent-1 {g_new}") == "closed 1"
+        assert harness.ask("count agent-1") == "count 1"
+        assert old.file.read() == b"", "the old session's client sees the stream end"
+        old.close()
+        # the closed surface ran aclose(); the shared client it used is still open
+        again = await new.call_tool("get_my_work", {})
+        assert not again.is_error, again
+        assert harness.ask(f"close agent-1 {g_new}") == "closed 0"
 
 
 # -- backpressure per session -------------------------------------------------------------------
@@ -281,6 +321,15 @@ def activity(pid: int) -> tuple[int, int]:
     return rchar, int(fields[11]) + int(fields[12])
 
 
+def reset_peak(pid: int) -> None:
+    """Reset the process's peak RSS (VmHWM) to its current RSS (Linux 4.0+; where the kernel
+    refuses, VmHWM stays the lifetime peak, which only makes the bound harder to meet)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 def asleep(pid: int) -> bool:
     states = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -293,62 +342,62 @@ def asleep(pid: int) -> bool:
 
 @pytest.mark.anyio
 async def test_a_client_that_floods_without_reading_stays_bounded_and_others_keep_answering(
-    center: DevCenter, short_dir: Path
+    hub_now: Harness,
 ) -> None:
     generation = next(GENERATIONS)
-    with hub(center, short_dir, parent_as=f"agent-2:{generation}") as harness:
-        pid = harness.proc.pid
-        flood = Raw(harness.socket)
-        assert flood.status == f"ok agent-2 {generation}\n".encode()
-        flood.initialize()
-        async with Client(pump(harness.socket, f"agent-1:{generation}"), mode="legacy") as other:
-            assert not (await other.call_tool("get_my_work", {})).is_error
-            for n in range(200):  # warm-up: every lazy import and the allocator see an answer
-                flood.send({"jsonrpc": "2.0", "id": -1 - n, "method": "tools/list"})
-                assert flood.answer()["id"] == -1 - n
-            baseline = status_kib(pid, "VmRSS")
-            payload = b"".join(
-                b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % n for n in range(FLOOD)
-            )
-            written = threading.Event()
-            failure: list[BaseException] = []
+    harness = hub_now
+    pid = harness.proc.pid
+    flood = Raw(harness.socket)  # the test process: agent-1 (PARENT_AS)
+    assert flood.status == f"ok {PARENT_AS.replace(':', ' ')}\n".encode()
+    flood.initialize()
+    async with Client(pump(harness.socket, f"agent-2:{generation}"), mode="legacy") as other:
+        assert not (await other.call_tool("get_my_work", {})).is_error
+        for n in range(200):  # warm-up: every lazy import and the allocator see an answer
+            flood.send({"jsonrpc": "2.0", "id": -1 - n, "method": "tools/list"})
+            assert flood.answer()["id"] == -1 - n
+        baseline = status_kib(pid, "VmRSS")
+        reset_peak(pid)  # VmHWM from here on: this test's peak, not an earlier test's
+        payload = b"".join(
+            b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % n for n in range(FLOOD)
+        )
+        written = threading.Event()
+        failure: list[BaseException] = []
 
-            def writer() -> None:
-                try:
-                    flood.sock.sendall(payload)
-                except BaseException as exc:
-                    failure.append(exc)
-                written.set()
+        def writer() -> None:
+            try:
+                flood.sock.sendall(payload)
+            except BaseException as exc:
+                failure.append(exc)
+            written.set()
 
-            # a small send buffer, so what the kernel holds cannot pass for backpressure
-            flood.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)
-            threading.Thread(target=writer, name="flood", daemon=True).start()
-            # the hub stops reading this session: it reads nothing more, burns no CPU, sleeps
-            last: tuple[int, int] | None = None
-            quiet = 0
-            while quiet < 5:
-                written.wait(0.05)
-                grown = status_kib(pid, "VmRSS") - baseline
-                assert grown <= RSS_BOUND_KIB, f"no backpressure: grew {grown // 1024} MiB"
-                sample = activity(pid)
-                quiet = quiet + 1 if sample == last and asleep(pid) else 0
-                last = sample
-            stalled = not written.is_set()
-            # the other session is served meanwhile, on the same shared client
-            answer = await other.call_tool("get_my_work", {})
-            assert not answer.is_error, answer
-            seen = set()
-            for _ in range(FLOOD):
-                got = flood.answer()
-                assert got["result"]["tools"], got
-                seen.add(got["id"])
-            assert seen == set(range(FLOOD)), "every request is answered under its own id"
-            assert written.wait(30) and not failure, failure
-            peak = status_kib(pid, "VmHWM") - baseline
-            assert peak <= RSS_BOUND_KIB, f"peak growth {peak // 1024} MiB"
-            assert stalled, "the flood was never held up: the hub read it all unanswered"
-        flood.close()
-        assert harness.quit() == 0
+        # a small send buffer, so what the kernel holds cannot pass for backpressure
+        flood.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)
+        threading.Thread(target=writer, name="flood", daemon=True).start()
+        # the hub stops reading this session: it reads nothing more, burns no CPU, sleeps
+        last: tuple[int, int] | None = None
+        quiet = 0
+        while quiet < 5:
+            written.wait(0.05)
+            grown = status_kib(pid, "VmRSS") - baseline
+            assert grown <= RSS_BOUND_KIB, f"no backpressure: grew {grown // 1024} MiB"
+            sample = activity(pid)
+            quiet = quiet + 1 if sample == last and asleep(pid) else 0
+            last = sample
+        stalled = not written.is_set()
+        # the other session is served meanwhile, on the same shared client
+        answer = await other.call_tool("get_my_work", {})
+        assert not answer.is_error, answer
+        seen = set()
+        for _ in range(FLOOD):
+            got = flood.answer()
+            assert got["result"]["tools"], got
+            seen.add(got["id"])
+        assert seen == set(range(FLOOD)), "every request is answered under its own id"
+        assert written.wait(30) and not failure, failure
+        peak = status_kib(pid, "VmHWM") - baseline
+        assert peak <= RSS_BOUND_KIB, f"peak growth {peak // 1024} MiB"
+        assert stalled, "the flood was never held up: the hub read it all unanswered"
+    flood.close()
 
 
 # -- the socket file ----------------------------------------------------------------------------
@@ -374,9 +423,8 @@ def test_a_file_that_is_not_a_socket_is_never_replaced(center: DevCenter, short_
     assert (short_dir / "center.sock").read_text() == "precious"
 
 
-def test_a_socket_someone_serves_is_never_taken_over(center: DevCenter, short_dir: Path) -> None:
-    with hub(center, short_dir) as first:
-        with pytest.raises(AssertionError, match="already running"), hub(center, short_dir):
-            pass
-        assert first.ask("count agent-1") == "count 0", "the first hub still serves"
-        assert first.quit() == 0
+def test_a_socket_someone_serves_is_never_taken_over(center: DevCenter, hub_now: Harness) -> None:
+    first = hub_now  # serving; its `quit` at the module's end must still succeed
+    with pytest.raises(AssertionError, match="already running"), hub(center, first.socket.parent):
+        pass
+    assert first.ask("count agent-1") == "count 0", "the first hub still serves"
