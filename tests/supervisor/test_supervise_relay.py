@@ -10,6 +10,9 @@ most `MAX_SESSIONS_PER_AGENT` (32) sessions per surface: the next is refused
 The relay is the fake relay of the relay tools' suite (tests/relaytools/relayharness.py), run on
 the socket the relay tools resolve from the supervisor's environment
 (`AGENTMUX_STATE_DIRECTORY/relay.sock`, bundles under `AGENTMUX_CONFIGURATION_DIRECTORY`).
+
+The principal test and the session-cap test share one supervisor (`relay_fleet`), each with
+agents of its own; the test without a relay needs another environment, so its own supervisor.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from mcphost.supervisor.supervisor import MAX_SESSIONS_PER_AGENT
+from mcphost.testing.devcenter import DevCenter
 from tests.relaytools.relayharness import CODERS, FakeRelay
 from tests.supervisor.supervise_harness import Supervised, standin
 from tests.waiting import until
@@ -127,10 +132,27 @@ class RelayThread:
             self.loop.close()
 
 
-@pytest.fixture
-def relay_env(supervised: Supervised) -> Iterator[tuple[Path, RelayThread]]:
-    """A configuration root with bundles/party.toml (agent-1 a member) and a relay state root
-    with the fake relay listening, both named in the supervisor's environment."""
+@dataclass
+class RelayFleet:
+    sv: Supervised
+    relay: RelayThread
+
+
+@pytest.fixture(scope="module")
+def relay_fleet(
+    tmp_path_factory: pytest.TempPathFactory, center: DevCenter
+) -> Iterator[RelayFleet]:
+    """One supervisor, with a configuration root holding bundles/party.toml (agent-1 a member)
+    and a relay state root where the fake relay listens, both named in its environment.
+
+    Its fleet: `agent-1` (bundle party: calls `list` on its relay tools) and `agent-2` (no
+    bundle: tries the relay socket with its center pump) for the principal test; `many` (no
+    bundle: attaches up to the session cap and past it) for the session-cap test. A supervisor
+    per test would prove nothing more: the cap is per agent, and no agent of one test touches
+    the other's. At the module's end SIGTERM must stop it with exit 0.
+    """
+    base = tmp_path_factory.mktemp("relay-fleet")
+    supervised = Supervised(base, center)
     root = Path(tempfile.mkdtemp(prefix="mcphost-rl-"))
     config, state = root / "cfg", root / "state"
     (config / "bundles").mkdir(parents=True)
@@ -141,21 +163,10 @@ def relay_env(supervised: Supervised) -> Iterator[tuple[Path, RelayThread]]:
     supervised.extra_env.update(
         AGENTMUX_CONFIGURATION_DIRECTORY=str(config), AGENTMUX_STATE_DIRECTORY=str(state)
     )
-    relay = RelayThread(state / "relay.sock")
-    try:
-        yield root, relay
-    finally:
-        supervised.close()
-        relay.close()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def test_the_relay_tools_speak_as_the_agents_principal(
-    supervised: Supervised, relay_env: tuple[Path, RelayThread], tmp_path: Path
-):
-    _, relay = relay_env
-    no_bundle = tmp_path / "relay_without_bundle.py"
+    no_bundle = base / "relay_without_bundle.py"
     no_bundle.write_text(RELAY_WITHOUT_BUNDLE)
+    many = base / "many_sessions.py"
+    many.write_text(MANY_SESSIONS)
     supervised.write_fleet(
         [
             {
@@ -166,9 +177,26 @@ def test_the_relay_tools_speak_as_the_agents_principal(
                 ),
             },
             {"id": "agent-2", "command": [sys.executable, str(no_bundle), "{mcp_config}"]},
+            {
+                "id": "many",
+                "command": [sys.executable, str(many), "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
+            },
         ]
     )
-    supervised.start()
+    relay = RelayThread(state / "relay.sock")
+    try:
+        supervised.start()
+        yield RelayFleet(supervised, relay)
+        assert supervised.terminate() == 0, supervised.stderr()[-3000:]
+    finally:
+        supervised.close()
+        relay.close()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(supervised.state, ignore_errors=True)
+
+
+def test_the_relay_tools_speak_as_the_agents_principal(relay_fleet: RelayFleet):
+    supervised, relay = relay_fleet.sv, relay_fleet.relay
     config = json.loads((supervised.state / "agents" / "agent-1" / "mcp.json").read_text())
     servers = config["mcpServers"]
     assert sorted(servers) == ["agent-center", "agentmux"]
@@ -220,19 +248,9 @@ def test_the_help_tool_works_through_the_pump_without_a_relay(supervised: Superv
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_an_agent_holds_at_most_max_sessions_per_surface(supervised: Supervised, tmp_path: Path):
-    many = tmp_path / "many_sessions.py"
-    many.write_text(MANY_SESSIONS)
-    supervised.write_fleet(
-        [
-            {
-                "id": "agent-1",
-                "command": [sys.executable, str(many), "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
-            }
-        ]
-    )
-    supervised.start()
-    workspace = supervised.workspace("agent-1")
+def test_an_agent_holds_at_most_max_sessions_per_surface(relay_fleet: RelayFleet):
+    supervised = relay_fleet.sv
+    workspace = supervised.workspace("many")
     until((workspace / "refused.json").exists, 120, "the attach beyond the cap")
     opened = json.loads((workspace / "opened.json").read_text())
     assert opened == {"opened": MAX_SESSIONS_PER_AGENT}, opened
@@ -242,11 +260,11 @@ def test_an_agent_holds_at_most_max_sessions_per_surface(supervised: Supervised,
     # one session ends (its client went away): the agent may attach again
     until((workspace / "closed.json").exists, 60, "one session to end")
     until(
-        lambda: supervised.status()["agent-1"]["sessions"] == MAX_SESSIONS_PER_AGENT - 1,
+        lambda: supervised.status()["many"]["sessions"] == MAX_SESSIONS_PER_AGENT - 1,
         60,
         "the supervisor to forget the ended session",
     )
     (workspace / "again").write_text("again")
     until((workspace / "reopened.json").exists, 60, "the attach after one ended")
     assert json.loads((workspace / "reopened.json").read_text()) == {"ok": True}
-    assert supervised.status()["agent-1"]["sessions"] == MAX_SESSIONS_PER_AGENT
+    assert supervised.status()["many"]["sessions"] == MAX_SESSIONS_PER_AGENT
