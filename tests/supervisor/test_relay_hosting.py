@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -140,15 +141,10 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture
-def party(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
-    sv = Supervised(tmp_path, center)
-    operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
-    (operator / "policies.toml").write_text(POLICIES)
-    (operator / "users.toml").write_text(USERS)
-    echo = tmp_path / "echo_agent.py"
+def write_party_fleet(sv: Supervised) -> None:
+    """The bundle `party` of echo agents A (policy lead), B and C, in tmux, always restarted."""
+    echo = sv.base / "echo_agent.py"
     echo.write_text(ECHO_AGENT)
-    sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
     agents: list[dict[str, Any]] = []
     for agent in AGENTS:
         entry: dict[str, Any] = {"id": agent, "command": [sys.executable, str(echo), agent]}
@@ -156,6 +152,18 @@ def party(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
             entry["policy"] = "lead"
         agents.append(entry)
     sv.write_fleet(agents, bundle="party", runner="tmux", restart="always")
+
+
+@contextmanager
+def running_party(base: Path, center: DevCenter) -> Iterator[Supervised]:
+    """A supervisor running the party (operator policies and users in its configuration root),
+    every agent running; closed, its state removed, at the end."""
+    sv = Supervised(base, center)
+    operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
+    (operator / "policies.toml").write_text(POLICIES)
+    (operator / "users.toml").write_text(USERS)
+    sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
+    write_party_fleet(sv)
     try:
         sv.start()
         for agent in AGENTS:
@@ -165,6 +173,25 @@ def party(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
         sv.close()
         shutil.rmtree(operator, ignore_errors=True)
         shutil.rmtree(sv.state, ignore_errors=True)
+
+
+@pytest.fixture
+def party(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
+    """A party of its own, for the test that ends it (down, up, a graceful stop)."""
+    with running_party(tmp_path, center) as sv:
+        yield sv
+
+
+@pytest.fixture(scope="module")
+def shared_party(
+    tmp_path_factory: pytest.TempPathFactory, center: DevCenter
+) -> Iterator[Supervised]:
+    """One party for the tests that crash-restart it or reload it, each leaving it as a fresh
+    one: the same fleet, every agent running (a supervisor per test would prove nothing more;
+    the restart after a crash is the crash test's own). SIGTERM must stop it with exit 0."""
+    with running_party(tmp_path_factory.mktemp("shared-party"), center) as sv:
+        yield sv
+        assert sv.terminate() == 0, sv.stderr()[-3000:]
 
 
 def drive(sv: Supervised, tmp_path: Path, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -648,8 +675,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_crashed_supervisors_tmux_is_swept_at_the_next_start(party: Supervised) -> None:
-    sv = party
+def test_a_crashed_supervisors_tmux_is_swept_at_the_next_start(shared_party: Supervised) -> None:
+    sv = shared_party
     old = {agent: sv.status()[agent]["pid"] for agent in AGENTS}
     assert sv.proc is not None
     sv.proc.kill()  # no graceful stop: the daemonized tmux server and its panes outlive it
@@ -665,11 +692,11 @@ def test_a_crashed_supervisors_tmux_is_swept_at_the_next_start(party: Supervised
 
 
 def test_a_reload_regenerates_the_bundle_and_reconciles_its_sessions(
-    party: Supervised, tmp_path: Path
+    shared_party: Supervised, tmp_path: Path
 ) -> None:
-    sv = party
-    before = sv.status()
-    echo = str(tmp_path / "echo_agent.py")
+    sv = shared_party
+    before = {agent: sv.wait_running(agent) for agent in AGENTS}
+    echo = str(sv.base / "echo_agent.py")
     # A's policy changes (restart), B is unchanged (untouched), C leaves the fleet
     sv.write_fleet(
         [
@@ -680,16 +707,24 @@ def test_a_reload_regenerates_the_bundle_and_reconciles_its_sessions(
         runner="tmux",
         restart="always",
     )
-    sv.ctl("reload")
-    row_a = sv.wait_running("A", before["A"]["generation"] + 1)
-    assert sv.status()["B"]["pid"] == before["B"]["pid"]
-    assert "C" not in sv.status() and tmux_sessions(sv) == {"A", "B"}, row_a
-    generated = (sv.state / "relay" / "config" / "bundles" / "party.toml").read_text()
-    assert 'id = "C"' not in generated and 'policy = "operator"' in generated, generated
-    listed = drive(sv, tmp_path, [{"tool": "list", "args": {"command": "principals"}}])[0]
-    bundles = {b["id"]: b for b in payload(listed)["bundles"]}
-    members = {p["id"]: p["ready"] for p in bundles["party"]["principals"]}
-    assert members == {"A@party": True, "B@party": True}, listed
+    try:
+        sv.ctl("reload")
+        row_a = sv.wait_running("A", before["A"]["generation"] + 1)
+        status = sv.status()
+        assert status["B"]["pid"] == before["B"]["pid"]
+        assert "C" not in status and tmux_sessions(sv) == {"A", "B"}, row_a
+        generated = (sv.state / "relay" / "config" / "bundles" / "party.toml").read_text()
+        assert 'id = "C"' not in generated and 'policy = "operator"' in generated, generated
+        listed = drive(sv, tmp_path, [{"tool": "list", "args": {"command": "principals"}}])[0]
+        bundles = {b["id"]: b for b in payload(listed)["bundles"]}
+        members = {p["id"]: p["ready"] for p in bundles["party"]["principals"]}
+        assert members == {"A@party": True, "B@party": True}, listed
+    finally:  # the party as the module started it: A back on its policy, C back
+        write_party_fleet(sv)
+        sv.ctl("reload")
+    sv.wait_running("A", before["A"]["generation"] + 2)
+    sv.wait_running("C")
+    until(lambda: tmux_sessions(sv) == set(AGENTS), 60, "the party's tmux sessions back")
 
 
 async def _without_tmux(directory: str) -> dict[str, Any]:
