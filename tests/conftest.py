@@ -5,10 +5,20 @@ session fixtures (each starts its own reference center, on its own sockets under
 `tmp_path_factory` directory, TCP on port 0). Hypothesis keeps no example database, so workers
 never share a `.hypothesis/` directory and a run does not depend on what earlier runs found;
 a failure prints its reproduction blob instead.
+
+A suite started in the background by a non-interactive shell (`make test &`, a CI wrapper)
+inherits SIGINT ignored, and every process it starts would inherit that too, so the tests that
+press Ctrl-C on a child (`ctl logs --follow`, `ctl exec`) would wait for an exit that never
+comes. The default disposition is restored here, in the controller and in every worker.
 """
+
+import signal
 
 import pytest
 from hypothesis import settings
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("mcphost", database=None, print_blob=True)
 settings.load_profile("mcphost")
