@@ -30,14 +30,16 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff format --check mcphost configgen tests bench tools/loaded_runs.py
 	@$(VENV)/bin/mypy
 
-# The suite to run before every commit: lint, then pytest in parallel without `slow` tests.
+# The suite to run before every commit: lint, then pytest in parallel without the `slow` and
+# `deep` tests (tests/conftest.py says which run where).
 test: $(STAMP) node lint
 	@$(PY) -m pytest
 
-# The long load and payload tests, and the `thorough` tests again at their full example counts
-# (tests/thorough.py). CI runs them after `make test`.
+# The rest of the suite: the `deep` files (DEEP in tests/conftest.py), the long load and
+# payload tests, and the `thorough` tests again at their full example counts (tests/thorough.py).
+# CI runs it after `make test`.
 test-slow: $(STAMP) node
-	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m 'slow or thorough'
+	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m 'slow or thorough or deep'
 
 # The determinism check: the pytest run of `make test`, RUNS times in a row, while one CPU burner
 # per CPU spins (tools/loaded_runs.py). Not part of CI: it takes several suite runs.
