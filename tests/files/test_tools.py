@@ -294,6 +294,13 @@ def context(token: Any = None) -> tuple[CallContext, Recorder]:
     return CallContext(request_id=1, progress_token=token, send_notification=recorder), recorder
 
 
+async def uploaded_uri(surface: HostSurface, path: str) -> str:
+    """Upload a workspace file through the in-process surface; its `ac://files/` URI."""
+    result = await surface.call_tool("upload_file", {"path": path}, context()[0])
+    assert not result.is_error and result.structured is not None, result.text
+    return str(result.structured["file_uri"])
+
+
 async def test_file_changed_during_upload_is_not_completed(
     center: DevCenter, workspace: Path
 ) -> None:
@@ -351,10 +358,7 @@ async def test_cancelled_download_leaves_nothing(center: DevCenter, workspace: P
     (workspace / "c.bin").write_bytes(os.urandom(64 << 20))
     surface = HostSurface(center_binding(center))
     try:
-        ctx, _ = context()
-        result = await surface.call_tool("upload_file", {"path": "c.bin"}, ctx)
-        assert result.structured is not None
-        uri = result.structured["file_uri"]
+        uri = await uploaded_uri(surface, "c.bin")
 
         async def slow_reports(method: str, params: dict[str, Any]) -> None:
             await asyncio.sleep(0.05)  # keeps the transfer running long enough to cancel it
@@ -396,11 +400,9 @@ async def test_a_download_cancelled_while_a_write_runs_still_removes_its_part(
 
     surface = HostSurface(center_binding(center))
     try:
-        ctx, _ = context()
-        result = await surface.call_tool("upload_file", {"path": "w.bin"}, ctx)
-        assert result.structured is not None
-        uri = result.structured["file_uri"]
+        uri = await uploaded_uri(surface, "w.bin")
         monkeypatch.setattr(os, "fsync", held_fsync)
+        ctx, _ = context()
         scope = anyio.CancelScope()
 
         async def download() -> None:
