@@ -94,6 +94,11 @@ def binding_lines(
     return env
 
 
+# How long requests still in flight at SIGTERM may take before they are cancelled (aiohttp's
+# default is 60 s): a client that stopped sending mid-body must not hold a stopping center.
+SHUTDOWN_GRACE = 2.0
+
+
 async def serve(args: argparse.Namespace) -> int:
     # Handlers first: a SIGTERM sent as soon as the ready file appears must stop us cleanly.
     stop = asyncio.Event()
@@ -110,7 +115,10 @@ async def serve(args: argparse.Namespace) -> int:
     runners: list[web.AppRunner] = []
     sockets: list[Path] = []
     admin = web.AppRunner(
-        admin_app(center, control=args.control), access_log=None, handle_signals=False
+        admin_app(center, control=args.control),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_GRACE,
     )
     await admin.setup()
     runners.append(admin)
@@ -134,7 +142,12 @@ async def serve(args: argparse.Namespace) -> int:
     if args.runtime_socket:
         runtime_path = args.runtime_socket.resolve()
         _unlink_socket(runtime_path)
-        rt = web.AppRunner(runtime_app(center), access_log=None, handle_signals=False)
+        rt = web.AppRunner(
+            runtime_app(center),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_GRACE,
+        )
         await rt.setup()
         runners.append(rt)
         await web.UnixSite(rt, str(runtime_path)).start()
