@@ -167,7 +167,12 @@ class Supervised:
         return done
 
     def status(self) -> dict[str, dict[str, Any]]:
-        rows = json.loads(self.ctl("status", "--json").stdout)
+        """`ctl status --json`'s rows by agent, asked over the control socket by the client code
+        `mcphost ctl` runs, in this process (test_ctl.py covers the command itself): polling
+        with a process per poll cost more CPU than the supervisors being polled."""
+        from mcphost.supervisor.control import request
+
+        rows = request(str(self.state / "control.sock"), "status", timeout=60)
         return {row["agent_id"]: row for row in rows}
 
     def workspace(self, agent_id: str) -> Path:
@@ -187,8 +192,7 @@ class Supervised:
                 return row
             return None
 
-        # each poll is a `mcphost ctl` process: poll at 10 Hz, not 100
-        return until(running, 60, f"{agent_id} running", every=0.1)
+        return until(running, 60, f"{agent_id} running")
 
     def terminate(self) -> int:
         assert self.proc is not None
