@@ -150,6 +150,15 @@ class FakeRelay:
     def respond(self, operation: str, response: Any, namespace: str | None = None) -> None:
         self.canned[(operation, namespace)] = response
 
+    def forget(self) -> None:
+        """Answer from now on as a fresh relay would: nothing canned, no handler, no extra
+        events, no requests recorded. The live connection's record (`connections`, `hellos`,
+        `hello_reply`) stays: it describes a connection that is still open."""
+        self.requests.clear()
+        self.canned.clear()
+        self.handler = None
+        self.events_per_request = 0
+
     def operations(self) -> list[str]:
         return [r["request"]["operation"] for r in self.requests]
 

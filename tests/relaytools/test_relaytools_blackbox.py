@@ -115,11 +115,7 @@ async def shared_server() -> AsyncIterator[Served]:
 def served(shared_server: Served) -> Served:
     """The shared server, its fake relay as a fresh one answers: nothing canned, no handler, no
     extra events, no requests recorded (the start-up Hello stays in `hellos`)."""
-    relay = shared_server.relay
-    relay.requests.clear()
-    relay.canned.clear()
-    relay.handler = None
-    relay.events_per_request = 0
+    shared_server.relay.forget()
     return shared_server
 
 
