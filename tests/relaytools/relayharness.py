@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp import Client, StdioServerParameters
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
 
 from tests.mcpschema import check_message
 
@@ -353,6 +354,20 @@ def tool_json(result: Any) -> Any:
     if getattr(result, "structured_content", None):
         return result.structured_content
     return json.loads(result.content[0].text)
+
+
+async def ok(client: Client, name: str, arguments: dict[str, Any]) -> Any:
+    """Call a tool that must succeed; its JSON document."""
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result
+    return tool_json(result)
+
+
+async def error_of(client: Client, name: str, arguments: dict[str, Any]) -> tuple[int, Any]:
+    """Call a tool that must fail with a JSON-RPC error; its code and `data`."""
+    with pytest.raises(MCPError) as info:
+        await client.call_tool(name, arguments)
+    return info.value.error.code, info.value.error.data
 
 
 class RawServer:

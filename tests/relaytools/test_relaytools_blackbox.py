@@ -20,18 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from relayharness import (
     Env,
     FakeRelay,
     cleanup,
+    error_of,
     global_bundle,
     listed_bundle,
     make_env,
+    ok,
     raw_server,
     relay_error,
     sdk_client,
-    tool_json,
 )
 
 pytestmark = pytest.mark.anyio
@@ -48,18 +49,6 @@ RELAY_BACKED: list[tuple[str, dict[str, Any]]] = [
     ("list", {"command": "principals"}),
     ("list", {"command": "decisions"}),
 ]
-
-
-async def error_of(client: Client, name: str, arguments: dict[str, Any]) -> tuple[int, Any]:
-    with pytest.raises(MCPError) as info:
-        await client.call_tool(name, arguments)
-    return info.value.error.code, info.value.error.data
-
-
-async def ok(client: Client, name: str, arguments: dict[str, Any]) -> Any:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result
-    return tool_json(result)
 
 
 def forbidden(capability: str, **extra: Any) -> dict[str, Any]:

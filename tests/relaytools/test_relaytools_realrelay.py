@@ -57,8 +57,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, MCPError
-from relayharness import Env, raw_server, sdk_client, tool_json
+from mcp import Client
+from relayharness import Env, error_of, ok, raw_server, sdk_client
 
 from tests.relay.realrelay import GUARD, RealRelay, config_tree
 
@@ -93,18 +93,6 @@ def world() -> Iterator[World]:
     finally:
         relay.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-async def error_of(client: Client, name: str, arguments: dict[str, Any]) -> tuple[int, Any]:
-    with pytest.raises(MCPError) as info:
-        await client.call_tool(name, arguments)
-    return info.value.error.code, info.value.error.data
-
-
-async def ok(client: Client, name: str, arguments: dict[str, Any]) -> Any:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result
-    return tool_json(result)
 
 
 async def eventually(condition: Callable[[], Awaitable[Any]], what: str) -> Any:
