@@ -83,5 +83,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if missing:
         raise pytest.UsageError(f"tests/conftest.py DEEP names files that do not exist: {missing}")
     for item in items:
-        if item.path.relative_to(TESTS).as_posix() in DEEP:
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in DEEP:
             item.add_marker(pytest.mark.deep)
