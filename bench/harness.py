@@ -143,8 +143,8 @@ class RawMcp:
             self._reader.cancel()
 
 
-async def time_calls(call: Any, count: int, warmup: int = 20) -> Stats:
-    """Run `await call()` sequentially; time each after a warm-up."""
+async def call_samples(call: Any, count: int, warmup: int = 20) -> list[float]:
+    """Run `await call()` sequentially; the seconds each took, after a warm-up."""
     for _ in range(warmup):
         await call()
     samples = []
@@ -152,7 +152,12 @@ async def time_calls(call: Any, count: int, warmup: int = 20) -> Stats:
         started = time.perf_counter()
         await call()
         samples.append(time.perf_counter() - started)
-    return Stats.of(samples)
+    return samples
+
+
+async def time_calls(call: Any, count: int, warmup: int = 20) -> Stats:
+    """`call_samples`, summarised."""
+    return Stats.of(await call_samples(call, count, warmup))
 
 
 def python() -> str:

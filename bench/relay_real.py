@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import RawMcp, Stats
+from bench.harness import RawMcp, Stats, call_samples
 
 CALLS = int(os.environ.get("BENCH_RELAY_CALLS", "300"))
 ROUNDS = int(os.environ.get("BENCH_RELAY_ROUNDS", "5"))
@@ -141,13 +141,7 @@ def percentile(samples: list[float], q: float) -> float:
 
 async def timed(call: Any, count: int, warmup: int = 20) -> tuple[Stats, float]:
     """(Stats, p90) of `count` sequential calls after a warm-up."""
-    for _ in range(warmup):
-        await call()
-    samples = []
-    for _ in range(count):
-        started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
+    samples = await call_samples(call, count, warmup)
     return Stats.of(samples), percentile(samples, 0.90)
 
 
