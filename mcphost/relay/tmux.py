@@ -424,10 +424,10 @@ class TmuxServer:
                 return False
             pid = await self.server_pid()
             if pid is not None:
-                fd = _pidfd(pid)
+                fd = open_pidfd(pid)
                 try:
                     await self.run("kill-server")
-                    if fd is not None and not await _wait_readable(fd, timeout):
+                    if fd is not None and not await wait_pidfd(fd, timeout):
                         raise TmuxError(
                             "tmux_timeout", f"tmux server {pid} still runs {timeout:g} s after kill"
                         )
@@ -519,16 +519,16 @@ class TmuxServer:
                 if owned != "1":
                     return False
                 pane = _pane_state(rest)
-                fd = None if pane.dead else _pidfd(pane.pid)
+                fd = None if pane.dead else open_pidfd(pane.pid)
                 if fd is not None and (await self.pane_state(name)).dead:
                     os.close(fd)  # it ended meanwhile: the pid may be someone else's already
                     fd = None
                 with contextlib.suppress(NoSuchSession):
                     await self._ok("kill-session", "-t", _session(name))
-            if fd is not None and not await _wait_readable(fd, grace):
+            if fd is not None and not await wait_pidfd(fd, grace):
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(fd, signal.SIGKILL)
-                await _wait_readable(fd, 30.0)
+                await wait_pidfd(fd, 30.0)
             return True
         finally:
             if fd is not None:
@@ -739,7 +739,7 @@ async def watch_exit(server: TmuxServer, name: str, pane_pid: int) -> int | None
     keeps the pane); when the status is slow to come, the server is nudged (`TmuxServer.nudge`). None when the session is gone, the pane now runs another pid, or tmux has
     not recorded a status within 5 s of the exit.
     """
-    fd = _pidfd(pane_pid)
+    fd = open_pidfd(pane_pid)
     try:
         if fd is not None:
             try:
@@ -747,7 +747,7 @@ async def watch_exit(server: TmuxServer, name: str, pane_pid: int) -> int | None
             except NoSuchSession:
                 return None
             if pane.pid == pane_pid and not pane.dead:
-                await _wait_readable(fd, None)
+                await wait_pidfd(fd, None)
     finally:
         if fd is not None:
             os.close(fd)
@@ -787,14 +787,15 @@ def _failure(args: Sequence[str], result: Completed) -> TmuxError:
     return TmuxError("tmux_failed", f"tmux {what}: {text}", details)
 
 
-def _pidfd(pid: int) -> int | None:
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd for `pid` (the caller closes it); None when the process is gone already."""
     try:
         return os.pidfd_open(pid)
     except ProcessLookupError:
         return None
 
 
-async def _wait_readable(fd: int, timeout: float | None) -> bool:
+async def wait_pidfd(fd: int, timeout: float | None) -> bool:
     """Wait until `fd` is readable (a pidfd: the process exited); False after `timeout` s."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()

@@ -219,20 +219,10 @@ class TmuxRunner(AgentRunner):
 
 async def _pid_gone(pid: int) -> None:
     """Wait until process `pid` exited (pidfd); at once if it is gone already."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
+    fd = tm.open_pidfd(pid)
+    if fd is None:
         return
-    loop = asyncio.get_running_loop()
-    gone: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not gone.done():
-            gone.set_result(None)
-
-    loop.add_reader(fd, wake)
     try:
-        await gone
+        await tm.wait_pidfd(fd, None)
     finally:
-        loop.remove_reader(fd)
         os.close(fd)
