@@ -2,7 +2,7 @@
 
 The bundle `party` has three members (alpha, bravo, charlie), each a small echo stand-in (prints
 the prompt `> `, echoes every line it reads) in its own session of one real tmux server, hosted
-by a minimal real `BundleHost` (as tests/relay/test_behaviour.py builds it). The relay runs in
+by the real `BundleHost` the relay tests use (`tests.relay.realrelay.TmuxHost`). The relay runs in
 this process with the supervisor's settings (readiness gate: 750 ms quiet window, 50 ms polls;
 the generated coder has no `prompt-regex`, as the supervisor writes it) and listens on a real
 Unix socket. The real `mcphost relay-tools` process (alpha@party, over stdio, as in
@@ -29,7 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,55 +73,6 @@ def config_tree(root: Path) -> tuple[Path, Path, Path]:
     return config, state, work
 
 
-@dataclass
-class TmuxHost:
-    """A real BundleHost: one TmuxServer per bundle under `<state>/bundles/<id>`."""
-
-    state_root: Path
-    servers: dict[str, Any] = field(default_factory=dict)
-    pids: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def hosted(self, bundle: Any) -> bool:
-        return bundle.id in self.servers
-
-    async def up(self, bundle: Any) -> None:
-        from mcphost.relay.tmux import TmuxServer
-
-        server = TmuxServer(self.state_root / "bundles" / bundle.id)
-        self.servers[bundle.id] = server
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_root)}
-        for session in bundle.sessions:
-            coder = bundle.coder_for(session)
-            argv = shlex.split(coder.tmux.command(session.coder_session_id))
-            name = self.session_name(bundle, session.id)
-            pid = await server.new_session(name, argv, session.directory, env)
-            self.pids[(bundle.id, session.id)] = pid
-
-    async def down(self, bundle: Any) -> None:
-        server = self.servers.pop(bundle.id)
-        for name in await server.sessions():
-            await server.kill_session(name)
-        await server.kill_server()
-
-    def tmux(self, bundle: Any) -> Any:
-        return self.servers.get(bundle.id)
-
-    def session_name(self, bundle: Any, session_id: str) -> str:
-        return f"{bundle.id}-{session_id}"
-
-    def member_state(self, bundle: Any, session_id: str) -> tuple[bool, Any]:
-        from mcphost.relay.behaviour import MemberHealth
-
-        pid = self.pids.get((bundle.id, session_id))
-        if pid is None:
-            return False, MemberHealth()
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False, MemberHealth()
-        return True, MemberHealth()
-
-
 def parent_of(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as status:
@@ -162,6 +112,7 @@ async def section(out: list[str]) -> None:
     from mcphost.relay.behaviour import RelayBehaviour
     from mcphost.relay.bundles import require_bundle
     from mcphost.relay.server import RelayServer
+    from tests.relay.realrelay import TmuxHost
 
     root = Path(tempfile.mkdtemp(prefix="rrb-", dir="/tmp"))  # short: tmux.sock fits sun_path
     config, state, _ = config_tree(root)
