@@ -1,12 +1,18 @@
-"""Per-agent output logs: size-rotated files under the agent's home, and reading them back.
+"""Per-agent output logs: size-rotated files in the agent's log directory, and reading them back.
 
 Owns: `RotatingLog` (append bytes; rotate `agent.log -> agent.log.1 -> ... -> agent.log.<keep>`,
 dropping the oldest, before a write would make the current file exceed `max_bytes`; a chunk
 larger than `max_bytes` is split, so no file ever exceeds it), `tail` (last N lines across the
 current and rotated files, read backwards in blocks) and `follow` (an async iterator of new bytes
 that keeps going across rotations). Used by the agent runner and `ctl logs <agent> [--follow]`.
+
+The directory is the supervisor's own (`<state>/logs/<id>/`, homes.py), never inside an agent's
+home: an agent owns its home and could swap a directory there for a symlink. `RotatingLog` also
+opens its directory once (`O_NOFOLLOW`) and creates, renames and unlinks every file relative to
+that descriptor, so even a directory swapped after it was opened redirects nothing.
 Must never: hold more than the chunk being written in memory, follow a symlink planted in the
-log directory, or create a file readable by anyone but the supervisor's user (0600).
+log directory (or in its place), or create a file readable by anyone but the supervisor's user
+(0600).
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import os
 from collections.abc import AsyncGenerator
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _BLOCK = 64 * 1024
 
 
 class RotatingLog:
-    """Append-only log file rotated by size."""
+    """Append-only log file rotated by size, in the directory it opened once (see the module
+    docstring); `directory` is created (0700) when missing."""
 
     def __init__(
         self, directory: str, name: str = "agent.log", *, max_bytes: int, keep: int
@@ -34,16 +42,21 @@ class RotatingLog:
         self.max_bytes = max_bytes
         self.keep = keep
         os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._dir = os.open(directory, _DIR_FLAGS)
         self._fd: int | None = None
         self._size = 0
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            os.close(self._dir)
+            raise
 
     @property
     def path(self) -> str:
         return os.path.join(self.directory, self.name)
 
     def _open(self) -> None:
-        fd = os.open(self.path, _OPEN_FLAGS, 0o600)
+        fd = os.open(self.name, _OPEN_FLAGS, 0o600, dir_fd=self._dir)
         os.fchmod(fd, 0o600)
         self._fd = fd
         self._size = os.fstat(fd).st_size
@@ -68,31 +81,34 @@ class RotatingLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        base = self.path
+        base = self.name
         if self.keep == 0:
-            _unlink(base)
+            _unlink(self._dir, base)
         else:
             for index in range(self.keep - 1, 0, -1):
-                _rename(f"{base}.{index}", f"{base}.{index + 1}")
-            _rename(base, f"{base}.1")
+                _rename(self._dir, f"{base}.{index}", f"{base}.{index + 1}")
+            _rename(self._dir, base, f"{base}.1")
         self._open()
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._dir >= 0:
+            os.close(self._dir)
+            self._dir = -1
 
 
-def _rename(src: str, dst: str) -> None:
+def _rename(dir_fd: int, src: str, dst: str) -> None:
     try:
-        os.rename(src, dst)
+        os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 
 
-def _unlink(path: str) -> None:
+def _unlink(dir_fd: int, name: str) -> None:
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 

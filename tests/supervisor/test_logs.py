@@ -1,5 +1,6 @@
 """Per-agent logs: size rotation keeps every file within max_bytes and `keep` old files, holds
-what was written last (as a suffix, in order), is private, refuses a planted symlink; `tail`
+what was written last (as a suffix, in order), is private, refuses a planted symlink and keeps
+working in the directory it opened when that is swapped for a symlink; `tail`
 reads lines across the files and `follow` keeps delivering across a rotation."""
 
 from __future__ import annotations
@@ -79,6 +80,28 @@ def test_a_planted_symlink_is_not_followed(tmp_path: object) -> None:
     with pytest.raises(OSError):
         RotatingLog(directory, max_bytes=100, keep=1)
     assert not os.path.exists(target)
+
+
+def test_a_directory_swapped_after_opening_redirects_nothing(tmp_path: object) -> None:
+    """V8: the log directory is replaced by a symlink once the log is open; rotations still
+    rename, create and unlink only in the directory opened, never in what the symlink names."""
+    directory = os.path.join(str(tmp_path), "logs")
+    target = os.path.join(str(tmp_path), "target")
+    os.mkdir(target)
+    for name in ("agent.log", "agent.log.1"):
+        with open(os.path.join(target, name), "w") as f:
+            f.write(f"keep {name}\n")
+    before = {n: os.stat(os.path.join(target, n)).st_ino for n in os.listdir(target)}
+    log = RotatingLog(directory, max_bytes=10, keep=1)
+    os.rename(directory, directory + ".moved")
+    os.symlink(target, directory)
+    for _ in range(5):
+        log.write(b"0123456789")  # a rotation per write
+    log.close()
+    assert {n: os.stat(os.path.join(target, n)).st_ino for n in os.listdir(target)} == before
+    with open(os.path.join(target, "agent.log"), "rb") as f:
+        assert f.read() == b"keep agent.log\n"
+    assert sorted(os.listdir(directory + ".moved")) == ["agent.log", "agent.log.1"]
 
 
 @settings(deadline=None, max_examples=60)  # file renames: slow on a busy machine
