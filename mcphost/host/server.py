@@ -88,9 +88,12 @@ class HostSurface:
         catalog: Sequence[ToolDecl] = CATALOG,
         admin: AdminClient | None = None,
         runtime: AdminClient | None = None,
+        workspace: HeldRoot | None = None,
     ) -> None:
         """`admin`/`runtime`: shared clients owned by the caller (used, never closed here);
-        without them the surface opens its own from the binding and closes them itself."""
+        without them the surface opens its own from the binding and closes them itself.
+        `workspace`: the root to serve the file tools beneath, handed over (closed with the
+        surface); without it the surface opens `binding.agent_root` now."""
         self.binding = binding
         self.catalog = {decl.name: decl for decl in catalog}
         self.list_changed = binding.tier_tools
@@ -121,7 +124,7 @@ class HostSurface:
         ).strip()
         self._specs = {decl.name: _spec(decl) for decl in self.catalog.values()}
         # the workspace root, opened once now and held: every file call resolves beneath it
-        self.workspace = HeldRoot(binding)
+        self.workspace = HeldRoot(binding) if workspace is None else workspace
         self.files = FileTools(self.requests, self.admin, self.workspace)
         self.local: dict[str, LocalHandler] = {
             "search_tools": partial(search_tools, self),

@@ -18,7 +18,9 @@ A path is never handed to the kernel as a string to resolve. Instead:
    what the kernel would do, and the result is a list of plain names.
 2. The root is opened once, at host start, as an `O_DIRECTORY` descriptor and held
    (`HeldRoot`); swapping the root's path later (rename it away, put a symlink to `/` in its
-   place) changes nothing for a running host. Each name is then opened
+   place) changes nothing for a running host. Under the supervisor the root is not even
+   opened by path: each session gets a duplicate of the workspace descriptor the supervisor
+   opened when it prepared the agent's home (`HeldRoot(binding, fd)`). Each name is then opened
    *relative to the previous directory's descriptor* (`dir_fd=`) with `O_NOFOLLOW`, so a
    component that is — or has just been swapped for — a symlink fails with `ELOOP`/`ENOTDIR`
    instead of being followed. Such a failure is classified with `fstatat(..., AT_SYMLINK_NOFOLLOW)`
@@ -42,9 +44,9 @@ This is `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` done by hand, since Pyt
 contain symlinks). A path ending in `/` or `/.` names a directory: on a file it is
 `path_not_a_directory`, as the kernel would say.
 
-Must never: follow a symlink under the root, reopen the root by its path once held, open a
-model-given path string relative to the process's working directory, or hand out a hard-linked
-upload leaf. It moves no bytes and talks to no center (`mcphost.host.transfer`,
+Must never: follow a symlink under the root, reopen the root by its path once held (nor ever,
+when it was given as a descriptor), open a model-given path string relative to the process's
+working directory, or hand out a hard-linked upload leaf. It moves no bytes and talks to no center (`mcphost.host.transfer`,
 `mcphost.host.files`).
 """
 
@@ -172,16 +174,25 @@ class HeldRoot:
     descriptor, so renaming the root's path or replacing it with a symlink later changes
     nothing. If the root cannot be opened at start, each call tries again (and fails with the
     root's code); the first success is then held for the rest of the session.
+
+    With `fd` (an `O_DIRECTORY` descriptor the caller opened and hands over, e.g. a dup of the
+    workspace the supervisor holds), the root is that directory and is never opened by path:
+    `binding.agent_root` is then only how it is shown. The supervisor serves a session of an
+    agent running as another user this way, so a root the agent swapped is never followed.
     """
 
-    def __init__(self, binding: AgentBinding) -> None:
+    def __init__(self, binding: AgentBinding, fd: int | None = None) -> None:
         self.binding = binding
         self.path = binding.agent_root or ""
         self.fd = -1
         self.real = self.path  # the symlink-free spelling, as the kernel saw it at open
         self.dev = 0
         self.failure: FileFailure | None = None
-        self._open()
+        self.by_path = fd is None  # False: the root is the descriptor given, never reopened
+        if fd is None:
+            self._open()
+        else:
+            self._hold(fd)
 
     def _open(self) -> None:
         try:
@@ -189,6 +200,9 @@ class HeldRoot:
         except FileFailure as failure:
             self.failure = failure
             return
+        self._hold(fd)
+
+    def _hold(self, fd: int) -> None:
         self.fd, self.failure = fd, None
         self.dev = os.fstat(fd).st_dev
         try:
@@ -197,8 +211,15 @@ class HeldRoot:
             self.real = os.path.realpath(self.path)
 
     def descriptor(self) -> int:
-        if self.fd < 0:
+        if self.fd < 0 and self.by_path:
             self._open()
+        elif self.fd < 0:
+            raise file_failure(
+                "workspace_root_closed",
+                "this session's workspace root was closed (the session is ending); start a new "
+                "session to use the file tools",
+                root=self.path,
+            )
         if self.failure is not None:
             raise self.failure.again()
         return self.fd

@@ -1,12 +1,15 @@
-"""Per-agent homes: `<state>/agents/<id>/` with its workspace, its logs directory and the client's
-MCP config of *attach* entries; and the argv and environment an agent is spawned with
+"""Per-agent homes: `<state>/agents/<id>/` with its workspace and the client's MCP config of
+*attach* entries, the agent's log directory `<state>/logs/<id>/` (outside the home); the
+workspace held open for the supervisor's file tools (`HeldWorkspace`); and the argv and environment an agent is spawned with
 (`agent_argv`: the plan's command with `{mcp_config}`, `{workspace}`, `{home}`, `{agent_id}`
 expanded from the home, else the client's default command).
 
 Owns:
 - the layout (`home_paths`, pure): `<state>/agents/<id>/` (0700), `workspace/` (0700; the
-  agent's cwd and `AC_MCP_AGENT_ROOT`), `logs/` (0700), and the config: `mcp.json` for
-  `claude` and `command` agents, `codex/config.toml` for `codex` agents (`CODEX_HOME`).
+  agent's cwd and `AC_MCP_AGENT_ROOT`), and the config: `mcp.json` for `claude` and `command`
+  agents, `codex/config.toml` for `codex` agents (`CODEX_HOME`); and the agent's logs,
+  `<state>/logs/<id>/` (0700, the supervisor's: never inside a home, which the agent owns
+  and could rearrange under the supervisor's log rotation).
 - `prepare_home`: creates or repairs that layout and writes the config (configgen's attach
   entries: the interpreter, `-I -S`, the pump, the socket; nothing else) atomically, 0600.
   Every directory is opened without following a symlink, beneath the one above it, and the
@@ -16,17 +19,25 @@ Owns:
   ours with a wider mode is narrowed to 0700; one owned by anybody else is refused. The relay
   entry is written only when the plan has a bundle and there is a relay socket.
 - With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
-  the codex directory and the config belong to that user (the agent writes there); `logs/`
-  stays the supervisor's; `<state>/agents/` becomes 0711 so that user can reach its home (ids
+  the codex directory and the config belong to that user (the agent writes there); the logs
+  stay the supervisor's; `<state>/agents/` becomes 0711 so that user can reach its home (ids
   are not listable).
+- `hold_home`: `prepare_home` keeping the workspace descriptor it opened (`HeldWorkspace`). The
+  supervisor opens nothing in the workspace by path after that: each center session's file
+  tools resolve beneath a dup of it, and every process started as the agent starts in it
+  (`/proc/self/fd/N` as the spawn's cwd, which the kernel resolves to that very directory
+  even in the child before the user switch). An agent that moves its workspace away and
+  plants a symlink (or another directory) in its place only moves its own directory: the
+  supervisor keeps serving the directory it created, wherever it now is, until the home is
+  prepared again (a fleet change for that agent), which refuses the symlink (`HomeError`).
 - `agent_env`: the supervisor's environment minus every `AC_MCP_*`, `MCPHOST_*` and
   `AGENTMUX_*` variable (identity, token and settings are the supervisor's) and minus systemd's
   per-service handles (`NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`), plus the plan's `env`, plus
   `CODEX_HOME` for codex agents.
 
 Must never: write the token, the token file's path or the admin URL into a home or an agent's
-environment (this module is never given them), follow a symlink inside a home, or write a
-config wider than 0600.
+environment (this module is never given them), follow a symlink inside a home, put a file of
+the supervisor's (its logs) inside a home, or write a config wider than 0600.
 """
 
 from __future__ import annotations
@@ -49,6 +60,36 @@ CODEX_CONFIG = "config.toml"
 # systemd hands these to the service; an agent must not talk to systemd as the supervisor.
 _SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 _SERVICE_ENV_PREFIXES = ("LISTEN_",)
+
+
+class HeldWorkspace:
+    """An agent's workspace as the `O_DIRECTORY` descriptor `hold_home` opened (never through a
+    symlink, beneath the home, beneath `<state>/agents`), held while the agent is in the fleet.
+
+    Why the held directory and not a refusal once the path changed: it is the directory the
+    supervisor created and gave the agent (the agent's own, checked when it was opened), so
+    serving it wherever the agent moved it grants the agent nothing it does not already have,
+    and everything beneath it is still walked with `O_NOFOLLOW`; a swap then only breaks the
+    agent's own view of its workspace path, never the supervisor's."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path  # how it is shown (AC_MCP_AGENT_ROOT); never opened
+
+    def dup(self) -> int:
+        """A new descriptor of the same directory (not inherited by children), for one session."""
+        return os.dup(self.fd)
+
+    @property
+    def cwd(self) -> str:
+        """A path naming the held directory itself, in this process and in a child between
+        fork and exec (the fd is inherited until exec): a spawn's `cwd`."""
+        return f"/proc/self/fd/{self.fd}"
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class HomeError(Exception):
@@ -82,7 +123,8 @@ def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
     """The layout of `agent_id`'s home under `state_dir` (pure)."""
     if not is_agent_id(agent_id):
         raise HomeError(f"agent id {agent_id!r} is not a safe directory name")
-    root = os.path.join(os.path.abspath(state_dir), AGENTS, agent_id)
+    state = os.path.abspath(state_dir)
+    root = os.path.join(state, AGENTS, agent_id)
     if client == "codex":
         codex = os.path.join(root, CODEX_DIR)
         config = os.path.join(codex, CODEX_CONFIG)
@@ -91,7 +133,7 @@ def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
     return Home(
         root=root,
         workspace=os.path.join(root, WORKSPACE),
-        logs=os.path.join(root, LOGS),
+        logs=os.path.join(state, LOGS, agent_id),
         mcp_config=config,
         codex_home=codex,
     )
@@ -118,6 +160,13 @@ def config_bytes(plan: AgentPlan, attach: AttachPoints) -> bytes:
 def prepare_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> Home:
     """Create or repair `plan`'s home under `state_dir` and write its config; see the module
     docstring. Idempotent. Raises `HomeError` (or `ConfigError` for bad attach points)."""
+    home, workspace = hold_home(state_dir, plan, attach)
+    workspace.close()
+    return home
+
+
+def hold_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> tuple[Home, HeldWorkspace]:
+    """`prepare_home`, keeping the workspace it opened (the caller closes it)."""
     home = home_paths(state_dir, plan.agent_id, plan.client)
     data = config_bytes(plan, attach)
     owner = _owner(plan.user)
@@ -126,7 +175,11 @@ def prepare_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> Home:
     except OSError as exc:
         raise HomeError(f"cannot open the state directory: {exc}") from None
     fds: list[int] = [state_fd]
+    workspace = -1
     try:
+        logs_fd = _directory(state_fd, LOGS, os.path.dirname(home.logs), None)
+        fds.append(logs_fd)
+        fds.append(_directory(logs_fd, plan.agent_id, home.logs, None))
         agents_fd = _directory(
             state_fd,
             AGENTS,
@@ -138,18 +191,21 @@ def prepare_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> Home:
         fds.append(agents_fd)
         root_fd = _directory(agents_fd, plan.agent_id, home.root, owner)
         fds.append(root_fd)
-        fds.append(_directory(root_fd, WORKSPACE, home.workspace, owner))
-        fds.append(_directory(root_fd, LOGS, home.logs, None))
+        workspace = _directory(root_fd, WORKSPACE, home.workspace, owner)
         if home.codex_home is not None:
             codex_fd = _directory(root_fd, CODEX_DIR, home.codex_home, owner)
             fds.append(codex_fd)
             _write(codex_fd, CODEX_CONFIG, home.mcp_config, data, owner)
         else:
             _write(root_fd, MCP_JSON, home.mcp_config, data, owner)
+    except BaseException:
+        if workspace >= 0:
+            os.close(workspace)
+        raise
     finally:
         for fd in reversed(fds):
             os.close(fd)
-    return home
+    return home, HeldWorkspace(workspace, home.workspace)
 
 
 def _state_of(home: Home) -> str:

@@ -244,11 +244,15 @@ class AgentRunner:
         on_exit: OnExit,
         argv: Sequence[str],
         env: dict[str, str],
+        cwd: str | None = None,
     ) -> None:
+        """`cwd`: where the agent starts, default `home.workspace`; the supervisor passes its
+        held workspace (`HeldWorkspace.cwd`), so the spawn never walks a path the agent owns."""
         if not argv:
             raise ValueError("argv is empty")
         self.plan = plan
         self.home = home
+        self._cwd = os.fspath(home.workspace) if cwd is None else cwd
         self.agent_id = plan.agent_id
         self._store = store
         self._reaper = reaper
@@ -398,7 +402,7 @@ class AgentRunner:
         try:
             proc = subprocess.Popen(
                 self._argv,
-                cwd=os.fspath(self.home.workspace),
+                cwd=self._cwd,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

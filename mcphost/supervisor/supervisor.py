@@ -42,11 +42,12 @@ from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import (
     AttachPoints,
+    HeldWorkspace,
     Home,
     HomeError,
     agent_argv,
     agent_env,
-    prepare_home,
+    hold_home,
 )
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 from mcphost.supervisor.relayhost import RelayHost
@@ -65,12 +66,15 @@ MAX_SESSIONS_PER_AGENT = 32
 
 @dataclass
 class Slot:
-    """One agent of the fleet in force: its plan, home, runner and the uid its processes run as."""
+    """One agent of the fleet in force: its plan, home, runner and the uid its processes run as;
+    `workspace`: the workspace directory held open (homes.py): sessions and spawns use it,
+    never the path, which the agent owns."""
 
     plan: AgentPlan
     home: Home
     runner: AgentRunner
     uid: int
+    workspace: HeldWorkspace
     roots: set[tuple[int, int]] = field(default_factory=set)
 
 
@@ -265,7 +269,7 @@ class Supervisor:
         attach = self.attach_points()
         homes = await asyncio.gather(
             *(
-                asyncio.to_thread(prepare_home, self.state_dir, wanted[agent_id], attach)
+                asyncio.to_thread(hold_home, self.state_dir, wanted[agent_id], attach)
                 for agent_id in starting
             ),
             return_exceptions=True,
@@ -282,7 +286,7 @@ class Supervisor:
                 )
                 continue
             self.unstarted.pop(agent_id, None)
-            self.slots[agent_id] = slot = self._slot(wanted[agent_id], home)
+            self.slots[agent_id] = slot = self._slot(wanted[agent_id], *home)
             await slot.runner.start()
         outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
         events.emit(
@@ -294,7 +298,7 @@ class Supervisor:
         )
         return outcome
 
-    def _slot(self, plan: AgentPlan, home: Home) -> Slot:
+    def _slot(self, plan: AgentPlan, home: Home, workspace: HeldWorkspace) -> Slot:
         assert self.store is not None and self.reaper is not None
 
         runner: AgentRunner
@@ -322,8 +326,9 @@ class Supervisor:
                 on_exit=self._on_exit,
                 argv=agent_argv(plan, home),
                 env=agent_env(self.env, plan, home),
+                cwd=workspace.cwd,
             )
-        return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user))
+        return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user), workspace=workspace)
 
     def _forget(self, slot: Slot) -> None:
         for root in slot.roots:
@@ -333,6 +338,7 @@ class Supervisor:
         self._end_execs(agent_id, below=None)
         for hub in self.hubs.values():
             hub.close_where(lambda a: a.agent_id == agent_id)
+        slot.workspace.close()  # open sessions hold their own duplicates
 
     def _on_spawn(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None:
         slot = self.slots.get(runner.plan.agent_id)
@@ -494,8 +500,11 @@ class Supervisor:
         return build
 
     def _center_surface(self, slot: Slot, generation: int) -> Surface:
+        """The center tools for one session; the file tools' root is a duplicate of the held
+        workspace (never `agent_root` reopened by path: the agent owns that path)."""
         from mcphost.binding import AgentBinding, Secret
         from mcphost.host.server import HostSurface
+        from mcphost.host.workspace import HeldRoot
 
         center = self.fleet.center
         binding = AgentBinding(
@@ -509,7 +518,8 @@ class Supervisor:
             tier_tools=slot.plan.tier_tools,
             generation=generation,
         )
-        return HostSurface(binding, admin=self.admin, runtime=self.runtime)
+        workspace = HeldRoot(binding, slot.workspace.dup())
+        return HostSurface(binding, admin=self.admin, runtime=self.runtime, workspace=workspace)
 
     def _relay_surface(self, slot: Slot) -> Surface:
         from mcphost.relaytools import layout as layout_mod
@@ -624,7 +634,7 @@ class Supervisor:
         execution = execs.spawn(
             argv,
             fds,
-            cwd=slot.home.workspace,
+            cwd=slot.workspace.cwd,
             env=agent_env(self.env, slot.plan, slot.home),
             creds=resolve_user(slot.plan.user),
             reaper=self.reaper,

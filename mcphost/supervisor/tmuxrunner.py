@@ -27,6 +27,11 @@ runner holds the FIFO open read-write from before `new-session` until the run en
 the byte right after `on_spawn`: the agent runs only once it is known. EOF instead of the byte
 (the runner gave up) ends the gate with status 1; an argv that cannot be exec'd, with 127.
 
+The pane starts in the workspace *path* (the tmux server opens it, not this process, so the
+held workspace descriptor cannot be handed over). That follows whatever the agent put there,
+and is harmless only because a tmux agent runs as the supervisor's user (fleet.py refuses `user`
+with `runner = "tmux"`): the path leads nowhere the agent could not go itself.
+
 Must never: run a shell, pass the environment in an argv, kill a session it does not own (the
 `TmuxServer` refuses), or decide restarts itself.
 """

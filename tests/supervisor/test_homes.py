@@ -1,5 +1,6 @@
-"""Per-agent homes on a tmp state dir: modes, symlink refusal, the attach-only config (parses,
-holds no secret, runs the real pump), and the scrubbed environment."""
+"""Per-agent homes on a tmp state dir: modes, symlink refusal, the logs outside the home, the
+held workspace (a swap of its path is never followed), the attach-only config (parses, holds no
+secret, runs the real pump), and the scrubbed environment."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mcphost.supervisor.homes import (
     AttachPoints,
     HomeError,
     agent_env,
+    hold_home,
     home_paths,
     prepare_home,
 )
@@ -55,12 +57,15 @@ def test_layout_and_modes(state: Path) -> None:
     home = prepare_home(str(state), plan(), points(state))
     assert home == home_paths(str(state), "agent-7f3a", "claude")
     assert home.root == str(state / "agents" / "agent-7f3a")
+    # the logs are the supervisor's, outside the home the agent owns
+    assert home.logs == str(state / "logs" / "agent-7f3a")
     for directory in (home.root, home.workspace, home.logs, str(state / "agents")):
         assert os.path.isdir(directory) and mode(directory) == 0o700
+    assert mode(str(state / "logs")) == 0o700
     assert home.mcp_config == os.path.join(home.root, "mcp.json")
     assert mode(home.mcp_config) == 0o600 and home.codex_home is None
     assert prepare_home(str(state), plan(), points(state)) == home  # idempotent
-    assert sorted(os.listdir(home.root)) == ["logs", "mcp.json", "workspace"]  # no temp left
+    assert sorted(os.listdir(home.root)) == ["mcp.json", "workspace"]  # no temp left
 
 
 def test_claude_config_is_attach_only_and_runs_the_real_pump(state: Path) -> None:
@@ -221,3 +226,44 @@ def test_agent_env_scrubs_and_adds(state: Path) -> None:
     assert env["CODEX_HOME"] == codex_home.codex_home
     assert TOKEN not in "".join(f"{k}={v}" for k, v in env.items())
     assert base["AC_MCP_WORKER_TOKEN"] == TOKEN  # the base is not modified
+
+
+def test_the_held_workspace_is_the_directory_made_not_what_its_path_becomes(
+    state: Path, tmp_path: Path
+) -> None:
+    """W4/V11: the workspace is opened once, beneath the home; when the agent moves it away and
+    plants a symlink in its place, the held descriptor (a session's root, a spawn's cwd) is
+    still the directory made, and a walk beneath it never reaches what the symlink names."""
+    from mcphost.admin.target import parse_target
+    from mcphost.binding import AgentBinding
+    from mcphost.errors import FileFailure
+    from mcphost.host.workspace import HeldRoot, open_for_upload, walker
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.txt").write_text("not the agent's")
+    home, held = hold_home(str(state), plan(), points(state))
+    try:
+        made = os.stat(home.workspace)
+        assert (os.fstat(held.fd).st_dev, os.fstat(held.fd).st_ino) == (made.st_dev, made.st_ino)
+        os.rename(home.workspace, home.workspace + ".moved")
+        os.symlink(elsewhere, home.workspace)
+        assert os.stat(held.cwd).st_ino == made.st_ino  # what a spawn's chdir resolves to
+        target = parse_target("unix:/nonexistent/admin.sock")
+        binding = AgentBinding(agent_id="agent-7f3a", target=target, agent_root=home.workspace)
+        root = HeldRoot(binding, held.dup())
+        try:
+            assert os.fstat(root.descriptor()).st_ino == made.st_ino
+            with walker(binding, "secret.txt", root) as w, pytest.raises(FileFailure) as failure:
+                open_for_upload(w)
+            assert failure.value.code == "path_not_found"
+        finally:
+            root.close()
+        with pytest.raises(FileFailure) as closed:  # closed: never reopened by its path
+            root.descriptor()
+        assert closed.value.code == "workspace_root_closed"
+    finally:
+        held.close()
+    # preparing the home again refuses the symlink instead of holding what it names
+    with pytest.raises(HomeError, match="is a symlink"):
+        hold_home(str(state), plan(), points(state))

@@ -10,8 +10,10 @@ root) is refused when the fleet file is loaded, naming the key, at start and at 
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import REPO, Supervised, standin
+from tests.supervisor.supervise_harness import REPO, STANDIN, Supervised, standin
 from tests.waiting import until
 
 ROOT = os.geteuid() == 0
@@ -163,8 +165,6 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
             lambda: (Path(supervised.workspace("agent-1")) / "probe.json").exists(), 60, "probe"
         )
         assert probe
-        import json
-
         seen = json.loads((supervised.workspace("agent-1") / "probe.json").read_text())
         assert seen == {"token": 13, "environ": 13}, seen  # EACCES both
         # what let it in: the sockets are 0666 and the directories above them 0711
@@ -175,14 +175,18 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
             assert stat.S_IMODE(info.st_mode) == 0o666, sock
         for directory in (state, state / "run", state / "agents"):
             assert stat.S_IMODE(os.stat(directory).st_mode) == 0o711, directory
-        # ... while its home is its own, its log and the control socket stay the supervisor's
+        # ... while its home is its own, its log (outside the home) and the control socket stay
+        # the supervisor's
         home = state / "agents" / "agent-1"
         assert os.stat(home).st_uid == user.pw_uid
         assert os.stat(home / "workspace").st_uid == user.pw_uid
-        assert (os.stat(home / "logs").st_uid, stat.S_IMODE(os.stat(home / "logs").st_mode)) == (
-            0,
-            0o700,
-        )
+        assert not (home / "logs").exists()
+        logs = state / "logs" / "agent-1"
+        assert (os.stat(logs).st_uid, stat.S_IMODE(os.stat(logs).st_mode)) == (0, 0o700)
+        assert (
+            os.stat(logs / "agent.log").st_uid,
+            stat.S_IMODE(os.stat(logs / "agent.log").st_mode),
+        ) == (0, 0o600)
         assert stat.S_IMODE(os.stat(state / "control.sock").st_mode) == 0o600
         assert supervised.status()["agent-1"]["sessions"] >= 1
     finally:
@@ -258,3 +262,173 @@ def test_a_user_switch_without_root_is_refused_at_start(supervised: Supervised, 
     assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
     assert f"{supervised.fleet}: agent[0].user" in done.stderr, done.stderr
     assert "root" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+# Run as the agent (`ctl exec`, so as its user): upload a file of its own, then move its
+# workspace away and plant a symlink to each target in its place, opening a new center session
+# after each swap, and try to upload `secret.txt` and download its own file as `planted.txt`
+# through that session. Prints what each call answered, as JSON.
+SWAP = (
+    "import json, os, sys\n"
+    "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+    "from standin_agent import Session\n"
+    "config, home, targets = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])\n"
+    "entry = json.load(open(config))['mcpServers']['agent-center']\n"
+    "def call(session, name, arguments):\n"
+    "    reply = session.request('tools/call', dict(name=name, arguments=arguments))\n"
+    "    return reply.get('result', reply.get('error'))\n"
+    "def opened():\n"
+    "    session = Session(entry)\n"
+    "    session.open()\n"
+    "    return session\n"
+    "open('mine.txt', 'w').write('the agent its own bytes')\n"
+    "first = opened()\n"
+    "mine = call(first, 'upload_file', dict(path='mine.txt'))\n"
+    "first.proc.kill()\n"
+    "uri = mine['structuredContent']['file_uri']\n"
+    "workspace = os.path.join(home, 'workspace')\n"
+    "os.rename(workspace, workspace + '.moved')\n"
+    "out = []\n"
+    "for target in targets:\n"
+    "    if os.path.lexists(workspace):\n"
+    "        os.unlink(workspace)\n"
+    "    os.symlink(target, workspace)\n"
+    "    session = opened()\n"
+    "    up = call(session, 'upload_file', dict(path='secret.txt'))\n"
+    "    down = call(session, 'download_file', dict(file=uri, dest_path='planted.txt', overwrite=True))\n"
+    "    session.proc.kill()\n"
+    "    out.append(dict(target=target, upload=up, download=down))\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def readable_dir(prefix: str) -> Path:
+    """A fresh directory every user may read (for scripts the agent's user runs)."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    directory.chmod(0o755)
+    return directory
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+@pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
+    supervised: Supervised, center: DevCenter
+):
+    """V11/W4: agent-1 (nobody) renames its workspace away and puts a symlink in its place, to a
+    root-only directory and then to agent-2's (root's) workspace. A new session's file tools
+    keep working in the directory the supervisor created (moved or not) and never through the
+    symlink: the secret is not uploaded, nothing is written where the symlink points, and a
+    command started as the agent afterwards (`ctl exec`, a restart) does not start there."""
+    user = nobody()
+    assert user is not None
+    python = run_as(supervised, user)
+    scripts = readable_dir("mcphost-swap-")
+    secret_dir = Path(tempfile.mkdtemp(prefix="mcphost-rootonly-"))  # root's, 0700
+    try:
+        (scripts / "swap.py").write_text(SWAP)
+        (scripts / "swap.py").chmod(0o644)
+        hold = [python, "-c", "import signal; signal.pause()"]
+        supervised.write_fleet(
+            [
+                {"id": "agent-1", "user": "nobody", "command": hold},
+                {"id": "agent-2", "command": hold},
+            ]
+        )
+        supervised.start()
+        supervised.wait_running("agent-1")
+        supervised.wait_running("agent-2")
+        other = supervised.workspace("agent-2")
+        for directory in (secret_dir, other):
+            (directory / "secret.txt").write_text("root's secret")
+            (directory / "secret.txt").chmod(0o600)
+        home = supervised.state / "agents" / "agent-1"
+        targets = [str(secret_dir), str(other)]
+        done = supervised.ctl(
+            "exec", "agent-1", "--", python, str(scripts / "swap.py"), STANDIN,
+            str(home / "mcp.json"), str(home), json.dumps(targets),
+        )  # fmt: skip
+        seen = json.loads(done.stdout)
+        assert [attempt["target"] for attempt in seen] == targets
+        moved = home / "workspace.moved"
+        for attempt in seen:
+            # the held workspace has no secret.txt: not found there, never read through the link
+            assert attempt["upload"]["isError"], attempt
+            assert "root's secret" not in json.dumps(attempt), attempt
+            assert "path_not_found" in json.dumps(attempt["upload"]), attempt
+            # the download lands in the directory the supervisor created, wherever it now is
+            assert not attempt["download"].get("isError"), attempt
+        assert sorted(os.listdir(secret_dir)) == ["secret.txt"]
+        assert "planted.txt" not in os.listdir(other)
+        assert (moved / "planted.txt").read_text() == "the agent its own bytes"
+        # a command started as the agent now starts in the held workspace, not through the link
+        here = supervised.ctl(
+            "exec", "agent-1", "--", python, "-c", "import os; print(os.getcwd())"
+        ).stdout.strip()
+        assert here == str(moved), here
+        before = supervised.status()["agent-1"]["generation"]
+        supervised.ctl("restart", "agent-1")
+        row = supervised.wait_running("agent-1", before + 1)
+        assert os.readlink(f"/proc/{row['pid']}/cwd") == str(moved)
+    finally:
+        supervised.close()
+        shutil.rmtree(scripts, ignore_errors=True)
+        shutil.rmtree(secret_dir, ignore_errors=True)
+
+
+# Run as the agent: replace its home's `logs` with a symlink to the directory given, then write
+# enough output for several rotations, then a marker, and wait.
+FLOOD = (
+    "import os, signal, sys\n"
+    "logs = os.path.join(sys.argv[1], 'logs')\n"
+    "if os.path.lexists(logs):\n"
+    "    os.rename(logs, logs + '.moved')\n"
+    "os.symlink(sys.argv[2], logs)\n"
+    "for _ in range(40):\n"
+    "    sys.stdout.write('x' * 1023 + '\\n')\n"
+    "    sys.stdout.flush()\n"
+    "print('FLOODED', flush=True)\n"
+    "signal.pause()\n"
+)
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+@pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+def test_a_planted_logs_symlink_makes_the_supervisor_touch_nothing_there(
+    supervised: Supervised, center: DevCenter
+):
+    """V8: agent-1 (nobody) swaps `logs` in its home for a symlink to a directory of root's
+    holding `agent.log` and `agent.log.1`, then writes enough for several rotations. The
+    supervisor keeps its logs where no agent can write: nothing there is created, renamed,
+    changed or unlinked, and `ctl logs` shows the output."""
+    user = nobody()
+    assert user is not None
+    python = run_as(supervised, user)
+    target = Path(tempfile.mkdtemp(prefix="mcphost-logtarget-"))  # root's
+    try:
+        for name in ("agent.log", "agent.log.1", "agent.log.3"):
+            (target / name).write_text(f"root's {name}\n")
+        before = {p.name: (p.stat().st_ino, p.read_bytes()) for p in target.iterdir()}
+        supervised.write_fleet(
+            [
+                {
+                    "id": "agent-1",
+                    "user": "nobody",
+                    "command": [python, "-c", FLOOD, "{home}", str(target)],
+                    "log_max_bytes": 4096,
+                    "log_keep": 3,
+                }
+            ]
+        )
+        supervised.start()
+        supervised.wait_running("agent-1")
+        until(
+            lambda: "FLOODED" in supervised.ctl("logs", "agent-1", "--lines", "3").stdout,
+            60,
+            "the agent's output in its log",
+        )
+        after = {p.name: (p.stat().st_ino, p.read_bytes()) for p in target.iterdir()}
+        assert after == before
+        assert (supervised.state / "agents" / "agent-1" / "logs").is_symlink()  # it was planted
+    finally:
+        supervised.close()
+        shutil.rmtree(target, ignore_errors=True)
