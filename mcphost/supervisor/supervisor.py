@@ -5,8 +5,9 @@ pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and 
 reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
 alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
 generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
-the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket) and
-the order of shutdown.
+the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
+one relay connection each agent generation's relay tools sessions share (the relay allows one
+per principal), and the order of shutdown.
 
 Identity: a pump is served as agent A only if the kernel says the connecting process descends
 from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:

@@ -10,13 +10,17 @@ A real `mcphost supervise` hosting the relay, real tmux: agent A (in its pane) i
 client on its own `agentmux` attach entry; B is an echo agent to send to. A test client, run
 inside A's tree with `ctl exec A`, does open-call-close cycles (`list`, `send`; a fresh pump
 each) - first alone, then while A's own session is held open and called between the cycles.
-Every call of both must succeed: zero refusals. Conditions only (`until`), no sleeps.
+Every call of both must succeed: zero refusals. Then A is killed: its next generation's own
+session and the exec'd cycles work again (the old generation's connection is gone). Conditions
+only (`until`), no sleeps.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -142,6 +146,7 @@ def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
         [{"id": "A", "command": client}, {"id": "B", "command": echo}],
         bundle="party",
         runner="tmux",
+        restart="always",
     )
     try:
         sv.start()
@@ -186,3 +191,14 @@ def test_two_sessions_of_one_agent_share_its_relay_connection(
     refused = [o for o in beside if not o["ok"] or not o["held"]["ok"]]
     assert refused == [], refused
     assert len(beside) == CYCLES
+    # a new generation of A: the old generation's connection is gone, the new one's works
+    row = sv.status()["A"]
+    (workspace / "held-0.json").unlink()
+    os.kill(row["pid"], signal.SIGKILL)
+    sv.wait_running("A", row["generation"] + 1)
+    until((workspace / "held-0.json").exists, 120, "the new generation's session to answer")
+    assert json.loads((workspace / "held-0.json").read_text())["ok"], (
+        workspace / "held-0.json"
+    ).read_text()
+    again = cycles(sv, tmp_path, cue=False)
+    assert [o for o in again if not o["ok"]] == [], again
