@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mcphost.relaytools.handlers import Relay
     from mcphost.relaytools.layout import Layout
+    from mcphost.relaytools.stream import RelayStream
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def make_stream(
     layout: Layout, on_events: Callable[[int], None], on_note: Callable[..., None]
-) -> Relay:
+) -> RelayStream:
     from mcphost.relaytools.settings import RelayTimeouts
     from mcphost.relaytools.stream import RelayStream
 

@@ -1,7 +1,8 @@
 """The relay tools' error taxonomy: one exception type carrying a stable code, and its JSON-RPC form.
 
 Owns: `ToolFailure` (code, message, details) and `ClaimConflict`, the one relay error the
-stream acts on (it retries the Hello) rather than passing through, the rule that maps a code to a
+stream acts on (it retries the Hello, then reports it as itself, `claim_conflict`) rather than
+passing through, the rule that maps a code to a
 JSON-RPC error code (`validation_*` and `authorization_forbidden` -> -32602, everything else ->
 -32603: agentmux's contract names the class by the code, so this rule reads codes), the
 relay I/O classification (Python exception -> Rust-style `io_error_kind` -> `relay_unavailable` /
@@ -114,6 +115,20 @@ def startup_fault(code: str, message: str) -> ToolFailure:
         code,
         f"MCP server started but could not build an operational context: {message}",
         {"reason": "startup_fault", "startup_fault_code": code, "startup_fault_message": message},
+    )
+
+
+def claim_conflict(principal_id: str, retried_s: float, refusal: ToolFailure) -> ClaimConflict:
+    """The relay still refused the Hello after the retries: another live connection holds this
+    principal. Reported as itself (not as a saturated relay), with the relay's details kept."""
+    details = dict(refusal.details or {})
+    details.update(principal_id=principal_id, retried_for_ms=round(retried_s * 1000))
+    return ClaimConflict(
+        CLAIM_CONFLICT,
+        f"relay identity {principal_id} is held by another live connection (still after "
+        f"{retried_s:g} s of retries): another process speaks to the relay as this session. End "
+        "that process (or its MCP session), then retry",
+        details,
     )
 
 

@@ -3,7 +3,7 @@
 Owns: connecting to the relay's Unix socket (deep paths go through
 `/proc/self/fd/<dirfd>/relay.sock` to dodge the 107-byte `sun_path` limit), the Hello handshake
 (2 s ack timeout; `runtime_identity_claim_conflict` retried every 50 ms for up to 1 s, then
-`TimedOut`), framing (newline-delimited JSON), and matching responses to waiting calls.
+reported as itself), framing (newline-delimited JSON), and matching responses to waiting calls.
 
 When: as seed 000 says, the stream is Hello-registered when the server is built
 (`register_now=True`, which `mcphost relay-tools` passes): a background task connects and sends
@@ -22,6 +22,12 @@ cancelled is dropped. Stream events are counted and reported through `on_events`
 Failure policy: a transport failure fails every call waiting on that connection (classified with a
 Rust `ErrorKind` name) and discards the connection; the next call reconnects. A request is
 written exactly once and never replayed, because it may already have executed on the relay.
+
+Sharing (`SharedStream`): the relay allows one live connection per principal, so several
+sessions speaking as one principal (the supervisor's relay tools sessions of one agent
+generation) share one `RelayStream` through `StreamHandle`s instead of each claiming the identity.
+A Hello still refused as `runtime_identity_claim_conflict` after the retries is reported as that
+code (`errors.claim_conflict`), not as a timeout. After `aclose` a stream never reconnects.
 
 Must never: replay a request, log or echo the identity token, or raise anything to callers but
 `RelayIOError` (transport) or `ToolFailure` (a relay error during Hello, or one addressed to the
@@ -42,6 +48,7 @@ from mcphost.relaytools.errors import (
     ClaimConflict,
     RelayIOError,
     ToolFailure,
+    claim_conflict,
     from_relay_error,
     io_kind,
 )
@@ -124,12 +131,20 @@ class RelayStream:
         self.events_ignored = 0
         self._registering: asyncio.Task[None] | None = None
         self._register_failure: RelayIOError | ToolFailure | None = None
+        self._closed = False
         if register_now:
             self.register()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` ran (a closed stream never connects again)."""
+        return self._closed
 
     def register(self) -> None:
         """Connect and send Hello now, in the background (seed 000: Hello-registered at server
         construction). Never raises: a failure is kept for a call already waiting on it."""
+        if self._closed:
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -177,6 +192,8 @@ class RelayStream:
             conn.pending.pop(request_id, None)
 
     async def aclose(self) -> None:
+        """Close the connection for good: later calls fail (`ConnectionAborted`), none reconnects."""
+        self._closed = True
         registering, self._registering = self._registering, None
         if registering is not None and not registering.done():
             registering.cancel()
@@ -194,6 +211,8 @@ class RelayStream:
     # -- connection -----------------------------------------------------------------------
 
     async def _ensure(self) -> _Connection:
+        if self._closed:
+            raise RelayIOError("ConnectionAborted", "relay stream closed")
         conn = self._conn
         if conn is not None and not conn.closed:
             return conn
@@ -213,6 +232,8 @@ class RelayStream:
             conn = self._conn
             if conn is not None and not conn.closed:
                 return conn
+            if self._closed:
+                raise RelayIOError("ConnectionAborted", "relay stream closed")
             conn = await self._connect()
             conn.task = asyncio.ensure_future(self._read_loop(conn))
             self._conn = conn
@@ -237,11 +258,7 @@ class RelayStream:
                 return conn
             conn.fail_all(RelayIOError("ConnectionAborted", "identity claim conflict"))
             if time.monotonic() >= deadline:
-                raise RelayIOError(
-                    "TimedOut",
-                    f"relay identity {self.principal_id} stayed claimed by a live connection "
-                    f"for {self.claim_retry:g} s ({ack.message})",
-                )
+                raise claim_conflict(self.principal_id, self.claim_retry, ack)
             await asyncio.sleep(0.05)
 
     async def _hello(self, conn: _Connection) -> ClaimConflict | None:
@@ -346,3 +363,69 @@ class RelayStream:
     def _note(self, event: str, **details: Any) -> None:
         if self._on_note is not None:
             self._on_note(event, **details)
+
+
+OpenStream = Callable[[Callable[[int], None], Callable[..., None]], RelayStream]
+
+
+class SharedStream:
+    """One `RelayStream` behind the handles of several sessions that speak as one principal.
+
+    The relay allows one live connection per principal, so the supervisor gives all relay tools
+    sessions of an agent generation one of these: each session's surface gets a `StreamHandle`,
+    calls are multiplexed by `request_id` on the one connection (which reconnects after a drop,
+    as any `RelayStream` does). The stream is closed with the last handle, or at once by
+    `aclose` (the generation ended, the agent left the fleet); a closed share never reconnects:
+    every later call fails with `ConnectionAborted`. Stream events and notes go to the newest
+    open handle's callbacks (every session of the agent writes the same inscription log).
+    """
+
+    def __init__(self, open_stream: OpenStream) -> None:
+        self._handles: list[StreamHandle] = []
+        self.stream = open_stream(self._on_events, self._on_note)
+
+    @property
+    def closed(self) -> bool:
+        return self.stream.closed
+
+    def handle(
+        self, on_events: Callable[[int], None], on_note: Callable[..., None]
+    ) -> StreamHandle:
+        handle = StreamHandle(self, on_events, on_note)
+        self._handles.append(handle)
+        return handle
+
+    async def detach(self, handle: StreamHandle) -> None:
+        if handle in self._handles:
+            self._handles.remove(handle)
+        if not self._handles:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    def _on_events(self, count: int) -> None:
+        if self._handles:
+            self._handles[-1].on_events(count)
+
+    def _on_note(self, event: str, **details: Any) -> None:
+        if self._handles:
+            self._handles[-1].on_note(event, **details)
+
+
+class StreamHandle:
+    """One session's view of a `SharedStream`: its calls go over the shared connection; closing
+    it detaches the session (the last one out closes the stream)."""
+
+    def __init__(
+        self, share: SharedStream, on_events: Callable[[int], None], on_note: Callable[..., None]
+    ) -> None:
+        self.share = share
+        self.on_events = on_events
+        self.on_note = on_note
+
+    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any:
+        return await self.share.stream.request(body, namespace)
+
+    async def aclose(self) -> None:
+        await self.share.detach(self)

@@ -4,7 +4,7 @@ the fleet, read an agent's log, or run a command as an agent.
     mcphost ctl --state DIR status [--json]
     mcphost ctl --state DIR start|stop|restart AGENT
     mcphost ctl --state DIR reload
-    mcphost ctl --state DIR logs AGENT [--follow] [-n N]
+    mcphost ctl --state DIR logs AGENT [--follow] [-n N] [--raw | --escape]
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
@@ -20,10 +20,16 @@ waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not 
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
 A refusal before CMD started (`agent_not_running`, `unknown_agent`, ...) exits 1 as above.
 
-Owns: argument parsing (`mcphost.cliargs.Parser`), the status table and the human uptime, and
-turning replies into stdout/stderr and exit codes.
+`logs` prints an agent's output, which the agent chose: to a terminal, control characters are
+made visible (`escape_controls`: ESC as `^[`, so an OSC 52 clipboard write or a screen clear
+is shown, not executed); to a pipe or file, the text is written as it is. `--raw` and
+`--escape` force one or the other.
+
+Owns: argument parsing (`mcphost.cliargs.Parser`), the status table and the human uptime, the
+escaping of log text for a terminal, and turning replies into stdout/stderr and exit codes.
 Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
-fast), print a traceback, or echo an argument it did not recognise.
+fast), print a traceback, echo an argument it did not recognise, or write an agent's control
+characters to a terminal unless asked to (`--raw`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
@@ -112,6 +118,21 @@ def _parser() -> Parser:
         default=DEFAULT_LOG_LINES,
         help=f"lines from the end to start with (default {DEFAULT_LOG_LINES})",
     )
+    shown = logs.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--raw",
+        dest="escape",
+        action="store_false",
+        default=None,
+        help="write the agent's control characters as they are, even to a terminal (default: "
+        "made visible on a terminal, ESC as ^[, as they are on a pipe)",
+    )
+    shown.add_argument(
+        "--escape",
+        dest="escape",
+        action="store_true",
+        help="make control characters visible on a pipe too",
+    )
     run = sub.add_parser(
         "exec",
         parents=[common],
@@ -147,6 +168,36 @@ def _clean(value: Any) -> str:
         return "-"
     text = str(value)
     return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def _caret_table() -> dict[int, str]:
+    table = {c: "^" + chr(c + 0x40) for c in range(0x20) if c not in (0x09, 0x0A)}
+    table[0x7F] = "^?"
+    table.update({c: "M-^" + chr(c - 0x80 + 0x40) for c in range(0x80, 0xA0)})
+    return table
+
+
+_CARETS = _caret_table()
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character but LF and TAB made visible, as `cat -v` shows them:
+    C0 as `^@`..`^_` (ESC `^[`, CR `^M`), DEL as `^?`, C1 (U+0080..U+009F) as `M-^@`..`M-^_`.
+    A CR right before an LF is dropped (a terminal line end shows as one). Pure."""
+    return text.replace("\r\n", "\n").translate(_CARETS)
+
+
+def escaped(chunks: Iterable[str]) -> Iterator[str]:
+    """`escape_controls` over a stream of chunks: a CR that ends a chunk waits for the next
+    one, so a CRLF split between two chunks is still one line end."""
+    held = ""
+    for chunk in chunks:
+        text = held + chunk
+        held = "\r" if text.endswith("\r") else ""
+        if text := text[: len(text) - len(held)]:
+            yield escape_controls(text)
+    if held:
+        yield escape_controls(held)
 
 
 def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
@@ -246,9 +297,12 @@ def _run(args: argparse.Namespace, path: str) -> int:
         return _exec(args, path)
     if args.command == "logs":
         out = sys.stdout
-        for text in stream_logs(
+        texts: Iterable[str] = stream_logs(
             path, args.agent, lines=args.lines, follow=args.follow, timeout=args.timeout
-        ):
+        )
+        if args.escape if args.escape is not None else out.isatty():
+            texts = escaped(texts)
+        for text in texts:
             out.write(text)
             out.flush()
         return EXIT_OK

@@ -5,8 +5,9 @@ pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and 
 reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
 alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
 generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
-the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket) and
-the order of shutdown.
+the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
+one relay connection each agent generation's relay tools sessions share (the relay allows one
+per principal), and the order of shutdown.
 
 Identity: a pump is served as agent A only if the kernel says the connecting process descends
 from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
@@ -56,6 +57,7 @@ from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
+    from mcphost.relaytools.stream import SharedStream
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"
@@ -114,6 +116,8 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
+        # per agent: (generation, the relay connection its relay tools sessions share)
+        self._relay_shares: dict[str, tuple[int, SharedStream]] = {}
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -235,6 +239,8 @@ class Supervisor:
             await self.relay.aclose()
         for hub in self.hubs.values():
             await hub.aclose()
+        shares, self._relay_shares = self._relay_shares, {}
+        await asyncio.gather(*(share.aclose() for _, share in shares.values()))
         if self.reaper is not None:
             await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
         for client in (self.admin, self.runtime):
@@ -338,6 +344,7 @@ class Supervisor:
         self._end_execs(agent_id, below=None)
         for hub in self.hubs.values():
             hub.close_where(lambda a: a.agent_id == agent_id)
+        self._close_relay(agent_id, None)
         slot.workspace.close()  # open sessions hold their own duplicates
 
     def _on_spawn(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None:
@@ -362,6 +369,7 @@ class Supervisor:
         self._close_older(runner.plan.agent_id, generation + 1)
 
     def _close_older(self, agent_id: str, generation: int) -> None:
+        self._close_relay(agent_id, generation)
         closed = sum(
             hub.close_where(lambda a: a.agent_id == agent_id and a.generation < generation)
             for hub in self.hubs.values()
@@ -495,7 +503,7 @@ class Supervisor:
             slot = self.slots[attached.agent_id]
             if surface == CENTER:
                 return self._center_surface(slot, attached.generation)
-            return self._relay_surface(slot)
+            return self._relay_surface(slot, attached.generation)
 
         return build
 
@@ -521,18 +529,44 @@ class Supervisor:
         workspace = HeldRoot(binding, slot.workspace.dup())
         return HostSurface(binding, admin=self.admin, runtime=self.runtime, workspace=workspace)
 
-    def _relay_surface(self, slot: Slot) -> Surface:
+    def _relay_surface(self, slot: Slot, generation: int) -> Surface:
+        """The relay tools for one session of `slot`'s agent. All sessions of one agent
+        generation share one relay connection (the relay allows one per principal): opened
+        with the first, closed with the last, or when the generation ends or the agent leaves
+        (`_close_relay`)."""
         from mcphost.relaytools import layout as layout_mod
         from mcphost.relaytools.cli import make_stream
+        from mcphost.relaytools.stream import SharedStream, StreamHandle
         from mcphost.relaytools.surface import RelayToolsSurface
 
+        agent_id = slot.plan.agent_id
         layout = layout_mod.resolve(
             bundle_flag=slot.plan.bundle,
-            session_flag=slot.plan.agent_id,
+            session_flag=agent_id,
             env=self.relay.tools_env(self.env) if self.relay is not None else self.env,
             cwd=slot.home.workspace,
         )
-        return RelayToolsSurface(layout, make_stream)
+
+        def handle(
+            layout: layout_mod.Layout,
+            on_events: Callable[[int], None],
+            on_note: Callable[..., None],
+        ) -> StreamHandle:
+            current = self._relay_shares.get(agent_id)
+            if current is None or current[0] != generation or current[1].closed:
+                self._close_relay(agent_id, None)
+                share = SharedStream(lambda events, note: make_stream(layout, events, note))
+                current = self._relay_shares[agent_id] = (generation, share)
+            return current[1].handle(on_events, on_note)
+
+        return RelayToolsSurface(layout, handle)
+
+    def _close_relay(self, agent_id: str, below: int | None) -> None:
+        """Close the agent's shared relay connection of a generation below `below` (None: any)."""
+        current = self._relay_shares.get(agent_id)
+        if current is not None and (below is None or current[0] < below):
+            del self._relay_shares[agent_id]
+            self._spawn(current[1].aclose())
 
     # -- what `mcphost ctl` asks (served through `Control`) ------------------------------
     def _slot_for(self, agent_id: str | None) -> Slot:

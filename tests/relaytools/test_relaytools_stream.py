@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from relayharness import Env, FakeRelay, relay_error
 
 from mcphost.relaytools.errors import RelayIOError, ToolFailure
-from mcphost.relaytools.stream import RelayStream, new_request_id
+from mcphost.relaytools.stream import RelayStream, SharedStream, new_request_id
 
 pytestmark = pytest.mark.anyio
 
@@ -177,7 +178,9 @@ async def test_missing_socket_is_not_found(env: Env) -> None:
     assert info.value.kind == "NotFound"
 
 
-async def test_claim_conflict_is_retried_then_times_out(relay: FakeRelay, env: Env) -> None:
+async def test_claim_conflict_is_retried_then_reported_as_itself(
+    relay: FakeRelay, env: Env
+) -> None:
     relay.hello_reply = {
         "frame": "response",
         "response": relay_error(
@@ -188,9 +191,16 @@ async def test_claim_conflict_is_retried_then_times_out(relay: FakeRelay, env: E
     }
     stream = make_stream(env.socket, claim_retry=0.25)
     started = time.monotonic()
-    with pytest.raises(RelayIOError) as info:
+    with pytest.raises(ToolFailure) as info:  # a claim conflict, not a saturated relay
         await stream.request({"operation": "up"})
-    assert info.value.kind == "TimedOut"
+    assert info.value.code == "runtime_identity_claim_conflict"
+    assert info.value.rpc_code == -32603
+    assert info.value.details == {
+        "principal_id": "alpha@party",
+        "reason": "existing identity owner is still live",
+        "retried_for_ms": 250,
+    }
+    assert "alpha@party" in info.value.message and "End that process" in info.value.message
     assert time.monotonic() - started >= 0.25
     assert len(relay.hellos) >= 3
 
@@ -280,3 +290,65 @@ def test_request_ids_are_uuid4() -> None:
     ids = {new_request_id() for _ in range(100)}
     assert len(ids) == 100
     assert all(uuid.UUID(i).version == 4 for i in ids)
+
+
+async def test_a_shared_stream_serves_every_handle_on_one_connection(
+    relay: FakeRelay, env: Env
+) -> None:
+    """Sessions speaking as one principal share one connection (one Hello, one claim); calls of
+    every handle are multiplexed on it; it closes with the last handle and never reconnects."""
+    relay.respond("send", echo)
+    relay.events_per_request = 1
+    seen: dict[str, int] = {"first": 0, "second": 0}
+
+    def counter(name: str) -> Any:
+        return lambda count: seen.__setitem__(name, seen[name] + count)
+
+    share = SharedStream(
+        lambda on_events, on_note: make_stream(
+            env.socket, on_events=on_events, on_note=on_note, register_now=True
+        )
+    )
+    first = share.handle(counter("first"), lambda *a, **k: None)
+    second = share.handle(counter("second"), lambda *a, **k: None)
+    outs = await asyncio.gather(
+        *(
+            h.request({"operation": "send", "request_id": f"r{i}"})
+            for i, h in enumerate([first, second] * 5)
+        )
+    )
+    assert [o["request_id"] for o in outs] == [f"r{i}" for i in range(10)]
+    assert relay.connections == 1 and len(relay.hellos) == 1
+    deadline = time.monotonic() + 30
+    while sum(seen.values()) < 10:  # events are reported on a later loop turn
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.01)
+    assert seen == {"first": 0, "second": 10}  # to the newest open handle only
+    await second.aclose()
+    assert not share.closed  # `first` still uses it
+    out = await first.request({"operation": "send", "request_id": "after"})
+    assert out["request_id"] == "after" and relay.connections == 1
+    await first.aclose()
+    assert share.closed
+    with pytest.raises(RelayIOError) as info:  # closed for good: no reconnect as the principal
+        await first.request({"operation": "send"})
+    assert info.value.kind == "ConnectionAborted" and relay.connections == 1
+
+
+async def test_a_shared_stream_reconnects_after_a_drop_and_closes_at_once_on_aclose(
+    relay: FakeRelay, env: Env
+) -> None:
+    relay.respond("send", echo)
+    share = SharedStream(lambda ev, note: make_stream(env.socket, on_events=ev, on_note=note))
+    handle = share.handle(lambda n: None, lambda *a, **k: None)
+    await handle.request({"operation": "send", "request_id": "one"})
+    await relay.drop_connections()
+    with contextlib.suppress(RelayIOError):  # a call racing the drop may fail: never replayed
+        await handle.request({"operation": "send", "request_id": "racing"})
+    out = await handle.request({"operation": "send", "request_id": "two"})
+    assert out["request_id"] == "two" and relay.connections == 2
+    await share.aclose()  # the generation ended: closed although a handle is still open
+    with pytest.raises(RelayIOError) as info:
+        await handle.request({"operation": "send"})
+    assert info.value.kind == "ConnectionAborted" and relay.connections == 2
+    await handle.aclose()

@@ -24,9 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcphost.supervisor.control import ControlError, ControlServer
-from mcphost.supervisor.ctl import describe_result, human_duration, status_table
+from mcphost.supervisor.ctl import (
+    describe_result,
+    escape_controls,
+    escaped,
+    human_duration,
+    status_table,
+)
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -380,3 +388,50 @@ def test_exec_takes_the_command_verbatim(argv: list[str], command: list[str]) ->
 
     args = _parse(argv)
     assert (args.command, args.agent, args.argv) == ("exec", "a", command)
+
+
+# -- escaping an agent's output for a terminal ---------------------------------------------------
+
+
+def _is_control(ch: str) -> bool:
+    code = ord(ch)
+    return code < 0x20 or 0x7F <= code < 0xA0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8")), st.lists(st.integers(0, 64)))
+def test_escaped_output_holds_no_control_character_but_lf_and_tab(
+    text: str, cuts: list[int]
+) -> None:
+    escaped_text = escape_controls(text)
+    assert not [ch for ch in escaped_text if _is_control(ch) and ch not in "\n\t"]
+    assert escaped_text.count("\n") == text.count("\n") and escaped_text.count("\t") == text.count(
+        "\t"
+    )
+    # chunked as a follow delivers it: the same text, a CRLF split between chunks included
+    chunks, rest = [], text
+    for cut in cuts:
+        chunks.append(rest[:cut])
+        rest = rest[cut:]
+    chunks.append(rest)
+    assert "".join(escaped(chunks)) == escaped_text
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b]52;c;ZXZpbA==\x07", "^[]52;c;ZXZpbA==^G"),  # OSC 52: a clipboard write
+        ("\x1b[2J\x1b[H", "^[[2J^[[H"),  # clear the screen, cursor home
+        ("a\r\nb\rc\x7f\x00", "a\nb^Mc^?^@"),  # CRLF is a line end; a lone CR is not
+        ("\x9b31m\x85", "M-^[31mM-^E"),  # C1: CSI, NEL
+        ("tab\there\n", "tab\there\n"),
+        ("héllo ✓", "héllo ✓"),
+    ],
+)
+def test_escape_controls(raw: str, shown: str) -> None:
+    assert escape_controls(raw) == shown
+
+
+def test_logs_escape_and_raw_are_exclusive(state: Path) -> None:
+    done = ctl("--state", str(state), "logs", "agent-1", "--raw", "--escape")
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr, done.stderr
