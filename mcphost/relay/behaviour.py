@@ -1389,9 +1389,10 @@ def _unavailable(target: str, reason: str) -> RelayError:
 
 async def _paste_and_submit(server: tm.TmuxServer, name: str, text: str) -> tm.Delivery:
     """The batch as one bracketed paste, then the separate "\\r" paste (tmux.deliver, after
-    the gate has already passed)."""
+    the gate has already passed). Every envelope is text, never keys (envelope.neutralise);
+    this pass keeps it so for anything that ever reaches here without `envelope.render`."""
     try:
-        await server.paste(name, text, bracketed=True)
+        await server.paste(name, env.neutralise(text), bracketed=True)
     except tm.TmuxError as exc:
         return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
     try:
