@@ -68,6 +68,7 @@ DEEP = {
     "relaytools/test_relaytools_realrelay.py": "the relay tools against the real relay",
     "supervisor/test_exec.py": "ctl exec, including Claude Code's mcp list",
     "supervisor/test_lifecycle.py": "restart policies and backoff of real processes",
+    "supervisor/test_relay_send_bounds.py": "send's text-only paste and a 300 MiB send flood",
     "supervisor/test_sessions.py": "the session hub: caps, floods, generations",
     "supervisor/test_supervise_centerfleet.py": "the fleet from the center",
     "supervisor/test_supervise_lifecycle.py": "restarts, reloads and generations over time",

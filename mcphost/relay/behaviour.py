@@ -29,9 +29,13 @@ Operations and what each answers:
   connections (through the `send_event` hook) instead. Explicit targets of an unsupported
   transport (acp, pty, ui, pubsub members) fail the request with
   `runtime_session_type_not_implemented` before anything is queued; in a broadcast such a member
-  gets a result with outcome `not_submitted` and that reason code. Capability `send.deliver`.
+  gets a result with outcome `not_submitted` and that reason code. Every envelope is text,
+  never keys (envelope.neutralise). The queue is bounded per target, per sender and in all
+  (admission.py): a request that would go over is refused whole, `runtime_delivery_queue_full`,
+  after authorization and before anything is queued. Capability `send.deliver`.
 - `raww`: 32 KiB of UTF-8 at most (`validation_invalid_params`), queued to the same worker as a
-  batch barrier (envelopes before it are delivered before it, later ones after it); no gate.
+  batch barrier (envelopes before it are delivered before it, later ones after it), under the
+  same queue bounds; no gate; its text is keys by design (that is what `raww.write` grants).
   Capability `raww.write`.
 - `up` / `down`: `bundle_transition` for the subject bundle (namespace, else the requester's);
   skipped `already_hosted` / `already_unhosted`; a host failure is outcome `failed`,
@@ -57,7 +61,7 @@ Delivery outcomes (§3.4: `delivered`, `timeout` with the gate's reason code, `n
 `submission_unknown`, `failed` `dropped_on_shutdown`) are kept in `outcomes` (the last 4096, by
 message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
 `delivery_outcome` event. Not done: upstream's receipt message from `relay@RELAY` to a coder
-sender for a non-delivered outcome, per-target quotas. Revocation goes through the server's
+sender for a non-delivered outcome. Revocation goes through the server's
 `revoke`, which closes every live connection of the principal (a socket-trust one too).
 
 Order (§3.2): request validation, then existence (bundle, member, target), then authorization
@@ -104,9 +108,9 @@ from typing import Any, Protocol
 
 from mcphost import events
 from mcphost.peer import PeerCred
+from mcphost.relay import admission, wire
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
-from mcphost.relay import wire
 from mcphost.relay.bundles import (
     Bundle,
     Session,
@@ -283,6 +287,8 @@ class _Item:
     sender: str
     target: str
     no_enter: bool = False
+    size: int = 0  # UTF-8 bytes of `text`, what the queue bounds count (admission.py)
+    admitted: bool = False  # counted in the ledger until its outcome is recorded
 
 
 @dataclass(slots=True)
@@ -338,6 +344,7 @@ class RelayBehaviour:
         )
         self._admin = asyncio.Lock()
         self._workers: dict[tuple[str, str], _Worker] = {}
+        self.queue_bounds = admission.Ledger()
         self.outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._closed = False
         self._ops: dict[str, Callable[[Principal, Request], Any]] = {
@@ -758,17 +765,25 @@ class RelayBehaviour:
         sender = env.Address(principal.id, requester.display_name)
         everyone = [env.Address(t.principal.id, t.display_name) for t in targets + skipped]
         results: list[dict[str, Any]] = []
+        rendered: list[tuple[_Target, _Item, list[env.Address]]] = []
         for target in targets:
             message_id = uuid.uuid4()
             to = env.Address(target.principal.id, target.display_name)
             cc = [a for a in everyone if a.canonical_id != target.principal.id]
             text = env.render(env.Envelope(message_id, created, sender, to, message, cc))
             item = _Item(str(message_id), "envelope", text, principal.id, target.principal.id)
+            item.size = len(text.encode("utf-8", "surrogatepass"))
+            rendered.append((target, item, cc))
+        # the whole request, or nothing of it (a @GLOBAL target is an event, never queued)
+        self.queue_bounds.check(
+            principal.id, [(i.target, i.size) for t, i, _ in rendered if t.bundle is not None]
+        )
+        for target, item, cc in rendered:
             # the machine metadata the pane never shows (envelope.py)
             self.inscribe(
                 "relay.send.envelope.metadata",
                 schema_version=SCHEMA_VERSION,
-                message_id=str(message_id),
+                message_id=item.message_id,
                 namespace=target.principal.namespace,
                 sender_session=principal.id,
                 target_sessions=[target.principal.id],
@@ -784,7 +799,7 @@ class RelayBehaviour:
             results.append(
                 {
                     "target_session": target.principal.id,
-                    "message_id": str(message_id),
+                    "message_id": item.message_id,
                     "outcome": "queued",
                 }
             )
@@ -866,6 +881,8 @@ class RelayBehaviour:
         authorize(requester.policy, "raww.write", principal, [target.principal])
         message_id = str(uuid.uuid4())
         item = _Item(message_id, "raww", text, principal.id, target.principal.id, no_enter)
+        item.size = len(text.encode("utf-8", "surrogatepass"))
+        self.queue_bounds.check(principal.id, [(item.target, item.size)])
         self._enqueue(target.bundle.id, target.session.id, item)
         self.inscribe(
             "relay.raww.request",
@@ -899,6 +916,8 @@ class RelayBehaviour:
         worker = self._workers.get(key)
         if worker is None:
             worker = self._workers[key] = _Worker(bundle_id, session_id)
+        self.queue_bounds.admit(item.sender, item.target, item.size)
+        item.admitted = True
         worker.queue.append(item)
         if worker.task is None:
             worker.task = asyncio.get_running_loop().create_task(self._work(worker))
@@ -982,6 +1001,9 @@ class RelayBehaviour:
         return await _paste_and_submit(server, name, env.join_batch([i.text for i in batch]))
 
     def _record_delivery(self, item: _Item, result: tm.Delivery) -> None:
+        if item.admitted:  # its outcome frees its place in the queue bounds
+            item.admitted = False
+            self.queue_bounds.release(item.sender, item.target, item.size)
         self._record(
             item.message_id, item.sender, item.target, result.outcome, result.reason_code,
             result.reason,
@@ -1389,9 +1411,10 @@ def _unavailable(target: str, reason: str) -> RelayError:
 
 async def _paste_and_submit(server: tm.TmuxServer, name: str, text: str) -> tm.Delivery:
     """The batch as one bracketed paste, then the separate "\\r" paste (tmux.deliver, after
-    the gate has already passed)."""
+    the gate has already passed). Every envelope is text, never keys (envelope.neutralise);
+    this pass keeps it so for anything that ever reaches here without `envelope.render`."""
     try:
-        await server.paste(name, text, bracketed=True)
+        await server.paste(name, env.neutralise(text), bracketed=True)
     except tm.TmuxError as exc:
         return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
     try:

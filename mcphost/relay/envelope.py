@@ -25,6 +25,14 @@ Decisions where the reference is silent (pinned by tests/relay/test_envelope.py)
   line: CR and LF in display names and the subject become a space.
 - The body keeps its text with CRLF and CR turned into LF; a newline is added before the
   closing boundary only when the body does not already end with one.
+- Text, never keys (`neutralise`): the pane receives the envelope as one bracketed paste, and
+  tmux does not filter a bracketed-paste end (`ESC [ 2 0 1 ~`) inside it, so whatever followed
+  one would arrive as typed keys; and a C0 control acts on a pane in cooked mode even inside a
+  paste (`^C`, `^\\`, `^Z`, `^U`, `^D`). So every header value and the body show each control
+  visibly instead: C0 and DEL in caret notation (ESC is `^[`, 0x1c is `^\\`, DEL is `^?`), the
+  C1 controls U+0080..U+009F as `<U+009B>`, a lone surrogate as U+FFFD. Only newline and tab
+  stay. The rendered envelope therefore holds no byte below 0x20 but LF and TAB, no DEL, no C1
+  code point, and never the end-of-paste marker (it needs an ESC or a U+009B).
 - `Date` is `YYYY-MM-DDTHH:MM:SS.mmmZ` (the time converted to UTC); a naive datetime is refused.
 - Token estimate (`characters_0_point_3`, the default profile): `ceil(chars * 3 / 10)` in exact
   integer arithmetic (so 10 chars are 3 tokens, not the 4 of IEEE `10 * 0.3`), plus
@@ -35,8 +43,8 @@ Decisions where the reference is silent (pinned by tests/relay/test_envelope.py)
   line, i.e. joined with "\\n" since each ends with a newline) stays within the limit; the head is
   always taken, even alone over the limit: an envelope is never split.
 
-Must never: reorder envelopes, split one, read the clock or the environment, or put machine
-metadata in the pane (it goes to the `relay.send.envelope.metadata` inscription, not here).
+Must never: reorder envelopes, split one, read the clock or the environment, let a control
+character other than LF or TAB into the rendered text, or put machine metadata in the pane (it goes to the `relay.send.envelope.metadata` inscription, not here).
 
 Why hand-written: `email.mime` folds long headers, quotes display names, writes CRLF or its
 own boundary and a top-level Content-Type; the reference fixes a layout none of those produce.
@@ -44,6 +52,7 @@ own boundary and a top-level Content-Type; the reference fixes a layout none of 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,7 +74,7 @@ class Address:
     def render(self) -> str:
         """`Alice <session:alpha@party>`; the display name falls back to the canonical id."""
         name = self.display_name if self.display_name else self.canonical_id
-        return f"{_one_line(name.replace(chr(34), chr(39)))} <session:{self.canonical_id}>"
+        return f"{_field(name.replace(chr(34), chr(39)))} <session:{_field(self.canonical_id)}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +115,9 @@ def render(envelope: Envelope) -> str:
     if envelope.cc:
         lines.append("Cc: " + ", ".join(address.render() for address in envelope.cc))
     if envelope.subject:
-        lines.append(f"Subject: {_one_line(envelope.subject)}")
+        lines.append(f"Subject: {_field(envelope.subject)}")
     lines += ["", mark, f"Content-Type: {TEXT_PART_TYPE}", ""]
-    body = envelope.body.replace("\r\n", "\n").replace("\r", "\n")
+    body = neutralise(envelope.body.replace("\r\n", "\n").replace("\r", "\n"))
     if not body.endswith("\n"):
         body += "\n"
     return "\n".join(lines) + "\n" + body + mark + "--\n"
@@ -173,5 +182,33 @@ def batches(
     return out
 
 
+# Every control but LF (0x0a) and TAB (0x09): C0, DEL, C1; and lone surrogates (not text).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return "^" + chr(code + 0x40)  # ESC -> ^[, 0x1c -> ^\, NUL -> ^@
+    if code == 0x7F:
+        return "^?"
+    if code <= 0x9F:
+        return f"<U+{code:04X}>"
+    return "\ufffd"
+
+
+def neutralise(text: str) -> str:
+    """`text` with every control character but LF and TAB shown visibly (module docstring).
+
+    Idempotent: its output holds no control character, so a second pass changes nothing.
+    """
+    return _CONTROL.sub(_visible, text)
+
+
 def _one_line(value: str) -> str:
     return value.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+
+
+def _field(value: str) -> str:
+    """A header value: one line, no control but TAB."""
+    return neutralise(_one_line(value))

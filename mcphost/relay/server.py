@@ -7,8 +7,9 @@ connections (one asyncio task each, plus one writer task each), the identity cla
 connection cap. Per connection (§2.1, §2.2):
 1. over `max_connections` live connections: one `runtime_connection_limit_reached` error frame,
    then close;
-2. before hello, every read must arrive within `pre_hello_timeout` (2 s) or the connection is
-   closed; a request before hello is answered `validation_missing_hello` (it stays open);
+2. the hello must arrive within `pre_hello_timeout` (2 s) of the accept, or the connection is
+   closed: one deadline from the accept, which no frame before the hello extends; a request
+   before hello is answered `validation_missing_hello` (it stays open until that deadline);
 3. hello -> `authenticate(hello, peer_cred)` (the kernel's `SO_PEERCRED` / `SO_PEERPIDFD`
    through `mcphost.peer`; the pidfd is closed here once `authenticate` returns) ->
    `hello_ack`, or one error frame without `request_id` and close. A principal already claimed
@@ -308,10 +309,15 @@ class RelayServer:
 
     async def _read_loop(self, conn: _Conn) -> None:
         discarded = 0
+        loop = asyncio.get_running_loop()
+        hello_deadline = loop.time() + self.pre_hello_timeout  # from the accept, never extended
         while True:
             try:
                 if conn.principal is None and not conn.closing:
-                    line = await asyncio.wait_for(conn.reader.readline(), self.pre_hello_timeout)
+                    left = hello_deadline - loop.time()
+                    if left <= 0:
+                        raise TimeoutError
+                    line = await asyncio.wait_for(conn.reader.readline(), left)
                 else:
                     line = await conn.reader.readline()
             except TimeoutError:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from mcphost.peer import PeerCred
+from mcphost.relay import admission
 from mcphost.relay.behaviour import BundleHost, RelayBehaviour
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
@@ -725,6 +726,40 @@ async def test_shutdown_drops_what_is_still_queued(world: World) -> None:
     assert not any("never" in line for line in await world.server().capture("party-bravo"))
     after = await world.call("alpha@party", "send", message="late", targets=["bravo@party"])
     assert world.relay.outcomes[after["results"][0]["message_id"]]["outcome"] == "failed"
+
+
+async def test_the_queue_is_bounded_and_a_request_is_refused_whole(world: World) -> None:
+    """SECURITY.md X8: what waits for a target is bounded (admission.py); over the bound the
+    request is refused with `runtime_delivery_queue_full` and nothing of it is queued; every
+    outcome (delivered, dropped) frees its place."""
+    bounds = world.relay.queue_bounds
+    await world.call("alpha@party", "raww", target_session="bravo@party", text="hold")
+    await world.pane("bravo", "holding")
+    await world.relay.drain()
+    assert (bounds.count, bounds.bytes) == (0, 0)  # the delivered raww freed its place
+    ids = []
+    for n in range(admission.MAX_QUEUED_PER_TARGET):  # bravo is busy: all of them wait
+        sent = await world.call("alpha@party", "send", message=f"m{n}", targets=["bravo@party"])
+        ids.append(sent["results"][0]["message_id"])
+    assert bounds.queued("target", "bravo@party")[0] == admission.MAX_QUEUED_PER_TARGET
+    err = await world.refused("alpha@party", "send", message="one more", targets=["bravo@party"])
+    assert err.code == "runtime_delivery_queue_full"
+    assert {k: err.details[k] for k in ("target_session", "sender_session", "scope", "component",
+                                        "limit", "queued")} == {
+        "target_session": "bravo@party", "sender_session": "alpha@party", "scope": "target",
+        "component": "envelopes", "limit": admission.MAX_QUEUED_PER_TARGET,
+        "queued": admission.MAX_QUEUED_PER_TARGET,
+    }  # fmt: skip
+    err = await world.refused("alpha@party", "send", message="to all", broadcast=True)
+    assert err.code == "runtime_delivery_queue_full"
+    assert bounds.queued("target", "charlie@party") == (0, 0)  # refused whole: charlie too
+    refused = await world.refused("alpha@party", "raww", target_session="bravo@party", text="x")
+    assert refused.code == "runtime_delivery_queue_full"
+    other = await world.call("alpha@party", "send", message="fits", targets=["charlie@party"])
+    assert other["results"][0]["outcome"] == "queued"
+    await world.relay.aclose()  # what still waits is dropped, and frees its place
+    assert all(world.relay.outcomes[i]["outcome"] == "failed" for i in ids)
+    assert (bounds.count, bounds.bytes) == (0, 0)
 
 
 async def test_an_expired_credential_is_refused(world: World) -> None:

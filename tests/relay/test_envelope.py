@@ -17,6 +17,7 @@ from mcphost.relay.envelope import (
     count_lines,
     estimate_tokens,
     join_batch,
+    neutralise,
     render,
     rfc3339,
     take_batch,
@@ -92,6 +93,100 @@ def test_body_line_endings() -> None:
     assert body_of("blank last\n\n") == "blank last\n\n"
     assert body_of("") == "\n"
     assert body_of("ünïcødé ✓") == "ünïcødé ✓\n"
+
+
+# -- text, never keys ---------------------------------------------------------------------------
+
+PASTE_END = b"\x1b[201~"
+CONTROLS = "".join(map(chr, [*range(0x20), 0x7F, *range(0x80, 0xA0)]))
+
+
+def _pane_bytes(text: str) -> bytes:
+    """What tmux pastes: the rendered text as UTF-8 (`TmuxServer.paste`'s own encoding)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _assert_text_only(text: str) -> None:
+    data = _pane_bytes(text)
+    assert not [b for b in data if (b < 0x20 and b not in b"\n\t") or b == 0x7F], data
+    assert not [c for c in text if 0x80 <= ord(c) <= 0x9F], text
+    assert PASTE_END not in data and "\x9b201~" not in text
+    data.decode("utf-8")  # no lone surrogate: well-formed UTF-8
+
+
+def test_controls_are_shown_in_caret_notation_and_c1_visibly() -> None:
+    assert neutralise("a\x1b[201~!rm -rf ~\r") == "a^[[201~!rm -rf ~^M"
+    assert neutralise("\x00\x03\x1c\x1f\x7f") == "^@^C^\\^_^?"
+    assert neutralise("\x9b201~ \x80 \x9f") == "<U+009B>201~ <U+0080> <U+009F>"
+    assert neutralise("tab\tnew\nline ünï ✓ \xa0") == "tab\tnew\nline ünï ✓ \xa0"
+    assert neutralise("lone \ud800 surrogate") == "lone \ufffd surrogate"
+    every = neutralise(CONTROLS)
+    assert every == neutralise(every)  # idempotent
+    _assert_text_only(every)
+
+
+def test_an_embedded_paste_end_and_keys_stay_text_in_every_field() -> None:
+    attack = "hi\x1b[201~\x03!touch /tmp/x\r\x1c\x1a"
+    text = render(
+        Envelope(
+            MID, AT, Address("alpha@party", attack), Address("b\x1b@party", attack),
+            attack, cc=(Address("c@party", attack),), subject=attack,
+        )
+    )  # fmt: skip
+    _assert_text_only(text)
+    assert "From: hi^[[201~^C!touch /tmp/x ^\\^Z <session:alpha@party>\n" in text
+    assert "To: hi^[[201~^C!touch /tmp/x ^\\^Z <session:b^[@party>\n" in text
+    assert "Subject: hi^[[201~^C!touch /tmp/x ^\\^Z\n" in text
+    assert "\n\nhi^[[201~^C!touch /tmp/x\n^\\^Z\n--agentmux-" in text  # CR is a line break
+
+
+@given(
+    body=st.text(),
+    name=st.text(),
+    subject=st.text(),
+    ids=st.lists(st.text(min_size=1), min_size=2, max_size=4),
+)
+def test_any_input_renders_to_text_a_paste_cannot_escape(
+    body: str, name: str, subject: str, ids: list[str]
+) -> None:
+    """For any input, the pane bytes hold no byte < 0x20 but LF and TAB, no DEL, no C1 code
+    point, and never the end-of-paste marker; the body's printable text is kept in order."""
+    cc = tuple(Address(i, name) for i in ids[2:])
+    text = render(
+        Envelope(uuid.uuid4(), AT, Address(ids[0], name), Address(ids[1], name), body, cc, subject)
+    )
+    _assert_text_only(text)
+    _assert_text_only(batches([text, text])[0])
+    kept = "".join(c for c in body if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF)
+    shown = "".join(c for c in text if c.isprintable())
+    assert _is_subsequence(kept, shown)
+
+
+def _shown(c: str) -> str:
+    """The per-character reference of `neutralise`."""
+    code = ord(c)
+    if c in "\n\t":
+        return c
+    if code < 0x20:
+        return "^" + chr(code + 0x40)
+    if code == 0x7F:
+        return "^?"
+    if 0x80 <= code <= 0x9F:
+        return f"<U+{code:04X}>"
+    return "\ufffd" if 0xD800 <= code <= 0xDFFF else c
+
+
+@given(st.text() | st.text(alphabet=st.sampled_from([*CONTROLS, "a", "\ud800", "é"])))
+def test_neutralise_maps_each_character_and_is_idempotent(text: str) -> None:
+    out = neutralise(text)
+    assert out == "".join(map(_shown, text))
+    assert neutralise(out) == out
+    _assert_text_only(out)
+
+
+def _is_subsequence(needle: str, haystack: str) -> bool:
+    it = iter(haystack)
+    return all(c in it for c in needle)
 
 
 def test_date_is_utc_milliseconds_and_naive_is_refused() -> None:

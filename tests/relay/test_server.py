@@ -427,6 +427,33 @@ async def test_pre_hello_idle_timeout_closes(root: Path) -> None:
         await wait_until(lambda: server.connections() == 0, "connections closed")
 
 
+async def test_requests_before_hello_do_not_extend_the_deadline_from_accept(root: Path) -> None:
+    """SECURITY.md X5: the 2 s pre-hello timeout runs from the accept. A client that keeps
+    sending requests without a hello (each answered `validation_missing_hello`) is still
+    closed at that deadline; before, each request restarted the timer, so such clients kept
+    their relay slots for ever (512 of them filled the relay)."""
+    async with serving(root, pre_hello_timeout=0.3) as server:
+        client = await Raw.open(root / "relay.sock")
+
+        async def chatter() -> int:
+            answered = 0
+            while True:
+                try:
+                    await client.send(request("list", f"r{answered}"))
+                except (BrokenPipeError, ConnectionResetError):
+                    return answered
+                data = await client.reader.readline()
+                if not data:
+                    return answered
+                assert json.loads(data)["response"]["error"]["code"] == "validation_missing_hello"
+                answered += 1
+
+        answered = await asyncio.wait_for(chatter(), GUARD)  # only a hang (the old bug) reaches it
+        assert answered > 1  # it did keep the connection busy until the deadline
+        client.close()
+        await wait_until(lambda: server.connections() == 0, "connections closed")
+
+
 async def test_no_timeout_after_hello(root: Path) -> None:
     async with serving(root, pre_hello_timeout=0.05):
         client = await Raw.open(root / "relay.sock")
