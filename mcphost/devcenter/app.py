@@ -2,14 +2,18 @@
 
 Owns: the generic agent-tool handler (bearer -> faults -> body -> field shape -> agent on
 worker -> generation fence -> field values -> tool logic -> padding), the worker's agent list
-(`GET /admin/worker/agents`: bearer -> faults -> the token's worker's agents), the control
-handlers (faults, request log, forks, binding agents to workers) and runtime handlers, the JSON error middleware and the two route tables.
+(`GET /admin/worker/agents`: bearer -> faults -> the token's worker's agents, each with the
+highest generation seen), the generation reservation (`POST
+/admin/worker/agents/<id>/generation`: bearer -> faults -> body -> agent on worker -> the next
+generation, recorded), the control handlers (faults, request log, forks, workers, binding
+agents to workers) and runtime handlers, the JSON error middleware and the two route tables.
 Must never: answer an admin route before authenticating it, accept an unknown body field,
 or return a non-JSON error.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -20,7 +24,10 @@ from mcphost.devcenter import files, ids, openapi, specs
 from mcphost.devcenter.center import CENTER_KEY, GENERATION_HEADER, Center
 from mcphost.devcenter.control import Faults
 from mcphost.devcenter.errors import ApiError
+from mcphost.devcenter.store import token_file
 from mcphost.devcenter.tools import HANDLERS
+
+WORKER_ID = re.compile(r"w-[a-z0-9]{1,32}")
 
 # -- handlers ------------------------------------------------------------------------------
 
@@ -48,10 +55,57 @@ async def worker_agents(request: web.Request) -> web.Response:
     center: Center = request.app[CENTER_KEY]
     worker = await center.admit(request, "worker_agents")
     rows = center.store.all(
-        "SELECT agent_id FROM agents WHERE worker_id = ? ORDER BY agent_id", worker
+        "SELECT agent_id, COALESCE(generation, 0) AS generation FROM agents "
+        "LEFT JOIN generations USING (agent_id) WHERE worker_id = ? ORDER BY agent_id",
+        worker,
     )
-    body = {"worker_id": worker, "agents": [{"agent_id": row["agent_id"]} for row in rows]}
+    body = {"worker_id": worker, "agents": rows}
     return web.json_response(center.faults.pad("worker_agents", body))
+
+
+async def reserve_generation(request: web.Request) -> web.Response:
+    """The agent's next generation, above every one the center has seen, recorded at once."""
+    center: Center = request.app[CENTER_KEY]
+    worker = await center.admit(request, "worker_generation")
+    body = await center.json_body(request)
+    unknown = sorted(set(body) - {"at_least"})
+    if unknown:
+        raise ApiError(400, "invalid_input", f"unknown field(s) {', '.join(unknown)}")
+    at_least = body.get("at_least", 0)
+    if (
+        not isinstance(at_least, int)
+        or isinstance(at_least, bool)
+        or not 0 <= at_least <= specs.MAX_GENERATION
+    ):
+        raise ApiError(
+            400, "invalid_input", f"at_least must be an integer from 0 to {specs.MAX_GENERATION}"
+        )
+    agent_id = center.bound_agent(worker, request.match_info["agent_id"])
+    generation = center.store.reserve_generation(agent_id, at_least, specs.MAX_GENERATION)
+    if generation is None:
+        raise ApiError(
+            409,
+            "generation_exhausted",
+            f"agent {agent_id} has used every generation up to {specs.MAX_GENERATION}",
+        )
+    reply = {"agent_id": agent_id, "generation": generation}
+    return web.json_response(center.faults.pad("worker_generation", reply))
+
+
+async def add_worker(request: web.Request) -> web.Response:
+    """Control: create a worker and its token file (tests with more workers than the seed)."""
+    center: Center = request.app[CENTER_KEY]
+    body = await center.json_body(request)
+    worker_id = body.get("worker_id")
+    if set(body) != {"worker_id"} or not isinstance(worker_id, str):
+        raise ApiError(400, "invalid_input", 'send {"worker_id": "w-<letters, digits>"}')
+    if not WORKER_ID.fullmatch(worker_id):
+        raise ApiError(400, "invalid_input", "worker_id must match w-[a-z0-9]{1,32}")
+    if not center.store.add_worker(center.state, worker_id):
+        raise ApiError(409, "worker_exists", f"worker {worker_id} exists already")
+    return web.json_response(
+        {"ok": True, "worker_id": worker_id, "token_file": str(token_file(center.state, worker_id))}
+    )
 
 
 async def bind_agents(request: web.Request) -> web.Response:
@@ -236,9 +290,11 @@ def admin_app(center: Center, *, control: bool) -> web.Application:
     app.router.add_post("/admin/files/transfer/{transfer_id}/complete", files.complete_transfer)
     app.router.add_get("/admin/files/{file_id}", files.download, allow_head=False)
     app.router.add_get("/admin/worker/agents", worker_agents, allow_head=False)
+    app.router.add_post("/admin/worker/agents/{agent_id}/generation", reserve_generation)
     app.router.add_get("/healthz", healthz, allow_head=False)
     app.router.add_get("/openapi.json", openapi_json, allow_head=False)
     if control:
+        app.router.add_post("/_devcenter/workers", add_worker)
         app.router.add_post("/_devcenter/agents", bind_agents)
         app.router.add_delete("/_devcenter/agents/{agent_id}", unbind_agent)
         app.router.add_post("/_devcenter/faults", set_faults)

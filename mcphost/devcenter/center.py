@@ -1,8 +1,9 @@
 """The per-process center state and the admission sequence every admin route runs.
 
 Owns: `Center` (store, fault table, request log, blob dir) and its steps: bearer ->
-worker (`authenticate`), faults (`admit`), JSON object body (`json_body`), agent on worker and
-generation fencing (`gate`). `CENTER_KEY` is how handlers find it on the aiohttp app.
+worker (`authenticate`), faults (`admit`), JSON object body (`json_body`), agent on worker
+(`bound_agent`) and generation fencing (`gate`; a 409 `stale_generation` names the generation
+sent and the current one). `CENTER_KEY` is how handlers find it on the aiohttp app.
 Must never: let a request through with an unknown or mismatched token, or remember a
 generation for an agent the token's worker does not own.
 """
@@ -96,6 +97,21 @@ class Center:
                 "invalid_generation",
                 f"{GENERATION_HEADER} must be an integer from 0 to {MAX_GENERATION}",
             ) from None
+        agent_id = self.bound_agent(worker, agent_id)
+        newer = self.store.fence_generation(agent_id, generation)
+        if newer is not None:
+            raise ApiError(
+                409,
+                "stale_generation",
+                f"a newer host generation ({newer}) has taken over agent {agent_id}; this host "
+                f"(generation {generation}) must stop",
+                generation=generation,
+                current_generation=newer,
+            )
+        return agent_id
+
+    def bound_agent(self, worker: str, agent_id: Any) -> str:
+        """`agent_id` if it names an agent bound to `worker`; else 400, 404 or 403."""
         if not agent_id:
             raise ApiError(400, "missing_agent_id", "agent_id is required (the host injects it)")
         if not isinstance(agent_id, str):
@@ -105,14 +121,6 @@ class Center:
             raise ApiError(404, "not_found", f"agent {agent_id!r} does not exist")
         if agent["worker_id"] != worker:
             raise ApiError(403, "agent_not_bound_to_worker", "agent is not bound to this worker")
-        newer = self.store.fence_generation(agent_id, generation)
-        if newer is not None:
-            raise ApiError(
-                409,
-                "stale_generation",
-                f"a newer host generation ({newer}) has taken over agent {agent_id}; this host "
-                f"(generation {generation}) must stop",
-            )
         return agent_id
 
 

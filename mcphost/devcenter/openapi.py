@@ -135,6 +135,17 @@ def document() -> dict[str, Any]:
             "responses": _responses(200, specs.WORKER_AGENTS, (401,)),
         }
     }
+    paths["/admin/worker/agents/{agent_id}/generation"] = {
+        "post": {
+            "operationId": "reserve_generation",
+            "summary": "Reserve the agent's next host generation: above every one the center has "
+            "seen (and at least at_least), recorded before the reply.",
+            "tags": ["worker"],
+            "parameters": [_path_param("agent_id")],
+            "requestBody": _json_body(specs.RESERVE_BODY),
+            "responses": _responses(200, specs.RESERVED, (400, 401, 403, 404, 409)),
+        }
+    }
     paths["/healthz"] = {
         "get": {
             "operationId": "healthz",

@@ -376,10 +376,20 @@ PUT_RESPONSE = _obj({"written": _B, "size": _I, "sha256": _S}, ("written", "size
 WORKER_AGENTS = _obj(
     {
         "worker_id": _S,
-        "agents": {"type": "array", "items": _obj({"agent_id": _S}, ("agent_id",))},
+        "agents": {
+            "type": "array",
+            "items": _obj(
+                {"agent_id": _S, "generation": {**_I, "minimum": 0}}, ("agent_id", "generation")
+            ),
+        },
     },
     ("worker_id", "agents"),
 )
+RESERVE_BODY = {
+    **_obj({"at_least": {**_I, "minimum": 0, "maximum": MAX_GENERATION}}),
+    "additionalProperties": False,
+}
+RESERVED = _obj({"agent_id": _S, "generation": {**_I, "minimum": 1}}, ("agent_id", "generation"))
 
 FORK_FIELDS = (
     Field("task_id", required=True, description="the task the executor works on"),

@@ -154,6 +154,17 @@ class Store:
         for worker_id, token in tokens.items():
             _write_secret(token_file(state, worker_id), token)
 
+    def add_worker(self, state: Path, worker_id: str) -> bool:
+        """A new worker with a fresh token in `token_file(state, worker_id)`; False if it exists."""
+        token = new_token()
+        with self.tx() as db:
+            added = db.execute(
+                "INSERT OR IGNORE INTO workers VALUES (?, ?)", (worker_id, token_digest(token))
+            ).rowcount
+        if added:
+            _write_secret(token_file(state, worker_id), token)
+        return bool(added)
+
     # -- identity --------------------------------------------------------------------------
 
     def worker_for_token(self, token: str) -> str | None:
@@ -186,6 +197,23 @@ class Store:
                 (agent_id, generation),
             )
         return None
+
+    def reserve_generation(self, agent_id: str, at_least: int, limit: int) -> int | None:
+        """The agent's next generation: above every one seen and at least `at_least`, recorded
+        as the highest seen in the same transaction; None when it would exceed `limit`."""
+        with self.tx() as db:
+            row = db.execute(
+                "SELECT generation FROM generations WHERE agent_id = ?", (agent_id,)
+            ).fetchone()
+            generation = max(at_least, 1 if row is None else int(row["generation"]) + 1)
+            if generation > limit:
+                return None
+            db.execute(
+                "INSERT INTO generations VALUES (?, ?) ON CONFLICT(agent_id) "
+                "DO UPDATE SET generation = excluded.generation",
+                (agent_id, generation),
+            )
+        return generation
 
     # -- domain reads ----------------------------------------------------------------------
 

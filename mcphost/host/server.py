@@ -13,7 +13,8 @@ Clients: standalone, the surface opens its own admin client (and runtime client)
 binding and closes them in `aclose()`. Under the supervisor, one pooled, pinned client is shared
 by every agent's surface: passed in as `admin=` (and `runtime=`), it is used and never closed
 here (its owner closes it); identity still comes from this surface's binding, through its
-`RequestBuilder`, never from the client.
+`RequestBuilder`, never from the client. The owner may also pass `on_failure`, told of every
+failure a call returns (the supervisor learns there that the center fenced a generation).
 
 Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
 client that ignores `tools/list_changed` still reaches what `search_tools` found.
@@ -26,7 +27,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -89,12 +90,15 @@ class HostSurface:
         admin: AdminClient | None = None,
         runtime: AdminClient | None = None,
         workspace: HeldRoot | None = None,
+        on_failure: Callable[[ToolFailure], None] | None = None,
     ) -> None:
         """`admin`/`runtime`: shared clients owned by the caller (used, never closed here);
         without them the surface opens its own from the binding and closes them itself.
         `workspace`: the root to serve the file tools beneath, handed over (closed with the
-        surface); without it the surface opens `binding.agent_root` now."""
+        surface); without it the surface opens `binding.agent_root` now.
+        `on_failure`: called with each failure a call returns, before it is returned."""
         self.binding = binding
+        self.on_failure = on_failure
         self.catalog = {decl.name: decl for decl in catalog}
         self.list_changed = binding.tier_tools
         self.loaded: set[str] = set()
@@ -169,6 +173,8 @@ class HostSurface:
                 result = await self._forward(decl, params)
         except ToolFailure as failure:
             failure = self._explain(failure)
+            if self.on_failure is not None:
+                self.on_failure(failure)
             events.emit(
                 "mcp.tool.failed",
                 level="warning",

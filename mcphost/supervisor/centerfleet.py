@@ -1,49 +1,105 @@
-"""The fleet from the center: which agents the center assigns to this worker.
+"""The fleet from the center: which agents the center assigns to this worker, and generations.
 
-Owns: `fetch_assigned` (one `GET /admin/worker/agents` through the supervisor's shared, pinned
-`AdminClient`; the worker's bearer is the client's, so the center answers for the token's worker)
-and `parse_assigned`, the strict reading of that reply:
+Owns: `fetch_fleet` / `fetch_assigned` (one `GET /admin/worker/agents` through the supervisor's
+shared, pinned `AdminClient`; the worker's bearer is the client's, so the center answers for the
+token's worker) and `parse_fleet` / `parse_assigned`, the strict reading of that reply:
 
-    {"worker_id": "<id>", "agents": [{"agent_id": "<id>"}, ...]}
+    {"worker_id": "<id>", "agents": [{"agent_id": "<id>", "generation": <n>?}, ...]}
 
 - the body is at most `MAX_REPLY_BYTES`, JSON (`application/json`) that Python can parse (JSON
   nested deeper than the recursion limit is `json_nesting_too_deep`, never a `RecursionError`),
   an object, `worker_id` a string when present and `agents` a list of at most
-  `MAX_AGENTS` objects, each with a string `agent_id`;
+  `MAX_AGENTS` objects, each with a string `agent_id` and, when the center says it, the highest
+  `generation` it has seen for the agent (an integer 0…2**63-1, or null/absent: not said);
 - every id matches the supervisor's agent-id grammar (`mcphost.names.AGENT_ID`: it becomes
   `<state>/agents/<id>/` and an `AC_MCP_AGENT_ID`), and no id appears twice.
 Other keys (at the top or in an entry) are ignored, so a center may say more. Anything else is an
 `AdminFailure` `admin_protocol_error` whose `details.reason` says what (`not_json`,
 `json_nesting_too_deep`, `not_an_object`, `too_many_agents`, `invalid_agent_id`,
-`duplicate_agent_id`, `reply_too_large`); the center's own refusals (401 `auth_*`, 404 on a
+`duplicate_agent_id`, `invalid_generation`, `reply_too_large`); the center's own refusals (401 `auth_*`, 404 on a
 center without the route, injected faults) arrive as the client classifies them
 (`AdmissionRefused`, `CenterRefusal`, `AdminUnavailable`, `admin_timeout`, ...).
 
+Also `reserve_generation`: one `POST /admin/worker/agents/<id>/generation` `{"at_least": n}`, the
+center handing out the agent's next generation (above every one it has seen, recorded before it
+answers), bounded by `RESERVE_TIMEOUT`; its reply must be `{"generation": g}` with
+`at_least <= g <= 2**63-1`, else `admin_protocol_error` (`details.reason` `invalid_generation`).
+
 Must never: return an id outside the grammar (ids end up in paths), echo more than 80 characters
-of a refused id, or build a request other than this one GET (no identity of an agent in it).
+of a refused id, or build a request other than these two (the GET carries no agent identity, the
+POST only the agent id in its path and no generation header).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+from urllib.parse import quote
 
-from mcphost.admin.client import AdminClient, AdminRequest, Reply
+from mcphost.admin.client import AdminClient, AdminRequest, Reply, read_capped
 from mcphost.errors import AdminFailure
 from mcphost.names import AGENT_ID_EXPECTED, is_agent_id
 
 ROUTE = "/admin/worker/agents"
 MAX_AGENTS = 10_000
 MAX_REPLY_BYTES = 4 * 1024 * 1024  # 10,000 entries of the longest id fit in under 2 MiB
+MAX_GENERATION = (1 << 63) - 1  # what X-AC-MCP-Generation can carry
+RESERVE_TIMEOUT = 5.0  # a spawn waits at most this long for the center's generation
+RESERVE_MAX_REPLY_BYTES = 64 * 1024
 
 
-async def fetch_assigned(client: AdminClient) -> list[str]:
-    """The ids of the agents the center binds to this worker, in the center's order.
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    """The center's answer: agent ids in its order, and the generations it said it has seen."""
+
+    ids: list[str]
+    generations: dict[str, int] = field(default_factory=dict)
+
+
+async def fetch_fleet(client: AdminClient) -> Assigned:
+    """The agents the center binds to this worker, with the generations it has seen.
 
     Raises `ToolFailure` subclasses only (see the module docstring). A read: retried once when
     the center was unavailable."""
     reply = await client.call(AdminRequest("GET", ROUTE), retry_safe=True)
-    return parse_assigned(reply, target=str(client.target))
+    return parse_fleet(reply, target=str(client.target))
+
+
+async def fetch_assigned(client: AdminClient) -> list[str]:
+    """The ids of the agents the center binds to this worker, in the center's order."""
+    return (await fetch_fleet(client)).ids
+
+
+async def reserve_generation(client: AdminClient, agent_id: str, at_least: int) -> int:
+    """The agent's next generation from the center (>= `at_least`), recorded there.
+
+    Raises `ToolFailure` subclasses only: a center without the route answers 404 or 405
+    (`CenterRefusal`); not retried (a reservation that may have taken effect is not repeated)."""
+    route = f"{ROUTE}/{quote(agent_id, safe='')}/generation"
+    target = str(client.target)
+    request = AdminRequest("POST", route, {"at_least": at_least})
+    async with client.stream(
+        request, timeout=min(RESERVE_TIMEOUT, client.call_timeout)
+    ) as response:
+        body = await read_capped(response, RESERVE_MAX_REPLY_BYTES, client.target)
+    try:
+        generation = json.loads(body).get("generation")
+    except (ValueError, RecursionError, AttributeError):
+        generation = None
+    if not is_generation(generation) or generation < at_least:
+        raise AdminFailure(
+            "admin_protocol_error",
+            f"the center's reply to {route} at {target} is not a generation of at least "
+            f"{at_least}; the agent starts with its local generation. Report this reply to the "
+            "center's operators",
+            {"reason": "invalid_generation", "target": target, "agent_id": agent_id},
+        )
+    return int(generation)
+
+
+def is_generation(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_GENERATION
 
 
 def _failure(reason: str, message: str, target: str, **details: Any) -> AdminFailure:
@@ -63,6 +119,11 @@ def _shown(value: Any) -> str:
 
 
 def parse_assigned(reply: Reply, *, target: str = "the center") -> list[str]:
+    """The agent ids of a 2xx reply of `GET /admin/worker/agents` (see `parse_fleet`)."""
+    return parse_fleet(reply, target=target).ids
+
+
+def parse_fleet(reply: Reply, *, target: str = "the center") -> Assigned:
     """The strict reading of a 2xx reply of `GET /admin/worker/agents` (see the module)."""
     body = reply.body
     if len(body) > MAX_REPLY_BYTES:
@@ -105,6 +166,7 @@ def parse_assigned(reply: Reply, *, target: str = "the center") -> list[str]:
             limit=MAX_AGENTS,
         )
     ids: list[str] = []
+    generations: dict[str, int] = {}
     seen: set[str] = set()
     for index, entry in enumerate(entries):
         agent_id = entry.get("agent_id") if isinstance(entry, dict) else None
@@ -125,6 +187,18 @@ def parse_assigned(reply: Reply, *, target: str = "the center") -> list[str]:
                 index=index,
                 agent_id=agent_id,
             )
+        generation = entry.get("generation")
+        if generation is not None and not is_generation(generation):
+            raise _failure(
+                "invalid_generation",
+                f"has a generation for {agent_id} that is not an integer from 0 to "
+                f"{MAX_GENERATION} at agents[{index}] ({_shown(generation)})",
+                target,
+                index=index,
+                agent_id=agent_id,
+            )
+        if generation is not None:
+            generations[agent_id] = generation
         seen.add(agent_id)
         ids.append(agent_id)
-    return ids
+    return Assigned(ids, generations)

@@ -200,6 +200,16 @@ def escaped(chunks: Iterable[str]) -> Iterator[str]:
         yield escape_controls(held)
 
 
+def _state_cell(agent: Mapping[str, Any]) -> str:
+    """The state, with `fenced (<code>)` while the center fences the agent's current generation
+    (the supervisor is replacing it: `ctl status --json` has the whole `fenced` record)."""
+    state = _clean(agent.get("state"))
+    fenced = agent.get("fenced")
+    if isinstance(fenced, Mapping) and fenced.get("generation") == agent.get("generation"):
+        return f"{state}, fenced ({_clean(fenced.get('code'))})"
+    return state
+
+
 def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for agent in agents:
@@ -214,7 +224,7 @@ def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[s
         rows.append(
             (
                 _clean(agent.get("agent_id")),
-                _clean(agent.get("state")),
+                _state_cell(agent),
                 _clean(agent.get("pid")),
                 _clean(agent.get("generation")),
                 _clean(agent.get("restarts")),

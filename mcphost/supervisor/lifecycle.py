@@ -1,9 +1,10 @@
 """One `AgentRunner` per agent: spawn, output, exit, restart policy, backoff, intensity, stop.
 
 Owns: the agent's process. Each spawn takes a new generation from the StateStore (committed
-first), starts the agent in its own session and process group (`start_new_session`) with its
-output piped into the agent's `RotatingLog`, arms the parent-death signal (and switches user
-when the plan names one), registers the pid with the Reaper and calls `on_spawn` -- all with no
+first; at least the one the supervisor's `reserve` got from the center, awaited before), starts
+the agent in its own session and process group (`start_new_session`) with its output piped
+into the agent's `RotatingLog`, arms the parent-death signal (and switches user when the plan
+names one), registers the pid with the Reaper and calls `on_spawn` -- all with no
 `await` in between, so the supervisor knows the new identity root before the agent can attach
 and the exit status cannot be reaped before it is watched. On exit: `on_exit`, then whatever is
 left of the agent's process group is ended (SIGTERM, SIGKILL after `stop_grace`), then the
@@ -16,7 +17,8 @@ systemd does). There is no readiness signal: `running` means the process exists.
 The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
 The process-specific part is small and overridable, so another host of the agent's process
 reuses the rest (policy, backoff, intensity, generations, group stop): `_launch` (one spawn:
-`_new_generation`, then `_register` or `_spawn_failed`) and `_run_ended` (after each run);
+`_reserve_generation` (the center's say, when `reserve` is set), `_new_generation`, then
+`_register` or `_spawn_failed`) and `_run_ended` (after each run);
 `tmuxrunner.TmuxRunner` runs the agent as a tmux pane that way.
 Must never: wait for a child any other way than through the Reaper, yield between `Popen`
 returning and `on_spawn`, restart an agent stopped by `stop()`, or pass anything to the agent
@@ -33,7 +35,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -228,6 +230,8 @@ class _LogPipe(asyncio.Protocol):
 
 OnSpawn = Callable[["AgentRunner", int, int, int], None]
 OnExit = Callable[["AgentRunner", int], None]
+# (agent_id, the next local generation) -> the generation to use, at least that (the center's)
+Reserve = Callable[[str, int], Awaitable[int]]
 
 
 class AgentRunner:
@@ -267,6 +271,8 @@ class AgentRunner:
         self._task: asyncio.Task[None] | None = None
         self._run: _Run | None = None
         self._generation = store.generation(plan.agent_id)
+        self.reserve: Reserve | None = None  # set by the supervisor: asks the center
+        self._reserved = 1
         self._restarts = 0
         self._started_at: float | None = None
         self._k = 0
@@ -350,12 +356,23 @@ class AgentRunner:
 
     async def _launch(self) -> _Run | None:
         """One spawn (None when it failed). A subclass hosting the process elsewhere overrides
-        this (tmuxrunner.py); here it never awaits, so `_spawn` stays atomic."""
+        this (tmuxrunner.py); past the reservation it never awaits, so `_spawn` stays atomic."""
+        await self._reserve_generation()
+        if not self._want:  # stopped while the center answered
+            return None
         return self._spawn()
+
+    async def _reserve_generation(self) -> None:
+        """Before `_new_generation`: the generation the center hands out for this spawn (above
+        every one it has seen), when the supervisor gave a way to ask (`reserve`)."""
+        self._reserved = 1
+        if self.reserve is not None:
+            local = (self._store.generation(self.agent_id) or 0) + 1
+            self._reserved = await self.reserve(self.agent_id, local)
 
     def _new_generation(self) -> int:
         self._state = AgentState.STARTING
-        generation = self._store.next_generation(self.agent_id)
+        generation = self._store.next_generation(self.agent_id, at_least=self._reserved)
         self._generation = generation
         self._ensure_log()
         return generation

@@ -1,7 +1,8 @@
 """The supervisor's persistent state: one SQLite file under `--state` (`state.sqlite3`, 0600).
 
 Owns: the generation of every agent, strictly increasing across spawns and across supervisor
-restarts: `next_generation` increments inside one `BEGIN IMMEDIATE` transaction (so two
+restarts (and at least what the center reserved, so across state directories too:
+docs/supervisor.md "Restarts and generations"): `next_generation` increments inside one `BEGIN IMMEDIATE` transaction (so two
 processes on the same file serialise) and commits (synchronous=FULL, write-ahead log) before it
 returns, so a generation once handed to an agent is never handed out again, even if the
 supervisor is killed right after. Also the last exit of every agent (`record_exit`), so
@@ -62,16 +63,18 @@ class StateStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
 
-    def next_generation(self, agent_id: str) -> int:
-        """Allocate the agent's next generation (1 for the first spawn); committed on return."""
+    def next_generation(self, agent_id: str, at_least: int = 1) -> int:
+        """Allocate the agent's next generation: one more than the last here (1 for the first
+        spawn), or `at_least` (what the center reserved) when that is higher; committed on
+        return."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
             row = db.execute(
-                "INSERT INTO generations (agent_id, generation) VALUES (?, 1) "
-                "ON CONFLICT(agent_id) DO UPDATE SET generation = generation + 1 "
+                "INSERT INTO generations (agent_id, generation) VALUES (?, max(1, ?)) "
+                "ON CONFLICT(agent_id) DO UPDATE SET generation = max(generation + 1, ?) "
                 "RETURNING generation",
-                (agent_id,),
+                (agent_id, at_least, at_least),
             ).fetchone()
             db.execute("COMMIT")
         except BaseException:

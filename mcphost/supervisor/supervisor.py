@@ -50,17 +50,21 @@ from mcphost.supervisor.homes import (
     agent_env,
     hold_home,
 )
-from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.relayhost import RelayHost
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
 from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
+    from mcphost.errors import ToolFailure
     from mcphost.relaytools.stream import SharedStream
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"
+# After the center could not be reached for a generation, spawns use the local counter (and the
+# center's last word) without asking again for this long: a hung center must not hold a fleet.
+RESERVE_PAUSE = 30.0
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
@@ -78,6 +82,8 @@ class Slot:
     uid: int
     workspace: HeldWorkspace
     roots: set[tuple[int, int]] = field(default_factory=set)
+    fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
+    fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
 
 
 def attach_script() -> str:
@@ -118,6 +124,9 @@ class Supervisor:
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
         # per agent: (generation, the relay connection its relay tools sessions share)
         self._relay_shares: dict[str, tuple[int, SharedStream]] = {}
+        # the highest generation the center said it has seen, per agent (its list, its 409s)
+        self.center_generations: dict[str, int] = {}
+        self._reserve_paused_until = 0.0  # loop time: the center was unreachable, don't wait
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -334,7 +343,37 @@ class Supervisor:
                 env=agent_env(self.env, plan, home),
                 cwd=workspace.cwd,
             )
+        runner.reserve = self._reserve_generation
         return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user), workspace=workspace)
+
+    async def _reserve_generation(self, agent_id: str, local: int) -> int:
+        """The generation of the agent's next spawn: the center's reservation (above every
+        generation it has seen), else at least one above what it last said it has seen."""
+        from mcphost.errors import AdminUnavailable, ToolFailure
+        from mcphost.supervisor.centerfleet import reserve_generation
+
+        at_least = max(local, self.center_generations.get(agent_id, 0) + 1)
+        loop = asyncio.get_running_loop()
+        if self.admin is None or loop.time() < self._reserve_paused_until:
+            return at_least
+        try:
+            generation = await reserve_generation(self.admin, agent_id, at_least)
+        except ToolFailure as exc:
+            if isinstance(exc, AdminUnavailable) or exc.code == "admin_timeout":
+                self._reserve_paused_until = loop.time() + RESERVE_PAUSE
+            events.emit(
+                "supervisor.generation_unreserved",
+                level="info",
+                agent_id=agent_id,
+                generation=at_least,
+                code=exc.code,
+                status=exc.status,
+            )
+            return at_least
+        self.center_generations[agent_id] = max(
+            generation, self.center_generations.get(agent_id, 0)
+        )
+        return generation
 
     def _forget(self, slot: Slot) -> None:
         for root in slot.roots:
@@ -425,13 +464,13 @@ class Supervisor:
 
     async def _reload_from_center(self) -> dict[str, Any]:
         from mcphost.errors import ToolFailure
-        from mcphost.supervisor.centerfleet import fetch_assigned
+        from mcphost.supervisor.centerfleet import fetch_fleet
         from mcphost.supervisor.fleet import fleet_with_agents
 
         assert self.admin is not None
         try:
-            assigned = await fetch_assigned(self.admin)
-            fleet = fleet_with_agents(self.fleet, assigned)
+            assigned = await fetch_fleet(self.admin)
+            fleet = fleet_with_agents(self.fleet, assigned.ids)
         except ToolFailure as exc:
             raise ControlError(
                 "reload_failed",
@@ -444,7 +483,13 @@ class Supervisor:
                 f"the center's agent list was not applied: {exc}",
                 {"problems": [p.details() for p in exc.problems]},
             ) from None
+        for agent_id, generation in assigned.generations.items():
+            self._center_saw(agent_id, generation)
         return await self._reconcile(fleet)
+
+    def _center_saw(self, agent_id: str, generation: int) -> None:
+        if generation > self.center_generations.get(agent_id, 0):
+            self.center_generations[agent_id] = generation
 
     async def _poll_center(self) -> None:
         while True:
@@ -526,8 +571,70 @@ class Supervisor:
             tier_tools=slot.plan.tier_tools,
             generation=generation,
         )
+        agent_id = slot.plan.agent_id
         workspace = HeldRoot(binding, slot.workspace.dup())
-        return HostSurface(binding, admin=self.admin, runtime=self.runtime, workspace=workspace)
+        return HostSurface(
+            binding,
+            admin=self.admin,
+            runtime=self.runtime,
+            workspace=workspace,
+            on_failure=lambda failure: self._center_failed(agent_id, generation, failure),
+        )
+
+    def _center_failed(self, agent_id: str, generation: int, failure: ToolFailure) -> None:
+        """A call of `agent_id`'s session (of `generation`) failed: if the center fenced that
+        generation and it is the agent's current one, show it and replace the agent."""
+        from mcphost.errors import StaleGeneration
+        from mcphost.supervisor.centerfleet import is_generation
+
+        if not isinstance(failure, StaleGeneration):
+            return
+        current = failure.details.get("current_generation")
+        if not is_generation(current):
+            current = None  # a center that does not say: the next local generation is tried
+        else:
+            self._center_saw(agent_id, current)
+        slot = self.slots.get(agent_id)
+        if slot is None or slot.runner.status().generation != generation:
+            return  # gone, or a newer local spawn exists: its sessions are closed anyway
+        if slot.fenced is not None and slot.fenced["generation"] == generation:
+            return  # already being replaced
+        slot.fenced = {
+            "code": failure.code,
+            "generation": generation,
+            "center_generation": current,
+            "at": time.time(),
+        }
+        events.emit(
+            "supervisor.agent_fenced",
+            level="warning",
+            agent_id=agent_id,
+            generation=generation,
+            center_generation=current,
+        )
+        self._spawn(self._replace_fenced(slot, generation))
+
+    async def _replace_fenced(self, slot: Slot, generation: int) -> None:
+        """Restart a fenced agent with a generation above the center's (under the reload lock,
+        so a reconcile never sees it half done); past `max_restarts` fences within
+        `restart_window`, stop it instead (another host keeps taking it over)."""
+        async with self._reload_lock:
+            agent_id = slot.plan.agent_id
+            if (
+                self.slots.get(agent_id) is not slot
+                or slot.runner.status().generation != generation
+            ):
+                return
+            if slot.fences is None:
+                slot.fences = Intensity(slot.plan.max_restarts, slot.plan.restart_window)
+            assert slot.fenced is not None
+            if slot.fences.allow(asyncio.get_running_loop().time()):
+                slot.fenced["action"] = "restarted"
+                await slot.runner.restart()
+            else:
+                slot.fenced["action"] = "stopped"
+                events.emit("supervisor.agent_fenced_stopped", level="error", agent_id=agent_id)
+                await slot.runner.stop()
 
     def _relay_surface(self, slot: Slot, generation: int) -> Surface:
         """The relay tools for one session of `slot`'s agent. All sessions of one agent
@@ -594,6 +701,7 @@ class Supervisor:
                     "last_exit": status.last_exit,
                     "last_reason": status.last_reason,
                     "sessions": sum(hub.count(agent_id) for hub in self.hubs.values()),
+                    "fenced": slot.fenced,
                 }
             )
         for agent_id, reason in sorted(self.unstarted.items()):
@@ -608,6 +716,7 @@ class Supervisor:
                     "last_exit": None,
                     "last_reason": reason,
                     "sessions": 0,
+                    "fenced": None,
                 }
             )
         return rows

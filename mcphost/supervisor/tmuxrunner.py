@@ -112,6 +112,7 @@ class TmuxRunner(AgentRunner):
         self._gate_path = os.path.join(self.server.runtime_dir, f"{self.session}.gate")
 
     async def _launch(self) -> _Run | None:
+        await self._reserve_generation()
         generation = self._new_generation()
         try:
             await self._kill_session()  # a leftover of an earlier run or supervisor

@@ -321,6 +321,17 @@ class DevCenter:
         finally:
             self.clear_faults()
 
+    def add_worker(self, worker_id: str) -> str:
+        """Create another worker (`w-3`, ...) through the control API; its token."""
+        self._control("POST", "/_devcenter/workers", {"worker_id": worker_id})
+        return self.worker_token(worker_id)
+
+    def bind(self, worker_id: str, *agent_ids: str) -> None:
+        """Create the agents on `worker_id`, or move them there (the center assigning them)."""
+        self._control(
+            "POST", "/_devcenter/agents", {"worker_id": worker_id, "agent_ids": list(agent_ids)}
+        )
+
     def requests(self, limit: int = 50) -> list[dict[str, Any]]:
         """The last admin requests, oldest first: {method, route, query, headers, body}."""
         return list(self._control("GET", f"/_devcenter/requests?limit={limit}"))

@@ -30,7 +30,7 @@ def fleet(center: DevCenter, worker: str = "w-1") -> list[str]:
     assert reply.status == 200, reply.body
     body = reply.json()
     assert body["worker_id"] == worker and set(body) == {"worker_id", "agents"}
-    assert all(set(entry) == {"agent_id"} for entry in body["agents"])
+    assert all(set(entry) == {"agent_id", "generation"} for entry in body["agents"])
     return [entry["agent_id"] for entry in body["agents"]]
 
 
@@ -40,7 +40,7 @@ def test_each_worker_sees_its_own_agents(center: DevCenter) -> None:
     reply = center.request(
         "GET", ROUTE, headers=bearer(center.worker_token("w-1")), transport="tcp"
     )
-    assert reply.json()["agents"] == [{"agent_id": "agent-1"}, {"agent_id": "agent-2"}]
+    assert [entry["agent_id"] for entry in reply.json()["agents"]] == ["agent-1", "agent-2"]
 
 
 @pytest.mark.parametrize(
@@ -149,6 +149,8 @@ def test_openapi_lists_the_route(center: DevCenter) -> None:
     doc = center.request("GET", "/openapi.json").json()
     operation = doc["paths"][ROUTE]["get"]
     assert operation["operationId"] == "worker_agents"
+    reservation = doc["paths"][ROUTE + "/{agent_id}/generation"]["post"]
+    assert reservation["operationId"] == "reserve_generation"
     schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["worker_id", "agents"]
     assert "401" in operation["responses"]
@@ -160,3 +162,90 @@ def test_control_routes_need_control(tmp_path: Path) -> None:
         reply = bare.request("POST", "/_devcenter/agents", {"worker_id": "w-1", "agent_ids": ["a"]})
         assert (reply.status, reply.error) == (404, "not_found")
         assert fleet(bare) == ["agent-1", "agent-2"]
+
+
+# -- generations: the center as the authority on what it has already seen ----------------------
+
+
+def reserve(center: DevCenter, agent_id: str, worker: str, body: dict[str, object] | None = None):
+    return center.request(
+        "POST",
+        f"{ROUTE}/{quote(agent_id, safe='')}/generation",
+        {} if body is None else body,
+        bearer(center.worker_token(worker)),
+    )
+
+
+def listed_generation(center: DevCenter, worker: str, agent_id: str) -> int:
+    reply = center.request("GET", ROUTE, headers=bearer(center.worker_token(worker)))
+    return next(e["generation"] for e in reply.json()["agents"] if e["agent_id"] == agent_id)
+
+
+def test_reservations_climb_above_every_generation_seen(center: DevCenter) -> None:
+    center.bind("w-1", "agent-g")
+    try:
+        assert listed_generation(center, "w-1", "agent-g") == 0  # never seen
+        assert reserve(center, "agent-g", "w-1").json() == {"agent_id": "agent-g", "generation": 1}
+        assert reserve(center, "agent-g", "w-1").json()["generation"] == 2
+        # a host's own calls raise the mark; the next reservation is above them
+        assert center.call("get_my_work", agent_id="agent-g", generation=9).status == 200
+        assert listed_generation(center, "w-1", "agent-g") == 9
+        assert reserve(center, "agent-g", "w-1").json()["generation"] == 10
+        # at_least: a worker whose own counter is higher gets that one, and it is recorded
+        assert reserve(center, "agent-g", "w-1", {"at_least": 40}).json()["generation"] == 40
+        assert reserve(center, "agent-g", "w-1", {"at_least": 3}).json()["generation"] == 41
+        assert listed_generation(center, "w-1", "agent-g") == 41
+        # the reservation fences every lower generation at once, with both generations named
+        stale = center.call("get_my_work", agent_id="agent-g", generation=40)
+        assert (stale.status, stale.error) == (409, "stale_generation")
+        assert (stale.json()["generation"], stale.json()["current_generation"]) == (40, 41)
+        # moved to another worker: that worker reserves above the old one, the old one may not
+        center.bind("w-2", "agent-g")
+        assert reserve(center, "agent-g", "w-2").json()["generation"] == 42
+        refused = reserve(center, "agent-g", "w-1")
+        assert (refused.status, refused.error) == (403, "agent_not_bound_to_worker")
+        assert listed_generation(center, "w-2", "agent-g") == 42
+    finally:
+        center.request("DELETE", "/_devcenter/agents/agent-g")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"at_least": -1}, 400, "invalid_input"),
+        ({"at_least": True}, 400, "invalid_input"),
+        ({"at_least": "3"}, 400, "invalid_input"),
+        ({"at_least": 1 << 63}, 400, "invalid_input"),
+        ({"extra": 1}, 400, "invalid_input"),
+    ],
+)
+def test_reservation_refusals(
+    center: DevCenter, body: dict[str, object], status: int, code: str
+) -> None:
+    reply = reserve(center, "agent-2", "w-1", body)
+    assert (reply.status, reply.error) == (status, code)
+    assert reserve(center, "agent-nobody", "w-1").error == "not_found"
+    unauthenticated = center.request("POST", f"{ROUTE}/agent-2/generation", {})
+    assert (unauthenticated.status, unauthenticated.error) == (401, "auth_missing")
+
+
+def test_a_reservation_at_the_last_generation_is_refused(center: DevCenter) -> None:
+    center.bind("w-1", "agent-h")
+    try:
+        top = (1 << 63) - 1
+        assert reserve(center, "agent-h", "w-1", {"at_least": top}).json()["generation"] == top
+        reply = reserve(center, "agent-h", "w-1")
+        assert (reply.status, reply.error) == (409, "generation_exhausted")
+    finally:
+        center.request("DELETE", "/_devcenter/agents/agent-h")
+
+
+def test_more_workers_through_the_control_route(center: DevCenter) -> None:
+    token = center.add_worker("w-7")
+    assert token.startswith("acat_") and token not in (center.token, center.worker_token("w-2"))
+    assert fleet(center, "w-7") == []
+    again = center.request("POST", "/_devcenter/workers", {"worker_id": "w-7"})
+    assert (again.status, again.error) == (409, "worker_exists")
+    for bad in ({"worker_id": "../x"}, {"worker_id": "w-7", "x": 1}, {}):
+        reply = center.request("POST", "/_devcenter/workers", bad)
+        assert (reply.status, reply.error) == (400, "invalid_input")

@@ -15,7 +15,14 @@ from mcphost.admin.client import AdminClient, Reply
 from mcphost.admin.pinning import parse_pins
 from mcphost.admin.target import parse_target
 from mcphost.errors import AdminFailure, AdminUnavailable, AdmissionRefused, CenterRefusal
-from mcphost.supervisor.centerfleet import MAX_AGENTS, fetch_assigned, parse_assigned
+from mcphost.supervisor.centerfleet import (
+    MAX_AGENTS,
+    fetch_assigned,
+    fetch_fleet,
+    parse_assigned,
+    parse_fleet,
+    reserve_generation,
+)
 from mcphost.testing import DevCenter
 
 pytestmark = pytest.mark.anyio
@@ -193,6 +200,10 @@ def reply(body: Any, content_type: str = "application/json") -> Reply:
         ({"agents": [{"agent_id": 1}]}, "invalid_agent_id"),
         ({"agents": [{"agent_id": None}]}, "invalid_agent_id"),
         ({"agents": [{"agent_id": "a"}, {"agent_id": "a"}]}, "duplicate_agent_id"),
+        ({"agents": [{"agent_id": "a", "generation": -1}]}, "invalid_generation"),
+        ({"agents": [{"agent_id": "a", "generation": True}]}, "invalid_generation"),
+        ({"agents": [{"agent_id": "a", "generation": "3"}]}, "invalid_generation"),
+        ({"agents": [{"agent_id": "a", "generation": 1 << 63}]}, "invalid_generation"),
         (b" " * (4 * 1024 * 1024 + 1), "reply_too_large"),
     ],
 )
@@ -219,3 +230,42 @@ def test_a_long_bad_id_is_shown_cut() -> None:
     with pytest.raises(AdminFailure) as caught:
         parse_assigned(reply({"agents": [{"agent_id": "../" + "x" * 5000}]}))
     assert "x" * 81 not in caught.value.message and "…" in caught.value.message
+
+
+def test_generations_the_center_says_it_has_seen() -> None:
+    body = {"agents": [{"agent_id": "b", "generation": 4}, {"agent_id": "a", "generation": None}]}
+    assert parse_fleet(reply(body)).generations == {"b": 4}  # null: not said
+    assert parse_fleet(reply({"agents": [{"agent_id": "a"}]})).generations == {}
+
+
+# -- the next generation, from the center ----------------------------------------------------------
+
+
+async def test_the_center_reserves_generations_above_all_it_has_seen(
+    center: DevCenter, w1: AdminClient
+) -> None:
+    with bound(center, "w-1", ["agent-r"]):
+        assert await reserve_generation(w1, "agent-r", 1) == 1
+        assert await reserve_generation(w1, "agent-r", 1) == 2
+        assert await reserve_generation(w1, "agent-r", 9) == 9
+        assert center.call("get_my_work", agent_id="agent-r", generation=20).status == 200
+        assert (await fetch_fleet(w1)).generations["agent-r"] == 20
+        assert await reserve_generation(w1, "agent-r", 10) == 21
+        last = center.requests(1)[0]
+        assert (last["route"], last["body"]) == (
+            "/admin/worker/agents/agent-r/generation",
+            {"at_least": 10},
+        )
+        assert "X-AC-MCP-Generation" not in last["headers"]
+        other = client_for(center, "w-2")
+        try:
+            with pytest.raises(AdmissionRefused) as caught:
+                await reserve_generation(other, "agent-r", 1)
+            assert caught.value.code == "agent_not_bound_to_worker"
+        finally:
+            await other.aclose()
+        # a center without the route: a refusal the supervisor falls back from
+        with center.faults(status={"worker_generation": [404, "not_found"]}):
+            with pytest.raises(CenterRefusal) as missing:
+                await reserve_generation(w1, "agent-r", 1)
+            assert (missing.value.code, missing.value.status) == ("not_found", 404)

@@ -350,6 +350,15 @@ def test_status_table_of_nothing_and_of_odd_values() -> None:
     )
 
 
+def test_status_table_shows_a_fenced_current_generation() -> None:
+    fence = {"code": "stale_generation", "generation": 3, "center_generation": 7, "at": 1.0}
+    fenced = {"agent_id": "a", "state": "running", "generation": 3, "fenced": fence}
+    replaced = {**fenced, "generation": 8}  # the fence is history once a newer spawn runs
+    lines = status_table([fenced, replaced], 100).splitlines()
+    assert lines[1].split()[:4] == ["a", "running,", "fenced", "(stale_generation)"]
+    assert lines[2].split()[:2] == ["a", "running"] and "fenced" not in lines[2]
+
+
 # -- exec ------------------------------------------------------------------------------------------
 
 

@@ -22,6 +22,17 @@ def test_generations_start_at_one_and_increase_per_agent(tmp_path: object) -> No
     store.close()
 
 
+def test_a_generation_is_at_least_what_the_center_reserved(tmp_path: object) -> None:
+    store = StateStore(os.path.join(str(tmp_path), "state.sqlite3"))
+    assert store.next_generation("a", at_least=7) == 7  # a fresh state directory: the center's
+    assert store.next_generation("a", at_least=3) == 8  # never backwards: the local one wins
+    assert store.next_generation("a") == 9
+    assert store.next_generation("a", at_least=20) == 20
+    assert store.next_generation("b", at_least=0) == 1
+    assert store.generation("a") == 20
+    store.close()
+
+
 def test_generations_persist_across_reopen_and_file_is_private(tmp_path: object) -> None:
     state_dir = os.path.join(str(tmp_path), "state")
     path = os.path.join(state_dir, "state.sqlite3")

@@ -50,6 +50,15 @@ def generations_heard(center: DevCenter, agent_id: str) -> set[str]:
     return out
 
 
+def first_generation(center: DevCenter, agent_id: str) -> int:
+    """The generation a fresh state directory's first spawn of `agent_id` gets: one above the
+    highest the center has seen (the module's center outlives each test's supervisor)."""
+    reply = center.request(
+        "GET", "/admin/worker/agents", headers={"Authorization": f"Bearer {center.token}"}
+    )
+    return 1 + next(e["generation"] for e in reply.json()["agents"] if e["agent_id"] == agent_id)
+
+
 def test_a_crashing_agent_fails_after_max_restarts_until_ctl_restart(
     supervised: Supervised, center: DevCenter
 ):
@@ -86,7 +95,7 @@ def test_a_crashing_agent_fails_after_max_restarts_until_ctl_restart(
     assert "4" in generations_heard(center, "agent-1")
 
 
-def test_never_and_on_failure_leave_a_clean_exit_stopped(supervised: Supervised):
+def test_never_and_on_failure_leave_a_clean_exit_stopped(supervised: Supervised, center: DevCenter):
     exit_0 = [sys.executable, "-c", "print('done')"]
     supervised.write_fleet(
         [
@@ -94,6 +103,7 @@ def test_never_and_on_failure_leave_a_clean_exit_stopped(supervised: Supervised)
             {"id": "agent-2", "command": exit_0, "restart": "on-failure"},
         ]
     )
+    first = {agent: first_generation(center, agent) for agent in ("agent-1", "agent-2")}
     supervised.start()
     for agent in ("agent-1", "agent-2"):
         # "stopped" is set when the supervision task ends: nothing can respawn it later
@@ -102,22 +112,23 @@ def test_never_and_on_failure_leave_a_clean_exit_stopped(supervised: Supervised)
             60,
             f"{agent} to stop",
         )
-        assert (row["generation"], row["restarts"], row["pid"]) == (1, 0, None), row
+        assert (row["generation"], row["restarts"], row["pid"]) == (first[agent], 0, None), row
         assert row["last_exit"] == "exit 0", row
     assert not [e for e in supervised.events() if e.get("event") == "supervisor.agent_backoff"]
 
 
-def test_never_leaves_a_crash_failed_without_a_restart(supervised: Supervised):
+def test_never_leaves_a_crash_failed_without_a_restart(supervised: Supervised, center: DevCenter):
     supervised.write_fleet(
         [{"id": "agent-1", "command": [sys.executable, "-c", "exit(1)"], "restart": "never"}]
     )
+    first = first_generation(center, "agent-1")
     supervised.start()
     row = until(
         lambda: (r := supervised.status()["agent-1"])["state"] == "failed" and r,
         60,
         "agent-1 to fail",
     )
-    assert (row["generation"], row["restarts"]) == (1, 0), row
+    assert (row["generation"], row["restarts"]) == (first, 0), row
     assert "restart = never" in row["last_reason"], row
 
 
