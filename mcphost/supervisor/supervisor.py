@@ -132,14 +132,7 @@ class Supervisor:
 
         try:
             self._token = _read_token_file(self.fleet.center.token_file)
-        except BindingError as exc:
-            events.emit(
-                "supervisor.token_unreadable",
-                level="error",
-                file=self.fleet.center.token_file,
-                problem=exc.problem,
-                expected=exc.expected,
-            )
+        except BindingError as exc:  # one line, like every start-up refusal (cli.py)
             print(
                 f"mcphost supervise: {self.fleet.path}: center.token_file {exc.problem}: "
                 f"expected {exc.expected}",
