@@ -6,7 +6,13 @@ reconciliation (start what is new, stop what is gone, restart what changed, leav
 alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
 generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
 the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket) and
-the order of shutdown.
+the order of start-up and shutdown.
+
+Start-up, in this order: non-dumpable and child subreaper; the token (a bad token file: exit 2,
+one line); the state directory's lock (`control.take_lock` on `<state>/control.sock.lock`,
+creating `<state>` 0700 if it is missing and touching nothing else: another supervisor holding
+it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its pid); only then the modes
+of `<state>`, `run/`, `agents/`, the state file and everything else.
 
 Identity: a pump is served as agent A only if the kernel says the connecting process descends
 from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
@@ -37,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from mcphost import events, peer
 from mcphost.settings import SettingError
 from mcphost.supervisor import kernel
-from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.control import ControlError, ControlInUse, ControlServer, take_lock
 from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import (
@@ -58,6 +64,8 @@ if TYPE_CHECKING:
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"
+# `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
+EXIT_STATE_IN_USE = 3
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
@@ -110,6 +118,7 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
+        self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -139,14 +148,29 @@ class Supervisor:
                 file=sys.stderr,
             )
             return 2
+        try:
+            # The lock before anything else under <state>: a second supervisor must change
+            # nothing (modes, files, processes) of the one that runs there.
+            self._own_dir(self.state_dir)
+            self._lock_fd = take_lock(self.path("control.sock"))
+            self._prepare_state_dir()
+        except (SettingError, ControlInUse) as exc:
+            in_use = isinstance(exc, ControlInUse)
+            problem = exc.message if isinstance(exc, ControlInUse) else str(exc)
+            print(
+                f"mcphost supervise: {self.state_dir}: {problem}"
+                + (" (control_in_use)" if in_use else ""),
+                file=sys.stderr,
+            )
+            self._release_lock()
+            return EXIT_STATE_IN_USE if in_use else 2
         loop = asyncio.get_running_loop()
-        self._prepare_state_dir()
         self.store = StateStore(self.path("state.sqlite3"))
         self.reaper = kernel.Reaper()
         self.reaper.install(loop)
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
-        self.control = ControlServer(self.path("control.sock"), Control(self))
+        self.control = ControlServer(self.path("control.sock"), Control(self), locked=True)
         await self.control.start()
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
@@ -177,21 +201,32 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping.set()
 
+    @staticmethod
+    def _own_dir(directory: str) -> None:
+        """Create `directory` (0700) if missing; refuse it unless it is a directory of ours."""
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise SettingError(
+                directory,
+                None,
+                "a directory owned by the supervisor's user",
+                problem="is a symlink, not a directory, or someone else's",
+            )
+
     def _prepare_state_dir(self) -> None:
         """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
-        as another user must pass through to reach their home and the attach sockets)."""
+        as another user must pass through to reach their home and the attach sockets). Only
+        once the state lock is held: the modes are the running supervisor's to set."""
         shared = any(plan.user for plan in self.fleet.agents)
         for directory in (self.state_dir, self.path("run"), self.path("agents")):
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            info = os.lstat(directory)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-                raise SettingError(
-                    directory,
-                    None,
-                    "a directory owned by the supervisor's user",
-                    problem="is a symlink, not a directory, or someone else's",
-                )
+            self._own_dir(directory)
             os.chmod(directory, 0o711 if shared else 0o700)
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
@@ -231,6 +266,7 @@ class Supervisor:
                 await client.aclose()
         if self.store is not None:
             self.store.close()
+        self._release_lock()
         events.emit("supervisor.stopped")
 
     def _spawn(self, coro: Any) -> None:
