@@ -290,7 +290,12 @@ class Supervisor:
         while True:
             await asyncio.sleep(ADOPTION_SCAN_SECONDS)
             adopted = False
-            for pid in kernel.own_children():
+            try:
+                children = kernel.own_children()
+            except OSError as exc:  # /proc unreadable for a moment: look again next time
+                events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+                continue
+            for pid in children:
                 stat = peer.read_stat(pid)
                 # Our own session: a helper we run (the tmux CLI); agents and what escaped
                 # them are always in another session.
