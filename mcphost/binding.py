@@ -292,27 +292,63 @@ def _token_file_shown(path: str) -> str | None:
 _NOT_A_PATH = "is not an absolute path (its value is not shown: it may be the token itself)"
 
 
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, as an operator names it."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def _read_token_file(path: str) -> str:
-    """The bearer token from a private file: regular, not a symlink, 0600, one line."""
+    """The bearer token from a private file: regular, not a symlink, 0600, one line.
+
+    The one place a token file is read (the host, `mcphost check`, the supervisor's
+    `[center] token_file`). It is opened non-blocking and without following a symlink, and its
+    type is checked on the open descriptor before any read: a FIFO would block the open (and a
+    read) for ever, a directory cannot be read; both are refused as `BindingError`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise BindingError(
             WORKER_TOKEN_FILE,
             repr(path),
             f"a readable regular file holding the token ({exc.strerror})",
         ) from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise BindingError(WORKER_TOKEN_FILE, repr(path), "a regular file")
+            raise BindingError(
+                WORKER_TOKEN_FILE,
+                f"{path!r} ({_file_kind(info.st_mode)})",
+                "a regular file holding the token",
+            )
         if info.st_mode & 0o077:
             raise BindingError(
                 WORKER_TOKEN_FILE,
                 f"{path!r} (mode {stat.S_IMODE(info.st_mode):04o})",
                 "a file readable by its owner only: chmod 600 it",
             )
-        raw = handle.read(TOKEN_MAX + 3)
+        raw = b""
+        while len(raw) < TOKEN_MAX + 3:  # a regular file: O_NONBLOCK changes nothing
+            chunk = os.read(fd, TOKEN_MAX + 3 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
+    except OSError as exc:
+        raise BindingError(
+            WORKER_TOKEN_FILE,
+            repr(path),
+            f"a readable regular file holding the token ({exc.strerror})",
+        ) from None
+    finally:
+        os.close(fd)
     token = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
     if not token:
         raise BindingError(WORKER_TOKEN_FILE, repr(path), "a file containing the token")

@@ -43,8 +43,10 @@ Access: the socket is bound under the state directory (by `mcphost.unixsock`), c
 `listen()` (until then a connect is refused, so the umask never matters), and every connection's
 `SO_PEERCRED` uid must be the supervisor's own effective uid or root (`forbidden_peer` otherwise),
 so a socket whose mode was loosened still serves no one else. A second server on the same path is
-refused (`ControlInUse`): an exclusive `flock` on `<path>.lock`, held for the server's life,
-settles a race between two supervisors starting at once, and a live listener found at the path (a
+refused (`ControlInUse`): an exclusive `flock` on `<path>.lock` (`take_lock`; the holder writes
+its pid into the file, so a refused process names it), held for the server's life (the
+supervisor takes it before it touches anything else in its state directory and hands the server
+`locked=True`), settles a race between two supervisors starting at once, and a live listener found at the path (a
 supervisor without the lock) is never unlinked. A stale socket file is replaced; anything else at
 the path is refused, never deleted.
 
@@ -287,16 +289,71 @@ def _as_refusal(exc: BaseException) -> ControlError | None:
     return None
 
 
+# -- the lock ------------------------------------------------------------------------------------
+
+
+def lock_path(socket_path: str) -> str:
+    """The lock file of the control socket at `socket_path`: one supervisor per state directory."""
+    return socket_path + ".lock"
+
+
+def take_lock(socket_path: str) -> int:
+    """Hold the exclusive `flock` on `<socket_path>.lock` (0600, created if missing, never
+    through a symlink); the descriptor holds it until closed. Our pid is written into the file
+    so a refused process can name the holder. Raises `ControlInUse` (details: `path`, `lock`,
+    `pid` of the holder when it wrote one) when another process holds it."""
+    import fcntl
+
+    path = lock_path(socket_path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder_pid(fd)
+        os.close(fd)
+        who = f"another supervisor (pid {holder})" if holder else "another supervisor"
+        raise ControlInUse(
+            "control_in_use",
+            f"{who} already runs on this state directory (it holds {path}); "
+            "stop it first, or give this one another --state",
+            {"path": socket_path, "lock": path, "pid": holder},
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # the pid is a courtesy for the next one refused; the lock is what counts
+    return fd
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The pid the lock's holder wrote, or None (not written yet, or not a pid)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() and len(text) < 12 else None
+
+
 # -- the server ----------------------------------------------------------------------------------
 
 
 class ControlServer:
     """Serve `handler` on the Unix socket `path`. `await start()`, later `await aclose()`."""
 
-    def __init__(self, path: str | os.PathLike[str], handler: ControlHandler) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], handler: ControlHandler, *, locked: bool = False
+    ) -> None:
+        """`locked`: the caller already holds `<path>.lock` (`take_lock`) for the server's life
+        (the supervisor takes it before it touches its state directory); else `start()` takes
+        it and `aclose()` releases it."""
         self.path = os.fspath(path)
         self.handler = handler
         self.owner = os.geteuid()
+        self._locked_by_caller = locked
         self._lock_fd: int | None = None
         self._listening: Listening | None = None
         self._accepting: asyncio.Task[None] | None = None
@@ -345,24 +402,8 @@ class ControlServer:
         await self.aclose()
 
     def _lock(self) -> None:
-        import fcntl
-
-        lock_path = self.path + ".lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ControlInUse(
-                "control_in_use",
-                f"another supervisor already runs on this state directory (it holds {lock_path}); "
-                "stop it first, or give this one another --state",
-                {"path": self.path, "lock": lock_path},
-            ) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        self._lock_fd = fd
+        if not self._locked_by_caller:
+            self._lock_fd = take_lock(self.path)
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:

@@ -15,6 +15,21 @@ that already exited is still a zombie when `watch` runs. `watch` checks that wit
 `waitid(WNOWAIT)` and raises `ChildProcessError` for a pid that is not an unreaped child,
 instead of returning a future that would never resolve.
 
+Leftovers of a crash: the parent-death signal reaches only the direct child, and an agent may
+ignore SIGTERM; a supervisor killed with SIGKILL cannot end anything. So the supervisor records
+every process it starts or adopts (state.py) and, when it starts again, `end_leftovers` ends
+every recorded process that is still the same process (same /proc start time), and every member
+of a recorded session that provably is still that session, SIGTERM then SIGKILL after the
+grace, before anything is spawned. `own_children` lists this process's children cheaply (from
+`/proc/self/task/*/children`), so the supervisor sees escapees reparented to it and records them
+too.
+
+The parent-death signal stays SIGTERM, not SIGKILL, by choice: it reaches only the agent's
+leader, never its descendants (pumps, tools, escapees), so SIGKILL would not end the tree either;
+it would only take from a well-behaved agent its chance to end its own children and save its
+state, leaving them orphaned. What ignores the SIGTERM (and every descendant) is ended by the
+next supervisor's start-up sweep, after the agent's `stop_grace`, with SIGKILL.
+
 Must never: let anything else in the supervisor call `waitpid`/`Popen.wait`/`Popen.poll` or use
 asyncio's child watchers (`asyncio.create_subprocess_*`): they would race with `waitpid(-1)`.
 Must never run Python that imports or allocates much in the child: everything the pre-exec step
@@ -29,11 +44,12 @@ import errno
 import os
 import pwd
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from mcphost.events import emit
-from mcphost.peer import read_stat
+from mcphost.peer import ProcStat, read_stat
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
@@ -188,6 +204,128 @@ def children_of(parent: int) -> list[int]:
         if stat is not None and stat.ppid == parent:
             found.append(int(name))
     return sorted(found)
+
+
+def own_children() -> list[int]:
+    """This process's children (of every thread), from `/proc/self/task/<tid>/children`; a
+    scan of /proc where the kernel has no such file."""
+    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+        return children_of(os.getpid())
+    pids: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as handle:
+                pids.update(int(p) for p in handle.read().split())
+        except OSError:  # a thread that ended while we read: its children are elsewhere now
+            continue
+    return sorted(pids)
+
+
+def _all_stats() -> dict[int, ProcStat]:
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = read_stat(int(name))
+            if stat is not None:
+                found[stat.pid] = stat
+    return found
+
+
+class Recorded(Protocol):
+    """What `end_leftovers` reads of a recorded process (state.ProcessRecord)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def starttime(self) -> int: ...
+    @property
+    def pgid(self) -> int: ...
+    @property
+    def sid(self) -> int: ...
+
+
+def still_running(record: Recorded) -> bool:
+    """Is the recorded process, or anything in its process group, still there?"""
+    stat = read_stat(record.pid)
+    if stat is not None and stat.starttime == record.starttime:
+        return True
+    return group_alive(record.pgid)
+
+
+def leftovers(records: Iterable[Recorded]) -> dict[int, int]:
+    """pid -> start time of every live process that `records` still name: a recorded process
+    with the same start time; every member of its session while it lives (the session is then
+    provably the same one); and, for a recorded session leader that is gone, every member of its
+    session that started after it did (a session id is not reused while the session has a
+    member). Never this process, its session, or pid 1."""
+    records = list(records)
+    if not records:
+        return {}
+    live = _all_stats()
+    own_session = os.getsid(0)
+    found: dict[int, int] = {}
+    whole: set[int] = set()  # sessions all of whose members count
+    after: dict[int, int] = {}  # session -> members started at or after this count
+    for record in records:
+        current = live.get(record.pid)
+        if current is not None and current.starttime == record.starttime:
+            found[record.pid] = record.starttime
+            if current.session == record.sid:
+                whole.add(record.sid)
+        elif record.pid == record.sid and current is None:
+            after[record.sid] = min(after.get(record.sid, record.starttime), record.starttime)
+    for stat in live.values():
+        if stat.session in whole or (
+            stat.session in after and stat.starttime >= after[stat.session]
+        ):
+            found[stat.pid] = stat.starttime
+    for pid, stat in live.items():
+        if pid in found and (pid <= 1 or pid == os.getpid() or stat.session == own_session):
+            del found[pid]
+    return found
+
+
+async def end_leftovers(records: Iterable[Recorded], grace: float) -> list[int]:
+    """End what `leftovers` finds: SIGTERM, then after `grace` s SIGKILL to whatever is left
+    (found again: a member may have forked meanwhile), and wait (30 s at most) until they are
+    gone. Signals go through a pidfd opened and checked against the start time, so a reused pid
+    is never signalled. Returns the pids it signalled."""
+    from mcphost.relay.tmux import open_pidfd, wait_pidfd
+
+    records = list(records)
+    loop = asyncio.get_running_loop()
+    signalled: list[int] = []
+    fds: dict[int, int] = {}
+    try:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
+            for pid, starttime in leftovers(records).items():
+                if pid not in fds:
+                    fd = open_pidfd(pid)
+                    if fd is None:
+                        continue
+                    stat = read_stat(pid)
+                    if stat is None or stat.starttime != starttime:  # reused meanwhile
+                        os.close(fd)
+                        continue
+                    fds[pid] = fd
+                try:
+                    signal.pidfd_send_signal(fds[pid], sig)
+                except OSError:
+                    continue
+                if pid not in signalled:
+                    signalled.append(pid)
+            if not fds:
+                break
+            deadline = loop.time() + wait
+            pending = list(fds.values())
+            if pending:
+                await asyncio.gather(
+                    *(wait_pidfd(fd, max(0.0, deadline - loop.time())) for fd in pending)
+                )
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return signalled
 
 
 def killpg_quietly(pgid: int, sig: int) -> None:

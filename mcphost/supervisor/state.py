@@ -6,7 +6,12 @@ docs/supervisor.md "Restarts and generations"): `next_generation` increments ins
 processes on the same file serialise) and commits (synchronous=FULL, write-ahead log) before it
 returns, so a generation once handed to an agent is never handed out again, even if the
 supervisor is killed right after. Also the last exit of every agent (`record_exit`), so
-`ctl status` can show it after a supervisor restart.
+`ctl status` can show it after a supervisor restart. And every process the supervisor started
+or adopted (`record_process`: pid, /proc start time, process group, session; agents, `ctl exec`
+commands, and escapees reparented to it as subreaper), committed before the call returns, so a
+supervisor started after a crash (`kill -9`) can end what the dead one left running before it
+spawns anything (`kernel.end_leftovers`); a row is dropped (`forget_processes`) once its process
+and its group are gone.
 Must never: store a secret (no token, no environment), or hand out a generation that is not
 committed. Calls are synchronous and short (one row); it is used from the event loop's thread.
 """
@@ -30,6 +35,15 @@ CREATE TABLE IF NOT EXISTS exits (
     exit       TEXT,
     reason     TEXT
 );
+CREATE TABLE IF NOT EXISTS processes (
+    pid       INTEGER NOT NULL,
+    starttime INTEGER NOT NULL,
+    pgid      INTEGER NOT NULL,
+    sid       INTEGER NOT NULL,
+    agent_id  TEXT,
+    kind      TEXT NOT NULL,
+    PRIMARY KEY (pid, starttime)
+);
 """
 
 
@@ -40,6 +54,18 @@ class ExitRecord:
     at: float  # wall clock
     exit: str | None  # "exit 1", "signal 9", or None (never started: spawn failed)
     reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """A process the supervisor started or adopted: (pid, starttime) names it for all time."""
+
+    pid: int
+    starttime: int  # /proc/<pid>/stat field 22
+    pgid: int
+    sid: int
+    agent_id: str | None  # None: adopted (an escapee reparented to the supervisor)
+    kind: str  # "agent" | "exec" | "adopted"
 
 
 class StateStore:
@@ -112,6 +138,40 @@ class StateStore:
         if row is None:
             return None
         return ExitRecord(agent_id, int(row[0]), float(row[1]), row[2], row[3])
+
+    def record_process(self, record: ProcessRecord) -> None:
+        """Remember a process (committed on return: synchronous=FULL)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO processes (pid, starttime, pgid, sid, agent_id, kind) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                record.pid,
+                record.starttime,
+                record.pgid,
+                record.sid,
+                record.agent_id,
+                record.kind,
+            ),
+        )
+
+    def processes(self) -> list[ProcessRecord]:
+        rows = self._db.execute(
+            "SELECT pid, starttime, pgid, sid, agent_id, kind FROM processes ORDER BY pid"
+        ).fetchall()
+        return [ProcessRecord(int(r[0]), int(r[1]), int(r[2]), int(r[3]), r[4], r[5]) for r in rows]
+
+    def forget_processes(self, keys: list[tuple[int, int]]) -> None:
+        """Drop the rows of these (pid, starttime) pairs, in one transaction."""
+        if not keys:
+            return
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("DELETE FROM processes WHERE pid = ? AND starttime = ?", keys)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._db.close()

@@ -7,7 +7,16 @@ alone), the identity roots (`(pid, starttime)` of every agent process it spawned
 generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
 the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
 one relay connection each agent generation's relay tools sessions share (the relay allows one
-per principal), and the order of shutdown.
+per principal), and the order of start-up and shutdown.
+
+Start-up, in this order: non-dumpable and child subreaper; the token (a bad token file: exit 2,
+one line); the state directory's lock (`control.take_lock` on `<state>/control.sock.lock`,
+creating `<state>` 0700 if it is missing and touching nothing else: another supervisor holding
+it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its pid); only then the modes
+of `<state>`, `run/`, `agents/`, the state file; then the processes a crashed supervisor left
+(recorded in the state file, `kernel.end_leftovers`) are ended, before anything is spawned.
+Every process started (agents, `ctl exec`) or adopted (escapees reparented to us, looked for
+every `ADOPTION_SCAN_SECONDS`) is recorded there while it runs.
 
 Identity: a pump is served as agent A only if the kernel says the connecting process descends
 from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
@@ -27,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import stat
 import sys
 import time
@@ -38,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from mcphost import events, peer
 from mcphost.settings import SettingError
 from mcphost.supervisor import kernel
-from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.control import ControlError, ControlInUse, ControlServer, take_lock
 from mcphost.supervisor.execs import Execution
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import (
@@ -53,7 +63,7 @@ from mcphost.supervisor.homes import (
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.relayhost import RelayHost
 from mcphost.supervisor.sessions import Attached, Refused, SessionHub
-from mcphost.supervisor.state import StateStore
+from mcphost.supervisor.state import ProcessRecord, StateStore
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
@@ -65,9 +75,14 @@ CENTER, RELAY = "center", "relay"
 # After the center could not be reached for a generation, spawns use the local counter (and the
 # center's last word) without asking again for this long: a hung center must not hold a fleet.
 RESERVE_PAUSE = 30.0
+# `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
+EXIT_STATE_IN_USE = 3
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
+# How often the supervisor looks for children it did not spawn (escapees reparented to it) to
+# record them: a crash within this long after an escape leaves that escapee unrecorded.
+ADOPTION_SCAN_SECONDS = 1.0
 
 
 @dataclass
@@ -127,6 +142,8 @@ class Supervisor:
         # the highest generation the center said it has seen, per agent (its list, its 409s)
         self.center_generations: dict[str, int] = {}
         self._reserve_paused_until = 0.0  # loop time: the center was unreachable, don't wait
+        self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
+        self._recorded: set[tuple[int, int]] = set()  # (pid, starttime) in the state file
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -149,28 +166,37 @@ class Supervisor:
 
         try:
             self._token = _read_token_file(self.fleet.center.token_file)
-        except BindingError as exc:
-            events.emit(
-                "supervisor.token_unreadable",
-                level="error",
-                file=self.fleet.center.token_file,
-                problem=exc.problem,
-                expected=exc.expected,
-            )
+        except BindingError as exc:  # one line, like every start-up refusal (cli.py)
             print(
                 f"mcphost supervise: {self.fleet.path}: center.token_file {exc.problem}: "
                 f"expected {exc.expected}",
                 file=sys.stderr,
             )
             return 2
+        try:
+            # The lock before anything else under <state>: a second supervisor must change
+            # nothing (modes, files, processes) of the one that runs there.
+            self._own_dir(self.state_dir)
+            self._lock_fd = take_lock(self.path("control.sock"))
+            self._prepare_state_dir()
+        except (SettingError, ControlInUse) as exc:
+            in_use = isinstance(exc, ControlInUse)
+            problem = exc.message if isinstance(exc, ControlInUse) else str(exc)
+            print(
+                f"mcphost supervise: {self.state_dir}: {problem}"
+                + (" (control_in_use)" if in_use else ""),
+                file=sys.stderr,
+            )
+            self._release_lock()
+            return EXIT_STATE_IN_USE if in_use else 2
         loop = asyncio.get_running_loop()
-        self._prepare_state_dir()
         self.store = StateStore(self.path("state.sqlite3"))
         self.reaper = kernel.Reaper()
         self.reaper.install(loop)
+        await self._end_leftovers()  # what a crashed supervisor left running, before any spawn
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
-        self.control = ControlServer(self.path("control.sock"), Control(self))
+        self.control = ControlServer(self.path("control.sock"), Control(self), locked=True)
         await self.control.start()
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
@@ -193,6 +219,7 @@ class Supervisor:
         await self._reconcile(self.fleet)
         if self.fleet.center.fleet == "center":
             self._spawn(self._poll_center())
+        self._spawn(self._watch_adopted())
         events.emit("supervisor.ready", agents=sorted(self.slots))
         await self.stopping.wait()
         await self._shutdown()
@@ -201,21 +228,102 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping.set()
 
+    @staticmethod
+    def _own_dir(directory: str) -> None:
+        """Create `directory` (0700) if missing; refuse it unless it is a directory of ours."""
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise SettingError(
+                directory,
+                None,
+                "a directory owned by the supervisor's user",
+                problem="is a symlink, not a directory, or someone else's",
+            )
+
     def _prepare_state_dir(self) -> None:
         """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
-        as another user must pass through to reach their home and the attach sockets)."""
+        as another user must pass through to reach their home and the attach sockets). Only
+        once the state lock is held: the modes are the running supervisor's to set."""
         shared = any(plan.user for plan in self.fleet.agents)
         for directory in (self.state_dir, self.path("run"), self.path("agents")):
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            info = os.lstat(directory)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-                raise SettingError(
-                    directory,
-                    None,
-                    "a directory owned by the supervisor's user",
-                    problem="is a symlink, not a directory, or someone else's",
-                )
+            self._own_dir(directory)
             os.chmod(directory, 0o711 if shared else 0o700)
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- what a crashed supervisor left running (kernel.end_leftovers) ----------------------
+    async def _end_leftovers(self) -> None:
+        """End every recorded process still running (SIGTERM, SIGKILL after the fleet's longest
+        `stop_grace`): a supervisor that was killed could not stop its agents, their escapees or
+        what ignored the parent-death signal."""
+        assert self.store is not None
+        records = self.store.processes()
+        if records:
+            grace = max((plan.stop_grace for plan in self.fleet.agents), default=10.0)
+            ended = await kernel.end_leftovers(records, grace)
+            if ended:
+                events.emit("supervisor.leftovers_ended", level="warning", pids=ended)
+            self._prune_records()
+        self._recorded = {(r.pid, r.starttime) for r in self.store.processes()}
+
+    def _record(self, stat: peer.ProcStat, agent_id: str | None, kind: str) -> None:
+        """Remember a process we started or adopted (committed), for `_end_leftovers`."""
+        if self.store is None or (stat.pid, stat.starttime) in self._recorded:
+            return
+        record = ProcessRecord(stat.pid, stat.starttime, stat.pgrp, stat.session, agent_id, kind)
+        try:
+            self.store.record_process(record)
+        except sqlite3.Error as exc:  # the process runs anyway; a crash would leave it behind
+            events.emit("supervisor.record_failed", level="error", pid=stat.pid, error=str(exc))
+            return
+        self._recorded.add((stat.pid, stat.starttime))
+
+    def _record_started(self, pid: int, starttime: int, agent_id: str, kind: str) -> None:
+        stat = peer.read_stat(pid)
+        if stat is not None and stat.starttime == starttime:
+            self._record(stat, agent_id, kind)
+            self._prune_records()
+
+    def _prune_records(self) -> None:
+        """Forget the recorded processes that are gone with their whole process group."""
+        assert self.store is not None
+        try:
+            gone = [
+                (r.pid, r.starttime) for r in self.store.processes() if not kernel.still_running(r)
+            ]
+            self.store.forget_processes(gone)
+        except sqlite3.Error as exc:
+            events.emit("supervisor.record_failed", level="error", error=str(exc))
+            return
+        self._recorded.difference_update(gone)
+
+    async def _watch_adopted(self) -> None:
+        """Record every child we did not spawn (an escapee reparented to us, the subreaper)."""
+        own_session = os.getsid(0)
+        while True:
+            await asyncio.sleep(ADOPTION_SCAN_SECONDS)
+            adopted = False
+            try:
+                children = kernel.own_children()
+            except OSError as exc:  # /proc unreadable for a moment: look again next time
+                events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+                continue
+            for pid in children:
+                stat = peer.read_stat(pid)
+                # Our own session: a helper we run (the tmux CLI); agents and what escaped
+                # them are always in another session.
+                if stat is None or stat.session == own_session:
+                    continue
+                if (stat.pid, stat.starttime) not in self._recorded:
+                    self._record(stat, None, "adopted")
+                    events.emit("supervisor.process_adopted", pid=pid, session=stat.session)
+                    adopted = True
+            if adopted:
+                self._prune_records()
 
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
@@ -256,7 +364,9 @@ class Supervisor:
             if client is not None:
                 await client.aclose()
         if self.store is not None:
+            self._prune_records()
             self.store.close()
+        self._release_lock()
         events.emit("supervisor.stopped")
 
     def _spawn(self, coro: Any) -> None:
@@ -396,6 +506,7 @@ class Supervisor:
         self.roots[(pid, starttime)] = (runner.plan.agent_id, generation)
         self._end_execs(runner.plan.agent_id, below=generation)
         self._close_older(runner.plan.agent_id, generation)
+        self._record_started(pid, starttime, runner.plan.agent_id, "agent")
 
     def _on_exit(self, runner: AgentRunner, generation: int) -> None:
         slot = self.slots.get(runner.plan.agent_id)
@@ -787,6 +898,7 @@ class Supervisor:
         )
         self.roots[execution.root] = (agent_id, status.generation)
         slot.roots.add(execution.root)
+        self._record_started(execution.pid, execution.starttime, agent_id, "exec")
         self.execs[execution.pid] = execution
         execution.exit.add_done_callback(lambda _: self._exec_exited(slot, execution))
         return execution

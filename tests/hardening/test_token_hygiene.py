@@ -122,6 +122,71 @@ def test_token_file_with_bad_characters_is_refused_at_start(
         assert str(path) in message  # the path is shown: it is what the operator must fix
 
 
+NOT_A_FILE = ("directory", "fifo")
+
+
+def not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A token-file path naming a directory, or a FIFO nobody writes to (reading it blocks)."""
+    path = tmp_path / f"token-{kind}"
+    if kind == "directory":
+        path.mkdir(mode=0o700)
+    else:
+        os.mkfifo(path, 0o600)
+    return path
+
+
+@pytest.mark.parametrize("kind", NOT_A_FILE)
+def test_a_token_file_that_is_not_a_regular_file_is_refused(
+    center: DevCenter, tmp_path: Path, kind: str
+) -> None:
+    """A directory was a traceback (exit 1; `internal_unexpected_failure` in `check`), a FIFO
+    hung every command for ever: each is `bad_binding`, exit 2, one line naming the variable
+    and the kind of file. The FIFO cases are all real processes (a hang fails the run's
+    timeout instead of the test process); the directory's first command is one."""
+    path = not_a_file(tmp_path, kind)
+    env = host_env(
+        center.binding_env("unix", AC_MCP_WORKER_TOKEN=None, AC_MCP_WORKER_TOKEN_FILE=str(path))
+    )
+    for argv in HOST_AND_CHECK:
+        runner = run if kind == "fifo" or argv == ["host"] else run_in_process
+        proc = runner(argv, env)
+        message = assert_bad_binding(
+            proc,
+            argv,
+            "AC_MCP_WORKER_TOKEN_FILE",
+            f"a {kind}".replace("fifo", "FIFO"),
+            center.token,
+            kind,
+        )
+        assert str(path) in message and "regular file" in message, message
+
+
+@pytest.mark.parametrize("kind", NOT_A_FILE)
+def test_supervise_refuses_a_center_token_file_that_is_not_a_regular_file(
+    center: DevCenter, tmp_path: Path, kind: str
+) -> None:
+    """`[center] token_file` naming a directory (a traceback, exit 1) or a FIFO (a hang): exit 2
+    (a bad setting), one line naming the fleet file and the key; the state directory is not
+    created."""
+    from tests.supervisor.supervise_harness import fleet_toml
+
+    path = not_a_file(tmp_path, kind)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(fleet_toml(center, path, [{"id": "a1", "command": ["true"]}]))
+    state = tmp_path / "state"
+    argv = ["supervise", "--fleet", str(fleet), "--state", str(state)]
+    proc = run(argv, host_env({}, MCPHOST_LOG_LEVEL="debug"))
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and proc.stdout == b"", err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    kind_shown = "a directory" if kind == "directory" else "a FIFO"
+    assert lines[0].startswith(f"mcphost supervise: {fleet}: center.token_file is"), lines[0]
+    assert kind_shown in lines[0] and "expected a regular file" in lines[0], lines[0]
+    assert not state.exists()
+
+
 BAD_INLINE = {
     "line_break": ("{t}\nsecond", "line break"),
     "bell": ("{t}\x07", "control character"),

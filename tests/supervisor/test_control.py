@@ -462,6 +462,9 @@ async def test_a_second_server_on_the_same_path_is_refused(served: Any) -> None:
         await ControlServer(path, Fake()).start()
     assert caught.value.code == "control_in_use"
     assert "another supervisor" in caught.value.message and path in caught.value.message
+    # the holder wrote its pid into the lock file: the refusal names it
+    assert f"(pid {os.getpid()})" in caught.value.message
+    assert caught.value.details["pid"] == os.getpid()
     assert await asyncio.to_thread(request, path, "status")  # the first one is untouched
     await server.aclose()
     async with ControlServer(path, Fake()):  # once it is gone, a new one starts

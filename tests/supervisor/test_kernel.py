@@ -385,3 +385,57 @@ def test_kill_strays_ends_children_that_escaped_with_setsid_even_ignoring_sigter
         "after": [],
         "left": [None, None],
     }
+
+
+# -- what a crashed supervisor left: end_leftovers ---------------------------------------------
+
+# A session leader that ignores SIGTERM and forks a member of its session that ignores it too;
+# it prints the member's pid, then both live until killed.
+STUBBORN_SESSION = textwrap.dedent(
+    """
+    import os, signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    member = os.fork()
+    if member == 0:
+        while True:
+            time.sleep(3600)
+    os.write(1, b"%d\\n" % member)
+    while True:
+        time.sleep(3600)
+    """
+)
+
+
+def test_end_leftovers_ends_a_recorded_session_and_spares_a_reused_pid() -> None:
+    from mcphost.supervisor.state import ProcessRecord
+
+    def start(code: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", code],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    leader = start(STUBBORN_SESSION)
+    other = start("import time\nwhile True:\n    time.sleep(3600)\n")
+    try:
+        assert leader.stdout is not None
+        member = int(leader.stdout.readline())
+        records = []
+        for proc, skew in ((leader, 0), (other, 1)):  # `other`: its pid, another start time
+            started = kernel.proc_starttime(proc.pid)
+            assert started is not None
+            records.append(
+                ProcessRecord(proc.pid, started + skew, proc.pid, proc.pid, "a", "agent")
+            )
+        assert sorted(kernel.leftovers(records)) == sorted([leader.pid, member])
+        ended = asyncio.run(kernel.end_leftovers(records, grace=0.2))
+        assert sorted(ended) == sorted([leader.pid, member])
+        assert leader.wait(timeout=30) == -signal.SIGKILL  # it ignored the SIGTERM
+        until(lambda: gone_or_zombie(member), 30, "the session's member to die")
+        assert other.poll() is None  # a pid whose start time differs is someone else
+        assert kernel.still_running(records[1])  # its group (the real `other`) is alive
+    finally:
+        for proc in (leader, other):
+            proc.kill()
+            proc.wait(timeout=30)

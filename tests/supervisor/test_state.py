@@ -109,3 +109,21 @@ def test_last_exit_is_kept_across_reopen(tmp_path: object) -> None:
         "signal 9",
         "killed by SIGKILL",
     )
+
+
+def test_recorded_processes_persist_until_forgotten(tmp_path: object) -> None:
+    from mcphost.supervisor.state import ProcessRecord
+
+    path = os.path.join(str(tmp_path), "state.sqlite3")
+    store = StateStore(path)
+    agent = ProcessRecord(100, 5000, 100, 100, "a", "agent")
+    escapee = ProcessRecord(230, 7000, 230, 229, None, "adopted")
+    store.record_process(agent)
+    store.record_process(escapee)
+    store.record_process(agent)  # twice: one row
+    store.close()  # committed on return: a reopen (as after a crash) sees both
+    again = StateStore(path)
+    assert again.processes() == [agent, escapee]
+    again.forget_processes([(100, 5000), (230, 1)])  # the second names another process
+    assert again.processes() == [escapee]
+    again.close()

@@ -1,0 +1,170 @@
+"""Black-box: the state directory belongs to one supervisor, and a restart cleans up after a
+crash, through real `mcphost supervise` processes.
+
+- A second `mcphost supervise` on a live state directory is refused before it changes anything:
+  exit 3 (`control_in_use`), one stderr line naming the state directory and the running
+  supervisor's pid; the modes of `<state>`, `run/` and `agents/` stay what the running one set
+  (0711 for a `user = "nobody"` agent), and that agent still attaches and calls.
+- After `kill -9` of the supervisor, an agent that ignores SIGTERM (so its parent-death signal)
+  and an escapee that left its agent's session with a double fork and `setsid` keep running;
+  the supervisor started again on the same state directory ends them (from what the dead one
+  recorded in the state file) before it spawns, and exactly one copy of each agent runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
+from tests.supervisor.test_supervise_user import ROOT, nobody, run_as
+from tests.waiting import until
+
+
+def modes(state: Path) -> dict[str, int]:
+    return {name: stat.S_IMODE(os.stat(state / name).st_mode) for name in (".", "run", "agents")}
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+@pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+def test_a_second_supervisor_on_a_live_state_is_refused_before_it_changes_anything(
+    supervised: Supervised, center: DevCenter, tmp_path: Path
+) -> None:
+    user = nobody()
+    assert user is not None
+    python = run_as(supervised, user)
+    supervised.write_fleet(
+        [{"id": "agent-1", "user": "nobody", "command": [python, *standin("--hold")[1:]]}]
+    )
+    supervised.start()
+    supervised.wait_running("agent-1")
+    until(lambda: supervised.calls("agent-1"), 60, "the agent's first call")
+    before = modes(supervised.state)
+    assert before == {".": 0o711, "run": 0o711, "agents": 0o711}, before
+
+    # The second one: same state directory, a fleet without `user` (it would want 0700).
+    (tmp_path / "second").mkdir()
+    second = Supervised(tmp_path / "second", center)
+    os.rmdir(second.state)
+    second.state = supervised.state
+    second.write_fleet([{"id": "agent-2", "command": standin("--hold")}])
+    done = second.run_to_exit()
+
+    assert done.returncode == 3, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and done.stdout == "", done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert supervised.proc is not None
+    assert str(supervised.state) in lines[0], lines[0]
+    assert f"pid {supervised.proc.pid}" in lines[0] and "control_in_use" in lines[0], lines[0]
+    assert modes(supervised.state) == before
+    assert not (supervised.state / "agents" / "agent-2").exists()
+
+    # The running supervisor's agent still works: a fresh attach from inside it (as nobody,
+    # through the 0711 directories) reaches the center.
+    calls = len(supervised.calls("agent-1"))
+    config = supervised.state / "agents" / "agent-1" / "mcp.json"
+    supervised.ctl("exec", "agent-1", "--", python, standin()[1], str(config))
+    latest = supervised.calls("agent-1")[calls:]
+    assert latest and all(call["ok"] for call in latest), latest
+    assert supervised.status()["agent-1"]["state"] == "running"
+
+
+# -- a restart after `kill -9` ends what the dead supervisor left running -------------------------
+
+STUBBORN = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open('stubborn.pids', 'a').write('%d\\n' % os.getpid())\n"
+    "while True:\n"
+    "    time.sleep(3600)\n"
+)
+# Double fork: the middle process leaves the agent's session (setsid) and exits at once, so the
+# escapee is in a session of its own whose leader is gone, reparented to the supervisor.
+ESCAPER = (
+    "import os, sys, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        open('escapee.pids', 'a').write('%d\\n' % os.getpid())\n"
+    "        code = 'import time\\nwhile True:\\n    time.sleep(3600)\\n'\n"
+    "        os.execv(sys.executable, [sys.executable, '-c', code, sys.argv[1] + '-escapee'])\n"
+    "    os._exit(0)\n"
+    "os.wait()\n"
+    "while True:\n"
+    "    time.sleep(3600)\n"
+)
+
+
+def tagged(tag: str) -> list[int]:
+    """Live (non-zombie) processes with `tag` as one of their arguments."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if tag.encode() in argv and descendants_alive([int(entry)]):
+            found.append(int(entry))
+    return found
+
+
+def pids_in(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def test_a_restart_after_kill_9_ends_what_the_dead_supervisor_left(
+    supervised: Supervised,
+) -> None:
+    tag = f"mcphost-leftover-{uuid.uuid4().hex}"
+    stubborn, escaper, escapee = f"{tag}-stubborn", f"{tag}-escaper", f"{tag}-escaper-escapee"
+    supervised.write_fleet(
+        [
+            {"id": "stubborn", "command": [sys.executable, "-c", STUBBORN, stubborn]},
+            {"id": "escaper", "command": [sys.executable, "-c", ESCAPER, escaper]},
+        ]
+    )
+    try:
+        supervised.start()
+        old_stubborn = supervised.wait_running("stubborn")["pid"]
+        supervised.wait_running("escaper")
+        escapees = supervised.workspace("escaper") / "escapee.pids"
+        old_escapee = until(lambda: pids_in(escapees), 60, "the escapee")[0]
+        until(
+            lambda: any(
+                e.get("event") == "supervisor.process_adopted" and e.get("pid") == old_escapee
+                for e in supervised.events()
+            ),
+            60,
+            "the supervisor to record the escapee it adopted",
+        )
+        assert supervised.proc is not None
+        supervised.proc.kill()
+        supervised.proc.wait(timeout=60)
+        # The dead supervisor's parent-death signal (SIGTERM) ended only the escaper itself.
+        until(lambda: not tagged(escaper), 60, "the escaper to die with its supervisor")
+        assert descendants_alive([old_stubborn, old_escapee]) == [old_stubborn, old_escapee]
+
+        supervised.start()  # the same state directory
+        assert descendants_alive([old_stubborn, old_escapee]) == []  # ended before any spawn
+        new_stubborn = supervised.wait_running("stubborn")["pid"]
+        supervised.wait_running("escaper")
+        assert new_stubborn != old_stubborn
+        until(lambda: len(pids_in(escapees)) == 2, 60, "the new escaper's escapee")
+        assert tagged(stubborn) == [new_stubborn]
+        assert len(tagged(escaper)) == 1 and tagged(escapee) == [pids_in(escapees)[1]]
+        ended = [e for e in supervised.events(this_run=True) if e["event"].endswith("_ended")]
+        assert ended and {old_stubborn, old_escapee} <= set(ended[0]["pids"]), ended
+    finally:
+        supervised.close()
+        for pid in tagged(stubborn) + tagged(escaper) + tagged(escapee):
+            os.kill(pid, signal.SIGKILL)  # whatever a failed run left
