@@ -340,6 +340,95 @@ def test_on_spawn_runs_before_the_loop_runs_anything_else(tmp_path: Any) -> None
     }
 
 
+# A process group that ignores SIGTERM (inherited through exec): every stop of it lasts the
+# whole `stop_grace`, a window in which another operation can come in -- deterministically.
+STUBBORN = sh("trap '' TERM; exec sleep 1000")
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if state_of(pid) not in (None, "Z")]
+
+
+async def _restart_overlapping_a_close(directory: str) -> dict[str, Any]:
+    """`ctl restart A` while a reload replaces A: the reload closes the runner during the
+    restart's stop; the restart's start must then do nothing (issue #18: a hidden second A)."""
+    rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
+    await rig.runner.start()
+    await rig.state(AgentState.RUNNING)
+    restart = asyncio.ensure_future(rig.runner.restart())
+    await rig.state(AgentState.STOPPING)  # the restart is inside its stop now
+    await rig.runner.aclose()  # the reload closing the replaced runner
+    await restart
+    out = {
+        "spawns": len(rig.spawns),
+        "alive": _alive([pid for pid, _, _ in rig.spawns]),
+        "state": rig.runner.status().state,
+    }
+    await rig.runner.start()  # a closed runner never spawns again, whoever asks
+    out["spawns_after_start"] = len(rig.spawns)
+    await rig.close()
+    return out
+
+
+def test_a_restart_overlapping_a_close_spawns_nothing(tmp_path: Any) -> None:
+    assert isolated(_restart_overlapping_a_close, str(tmp_path)) == {
+        "spawns": 1,
+        "alive": [],
+        "state": "stopped",
+        "spawns_after_start": 1,
+    }
+
+
+class SlowLaunch(AgentRunner):
+    """A runner whose launch awaits (as a tmux pane's does) until `go` is set."""
+
+    go: asyncio.Event
+    inside: asyncio.Event
+
+    async def _launch(self) -> Any:
+        self.inside.set()
+        await self.go.wait()
+        return await super()._launch()
+
+
+async def _stop_during_a_launch(directory: str) -> dict[str, Any]:
+    rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
+    runner = SlowLaunch(
+        rig.plan,
+        rig.home,
+        rig.store,
+        rig.reaper,
+        on_spawn=lambda r, pid, start, gen: rig.spawns.append((pid, start, gen)),
+        on_exit=lambda r, gen: rig.exits.append(gen),
+        argv=rig.argv,
+        env=dict(os.environ),
+    )
+    runner.go, runner.inside = asyncio.Event(), asyncio.Event()
+    starting = asyncio.ensure_future(runner.start())
+    await runner.inside.wait()  # the start is inside its launch, which waits for `go`
+    stopping = asyncio.ensure_future(runner.stop())
+    await until_async(lambda: not runner._want, "the stop to be asked for")
+    runner.go.set()  # the launch completes after the stop was asked for
+    await starting
+    await stopping
+    out = {
+        "spawns": len(rig.spawns),
+        "alive": _alive([pid for pid, _, _ in rig.spawns]),
+        "state": runner.status().state,
+    }
+    await runner.aclose()
+    await rig.close()
+    return out
+
+
+def test_a_stop_asked_during_a_launch_ends_what_it_launched(tmp_path: Any) -> None:
+    assert isolated(_stop_during_a_launch, str(tmp_path)) == {
+        "spawns": 1,
+        "alive": [],
+        "state": "stopped",
+    }
+
+
 async def _spawn_failures(directory: str, program: str) -> dict[str, Any]:
     rig = Rig(directory, StubPlan(max_restarts=1), [program, "x"])
     await rig.runner.start()
