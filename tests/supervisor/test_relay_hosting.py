@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised
@@ -659,6 +661,49 @@ def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) 
     # a bundle gone from the fleet is gone from the layer
     asyncio.run(host.configure(dataclasses_replace(fleet, agents=plans[2:])))
     assert load_bundle(host.configuration_roots, "party") is None
+
+
+# Any string Python can encode (no lone surrogates): quotes, backslashes, control characters
+# (the fleet refuses most of them in a command, the generator must not depend on that), unicode.
+_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_IDS = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,30}", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    coders=st.lists(st.tuples(_IDS, st.lists(_ANY_TEXT, max_size=5)), max_size=5),
+    members=st.lists(st.tuples(_IDS, _ANY_TEXT, st.none() | _ANY_TEXT), max_size=5),
+)
+def test_the_generated_toml_round_trips_through_tomllib(
+    coders: list[tuple[str, list[str]]], members: list[tuple[str, str, str | None]]
+) -> None:
+    """Issue #18: a DEL in a command made `coders.toml` invalid TOML for every bundle."""
+    import shlex
+    import tomllib
+
+    from mcphost.supervisor.fleet import AgentDefaults, _apply
+    from mcphost.supervisor.relayhost import bundle_toml, coders_toml
+
+    read = tomllib.loads(coders_toml(coders))
+    assert read["format-version"] == 1
+    assert [(c["id"], c["tmux"]["initial-command"]) for c in read.get("coders", [])] == [
+        ("fleet-" + agent_id, shlex.join(argv) or agent_id) for agent_id, argv in coders
+    ]
+    plans = [
+        (dataclasses_replace(_apply(AgentDefaults(), agent_id, None), policy=policy), workspace)
+        for agent_id, workspace, policy in members
+    ]
+    read = tomllib.loads(bundle_toml(plans))
+    assert read["format-version"] == 1
+    assert read.get("sessions", []) == [
+        {
+            "id": agent_id,
+            "directory": workspace,
+            "coder": "fleet-" + agent_id,
+            **({"policy": policy} if policy is not None else {}),
+        }
+        for agent_id, workspace, policy in members
+    ]
 
 
 def dataclasses_replace(obj: Any, **changes: Any) -> Any:
