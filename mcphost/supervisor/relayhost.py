@@ -5,7 +5,9 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
 ```
 <state>/relay/                  0700, the relay state root (AGENTMUX_STATE_DIRECTORY)
   relay.sock                    0600, the relay wire (RelayServer)
-  config/                       0700, the generated configuration layer (rewritten per reload)
+  config/                       0700, the generated configuration layer (rewritten per reload,
+                                before anything is stopped; TOML by tomli_w, so any string of a
+                                command round-trips)
     bundles/<bundle>.toml         members = the fleet's agents with that bundle
     coders.toml                   one tmux coder per bundle agent ("fleet-<agent id>")
   identity/principals.json      the PSK store (RelayBehaviour / principals.py)
@@ -24,7 +26,9 @@ agent's `policy` key (absent: the policies file's default, else the built-in).
 
 The hosting: one `TmuxServer` per bundle (`tmux_server`), given to each `TmuxRunner`;
 `BundleHost` for `RelayBehaviour`: `up` / `down` start / stop the bundle's tmux agents through
-their runners (a member is ready while its runner runs), `tmux` and `session_name` for look /
+their runners, each under the agent's lock (`Agents.agent_held`, the one ctl and the
+supervisor's reconciliation hold) and looked up only then, so never a runner a reload
+discarded (a member is ready while its runner runs), `tmux` and `session_name` for look /
 send / raww. The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`
 and `handle`, started once the fleet has a bundle, unless the operator's environment names an
 `AGENTMUX_STATE_DIRECTORY` (an external relay, e.g. upstream agentmux: then the supervisor hosts

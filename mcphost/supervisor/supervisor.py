@@ -3,7 +3,11 @@
 Owns: the worker token (read once from the fleet's `token_file`, held only here, in one pooled,
 pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and its
 reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
-alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
+alone; every fallible write -- the relay's configuration, the homes -- before anything is
+stopped, so a failed relay write is `reload_failed` with nothing changed), one lock per agent
+that reconciliation and every start / stop / restart of that agent (ctl, the relay's up / down)
+hold, finding the agent's slot only under it (a `ctl restart` racing a reload once reached the
+runner the reload discarded and started a hidden second agent), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
 generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
 the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket) and
 the order of shutdown.
@@ -16,7 +20,7 @@ start time). The generation is the one of the spawn the ancestry reached; sessio
 generation are closed the moment a newer spawn registers (and when an agent exits), and the
 center fences the older generation anyway (`stale_generation`).
 
-Must never: hand the token, the token file's path or the admin URL to a child (environment,
+Must never: start, stop or replace an agent without holding its lock, hand the token, the token file's path or the admin URL to a child (environment,
 argv, files under an agent's home), log the token, or take an agent's identity from anything a
 process can choose (its environment, its arguments, its claims on the wire).
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import stat
 import sys
 import textwrap
@@ -30,6 +31,7 @@ from mcphost.supervisor.lifecycle import (
 )
 from mcphost.supervisor.logs import log_files, tail
 from mcphost.supervisor.state import StateStore
+from tests.supervisor.supervise_harness import ignores
 from tests.supervisor.test_kernel import isolated, state_of, until_async
 
 # -- pure policy ---------------------------------------------------------------------------
@@ -354,7 +356,8 @@ async def _restart_overlapping_a_close(directory: str) -> dict[str, Any]:
     restart's stop; the restart's start must then do nothing (issue #18: a hidden second A)."""
     rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
     await rig.runner.start()
-    await rig.state(AgentState.RUNNING)
+    pid = rig.spawns[0][0]
+    await until_async(lambda: ignores(pid, signal.SIGTERM), "the agent to ignore SIGTERM")
     restart = asyncio.ensure_future(rig.runner.restart())
     await rig.state(AgentState.STOPPING)  # the restart is inside its stop now
     await rig.runner.aclose()  # the reload closing the replaced runner

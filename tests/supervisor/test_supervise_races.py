@@ -13,6 +13,7 @@ scanning /proc for a marker in their argv (never through the supervisor's word a
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import uuid
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, ignores
 from tests.waiting import until
 
 # Ignores SIGTERM: every stop of it lasts the whole `stop_grace`, a window another operation
@@ -60,13 +61,15 @@ def marked(marker: str) -> dict[int, list[str]]:
 def race(sv: Supervised, interleaved: bool) -> list[str]:
     """`ctl restart A` and `ctl reload` at once; `interleaved`: the reload lands while the
     restart is stopping A (or just after, should the poll miss that window). What failed."""
-    before = sv.status()["A"]["generation"]
+    row = sv.wait_running("A")
+    until(lambda: ignores(row["pid"], signal.SIGTERM), 60, "A to ignore SIGTERM")
+    before = row["generation"]
     restarts: list[Any] = []
     thread = threading.Thread(target=lambda: restarts.append(sv.ctl("restart", "A", check=False)))
     thread.start()
     if interleaved:
         until(
-            lambda: (row := sv.status()["A"])["state"] == "stopping" or row["generation"] != before,
+            lambda: (now := sv.status()["A"])["state"] == "stopping" or now["generation"] != before,
             60,
             "the restart to be stopping A",
         )
