@@ -27,8 +27,9 @@ variable or the flag, the value, and what is expected; all problems of one load 
 - `command`: a non-empty list of strings; the only placeholders are `{mcp_config}`,
   `{workspace}`, `{home}` and `{agent_id}` (`{{` / `}}` for literal braces), and no control
   character but tab, newline and carriage return (a DEL once made the relay's generated
-  `coders.toml` unreadable for every bundle); `client = "command"` requires one. `env`: keys `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or
-  `AGENTMUX_*` (the supervisor owns those), and no `CODEX_HOME` for a codex agent.
+  `coders.toml` unreadable for every bundle); `client = "command"` requires one. `env`: keys
+  `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or `AGENTMUX_*` (the supervisor owns
+  those), and no `CODEX_HOME` for a codex agent.
 - `bundle`: agentmux's bundle grammar (`mcphost.names`), at most `BUNDLE_NAME_MAX` (128)
   characters (it names a directory, a file and a relay principal's namespace; agent ids are
   capped at 128 by their grammar). `user`: a user name.

@@ -7,10 +7,10 @@ alone; every fallible write -- the relay's configuration, the homes -- before an
 stopped, so a failed relay write is `reload_failed` with nothing changed), one lock per agent
 that reconciliation and every start / stop / restart of that agent (ctl, the relay's up / down)
 hold, finding the agent's slot only under it (a `ctl restart` racing a reload once reached the
-runner the reload discarded and started a hidden second agent), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
-generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
-the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket) and
-the order of shutdown.
+runner the reload discarded and started a hidden second agent), the identity roots
+(`(pid, starttime)` of every agent process it spawned, with the generation of that spawn), the
+two attach hubs (center tools, relay tools), the control socket, the relay host (relayhost.py:
+bundles in tmux, `runner = "tmux"` agents, the relay socket) and the order of shutdown.
 
 Identity: a pump is served as agent A only if the kernel says the connecting process descends
 from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
@@ -20,9 +20,10 @@ start time). The generation is the one of the spawn the ancestry reached; sessio
 generation are closed the moment a newer spawn registers (and when an agent exits), and the
 center fences the older generation anyway (`stale_generation`).
 
-Must never: start, stop or replace an agent without holding its lock, hand the token, the token file's path or the admin URL to a child (environment,
-argv, files under an agent's home), log the token, or take an agent's identity from anything a
-process can choose (its environment, its arguments, its claims on the wire).
+Must never: start, stop or replace an agent without holding its lock, hand the token, the token
+file's path or the admin URL to a child (environment, argv, files under an agent's home), log
+the token, or take an agent's identity from anything a process can choose (its environment, its
+arguments, its claims on the wire).
 """
 
 from __future__ import annotations
@@ -360,7 +361,8 @@ class Supervisor:
             raise ControlError(
                 "reload_failed",
                 f"the relay's configuration could not be written, so the fleet was not applied "
-                f"(nothing was stopped): {problem}; fix {self.relay.config} and reload",
+                f"(nothing was stopped): {problem}; fix {self.relay.config}, then reload (or start "
+                "the supervisor again)",
                 {"file": fleet.path, "directory": str(self.relay.config), "problem": problem},
             ) from None
 

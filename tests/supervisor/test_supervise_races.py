@@ -7,7 +7,7 @@ scanning /proc for a marker in their argv (never through the supervisor's word a
   second A with the old command, restarted for ever);
 - a name that cannot become a path is refused at start (exit 2, one line naming the key) and
   at reload (`reload_failed`, nothing changed), and a reload whose relay configuration cannot
-  be written changes nothing: the same process, the same generation.
+  be written changes nothing: the same process, the same generation (at start: exit 2).
 """
 
 from __future__ import annotations
@@ -156,3 +156,19 @@ def test_a_reload_whose_relay_configuration_cannot_be_written_changes_nothing(
     row = sv.wait_running("A", generation=before["generation"] + 1)
     assert marked(marker) == {row["pid"]: marked(marker)[row["pid"]]}
     assert marked(marker)[row["pid"]][-1] == "v2"
+
+
+def test_a_relay_configuration_that_cannot_be_written_stops_the_start(
+    supervised: Supervised,
+) -> None:
+    marker = f"mcphost-start-{uuid.uuid4().hex}"
+    coders = supervised.state / "relay" / "config" / "coders.toml"
+    coders.mkdir(mode=0o700, parents=True)  # where the file goes
+    supervised.write_fleet([agent(marker, 1, bundle="party")])
+    done = supervised.run_to_exit()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("mcphost supervise:")]
+    assert len(said) == 1 and "relay's configuration could not be written" in said[0], said
+    assert str(coders) in said[0]
+    assert marked(marker) == {}  # nothing was started
