@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,21 +59,32 @@ def marked(marker: str) -> dict[int, list[str]]:
     return found
 
 
-def race(sv: Supervised, interleaved: bool) -> list[str]:
-    """`ctl restart A` and `ctl reload` at once; `interleaved`: the reload lands while the
-    restart is stopping A (or just after, should the poll miss that window). What failed."""
-    row = sv.wait_running("A")
-    until(lambda: ignores(row["pid"], signal.SIGTERM), 60, "A to ignore SIGTERM")
-    before = row["generation"]
+def race(
+    sv: Supervised,
+    interleaved: bool,
+    agent_id: str = "A",
+    meanwhile: Callable[[], object] = lambda: None,
+) -> list[str]:
+    """`ctl restart <agent_id>` and `ctl reload` at once (`meanwhile` runs just before the
+    reload); `interleaved`: the reload lands while the restart is stopping the agent (or just
+    after, should the poll miss that window). The stderr of each that failed."""
+    row = sv.wait_running(agent_id)
+    until(lambda: ignores(row["pid"], signal.SIGTERM), 60, f"{agent_id} to ignore SIGTERM")
     restarts: list[Any] = []
-    thread = threading.Thread(target=lambda: restarts.append(sv.ctl("restart", "A", check=False)))
+    thread = threading.Thread(
+        target=lambda: restarts.append(sv.ctl("restart", agent_id, check=False))
+    )
     thread.start()
     if interleaved:
         until(
-            lambda: (now := sv.status()["A"])["state"] == "stopping" or now["generation"] != before,
+            lambda: (
+                (now := sv.status().get(agent_id, {})).get("state") == "stopping"
+                or now.get("generation") != row["generation"]
+            ),
             60,
-            "the restart to be stopping A",
+            f"the restart to be stopping {agent_id}",
         )
+    meanwhile()
     reload = sv.ctl("reload", check=False)
     thread.join()
     return [done.stderr for done in (reload, *restarts) if done.returncode != 0]
