@@ -25,10 +25,14 @@ variable or the flag, the value, and what is expected; all problems of one load 
   duplicate names both entries); with a bundle also a relay session id (the relay tools speak
   for the session named after the agent).
 - `command`: a non-empty list of strings; the only placeholders are `{mcp_config}`,
-  `{workspace}`, `{home}` and `{agent_id}` (`{{` / `}}` for literal braces); `client =
-  "command"` requires one. `env`: keys `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or
-  `AGENTMUX_*` (the supervisor owns those), and no `CODEX_HOME` for a codex agent.
-- `bundle`: agentmux's bundle grammar (`mcphost.names`). `user`: a user name.
+  `{workspace}`, `{home}` and `{agent_id}` (`{{` / `}}` for literal braces), and no control
+  character but tab, newline and carriage return (a DEL once made the relay's generated
+  `coders.toml` unreadable for every bundle); `client = "command"` requires one. `env`: keys
+  `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or `AGENTMUX_*` (the supervisor owns
+  those), and no `CODEX_HOME` for a codex agent.
+- `bundle`: agentmux's bundle grammar (`mcphost.names`), at most `BUNDLE_NAME_MAX` (128)
+  characters (it names a directory, a file and a relay principal's namespace; agent ids are
+  capped at 128 by their grammar). `user`: a user name.
 - `runner`: `"process"` (default) or `"tmux"` (the agent runs as one session of its bundle's
   tmux server, hosted by the supervisor as the bundle's relay): tmux requires a `bundle` and
   refuses `user` (the tmux server runs as the supervisor's user). `policy`: the relay policy id
@@ -90,6 +94,20 @@ RESERVED_ENV_PREFIXES = ("AC_MCP_", "MCPHOST_", "AGENTMUX_")
 ENV_PREFIX = "MCPHOST_CENTER__"
 
 _ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
+# C0 controls but tab, newline and carriage return (a script in an argument has those), DEL,
+# and C1: nothing an argv needs, and what turns a generated file or a terminal into garbage.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# A bundle name is a directory (`<state>/relay/bundles/<b>/`), a file (`config/bundles/<b>.toml`
+# and its `.<b>.toml.tmp`: NAME_MAX is 255 bytes) and the namespace of a relay principal
+# `<session>@<b>` (at most 256 characters, the session up to 31); agent ids are capped at 128
+# by their grammar (mcphost.names), and bundle names are held to the same. The sockets under a
+# bundle's directory need no bound of their own: tmux.py passes `tmux.sock` relative when the
+# absolute path exceeds `sun_path`.
+BUNDLE_NAME_MAX = 128
+_BUNDLE_EXPECTED = (
+    f"a bundle name of letters, digits, '.', '_' and '-' (not '.' or '..'), at most "
+    f"{BUNDLE_NAME_MAX} characters"
+)
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _POLICY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _POLICY_EXPECTED = (
@@ -135,6 +153,13 @@ def _check_command(raw: object) -> object:
     for index, item in enumerate(raw):
         if not isinstance(item, str) or not item or "\0" in item:
             raise _Bad(_COMMAND_EXPECTED, repr(item), f"[{index}]")
+        if _CONTROL.search(item):
+            raise _Bad(
+                "no control characters but tab, newline and carriage return (DEL and the like "
+                "have no place in an argv)",
+                _clipped(item),
+                f"[{index}]",
+            )
         try:
             parts = list(string.Formatter().parse(item))
         except ValueError:
@@ -171,11 +196,21 @@ def _check_env(raw: object) -> object:
     return dict(raw)
 
 
+def _clipped(value: str, keep: int = 60) -> str:
+    """`repr(value)`, the first `keep` characters only (with the length) when it is longer."""
+    if len(value) <= keep:
+        return repr(value)
+    return f"{value[:keep]!r}... ({len(value)} characters)"
+
+
+def is_fleet_bundle(name: str) -> bool:
+    """A bundle name the supervisor can host: agentmux's grammar, at most `BUNDLE_NAME_MAX`."""
+    return is_bundle_name(name) and len(name) <= BUNDLE_NAME_MAX
+
+
 def _check_bundle(raw: object) -> object:
-    if isinstance(raw, str) and not is_bundle_name(raw):
-        raise _Bad(
-            "a bundle name of letters, digits, '.', '_' and '-' (not '.' or '..')", repr(raw)
-        )
+    if isinstance(raw, str) and not is_fleet_bundle(raw):
+        raise _Bad(_BUNDLE_EXPECTED, _clipped(raw))
     return raw
 
 
@@ -217,7 +252,7 @@ class _Tunable(_Section):
     restart: Restart | None = Field(None, description='"always", "on-failure" or "never"')
     tier_tools: bool | None = Field(None, description="true or false")
     command: tuple[str, ...] | None = Field(None, description=_COMMAND_EXPECTED)
-    bundle: str | None = Field(None, description="a relay bundle name")
+    bundle: str | None = Field(None, description=_BUNDLE_EXPECTED)
     user: str | None = Field(None, description="a user name to run the agent as")
     env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
     runner: Runner | None = Field(
@@ -675,10 +710,9 @@ def plan_from_center(
     grammar, naming it as the center's."""
     if not isinstance(agent_id, str) or not is_agent_id(agent_id):
         raise SettingError("the center's agent id", repr(agent_id), AGENT_ID_EXPECTED)
-    if bundle is not None and not is_bundle_name(bundle):
-        raise SettingError(
-            f"the center's bundle for {agent_id}", repr(bundle), "a relay bundle name"
-        )
+    if bundle is not None and (not isinstance(bundle, str) or not is_fleet_bundle(bundle)):
+        shown = _clipped(bundle) if isinstance(bundle, str) else repr(bundle)
+        raise SettingError(f"the center's bundle for {agent_id}", shown, _BUNDLE_EXPECTED)
     plan = _apply(defaults, agent_id, None)
     if bundle is not None:
         plan = dataclasses.replace(plan, bundle=bundle)

@@ -20,9 +20,14 @@ reuses the rest (policy, backoff, intensity, generations, group stop): `_launch`
 `_reserve_generation` (the center's say, when `reserve` is set), `_new_generation`, then
 `_register` or `_spawn_failed`) and `_run_ended` (after each run);
 `tmuxrunner.TmuxRunner` runs the agent as a tmux pane that way.
+`start()` and `stop()` run one at a time (a stop waits for a launch in progress, then ends what
+it launched; a relaunch the policy began when the stop came is ended the same way), and a
+runner that `aclose()` began closing never spawns again: a `restart()` whose stop overlapped the
+close, or any later `start()`, does nothing (issue #18: an overlapping reload otherwise left a
+second, unregistered agent running the old plan).
 Must never: wait for a child any other way than through the Reaper, yield between `Popen`
-returning and `on_spawn`, restart an agent stopped by `stop()`, or pass anything to the agent
-but its argv and the env it was given (the runner adds nothing).
+returning and `on_spawn`, restart an agent stopped by `stop()`, spawn once closed, or pass
+anything to the agent but its argv and the env it was given (the runner adds nothing).
 """
 
 from __future__ import annotations
@@ -267,6 +272,8 @@ class AgentRunner:
         self._creds = resolve_user(plan.user)  # KernelError now, not at spawn time
         self._state = AgentState.STOPPED
         self._want = False
+        self._closed = False  # `aclose()` began: this runner never spawns again
+        self._ops = asyncio.Lock()  # start / stop one at a time (a stop waits for a launch)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._run: _Run | None = None
@@ -298,44 +305,59 @@ class AgentRunner:
             last_reason=self._last_reason,
         )
 
+    @property
+    def closed(self) -> bool:
+        """`aclose()` was called: the runner will never spawn again."""
+        return self._closed
+
     async def start(self) -> None:
         """Spawn now (unless already running or in backoff) and keep the agent up per policy.
 
-        From `failed` or `stopped` this starts afresh: backoff and intensity are reset.
+        From `failed` or `stopped` this starts afresh: backoff and intensity are reset. Waits
+        for a `stop()` in progress; does nothing once the runner is closed.
         """
-        if self._task is not None and not self._task.done():
-            return
-        self._want = True
-        self._wake = asyncio.Event()
-        self._k = 0
-        self._intensity.reset()
-        first = await self._launch()  # here: Popen, watch and on_spawn with no await between
-        self._task = asyncio.get_running_loop().create_task(
-            self._supervise(first), name=f"agent:{self.agent_id}"
-        )
+        async with self._ops:
+            if self._closed or (self._task is not None and not self._task.done()):
+                return
+            self._want = True
+            self._wake = asyncio.Event()
+            self._k = 0
+            self._intensity.reset()
+            first = await self._launch()  # here: Popen, watch and on_spawn with no await between
+            self._task = asyncio.get_running_loop().create_task(
+                self._supervise(first), name=f"agent:{self.agent_id}"
+            )
 
     async def stop(self) -> None:
-        """SIGTERM the agent's process group, SIGKILL it after `stop_grace`; no restart."""
+        """SIGTERM the agent's process group, SIGKILL it after `stop_grace`; no restart.
+        Waits for a `start()` in progress (then stops what it launched)."""
         self._want = False
         self._wake.set()
-        run = self._run
-        if run is not None and not run.exit.done():
-            self._state = AgentState.STOPPING
-            emit("supervisor.agent_stopping", agent_id=self.agent_id, pid=run.pid)
-            await self._end_group(run.pid, run.exit)
-        task, self._task = self._task, None
-        if task is not None:
-            await task
-        self._state = AgentState.STOPPED
-        emit("supervisor.agent_stopped", agent_id=self.agent_id)
+        async with self._ops:
+            self._want = False
+            self._wake.set()
+            run = self._run
+            if run is not None and not run.exit.done():
+                self._state = AgentState.STOPPING
+                emit("supervisor.agent_stopping", agent_id=self.agent_id, pid=run.pid)
+                await self._end_group(run.pid, run.exit)
+            task, self._task = self._task, None
+            if task is not None:
+                await task
+            self._state = AgentState.STOPPED
+            emit("supervisor.agent_stopped", agent_id=self.agent_id)
 
     async def restart(self) -> None:
-        """Stop, then start afresh (out of `failed` too): a new generation."""
+        """Stop, then start afresh (out of `failed` too): a new generation. Once the runner is
+        closed (also while this waits for the stop), the start does nothing."""
         await self.stop()
         await self.start()
 
     async def aclose(self) -> None:
-        """Stop and forget: close the output pipes (even if an escaped process holds them)."""
+        """Close for good, stop, and forget: no start after this spawns anything (a `restart()`
+        waiting on the stop included); the output pipes are closed (even if an escaped process
+        holds them)."""
+        self._closed = True
         await self.stop()
         for transport in list(self._pipes):
             transport.close()
@@ -498,6 +520,8 @@ class AgentRunner:
             uptime = 0.0
             if run is not None:
                 await self._attach_output(run)
+                if not self._want:  # stopped while it was being launched: it must not run
+                    await self._end_group(run.pid, run.exit)
                 code, uptime = await self._wait_exit(run)
                 if self._want and group_alive(run.pid):
                     await self._end_group(run.pid, run.exit)  # what the agent left behind
@@ -527,7 +551,7 @@ class AgentRunner:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
-            if not self._want:
+            if not self._want or self._closed:
                 return
             self._restarts += 1
             run = await self._launch()

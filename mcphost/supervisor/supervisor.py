@@ -3,11 +3,16 @@
 Owns: the worker token (read once from the fleet's `token_file`, held only here, in one pooled,
 pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and its
 reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
-alone), the identity roots (`(pid, starttime)` of every agent process it spawned, with the
-generation of that spawn), the two attach hubs (center tools, relay tools), the control socket,
-the relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
-one relay connection each agent generation's relay tools sessions share (the relay allows one
-per principal), and the order of start-up and shutdown.
+alone; every fallible write -- the relay's configuration, the homes -- before anything is
+stopped, so a failed relay write is `reload_failed` with nothing changed), one lock per agent
+that reconciliation and every start / stop / restart of that agent (ctl, the relay's up / down)
+hold, finding the agent's slot only under it (a `ctl restart` racing a reload once reached the
+runner the reload discarded and started a hidden second agent), the identity roots
+(`(pid, starttime)` of every agent process it spawned, with the generation of that spawn), the
+two attach hubs (center tools, relay tools), the control socket, the relay host (relayhost.py:
+bundles in tmux, `runner = "tmux"` agents, the relay socket), the one relay connection each
+agent generation's relay tools sessions share (the relay allows one per principal), and the
+order of start-up and shutdown.
 
 Start-up, in this order: non-dumpable and child subreaper; the token (a bad token file: exit 2,
 one line); the state directory's lock (`control.take_lock` on `<state>/control.sock.lock`,
@@ -26,21 +31,24 @@ start time). The generation is the one of the spawn the ancestry reached; sessio
 generation are closed the moment a newer spawn registers (and when an agent exits), and the
 center fences the older generation anyway (`stale_generation`).
 
-Must never: hand the token, the token file's path or the admin URL to a child (environment,
-argv, files under an agent's home), log the token, or take an agent's identity from anything a
-process can choose (its environment, its arguments, its claims on the wire).
+Must never: start, stop or replace an agent without holding its lock, hand the token, the token
+file's path or the admin URL to a child (environment, argv, files under an agent's home), log
+the token, or take an agent's identity from anything a process can choose (its environment, its
+arguments, its claims on the wire).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
 import stat
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,6 +135,11 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self.started_at = time.time()
         self._reload_lock = asyncio.Lock()
+        # One lock per agent: reconciliation and every start / stop / restart of an agent (ctl,
+        # the relay's up / down) take it, so they never interleave (see `_agents_held`).
+        self._agent_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._token = ""
         self.admin: AdminClient | None = None
         self.runtime: AdminClient | None = None
@@ -216,7 +229,13 @@ class Supervisor:
             agents=len(self.fleet.agents),
             pid=os.getpid(),
         )
-        await self._reconcile(self.fleet)
+        try:
+            async with self._reload_lock:
+                await self._reconcile(self.fleet)
+        except ControlError as exc:  # the relay's configuration could not be written
+            print(f"mcphost supervise: {exc.message}", file=sys.stderr)
+            await self._shutdown()
+            return 2
         if self.fleet.center.fleet == "center":
             self._spawn(self._poll_center())
         self._spawn(self._watch_adopted())
@@ -375,21 +394,49 @@ class Supervisor:
         task.add_done_callback(self._tasks.discard)
 
     # -- the fleet ------------------------------------------------------------------------
+    def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The agent's lock, for the relay's up / down (relayhost.py) as for ctl."""
+        return self._agents_held([agent_id])
+
+    @contextlib.asynccontextmanager
+    async def _agents_held(self, agent_ids: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the locks of `agent_ids` (in sorted order, so two holders never deadlock)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for agent_id in sorted(set(agent_ids)):
+                lock = self._agent_locks.get(agent_id)
+                if lock is None:
+                    lock = self._agent_locks[agent_id] = asyncio.Lock()
+                await stack.enter_async_context(lock)
+            yield
+
     async def _reconcile(self, fleet: Fleet) -> dict[str, list[str]]:
-        """Make the running set match `fleet`: start new, stop removed, restart changed."""
+        """Make the running set match `fleet`: start new, stop removed, restart changed.
+
+        Called with `_reload_lock` held (the only writer of `slots`); it holds the lock of every
+        agent it touches, so a ctl or relay start / stop / restart of one waits for it (and it
+        for them). Every fallible write (the relay's configuration, the homes' configs) comes
+        before anything is stopped: a failed relay write is `reload_failed` with nothing changed
+        (a home that cannot be prepared fails that agent only, as before)."""
         wanted = {plan.agent_id: plan for plan in fleet.agents}
         removed = [a for a in self.slots if a not in wanted]
         changed = [a for a, p in wanted.items() if a in self.slots and self.slots[a].plan != p]
         added = [a for a in wanted if a not in self.slots]
         unchanged = [a for a in wanted if a in self.slots and a not in changed]
-        self.fleet = fleet
-        for agent_id in removed + changed:
-            slot = self.slots.pop(agent_id)
-            await slot.runner.aclose()
-            self._forget(slot)
+        async with self._agents_held(removed + changed + added):
+            return await self._apply(fleet, wanted, removed, changed, added, unchanged)
+
+    async def _apply(
+        self,
+        fleet: Fleet,
+        wanted: dict[str, AgentPlan],
+        removed: list[str],
+        changed: list[str],
+        added: list[str],
+        unchanged: list[str],
+    ) -> dict[str, list[str]]:
         if self.relay is not None:
-            await self.relay.configure(fleet)
-        # Homes first, in threads (each config write is fsynced twice), so the loop only forks.
+            await self._configure_relay(fleet)
+        # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
         starting = changed + added
         attach = self.attach_points()
         homes = await asyncio.gather(
@@ -399,11 +446,17 @@ class Supervisor:
             ),
             return_exceptions=True,
         )
+        for home in homes:
+            if isinstance(home, BaseException) and not isinstance(home, HomeError | OSError):
+                raise home  # a bug, not an unsafe home: before anything is stopped
+        self.fleet = fleet
+        for agent_id in removed + changed:
+            slot = self.slots.pop(agent_id)
+            await slot.runner.aclose()
+            self._forget(slot)
         self.unstarted = {a: r for a, r in self.unstarted.items() if a in wanted}
         for agent_id, home in zip(starting, homes, strict=True):
             if isinstance(home, BaseException):
-                if not isinstance(home, HomeError | OSError):
-                    raise home
                 # One unsafe home (e.g. a symlink the agent planted) fails that agent only.
                 self.unstarted[agent_id] = f"its home could not be prepared: {home}"
                 events.emit(
@@ -422,6 +475,26 @@ class Supervisor:
             unchanged=len(unchanged),
         )
         return outcome
+
+    async def _configure_relay(self, fleet: Fleet) -> None:
+        """The relay's generated configuration for `fleet` (and serving, once a bundle exists);
+        a failure is `reload_failed` (nothing is stopped before this)."""
+        from mcphost.relay.server import RelayBindError
+        from mcphost.relay.wire import RelayError
+
+        assert self.relay is not None
+        try:
+            await self.relay.configure(fleet)
+        except (OSError, RelayError, RelayBindError) as exc:
+            problem = str(exc) if not isinstance(exc, RelayError) else exc.message
+            events.emit("supervisor.relay_configure_failed", level="error", problem=problem)
+            raise ControlError(
+                "reload_failed",
+                f"the relay's configuration could not be written, so the fleet was not applied "
+                f"(nothing was stopped): {problem}; fix {self.relay.config}, then reload (or start "
+                "the supervisor again)",
+                {"file": fleet.path, "directory": str(self.relay.config), "problem": problem},
+            ) from None
 
     def _slot(self, plan: AgentPlan, home: Home, workspace: HeldWorkspace) -> Slot:
         assert self.store is not None and self.reaper is not None
@@ -499,7 +572,9 @@ class Supervisor:
     def _on_spawn(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None:
         slot = self.slots.get(runner.plan.agent_id)
         if slot is None or slot.runner is not runner:
-            return
+            # Never happens (a runner leaves its slot only closed, and a closed runner never
+            # spawns); if it did, raising makes the runner kill the unregistered process.
+            raise RuntimeError(f"a runner of {runner.plan.agent_id} outside the fleet spawned")
         for root in slot.roots:
             self.roots.pop(root, None)
         slot.roots = {(pid, starttime)}
@@ -726,11 +801,12 @@ class Supervisor:
         self._spawn(self._replace_fenced(slot, generation))
 
     async def _replace_fenced(self, slot: Slot, generation: int) -> None:
-        """Restart a fenced agent with a generation above the center's (under the reload lock,
-        so a reconcile never sees it half done); past `max_restarts` fences within
-        `restart_window`, stop it instead (another host keeps taking it over)."""
-        async with self._reload_lock:
-            agent_id = slot.plan.agent_id
+        """Restart a fenced agent with a generation above the center's (under the reload lock
+        and the agent's lock, so neither a reconcile nor a ctl operation sees it half done);
+        past `max_restarts` fences within `restart_window`, stop it instead (another host keeps
+        taking it over)."""
+        agent_id = slot.plan.agent_id
+        async with self._reload_lock, self.agent_held(agent_id):
             if (
                 self.slots.get(agent_id) is not slot
                 or slot.runner.status().generation != generation
@@ -832,23 +908,32 @@ class Supervisor:
             )
         return rows
 
+    # start / stop / restart hold the agent's lock (`_agents_held`) and find its slot only
+    # then: a reconciliation in between has replaced or removed it, never half.
     async def start(self, agent_id: str) -> dict[str, Any]:
-        slot = self._slot_for(agent_id)
-        if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
-            return {"agent_id": agent_id, "already": "running"}
-        await slot.runner.start()
-        return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+        async with self._agents_held([agent_id]):
+            slot = self._slot_for(agent_id)
+            if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
+                return {"agent_id": agent_id, "already": "running"}
+            await slot.runner.start()
+            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
 
     async def stop_agent(self, agent_id: str) -> dict[str, Any]:
-        slot = self._slot_for(agent_id)
-        await slot.runner.stop()
-        return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+        async with self._agents_held([agent_id]):
+            slot = self._slot_for(agent_id)
+            await slot.runner.stop()
+            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
 
     async def restart(self, agent_id: str) -> dict[str, Any]:
-        slot = self._slot_for(agent_id)
-        await slot.runner.restart()
-        status = slot.runner.status()
-        return {"agent_id": agent_id, "state": str(status.state), "generation": status.generation}
+        async with self._agents_held([agent_id]):
+            slot = self._slot_for(agent_id)
+            await slot.runner.restart()
+            status = slot.runner.status()
+            return {
+                "agent_id": agent_id,
+                "state": str(status.state),
+                "generation": status.generation,
+            }
 
     async def logs(self, agent_id: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
         from mcphost.supervisor.logs import follow as follow_log

@@ -221,3 +221,16 @@ def descendants_alive(pids: Iterable[int]) -> list[int]:
         if state != "Z":
             alive.append(pid)
     return alive
+
+
+def ignores(pid: int, signum: int) -> bool:
+    """Whether process `pid` has set `signum` to be ignored (its `SigIgn` in /proc), e.g. once a
+    stubborn agent is past installing its handlers."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except OSError:
+        pass
+    return False

@@ -13,6 +13,7 @@ import pytest
 from mcphost.admin.target import AdminTarget
 from mcphost.settings import SettingError
 from mcphost.supervisor.fleet import (
+    BUNDLE_NAME_MAX,
     AgentDefaults,
     fleet_with_agents,
     load_fleet,
@@ -228,12 +229,50 @@ def test_env_and_flags_override_center_only(tmp_path: Path) -> None:
             "{p}: agent[0].restart_max_delay is 5.0: expected at least restart_delay (10 s)",
         ),
         ("[surprise]\nx = 1\n", "{p}: surprise is not one: expected a known key"),
+        (  # a DEL made the generated coders.toml unreadable for every bundle (issue #18)
+            '[[agent]]\nid = "a"\ncommand = ["x", "a\\u007fb"]\n',
+            "{p}: agent[0].command[1] is 'a\\x7fb': expected no control characters",
+        ),
+        (
+            '[defaults]\ncommand = ["x", "\\u001b[2J", "{{mcp_config}}"]\n',
+            "{p}: defaults.command[1] is '\\x1b[2J': expected no control characters",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncommand = ["x", "\\u0085"]\n',
+            "{p}: agent[0].command[1] is '\\x85': expected no control characters",
+        ),
+        (  # a 300-character bundle once failed the relay write (ENAMETOOLONG) mid-reload
+            f'[[agent]]\nid = "a"\nbundle = "{"b" * 300}"\n',
+            "{p}: agent[0].bundle is 'bbbb",
+        ),
     ],
 )
 def test_bad_agent_entries_are_named(tmp_path: Path, body: str, expected: str) -> None:
     path = write(tmp_path, CENTER + body)
     lines = problems(path)
     assert any(line.startswith(expected.format(p=path)) for line in lines), lines
+
+
+def test_names_that_become_paths_are_bounded_and_scripts_keep_their_whitespace(
+    tmp_path: Path,
+) -> None:
+    longest = "b" * BUNDLE_NAME_MAX
+    path = write(
+        tmp_path,
+        CENTER
+        + f'[[agent]]\nid = "a"\nbundle = "{longest}"\nclient = "command"\n'
+        + 'command = ["sh", "-c", "set -e\\n\\tprintf \'%s\\\\r\\\\n\' x\\r\\n"]\n',
+    )
+    plan = load_fleet(path).agents[0]
+    assert plan.bundle == longest
+    assert plan.command == ("sh", "-c", "set -e\n\tprintf '%s\\r\\n' x\r\n")
+    (line,) = problems(write(tmp_path, CENTER + f'[[agent]]\nid = "a"\nbundle = "{longest}b"\n'))
+    assert (
+        f"agent[0].bundle is '{'b' * 60}'... ({BUNDLE_NAME_MAX + 1} characters): expected" in line
+    )
+    assert f"at most {BUNDLE_NAME_MAX} characters" in line
+    with pytest.raises(SettingError, match="at most 128 characters"):
+        plan_from_center(AgentDefaults(), "a", bundle="b" * 129)
 
 
 def test_duplicate_ids_name_both(tmp_path: Path) -> None:

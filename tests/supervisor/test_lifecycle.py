@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import stat
 import sys
 import textwrap
@@ -30,6 +31,7 @@ from mcphost.supervisor.lifecycle import (
 )
 from mcphost.supervisor.logs import log_files, tail
 from mcphost.supervisor.state import StateStore
+from tests.supervisor.supervise_harness import ignores
 from tests.supervisor.test_kernel import isolated, state_of, until_async
 
 # -- pure policy ---------------------------------------------------------------------------
@@ -337,6 +339,96 @@ async def _first_spawn_is_announced_before_yielding(directory: str) -> dict[str,
 def test_on_spawn_runs_before_the_loop_runs_anything_else(tmp_path: Any) -> None:
     assert isolated(_first_spawn_is_announced_before_yielding, str(tmp_path)) == {
         "loop_ran_before_on_spawn": [False]
+    }
+
+
+# A process group that ignores SIGTERM (inherited through exec): every stop of it lasts the
+# whole `stop_grace`, a window in which another operation can come in -- deterministically.
+STUBBORN = sh("trap '' TERM; exec sleep 1000")
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if state_of(pid) not in (None, "Z")]
+
+
+async def _restart_overlapping_a_close(directory: str) -> dict[str, Any]:
+    """`ctl restart A` while a reload replaces A: the reload closes the runner during the
+    restart's stop; the restart's start must then do nothing (issue #18: a hidden second A)."""
+    rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
+    await rig.runner.start()
+    pid = rig.spawns[0][0]
+    await until_async(lambda: ignores(pid, signal.SIGTERM), "the agent to ignore SIGTERM")
+    restart = asyncio.ensure_future(rig.runner.restart())
+    await rig.state(AgentState.STOPPING)  # the restart is inside its stop now
+    await rig.runner.aclose()  # the reload closing the replaced runner
+    await restart
+    out = {
+        "spawns": len(rig.spawns),
+        "alive": _alive([pid for pid, _, _ in rig.spawns]),
+        "state": rig.runner.status().state,
+    }
+    await rig.runner.start()  # a closed runner never spawns again, whoever asks
+    out["spawns_after_start"] = len(rig.spawns)
+    await rig.close()
+    return out
+
+
+def test_a_restart_overlapping_a_close_spawns_nothing(tmp_path: Any) -> None:
+    assert isolated(_restart_overlapping_a_close, str(tmp_path)) == {
+        "spawns": 1,
+        "alive": [],
+        "state": "stopped",
+        "spawns_after_start": 1,
+    }
+
+
+class SlowLaunch(AgentRunner):
+    """A runner whose launch awaits (as a tmux pane's does) until `go` is set."""
+
+    go: asyncio.Event
+    inside: asyncio.Event
+
+    async def _launch(self) -> Any:
+        self.inside.set()
+        await self.go.wait()
+        return await super()._launch()
+
+
+async def _stop_during_a_launch(directory: str) -> dict[str, Any]:
+    rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
+    runner = SlowLaunch(
+        rig.plan,
+        rig.home,
+        rig.store,
+        rig.reaper,
+        on_spawn=lambda r, pid, start, gen: rig.spawns.append((pid, start, gen)),
+        on_exit=lambda r, gen: rig.exits.append(gen),
+        argv=rig.argv,
+        env=dict(os.environ),
+    )
+    runner.go, runner.inside = asyncio.Event(), asyncio.Event()
+    starting = asyncio.ensure_future(runner.start())
+    await runner.inside.wait()  # the start is inside its launch, which waits for `go`
+    stopping = asyncio.ensure_future(runner.stop())
+    await until_async(lambda: not runner._want, "the stop to be asked for")
+    runner.go.set()  # the launch completes after the stop was asked for
+    await starting
+    await stopping
+    out = {
+        "spawns": len(rig.spawns),
+        "alive": _alive([pid for pid, _, _ in rig.spawns]),
+        "state": runner.status().state,
+    }
+    await runner.aclose()
+    await rig.close()
+    return out
+
+
+def test_a_stop_asked_during_a_launch_ends_what_it_launched(tmp_path: Any) -> None:
+    assert isolated(_stop_during_a_launch, str(tmp_path)) == {
+        "spawns": 1,
+        "alive": [],
+        "state": "stopped",
     }
 
 

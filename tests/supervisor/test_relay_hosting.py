@@ -27,15 +27,18 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.test_kernel import isolated, until_async
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -590,6 +593,84 @@ class _Agents:
         self.roots: dict[tuple[int, int], tuple[str, int]] = {}
 
 
+class _LockedAgents(_Agents):
+    """`_Agents` with the supervisor's per-agent lock (`agent_held`), counting who waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.locks: dict[str, Any] = {}
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def agent_held(self, agent_id: str) -> AsyncIterator[None]:
+        import asyncio
+
+        lock = self.locks.setdefault(agent_id, asyncio.Lock())
+        self.waiting += 1
+        async with lock:
+            self.waiting -= 1
+            yield
+
+
+async def _up_racing_a_replacement(directory: str) -> dict[str, Any]:
+    """The relay's `up` while a reconciliation replaces the member: it holds the agent's lock,
+    swaps the slot's runner and closes the old one; `up` must start the new one, never the old."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from mcphost.supervisor.lifecycle import AgentRunner
+    from mcphost.supervisor.relayhost import RelayHost
+    from tests.supervisor.test_lifecycle import Rig, StubPlan
+
+    rig = Rig(directory, StubPlan(agent_id="A"), ["/usr/bin/sleep", "1000"])
+    new_spawns: list[int] = []
+    new = AgentRunner(
+        rig.plan,
+        rig.home,
+        rig.store,
+        rig.reaper,
+        on_spawn=lambda r, pid, start, gen: new_spawns.append(pid),
+        on_exit=lambda r, gen: None,
+        argv=rig.argv,
+        env=dict(os.environ),
+    )
+    agents = _LockedAgents()
+    agents.slots["A"] = _Slot("A", "party", os.getuid())
+    agents.slots["A"].runner = rig.runner
+    host = RelayHost(os.path.join(directory, "state"), {}, agents)
+    bundle: Any = SimpleNamespace(id="party")
+    async with agents.agent_held("A"):  # the reconciliation replacing A
+        up = asyncio.ensure_future(host.up(bundle))
+        await until_async(lambda: agents.waiting or up.done(), "up to wait for A or be done")
+        replacement = _Slot("A", "party", os.getuid())
+        replacement.runner = new
+        agents.slots["A"] = replacement
+        await rig.runner.aclose()
+        await new.start()
+    await up  # then found the new A running
+    out = {
+        "old_spawns": len(rig.spawns),
+        "new_spawns": len(new_spawns),
+        "new_state": new.status().state,
+    }
+    await host.down(bundle)
+    out["after_down"] = new.status().state
+    await new.aclose()
+    await rig.close()
+    return out
+
+
+def test_relay_up_waits_for_the_agents_lock_and_never_starts_a_discarded_runner(
+    tmp_path: Path,
+) -> None:
+    assert isolated(_up_racing_a_replacement, str(tmp_path)) == {
+        "old_spawns": 0,
+        "new_spawns": 1,
+        "new_state": "running",
+        "after_down": "stopped",
+    }
+
+
 def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
     from mcphost.peer import PeerCred
     from mcphost.supervisor.kernel import proc_starttime
@@ -659,6 +740,49 @@ def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) 
     # a bundle gone from the fleet is gone from the layer
     asyncio.run(host.configure(dataclasses_replace(fleet, agents=plans[2:])))
     assert load_bundle(host.configuration_roots, "party") is None
+
+
+# Any string Python can encode (no lone surrogates): quotes, backslashes, control characters
+# (the fleet refuses most of them in a command, the generator must not depend on that), unicode.
+_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_IDS = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,30}", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    coders=st.lists(st.tuples(_IDS, st.lists(_ANY_TEXT, max_size=5)), max_size=5),
+    members=st.lists(st.tuples(_IDS, _ANY_TEXT, st.none() | _ANY_TEXT), max_size=5),
+)
+def test_the_generated_toml_round_trips_through_tomllib(
+    coders: list[tuple[str, list[str]]], members: list[tuple[str, str, str | None]]
+) -> None:
+    """Issue #18: a DEL in a command made `coders.toml` invalid TOML for every bundle."""
+    import shlex
+    import tomllib
+
+    from mcphost.supervisor.fleet import AgentDefaults, _apply
+    from mcphost.supervisor.relayhost import bundle_toml, coders_toml
+
+    read = tomllib.loads(coders_toml(coders))
+    assert read["format-version"] == 1
+    assert [(c["id"], c["tmux"]["initial-command"]) for c in read.get("coders", [])] == [
+        ("fleet-" + agent_id, shlex.join(argv) or agent_id) for agent_id, argv in coders
+    ]
+    plans = [
+        (dataclasses_replace(_apply(AgentDefaults(), agent_id, None), policy=policy), workspace)
+        for agent_id, workspace, policy in members
+    ]
+    read = tomllib.loads(bundle_toml(plans))
+    assert read["format-version"] == 1
+    assert read.get("sessions", []) == [
+        {
+            "id": agent_id,
+            "directory": workspace,
+            "coder": "fleet-" + agent_id,
+            **({"policy": policy} if policy is not None else {}),
+        }
+        for agent_id, workspace, policy in members
+    ]
 
 
 def dataclasses_replace(obj: Any, **changes: Any) -> Any:

@@ -100,3 +100,35 @@ def test_the_supervisor_follows_the_centers_binding(supervised: Supervised, cent
     row = supervised.status()["agent-y"]
     assert (row["pid"], row["generation"]) == (second["pid"], second["generation"])
     assert supervised.proc is not None and supervised.proc.poll() is None
+
+
+def test_ctl_restart_racing_a_poll_that_unbinds_the_agent_leaves_none(
+    supervised: Supervised, center: DevCenter
+):
+    """Issue #18: a `ctl restart` whose stop overlapped a poll removing the agent started it
+    again from the discarded runner, unregistered and restarted for ever."""
+    import sys
+    import uuid
+
+    from tests.supervisor.test_supervise_races import STUBBORN, marked, race
+
+    marker = f"mcphost-poll-race-{uuid.uuid4().hex}"
+    command = [sys.executable, "-c", STUBBORN, marker, "{agent_id}"]
+    supervised.write_fleet(
+        [], center_keys={"fleet": "center", "poll_seconds": 3600}, command=command
+    )
+    fleet = supervised.fleet.read_text()
+    supervised.fleet.write_text(fleet.replace("stop_grace = 5", "stop_grace = 0.5"))
+    bind(center, "race-a")
+    try:
+        supervised.start()
+        for _ in range(3):
+            failed = race(supervised, True, "race-a", lambda: unbind(center, "race-a"))
+            assert [a for a in marked(marker).values() if a[-1] == "race-a"] == []
+            assert "race-a" not in supervised.status()
+            assert failed == []
+            bind(center, "race-a")
+            supervised.ctl("reload")
+            assert len([a for a in marked(marker).values() if a[-1] == "race-a"]) == 1
+    finally:  # whether or not it is bound still
+        center.request("DELETE", "/_devcenter/agents/race-a")
