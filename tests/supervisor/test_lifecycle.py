@@ -383,15 +383,18 @@ def test_a_restart_overlapping_a_close_spawns_nothing(tmp_path: Any) -> None:
 
 
 class SlowLaunch(AgentRunner):
-    """A runner whose launch awaits (as a tmux pane's does) until `go` is set."""
+    """A runner whose launch awaits after it spawned (as a tmux pane's does, waiting for the
+    pane's process) until `go` is set. (A stop asked before the spawn spawns nothing at all:
+    `_launch` checks after the generation's reservation.)"""
 
     go: asyncio.Event
     inside: asyncio.Event
 
     async def _launch(self) -> Any:
+        run = await super()._launch()
         self.inside.set()
         await self.go.wait()
-        return await super()._launch()
+        return run
 
 
 async def _stop_during_a_launch(directory: str) -> dict[str, Any]:
