@@ -6,9 +6,10 @@ writes a fleet file (stand-in agents `agent-1..N` in bundle `party`, tmux runner
 its MCP sessions), runs `mcphost supervise` in the background, shows `mcphost ctl status` and
 the calls the center received as each agent (agent_id and generation from its request log),
 `kill -9`s one agent and shows it restarted at the next generation with its next call at that
-generation, has one agent `send` to a peer through its relay tools (run inside the agent with
-`ctl exec`) and shows the text in the peer's tmux pane, then stops the supervisor with SIGTERM
-and checks that it exited 0 and that no agent, pump or tmux server is left.
+generation, has one agent `send` to a peer through its relay tools (a `/send` line typed into
+its pane: its stand-in calls the tool on the session it holds) and shows the message in the
+peer's tmux pane, then stops the supervisor with SIGTERM and checks that it exited 0 and that no
+agent, pump or tmux server is left.
 Exit 0 when every step held, 1 otherwise, 2 for a usage error.
 Must never: leave a process or the temporary directory behind, also on failure, SIGINT or
 SIGTERM (the supervisor gets SIGTERM on the demo's death too); change a supervisor setting
@@ -446,7 +447,8 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, interrupted)
     out = Transcript()
     started = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="mcphost-demo-fleet-"))
+    short = len(tempfile.gettempdir()) <= 40  # Unix socket paths under the state must stay short
+    root = Path(tempfile.mkdtemp(prefix="mcphost-demo-fleet-", dir=None if short else "/tmp"))
     out.say(f"Working in {root}")
     demo = FleetDemo(root, count, out)
     try:
