@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mcphost-installed
 NODE_STAMP := tools/node_modules/.mcphost-installed
 
-.PHONY: demo test test-slow test-loaded lint bench clean venv node
+.PHONY: demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node
 
 venv: $(STAMP)
 
@@ -22,8 +22,17 @@ $(NODE_STAMP): tools/package.json
 	  cd tools && npm install --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.mcphost-installed; \
 	else echo "npm not found: the MCP Inspector interop test will be skipped" >&2; fi
 
-demo: $(STAMP)
-	@$(VENV)/bin/mcphost demo
+# The main job in one command (~10 s): the devcenter, `mcphost supervise` with three stand-in
+# agents in a tmux bundle, ctl status, a kill -9 and its restart, a relay send, a clean stop.
+demo-fleet: $(STAMP)
+	@$(VENV)/bin/mcphost demo fleet
+
+# The standalone host (~5 s): a real MCP client drives `mcphost host` against the devcenter.
+demo-host: $(STAMP)
+	@$(VENV)/bin/mcphost demo host
+
+# Both, the fleet first: together well under a minute.
+demo: demo-fleet demo-host
 
 lint: $(STAMP)
 	@$(VENV)/bin/ruff check mcphost configgen tests bench tools/loaded_runs.py

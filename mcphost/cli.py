@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "supervise": ("mcphost.supervisor.cli", "run a worker's fleet of agents and their sessions"),
     "ctl": ("mcphost.supervisor.ctl", "control a running supervisor: status, restart, logs..."),
     "devcenter": ("mcphost.devcenter.cli", "run the reference center (aiohttp + SQLite)"),
-    "demo": ("mcphost.demo", "drive a real host against a real reference center"),
+    "demo": ("mcphost.demo", "demo fleet: supervise stand-in agents; demo host: one host"),
 }
 
 

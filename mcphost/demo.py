@@ -1,6 +1,10 @@
-"""`mcphost demo` (what `make demo` runs): a real MCP client drives a real host against a real center.
+"""`mcphost demo [host]` (`make demo-host`): a real MCP client drives a real host against a real center.
 
-Owns: the guided transcript. It starts the reference center in a temporary directory, launches
+`mcphost demo fleet` (`make demo-fleet`) is the supervisor's demo: mcphost/demofleet.py, which
+reuses this module's `Transcript`.
+
+Owns: the guided transcript of the standalone host, the `Transcript` both demos print with, and
+the dispatch between the two. It starts the reference center in a temporary directory, launches
 `mcphost host` as a subprocess with the official MCP SDK client over stdio, walks a task through
 its life, shows a spoofed `agent_id` refused, prints what the center actually received, and
 cleans up. Exit 0 when every step behaved as shown, 1 otherwise.
@@ -107,10 +111,27 @@ async def _drive(center: Any, out: Transcript) -> None:
     out.expect(ids == [center.agent_id], f"every request carried agent_id={center.agent_id}")
 
 
+USAGE = """usage: mcphost demo [fleet [--agents N] | host]
+
+  fleet   the main job: the devcenter, `mcphost supervise` with stand-in agents in a tmux
+          bundle, `ctl status`, a kill and its restart, a relay send, a clean stop
+  host    the standalone host (`mcphost host`) driven by a real MCP client (the default)
+"""
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "fleet":
+        from mcphost.demofleet import main as fleet
+
+        return fleet(argv[1:])
+    if argv and argv[0] == "host":
+        argv = argv[1:]
     if argv and argv[0] in ("-h", "--help"):
-        print("usage: mcphost demo\n\n" + (__doc__ or "").split("\n\n")[0], file=sys.stderr)
+        print(USAGE + "\n" + (__doc__ or "").split("\n\n")[0], file=sys.stderr)
         return 0
+    if argv:
+        print(USAGE, file=sys.stderr)
+        return 2
     import anyio
 
     from mcphost.testing import DevCenter

@@ -1,8 +1,10 @@
 """Fixtures that admin-side teams import for integration tests against the reference center.
 
 Owns: `DevCenter` (launch the real `mcphost devcenter` subprocess, wait for it, talk to it with
-the standard library only) and the pytest plugin (`mcphost.testing.pytest_plugin`).
-Must never: be imported by product code paths, or reach into the center's internals: the
+the standard library only), the pytest plugin (`mcphost.testing.pytest_plugin`), and for runs of
+`mcphost supervise` (the suite, `mcphost demo fleet`) the stand-in agent (`standin_agent.py`)
+and fleet files (`mcphost.testing.fleet`).
+Must never: be imported by product code paths (the demos are not product paths), or reach into the center's internals: the
 fixture talks to the center only over its sockets, like any other client.
 """
 

@@ -1,9 +1,10 @@
 """A stand-in coding agent for supervisor tests and benchmarks: it does what a real client does
 with its MCP config, and nothing else.
 
-Run as `python3 standin_agent.py <mcp-config> [--linger] [--call TOOL] [--relay-call TOOL
-[--relay-args JSON]] [--hold]`:
-- reads the `mcpServers` of the config it was given (the file the supervisor generated);
+Run as `python3 standin_agent.py <mcp-config> [--only SERVER] [--linger] [--call TOOL]
+[--relay-call TOOL [--relay-args JSON]] [--hold | --echo NAME]`:
+- reads the `mcpServers` of the config it was given (the file the supervisor generated), or
+  only the one `--only` names;
 - launches every server exactly as the config says (command, args, env over its own
   environment) and speaks MCP to it over stdio: `initialize`, `notifications/initialized`,
   `tools/list`, then one `tools/call` (`get_my_work` on the center tools, `help` on the relay
@@ -15,7 +16,12 @@ Run as `python3 standin_agent.py <mcp-config> [--linger] [--call TOOL] [--relay-
 - `--linger` first forks a process that leaves the agent's session (`setsid`), opens its own
   center session, writes `./lingerer.pid`, and waits for the stream to end, then writes
   `./lingerer.closed` (how a test sees the supervisor close an older generation's sessions);
-- `--hold` keeps the sessions open until SIGTERM (the default: exit 0 after the calls).
+- `--hold` keeps the sessions open until SIGTERM (the default: exit 0 after the calls);
+- `--echo NAME` holds them too, and is a small interactive agent for a terminal (a tmux pane):
+  it prints what its calls did and a prompt `NAME> `, then answers each line of its stdin
+  with `[NAME] got: <line>` (so text typed or pasted into it visibly arrives); a line
+  `/send TARGET MESSAGE` instead calls the relay tool `send` on its held `agentmux` session
+  (what a model would do), records it in `./calls.jsonl` and prints the outcome.
 
 Standard library only (it stands for a client, not for this project), JSON-RPC by hand over
 the pump's stdio: one line per message, as MCP's stdio transport frames them.
@@ -110,27 +116,73 @@ def linger(entry: dict[str, Any]) -> None:
         os._exit(0)
 
 
+def relay_send(name: str, session: Session | None, line: str) -> None:
+    """`/send TARGET MESSAGE`: the relay tool `send` on the held agentmux session."""
+    _, target, message = [*line.split(None, 2), "", ""][:3]
+    call: dict[str, Any] = {"server": "agentmux", "agent_pid": os.getpid(), "tool": "send"}
+    try:
+        if session is None:
+            raise ConnectionError("no agentmux server in this agent's MCP config")
+        arguments = {"targets": [target], "message": message}
+        reply = session.request("tools/call", {"name": "send", "arguments": arguments})
+        call["ok"] = "result" in reply and not reply["result"].get("isError")
+        call["result" if "result" in reply else "error"] = reply.get("result", reply.get("error"))
+    except (ConnectionError, OSError, ValueError) as exc:
+        call["ok"], call["error"] = False, str(exc)[-2000:]
+    record(call)
+    outcome = "ok" if call["ok"] else "FAILED: " + json.dumps(call.get("error"))[:200]
+    sys.stdout.write(f"[{name}] send to {target}: {outcome}\n")
+
+
+def echo(name: str, sessions: dict[str, Session]) -> None:
+    """Say what the calls did, then answer each input line until stdin ends."""
+    with open("calls.jsonl", encoding="utf-8") as handle:
+        lines = [json.loads(text) for text in handle if text.strip()]
+    for call in (line for line in lines if line.get("agent_pid") == os.getpid()):
+        state = "ok" if call.get("ok") else "FAILED: " + str(call.get("error", ""))[:200]
+        print(f"[{name}] pid {call['agent_pid']}: {call['server']} {state}")
+    if sys.stdin.isatty():  # show each line once, as the agent answers it, not as typed too
+        import termios
+
+        mode = termios.tcgetattr(sys.stdin)
+        mode[3] &= ~termios.ECHO
+        termios.tcsetattr(sys.stdin, termios.TCSANOW, mode)
+    print(f"[{name}] holding its MCP sessions; type a line.")
+    sys.stdout.write(f"{name}> ")
+    sys.stdout.flush()
+    for text in sys.stdin:
+        if text.startswith("/send "):
+            relay_send(name, sessions.get("agentmux"), text.rstrip())
+        else:
+            sys.stdout.write(f"[{name}] got: {text.rstrip()}\n")
+        sys.stdout.write(f"{name}> ")
+        sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(
-            "usage: standin_agent.py <mcp-config> [--linger] [--call TOOL] "
-            "[--relay-call TOOL [--relay-args JSON]] [--hold]",
+            "usage: standin_agent.py <mcp-config> [--only SERVER] [--linger] [--call TOOL] "
+            "[--relay-call TOOL [--relay-args JSON]] [--hold | --echo NAME]",
             file=sys.stderr,
         )
         return 2
     with open(argv[0], encoding="utf-8") as handle:
         servers = json.load(handle)["mcpServers"]
+    if "--only" in argv:
+        only = argv[argv.index("--only") + 1]
+        servers = {name: entry for name, entry in servers.items() if name == only}
     tool = argv[argv.index("--call") + 1] if "--call" in argv else "get_my_work"
     relay_tool = argv[argv.index("--relay-call") + 1] if "--relay-call" in argv else "help"
     relay_args = json.loads(argv[argv.index("--relay-args") + 1]) if "--relay-args" in argv else {}
     if "--linger" in argv and "agent-center" in servers:
         linger(servers["agent-center"])
-    sessions = []
+    sessions: dict[str, Session] = {}
     for name, entry in servers.items():
         line: dict[str, Any] = {"server": name, "agent_pid": os.getpid()}
         try:
             session = Session(entry)
-            sessions.append(session)
+            sessions[name] = session
             line["tools"] = session.open()
             call, arguments = (tool, {}) if name == "agent-center" else (relay_tool, relay_args)
             reply = session.request("tools/call", {"name": call, "arguments": arguments})
@@ -144,8 +196,10 @@ def main(argv: list[str]) -> int:
         record(line)
     with open("ready", "w") as out:
         out.write(str(os.getpid()))
-    if "--hold" in argv:
+    if "--hold" in argv or "--echo" in argv:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        if "--echo" in argv:
+            echo(argv[argv.index("--echo") + 1], sessions)
         while True:
             signal.pause()
     return 0

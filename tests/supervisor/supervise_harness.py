@@ -20,26 +20,18 @@ from typing import Any
 
 import mcphost
 from mcphost.testing.devcenter import DevCenter
+from mcphost.testing.fleet import fleet_toml as base_fleet_toml
+from mcphost.testing.fleet import standin as standin  # re-exported for the tests
 from tests.waiting import until
 
-STANDIN = str(Path(mcphost.__file__).resolve().parent / "testing" / "standin_agent.py")
 REPO = str(Path(mcphost.__file__).resolve().parent.parent)
-
-
-def standin(*flags: str) -> list[str]:
-    return [sys.executable, STANDIN, "{mcp_config}", *flags]
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(value)
+# The test suite's fleet defaults: fast restarts, a short stop grace.
+TEST_DEFAULTS: dict[str, Any] = {
+    "client": "command",
+    "restart_delay": 0.05,
+    "restart_max_delay": 0.2,
+    "stop_grace": 5,
+}
 
 
 def fleet_toml(
@@ -49,23 +41,7 @@ def fleet_toml(
     center_keys: dict[str, Any] | None = None,
     **defaults: Any,
 ) -> str:
-    lines = [
-        "[center]",
-        f"admin_url = {toml_value(center.admin_url('unix'))}",
-        f"token_file = {toml_value(str(token_file))}",
-        *(f"{k} = {toml_value(v)}" for k, v in (center_keys or {}).items()),
-        "",
-        "[defaults]",
-        'client = "command"',
-        "restart_delay = 0.05",
-        "restart_max_delay = 0.2",
-        "stop_grace = 5",
-    ]
-    lines += [f"{k} = {toml_value(v)}" for k, v in defaults.items()]
-    for agent in agents:
-        lines += ["", "[[agent]]"]
-        lines += [f"{k} = {toml_value(v)}" for k, v in agent.items()]
-    return "\n".join(lines) + "\n"
+    return base_fleet_toml(center, token_file, agents, center_keys, **{**TEST_DEFAULTS, **defaults})
 
 
 class Supervised:
