@@ -3,7 +3,7 @@
 Owns: the generic agent-tool handler (bearer -> faults -> body -> field shape -> agent on
 worker -> generation fence -> field values -> tool logic -> padding), the worker's agent list
 (`GET /admin/worker/agents`: bearer -> faults -> the token's worker's agents), the control
-handlers (faults, request log, forks, binding agents to workers) and runtime handlers, the JSON error middleware and the two route tables.
+handlers (faults, request log, forks, binding agents to workers, rotating a worker's token) and runtime handlers, the JSON error middleware and the two route tables.
 Must never: answer an admin route before authenticating it, accept an unknown body field,
 or return a non-JSON error.
 """
@@ -101,6 +101,24 @@ async def unbind_agent(request: web.Request) -> web.Response:
     if not gone:
         raise ApiError(404, "not_found", f"agent {agent_id!r} does not exist")
     return web.json_response({"ok": True, "agent_id": agent_id})
+
+
+async def rotate_token(request: web.Request) -> web.Response:
+    """Control: a new token for a worker, written to its token file; the old one is accepted
+    for `overlap_seconds` more (tests of token rotation)."""
+    center: Center = request.app[CENTER_KEY]
+    body = await center.json_body(request)
+    unknown = sorted(set(body) - {"overlap_seconds"})
+    if unknown:
+        raise ApiError(400, "invalid_input", f"unknown field(s) {', '.join(unknown)}")
+    overlap = body.get("overlap_seconds", 0)
+    if isinstance(overlap, bool) or not isinstance(overlap, int | float) or not overlap >= 0:
+        raise ApiError(400, "invalid_input", "overlap_seconds must be a number >= 0")
+    worker_id = request.match_info["worker_id"]
+    until = center.store.rotate_token(center.state, worker_id, float(overlap))
+    if until is None:
+        raise ApiError(404, "not_found", "worker_id must name a worker (w-1, w-2)")
+    return web.json_response({"ok": True, "worker_id": worker_id, "old_token_valid_until": until})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -242,6 +260,7 @@ def admin_app(center: Center, *, control: bool) -> web.Application:
         app.router.add_post("/_devcenter/agents", bind_agents)
         app.router.add_delete("/_devcenter/agents/{agent_id}", unbind_agent)
         app.router.add_post("/_devcenter/faults", set_faults)
+        app.router.add_post("/_devcenter/workers/{worker_id}/token", rotate_token)
         app.router.add_get("/_devcenter/requests", get_requests, allow_head=False)
         app.router.add_get("/_devcenter/forks", list_forks, allow_head=False)
     return app
