@@ -172,10 +172,11 @@ class Supervised:
         with a process per poll cost more CPU than the supervisors being polled."""
         from mcphost.supervisor.control import request
 
-        rows = request(str(self.state / "control.sock"), "status", timeout=60)["agents"]
+        result = request(str(self.state / "control.sock"), "status", timeout=60)
+        rows = result["agents"] if isinstance(result, dict) else result
         return {row["agent_id"]: row for row in rows}
 
-    def center(self) -> dict[str, Any]:
+    def center_health(self) -> dict[str, Any]:
         """`ctl status --json`'s `center` object (the center's health)."""
         from mcphost.supervisor.control import request
 
