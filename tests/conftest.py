@@ -73,6 +73,7 @@ DEEP = {
     "supervisor/test_sessions.py": "the session hub: caps, floods, generations",
     "supervisor/test_supervise_centerfleet.py": "the fleet from the center",
     "supervisor/test_supervise_generations.py": "three workers moving one agent: generations",
+    "supervisor/test_supervise_rotation.py": "token rotations with calls in flight",
     "supervisor/test_supervise_lifecycle.py": "restarts, reloads and generations over time",
     "supervisor/test_supervise_relay.py": "the relay tools through the supervisor",
     "supervisor/test_supervise_user.py": "agents under another user",

@@ -11,6 +11,15 @@ the failure for center JSON nested deeper than Python's recursion limit (`nestin
 raised by the reply parsers in `mcphost.host.results`): an `admin_protocol_error`, never a
 `RecursionError`.
 
+What the client talks to is one `AdminAccess` (target, pins, token), read when each exchange
+starts: `rebind` swaps it for every later call (a new target or pin set gets a new connection
+pool; the old one is closed once its exchanges end), so a holder such as the supervisor changes
+the center, the pins or the token without rebuilding anything that uses the client. A 401 is
+handed to `on_unauthorized` (when given) with the token that was refused: if it answers True (a
+fresh token is in place), the exchange is sent once more with it, and a body that cannot be sent
+again (a stream) is not retried. `on_failure` (when given) sees every classified failure and
+returns the one to raise (the supervisor names its fleet keys there).
+
 The client knows no agent: who is speaking (`agent_id`, `X-AC-MCP-Generation`) is in the
 request, written by `mcphost.host.requests.RequestBuilder` alone, so one pooled client can carry
 the requests of many bindings.
@@ -40,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -67,6 +76,22 @@ CALL_TIMEOUT = 30.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 POOL_SIZE = 64  # exchanges in flight per client; the rest wait in FIFO order
 QUEUE_TIMEOUTS = 4  # a call may wait this many call timeouts for a slot before giving up
+
+
+@dataclass(frozen=True, slots=True)
+class AdminAccess:
+    """Where the center is, the pins that admit its certificate, and the bearer token."""
+
+    target: AdminTarget
+    pins: tuple[bytes, ...] = ()
+    token: str = ""
+
+    def __post_init__(self) -> None:
+        if self.target.kind == "tcp" and not self.pins:
+            raise ValueError("a tcp:// target needs at least one certificate pin")
+
+    def __repr__(self) -> str:  # never the token
+        return f"AdminAccess({self.target}, {len(self.pins)} pin(s))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,12 +232,12 @@ class AdminClient:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         pool_size: int = POOL_SIZE,
         queue_timeout: float | None = None,
+        on_unauthorized: Callable[[str], Awaitable[bool]] | None = None,
+        on_failure: Callable[[ToolFailure], ToolFailure] | None = None,
     ) -> None:
-        if target.kind == "tcp" and not pins:
-            raise ValueError("a tcp:// target needs at least one certificate pin")
-        self.target = target
-        self._token = token
-        self._pins = pins
+        self._access = AdminAccess(target, pins, token)
+        self.on_unauthorized = on_unauthorized
+        self.on_failure = on_failure
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.max_response_bytes = max_response_bytes
@@ -221,34 +246,63 @@ class AdminClient:
         )
         self._slots = _Slots(pool_size)
         self._session: aiohttp.ClientSession | None = None
-        self._session_lock = asyncio.Lock()
+        self._session_access: AdminAccess | None = None  # the target and pins it was built for
+        self._in_use: dict[aiohttp.ClientSession, int] = {}  # exchanges per pool
+        self._retired: set[aiohttp.ClientSession] = set()  # closed once their exchanges end
+        self._closing: set[asyncio.Future[None]] = set()
+
+    # -- what the client talks to ---------------------------------------------------------
+    @property
+    def access(self) -> AdminAccess:
+        return self._access
+
+    @property
+    def target(self) -> AdminTarget:
+        return self._access.target
+
+    def rebind(self, access: AdminAccess) -> None:
+        """Every exchange that starts from now on uses `access`; those in flight finish on what
+        they started with. A new target or pin set gets a new pool (the old one is closed when
+        its last exchange ends); a new token alone keeps the pooled connections."""
+        self._access = access
+        old = self._session
+        if old is not None and not _same_pool(self._session_access, access):
+            self._session = None
+            self._retire(old)
 
     # -- session --------------------------------------------------------------------------
-    async def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is not None and not self._session.closed:
-            return self._session
-        async with self._session_lock:
-            if self._session is None or self._session.closed:
-                self._session = self._new_session()
+    def _get_session(self, access: AdminAccess) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = self._new_session(access)
+            self._session_access = access
         return self._session
 
-    def _new_session(self) -> aiohttp.ClientSession:
+    def _retire(self, session: aiohttp.ClientSession) -> None:
+        if self._in_use.get(session, 0) == 0:
+            self._in_use.pop(session, None)
+            closing = asyncio.ensure_future(session.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        else:
+            self._retired.add(session)
+
+    def _new_session(self, access: AdminAccess) -> aiohttp.ClientSession:
         import aiohttp
 
         connector: aiohttp.BaseConnector
         # limit=0: `_Slots` bounds concurrency, so aiohttp never makes a request wait for a
         # pooled connection inside its connect timeout
-        if self.target.kind == "unix":
-            connector = aiohttp.UnixConnector(path=self.target.path, keepalive_timeout=30, limit=0)
+        target = access.target
+        if target.kind == "unix":
+            connector = aiohttp.UnixConnector(path=target.path, keepalive_timeout=30, limit=0)
         else:
             connector = aiohttp.TCPConnector(
-                ssl=_pin_classes().pin_set(self._pins), keepalive_timeout=30, limit=0
+                ssl=_pin_classes().pin_set(access.pins), keepalive_timeout=30, limit=0
             )
+        # the bearer is added per exchange (`stream`), from the access it started with
         headers = {"Accept": "application/json", "User-Agent": f"mcphost/{__version__}"}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
         return aiohttp.ClientSession(
-            base_url=self.target.base_url,
+            base_url=target.base_url,
             connector=connector,
             headers=headers,
             timeout=aiohttp.ClientTimeout(
@@ -258,9 +312,11 @@ class AdminClient:
         )
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, *self._retired):
+            if session is not None:
+                await session.close()
+        self._session = None
+        self._retired.clear()
 
     # -- calls ----------------------------------------------------------------------------
     async def call(self, request: AdminRequest, *, retry_safe: bool = False) -> Reply:
@@ -295,7 +351,6 @@ class AdminClient:
         """
         import aiohttp
 
-        session = await self._get_session()
         client_timeout = aiohttp.ClientTimeout(
             total=timeout,
             connect=self.connect_timeout,
@@ -305,41 +360,90 @@ class AdminClient:
         try:
             await self._slots.acquire(self.queue_timeout)
         except TimeoutError:
-            raise queue_failure(self.target, self.queue_timeout, self._slots) from None
+            raise self._seen(queue_failure(self.target, self.queue_timeout, self._slots)) from None
         headers = dict(request.headers)
         if data is None and request.body is not None:
             data = json.dumps(dict(request.body), ensure_ascii=False, separators=(",", ":"))
             data = data.encode()
             headers.setdefault("Content-Type", "application/json")
+        resendable = data is None or isinstance(data, bytes)
+        access = self._access  # this exchange's target, pins and token, whatever a rebind does
         try:
-            async with session.request(
-                request.method,
-                request.route,
-                data=data,
-                headers=headers,
-                params=dict(request.query) or None,
-                timeout=client_timeout,
-                allow_redirects=False,
-            ) as response:
-                if 300 <= response.status < 400:
-                    raise redirect_failure(
-                        response.status,
-                        response.headers.get("Location"),
+            for attempt in range(2):
+                session = self._get_session(access)
+                self._in_use[session] = self._in_use.get(session, 0) + 1
+                try:
+                    async with session.request(
                         request.method,
-                        self.target,
-                    )
-                if response.status >= 300:
-                    body = await read_capped(response, 64 * 1024, self.target, truncate=True)
-                    raise http_failure(response.status, body)
-                yield response
-        except ToolFailure:
-            raise
+                        request.route,
+                        data=data,
+                        headers=_with_bearer(headers, access.token),
+                        params=dict(request.query) or None,
+                        timeout=client_timeout,
+                        allow_redirects=False,
+                    ) as response:
+                        if 300 <= response.status < 400:
+                            raise redirect_failure(
+                                response.status,
+                                response.headers.get("Location"),
+                                request.method,
+                                access.target,
+                            )
+                        if (
+                            response.status == 401
+                            and attempt == 0
+                            and resendable
+                            and await self._fresh_token(access)
+                        ):
+                            access = self._access  # refused for its token: once more, anew
+                            continue
+                        if response.status >= 300:
+                            body = await read_capped(
+                                response, 64 * 1024, access.target, truncate=True
+                            )
+                            raise http_failure(response.status, body)
+                        yield response
+                        return
+                finally:
+                    self._done_with(session)
+        except ToolFailure as failure:
+            raise self._seen(failure) from None
         except Exception as exc:
-            raise classify(
-                exc, self.target, timeout or self.call_timeout, connect_timeout=self.connect_timeout
+            raise self._seen(
+                classify(
+                    exc,
+                    access.target,
+                    timeout or self.call_timeout,
+                    connect_timeout=self.connect_timeout,
+                )
             ) from None
         finally:
             self._slots.release()
+
+    async def _fresh_token(self, refused: AdminAccess) -> bool:
+        """After a 401: whether `on_unauthorized` put a token other than `refused`'s in place."""
+        if self.on_unauthorized is None:
+            return False
+        return await self.on_unauthorized(refused.token) and self._access.token != refused.token
+
+    def _seen(self, failure: ToolFailure) -> ToolFailure:
+        return failure if self.on_failure is None else self.on_failure(failure)
+
+    def _done_with(self, session: aiohttp.ClientSession) -> None:
+        self._in_use[session] -= 1
+        if session in self._retired and self._in_use[session] == 0:
+            self._retired.discard(session)
+            self._retire(session)
+
+
+def _same_pool(built: AdminAccess | None, access: AdminAccess) -> bool:
+    """Whether a pool built for `built` may carry exchanges for `access` (the token is sent
+    per exchange; the target and the pins are the pool's)."""
+    return built is not None and (built.target, built.pins) == (access.target, access.pins)
+
+
+def _with_bearer(headers: Mapping[str, str], token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", **headers} if token else dict(headers)
 
 
 async def read_capped(

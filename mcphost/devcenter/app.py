@@ -6,7 +6,7 @@ worker -> generation fence -> field values -> tool logic -> padding), the worker
 highest generation seen), the generation reservation (`POST
 /admin/worker/agents/<id>/generation`: bearer -> faults -> body -> agent on worker -> the next
 generation, recorded), the control handlers (faults, request log, forks, workers, binding
-agents to workers) and runtime handlers, the JSON error middleware and the two route tables.
+agents to workers, rotating a worker's token) and runtime handlers, the JSON error middleware and the two route tables.
 Must never: answer an admin route before authenticating it, accept an unknown body field,
 or return a non-JSON error.
 """
@@ -157,6 +157,24 @@ async def unbind_agent(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "agent_id": agent_id})
 
 
+async def rotate_token(request: web.Request) -> web.Response:
+    """Control: a new token for a worker, written to its token file; the old one is accepted
+    for `overlap_seconds` more (tests of token rotation)."""
+    center: Center = request.app[CENTER_KEY]
+    body = await center.json_body(request)
+    unknown = sorted(set(body) - {"overlap_seconds"})
+    if unknown:
+        raise ApiError(400, "invalid_input", f"unknown field(s) {', '.join(unknown)}")
+    overlap = body.get("overlap_seconds", 0)
+    if isinstance(overlap, bool) or not isinstance(overlap, int | float) or not overlap >= 0:
+        raise ApiError(400, "invalid_input", "overlap_seconds must be a number >= 0")
+    worker_id = request.match_info["worker_id"]
+    until = center.store.rotate_token(center.state, worker_id, float(overlap))
+    if until is None:
+        raise ApiError(404, "not_found", "worker_id must name a worker (w-1, w-2)")
+    return web.json_response({"ok": True, "worker_id": worker_id, "old_token_valid_until": until})
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
@@ -298,6 +316,7 @@ def admin_app(center: Center, *, control: bool) -> web.Application:
         app.router.add_post("/_devcenter/agents", bind_agents)
         app.router.add_delete("/_devcenter/agents/{agent_id}", unbind_agent)
         app.router.add_post("/_devcenter/faults", set_faults)
+        app.router.add_post("/_devcenter/workers/{worker_id}/token", rotate_token)
         app.router.add_get("/_devcenter/requests", get_requests, allow_head=False)
         app.router.add_get("/_devcenter/forks", list_forks, allow_head=False)
     return app

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS retired_tokens (
+    token_sha256 TEXT PRIMARY KEY, worker_id TEXT NOT NULL, until REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS agents (agent_id TEXT PRIMARY KEY, worker_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (project_id TEXT PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS project_members (
@@ -168,8 +171,33 @@ class Store:
     # -- identity --------------------------------------------------------------------------
 
     def worker_for_token(self, token: str) -> str | None:
-        row = self.one("SELECT worker_id FROM workers WHERE token_sha256 = ?", token_digest(token))
+        """The worker of a current token, or of a rotated-out one still inside its overlap."""
+        digest = token_digest(token)
+        row = self.one("SELECT worker_id FROM workers WHERE token_sha256 = ?", digest) or self.one(
+            "SELECT worker_id FROM retired_tokens WHERE token_sha256 = ? AND until > ?",
+            digest,
+            time.time(),
+        )
         return None if row is None else str(row["worker_id"])
+
+    def rotate_token(self, state: Path, worker_id: str, overlap_seconds: float) -> float | None:
+        """Give `worker_id` a new token, written atomically (0600) to its token file; the old
+        one stays valid for `overlap_seconds`. Returns when it stops (None: no such worker)."""
+        row = self.one("SELECT token_sha256 FROM workers WHERE worker_id = ?", worker_id)
+        if row is None:
+            return None
+        token, until = new_token(), time.time() + overlap_seconds
+        with self.tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO retired_tokens VALUES (?, ?, ?)",
+                (row["token_sha256"], worker_id, until),
+            )
+            db.execute(
+                "UPDATE workers SET token_sha256 = ? WHERE worker_id = ?",
+                (token_digest(token), worker_id),
+            )
+        _write_secret(token_file(state, worker_id), token)
+        return until
 
     def agent(self, agent_id: str) -> dict[str, Any] | None:
         return self.one("SELECT * FROM agents WHERE agent_id = ?", agent_id)

@@ -1,6 +1,7 @@
 """`mcphost check`: launch preflight for operators and worker daemons.
 
-Owns: reading the binding exactly as the host does, dialling the center (the pin is verified on
+Owns: `probe` (one harmless call through a given client, timed and classified; the supervisor's
+center health uses it too), reading the binding exactly as the host does, dialling the center (the pin is verified on
 the TLS handshake), making one harmless read (`get_my_work`, built like every host request by
 `mcphost.host.requests.RequestBuilder`, so it carries the binding's agent and generation), checking the workspace root and
 runtime socket, and printing a human report to stderr (`--json` prints a JSON report to stdout
@@ -19,11 +20,14 @@ import os
 import stat
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcphost.binding import AgentBinding, BindingError
 from mcphost.cliargs import Parser
 from mcphost.errors import ToolFailure, WorkspaceRootUnset
+
+if TYPE_CHECKING:
+    from mcphost.admin.client import AdminClient, AdminRequest
 
 
 def _socket_state(path: str) -> str:
@@ -48,24 +52,34 @@ def _workspace(binding: AgentBinding) -> tuple[bool, str]:
     return False, f"{problem.code}: {problem.message}"
 
 
+async def probe(client: AdminClient, request: AdminRequest) -> dict[str, Any]:
+    """One harmless call through `client` (the pin is verified on the handshake): `{"ok": true,
+    "ms", "reply"}` or `{"ok": false, "error", "message", "details"}`. Shared with the
+    supervisor's center health (`mcphost.supervisor.centerhealth`)."""
+    started = time.perf_counter()
+    try:
+        reply = await client.call(request)
+    except ToolFailure as failure:
+        return {"ok": False, **failure.payload()}
+    return {"ok": True, "ms": round((time.perf_counter() - started) * 1000, 1), "reply": reply}
+
+
 async def _probe(binding: AgentBinding) -> dict[str, Any]:
     from mcphost.admin.client import AdminClient
     from mcphost.host.requests import RequestBuilder
 
     client = AdminClient(binding.target, token=binding.token.reveal(), pins=binding.pins)
-    started = time.perf_counter()
     try:
-        reply = await client.call(RequestBuilder(binding).probe())
-    except ToolFailure as failure:
-        return {"ok": False, **failure.payload()}
+        result = await probe(client, RequestBuilder(binding).probe())
     finally:
         await client.aclose()
-    elapsed = round((time.perf_counter() - started) * 1000, 1)
+    if not result["ok"]:
+        return result
     try:
-        tasks = len(json.loads(reply.body).get("tasks", []))
+        tasks = len(json.loads(result["reply"].body).get("tasks", []))
     except (ValueError, RecursionError, AttributeError, TypeError):  # an odd reply: count unknown
         tasks = None
-    return {"ok": True, "ms": elapsed, "open_tasks": tasks}
+    return {"ok": True, "ms": result["ms"], "open_tasks": tasks}
 
 
 def main(argv: list[str]) -> int:

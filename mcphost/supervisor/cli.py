@@ -4,7 +4,9 @@ Owns: the command line (`--fleet`, `--state`; `MCPHOST_FLEET`, `MCPHOST_STATE` w
 absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
 exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
 what is expected. It runs in the foreground (systemd or a terminal supervises it) and exits 0
-after a graceful stop.
+after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
+file as at start (exit 2), then the token file, one pinned, harmless call to the center and the
+state directory, one line per problem naming the fleet key (exit 1), or exit 0.
 
 Must never: write to stdout (logs and events go to stderr), or show a token (none is in the
 fleet file; the token file is read by the supervisor itself).
@@ -46,6 +48,12 @@ def _parser() -> object:
     )
     p.add_argument("--fleet", help="the fleet file (TOML; else MCPHOST_FLEET)")
     p.add_argument("--state", help="the state directory (else MCPHOST_STATE)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="preflight: validate the fleet, reach the center (pinned), check the state "
+        "directory, then exit (0 ok, 1 problems, 2 bad fleet file)",
+    )
     return p
 
 
@@ -55,7 +63,8 @@ def main(argv: list[str]) -> int:
     parser = _parser()
     assert isinstance(parser, argparse.ArgumentParser)
     args = parser.parse_args(argv)
-    flags = {k: v for k, v in vars(args).items() if v is not None}
+    check = args.check
+    flags = {k: v for k, v in vars(args).items() if v is not None and k != "check"}
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
         from mcphost.supervisor.fleet import check_users, load_fleet
@@ -66,6 +75,24 @@ def main(argv: list[str]) -> int:
         for line in exc.lines():
             print(f"mcphost supervise: {line}", file=sys.stderr)
         return 2
+    if check:
+        return _preflight(fleet, settings.state)
     from mcphost.supervisor.supervisor import run_supervisor
 
     return run_supervisor(fleet, settings.state)
+
+
+def _preflight(fleet: object, state: str) -> int:
+    """`--check`: one stderr line per problem, each naming the fleet key; 0 when none."""
+    import asyncio
+
+    from mcphost.supervisor.centerhealth import preflight
+    from mcphost.supervisor.fleet import Fleet
+
+    assert isinstance(fleet, Fleet)
+    problems = asyncio.run(preflight(fleet, state))
+    for line in problems:
+        print(f"mcphost supervise: {line}", file=sys.stderr)
+    verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+    print(f"mcphost supervise --check: {verdict} ({fleet.path})", file=sys.stderr)
+    return 1 if problems else 0

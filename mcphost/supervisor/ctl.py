@@ -1,7 +1,7 @@
 """`mcphost ctl`: ask a running supervisor for its agents' status, start/stop/restart one, reload
 the fleet, read an agent's log, or run a command as an agent.
 
-    mcphost ctl --state DIR status [--json]
+    mcphost ctl --state DIR status [--json]      --json: {"center": {...}, "agents": [...]}
     mcphost ctl --state DIR start|stop|restart AGENT
     mcphost ctl --state DIR reload
     mcphost ctl --state DIR logs AGENT [--follow] [-n N] [--raw | --escape]
@@ -25,7 +25,8 @@ made visible (`escape_controls`: ESC as `^[`, so an OSC 52 clipboard write or a 
 is shown, not executed); to a pipe or file, the text is written as it is. `--raw` and
 `--escape` force one or the other.
 
-Owns: argument parsing (`mcphost.cliargs.Parser`), the status table and the human uptime, the
+Owns: argument parsing (`mcphost.cliargs.Parser`), the status table (after the center's health:
+`center: ok`, or its code, the fleet key and the remedy) and the human uptime, the
 escaping of log text for a terminal, and turning replies into stdout/stderr and exit codes.
 Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
 fast), print a traceback, echo an argument it did not recognise, or write an agent's control
@@ -237,6 +238,22 @@ def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[s
     return rows
 
 
+def center_line(center: Any) -> str:
+    """`center: ok`, or `center: <code> (<fleet key>): <remedy>`; nothing from an older
+    supervisor that does not report it."""
+    if not isinstance(center, Mapping):
+        return ""
+    state = _clean(center.get("state"))
+    if state == "ok":
+        return "center: ok\n\n"
+    key = center.get("fleet_key")
+    return (
+        f"center: {state}"
+        + (f" ({_clean(key)})" if key else "")
+        + f": {_clean(center.get('message'))}\n\n"
+    )
+
+
 def status_table(agents: Sequence[Mapping[str, Any]], now: float) -> str:
     rows = [COLUMNS, *status_rows(agents, now)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
@@ -319,12 +336,15 @@ def _run(args: argparse.Namespace, path: str) -> int:
     fields = {"agent": args.agent} if args.command in ("start", "stop", "restart") else {}
     result = request(path, args.command, timeout=args.timeout, **fields)
     if args.command == "status":
-        if not isinstance(result, list):
-            return _fail("the supervisor's status is not a list", "protocol_error")
+        if isinstance(result, list):  # a supervisor from before the center's health
+            result = {"center": None, "agents": result}
+        if not isinstance(result, dict) or not isinstance(result.get("agents"), list):
+            return _fail("the supervisor's status is not {center, agents}", "protocol_error")
         if args.json:
             sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
         else:
-            sys.stdout.write(status_table(result, time.time()))
+            sys.stdout.write(center_line(result.get("center")))
+            sys.stdout.write(status_table(result["agents"], time.time()))
         return EXIT_OK
     print(describe_result(args.command, getattr(args, "agent", None), result))
     return EXIT_OK

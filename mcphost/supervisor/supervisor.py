@@ -1,7 +1,9 @@
 """The supervisor: one process that runs a worker's fleet and serves every agent's MCP sessions.
 
-Owns: the worker token (read once from the fleet's `token_file`, held only here, in one pooled,
-pinned `AdminClient` shared by every session), the fleet in force (`Fleet`) and its
+Owns: the link to the center (centerlink.py: the worker token read from the fleet's
+`token_file`, held only there and in one pooled, pinned `AdminClient` shared by every session,
+whose target, pins and token a reload swaps for the next call of every session; centerhealth.py:
+the center's health in `ctl status`), the fleet in force (`Fleet`) and its
 reconciliation (start what is new, stop what is gone, restart what changed, leave the rest
 alone; every fallible write -- the relay's configuration, the homes -- before anything is
 stopped, so a failed relay write is `reload_failed` with nothing changed), one lock per agent
@@ -77,6 +79,8 @@ if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
     from mcphost.errors import ToolFailure
     from mcphost.relaytools.stream import SharedStream
+    from mcphost.supervisor.centerhealth import CenterHealth
+    from mcphost.supervisor.centerlink import CenterLink
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"
@@ -140,7 +144,8 @@ class Supervisor:
         self._agent_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
-        self._token = ""
+        self.link: CenterLink | None = None  # the [center] in force and the token
+        self.health: CenterHealth | None = None
         self.admin: AdminClient | None = None
         self.runtime: AdminClient | None = None
         self.hubs: dict[str, SessionHub] = {}
@@ -175,10 +180,11 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
         kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
         kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
-        from mcphost.binding import BindingError, _read_token_file
+        from mcphost.binding import BindingError
+        from mcphost.supervisor.centerlink import CenterLink, read_token
 
         try:
-            self._token = _read_token_file(self.fleet.center.token_file)
+            self.link = CenterLink(self.fleet.center, *read_token(self.fleet.center.token_file))
         except BindingError as exc:  # one line, like every start-up refusal (cli.py)
             print(
                 f"mcphost supervise: {self.fleet.path}: center.token_file {exc.problem}: "
@@ -353,16 +359,27 @@ class Supervisor:
         from mcphost.admin.client import AdminClient
         from mcphost.admin.target import AdminTarget
         from mcphost.host.server import call_timeout_from_env
+        from mcphost.supervisor.centerhealth import CenterHealth
 
         center = self.fleet.center
-        self.admin = AdminClient(
-            center.admin_url,
-            token=self._token,
-            pins=center.pins,
-            call_timeout=call_timeout_from_env(),
+        assert self.link is not None
+        self.admin = self.link.client(
+            call_timeout=call_timeout_from_env(), on_failure=self._center_failure
         )
+        self.health = CenterHealth(self.admin)
+        self._spawn(self.health.run())
         if center.runtime_socket:
             self.runtime = AdminClient(AdminTarget(kind="unix", path=center.runtime_socket))
+
+    def _center_failure(self, failure: ToolFailure) -> ToolFailure:
+        """Every failure of the shared client: named in fleet keys (what an operator of the
+        supervisor can change), and a probe of the center when it says something about it."""
+        from mcphost.supervisor.centerhealth import worth_a_probe
+        from mcphost.supervisor.centerlink import for_operator
+
+        if self.health is not None and worth_a_probe(failure):
+            self.health.poke()
+        return for_operator(failure)
 
     async def _shutdown(self) -> None:
         events.emit("supervisor.stopping", agents=len(self.slots))
@@ -608,10 +625,9 @@ class Supervisor:
             )
 
     async def reload(self) -> dict[str, Any]:
-        """Re-read the fleet file; a file that fails validation changes nothing."""
+        """Re-read the fleet file (and the token file); a file that fails validation changes
+        nothing. A changed `[center]` or token applies to the next call of every session."""
         async with self._reload_lock:
-            if self.fleet.center.fleet == "center":
-                return await self._reload_from_center()
             try:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
@@ -621,17 +637,55 @@ class Supervisor:
                     f"the fleet file was not applied: {exc}",
                     {"problems": [p.details() for p in exc.problems], "file": self.fleet.path},
                 ) from None
-            self._refuse_center_change(fleet)
+            await self._apply_center(fleet)
+            if fleet.center.fleet == "center":
+                return await self._reload_from_center()
             return await self._reconcile(fleet)
 
-    def _refuse_center_change(self, fleet: Fleet) -> None:
-        if fleet.center != self.fleet.center:
+    async def _apply_center(self, fleet: Fleet) -> None:
+        """Make `fleet.center` (and its token file's token) the one the next call of every
+        session uses: no session is rebuilt, no agent restarted. Refused, changing nothing, when
+        the token file cannot be read or `[center] fleet` (where the agents come from) changed."""
+        import dataclasses
+
+        from mcphost.binding import BindingError
+        from mcphost.supervisor.centerlink import read_token
+
+        center = fleet.center
+        if center.fleet != self.fleet.center.fleet:
             raise ControlError(
                 "reload_failed",
-                "the [center] section changed; it takes effect only when the supervisor "
-                "restarts (nothing was applied)",
-                {"file": fleet.path, "section": "center"},
+                "[center] fleet changed (where the agents come from); it takes effect only when "
+                "the supervisor restarts (nothing was applied)",
+                {"file": fleet.path, "key": "[center] fleet"},
             )
+        try:
+            token, stamp = await asyncio.to_thread(read_token, center.token_file)
+        except BindingError as exc:
+            raise ControlError(
+                "reload_failed",
+                f"[center] token_file {center.token_file} {exc.problem}: expected "
+                f"{exc.expected} (nothing was applied)",
+                {"file": fleet.path, "key": "[center] token_file"},
+            ) from None
+        assert self.link is not None
+        changed = self.link.apply(center, token, stamp)
+        old_runtime = self.fleet.center.runtime_socket
+        self.fleet = dataclasses.replace(self.fleet, center=center)
+        if (
+            self.runtime is not None
+            and center.runtime_socket
+            and center.runtime_socket != old_runtime
+        ):
+            from mcphost.admin.client import AdminAccess
+            from mcphost.admin.target import AdminTarget
+
+            self.runtime.rebind(AdminAccess(AdminTarget(kind="unix", path=center.runtime_socket)))
+            changed.append("runtime_socket")
+        if changed:
+            events.emit("supervisor.center_changed", changed=changed)
+            if self.health is not None:
+                self.health.poke()
 
     def _reload_in_background(self) -> None:
         async def reload() -> None:
@@ -680,7 +734,8 @@ class Supervisor:
     async def _poll_center(self) -> None:
         while True:
             try:
-                await self.reload()
+                async with self._reload_lock:
+                    await self._reload_from_center()
             except ControlError as exc:
                 events.emit(
                     "supervisor.center_fleet_failed",
@@ -750,7 +805,7 @@ class Supervisor:
             agent_id=slot.plan.agent_id,
             target=center.admin_url,
             pins=center.pins,
-            token=Secret(self._token),
+            token=Secret(""),  # the shared client holds it (centerlink.py), never a session
             token_file=None,
             agent_root=slot.home.workspace,
             runtime_socket=center.runtime_socket,
@@ -1007,8 +1062,14 @@ class Control:
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
 
-    async def status(self) -> list[dict[str, Any]]:
-        return await self.supervisor.status()
+    async def status(self) -> dict[str, Any]:
+        """`{"center": <health>, "agents": [<row>, ...]}` (the center first: it explains the
+        rest when it is down)."""
+        health = self.supervisor.health
+        return {
+            "center": health.as_json() if health is not None else None,
+            "agents": await self.supervisor.status(),
+        }
 
     async def start(self, agent: str) -> dict[str, Any]:
         return await self.supervisor.start(agent)

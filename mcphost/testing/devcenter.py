@@ -332,6 +332,20 @@ class DevCenter:
             "POST", "/_devcenter/agents", {"worker_id": worker_id, "agent_ids": list(agent_ids)}
         )
 
+    def rotate_token(self, worker_id: str = "w-1", *, overlap_seconds: float = 0) -> str:
+        """Rotate a worker's token (the new one is written to its token file, which
+        `worker_token` reads); the old one is refused after `overlap_seconds`. The new token."""
+        self._control(
+            "POST", f"/_devcenter/workers/{worker_id}/token", {"overlap_seconds": overlap_seconds}
+        )
+        return self.worker_token(worker_id)
+
+    def token_path(self, worker_id: str = "w-1") -> Path:
+        """The worker's token file, as the center writes it (0600; rotations replace it)."""
+        return self.state_dir / (
+            "worker-token" if worker_id == "w-1" else f"worker-token.{worker_id}"
+        )
+
     def requests(self, limit: int = 50) -> list[dict[str, Any]]:
         """The last admin requests, oldest first: {method, route, query, headers, body}."""
         return list(self._control("GET", f"/_devcenter/requests?limit={limit}"))

@@ -148,8 +148,15 @@ class Supervised:
         with a process per poll cost more CPU than the supervisors being polled."""
         from mcphost.supervisor.control import request
 
-        rows = request(str(self.state / "control.sock"), "status", timeout=60)
+        result = request(str(self.state / "control.sock"), "status", timeout=60)
+        rows = result["agents"] if isinstance(result, dict) else result
         return {row["agent_id"]: row for row in rows}
+
+    def center_health(self) -> dict[str, Any]:
+        """`ctl status --json`'s `center` object (the center's health)."""
+        from mcphost.supervisor.control import request
+
+        return dict(request(str(self.state / "control.sock"), "status", timeout=60)["center"])
 
     def workspace(self, agent_id: str) -> Path:
         return self.state / "agents" / agent_id / "workspace"

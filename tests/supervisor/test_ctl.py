@@ -65,12 +65,20 @@ AGENTS = [
 ]
 
 
+CENTER = {
+    "state": "pin_mismatch",
+    "message": "the center's certificate matches none of the pins in [center] fingerprint\x1b[31m",
+    "checked_at": NOW - 3,
+    "fleet_key": "[center] fingerprint",
+}
+
+
 class Handler:
     def __init__(self) -> None:
         self.follow_closed = threading.Event()
 
     async def status(self) -> Any:
-        return AGENTS
+        return {"center": CENTER, "agents": AGENTS}
 
     async def start(self, agent: str) -> Any:
         self._known(agent)
@@ -175,7 +183,12 @@ def ctl(*args: str, environ: dict[str, str] | None = None) -> subprocess.Complet
 def test_status_table(running: Running) -> None:
     done = ctl("--state", str(running.state), "status")
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    center, blank, *lines = done.stdout.splitlines()
+    assert center == (
+        "center: pin_mismatch ([center] fingerprint): the center's certificate matches none of "
+        "the pins in [center] fingerprint?[31m"
+    )
+    assert blank == ""
     assert lines[0].split() == [
         "AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESSIONS", "LAST", "EXIT", "REASON"
     ]  # fmt: skip
@@ -189,10 +202,10 @@ def test_status_table(running: Running) -> None:
     assert done.stderr == ""
 
 
-def test_status_json_is_the_list(running: Running) -> None:
+def test_status_json_has_the_center_and_the_list(running: Running) -> None:
     done = ctl("--state", str(running.state), "status", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == AGENTS
+    assert json.loads(done.stdout) == {"center": CENTER, "agents": AGENTS}
 
 
 def test_state_from_the_environment_or_after_the_command(running: Running) -> None:
