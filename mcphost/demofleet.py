@@ -122,9 +122,10 @@ class FleetDemo:
         from mcphost.supervisor.control import ControlError, NotRunning, request
 
         try:
-            rows = request(str(self.state / "control.sock"), "status", timeout=30)
+            reply = request(str(self.state / "control.sock"), "status", timeout=30)
         except (ControlError, NotRunning, OSError):
             return {}
+        rows = reply["agents"] if isinstance(reply, dict) else reply  # {"center", "agents"}
         return {row["agent_id"]: row for row in rows}
 
     def calls(self, tool: str = "get_my_work") -> list[tuple[str, int | None]]:

@@ -20,8 +20,10 @@ from typing import Any
 
 import mcphost
 from mcphost.testing.devcenter import DevCenter
+from mcphost.testing.fleet import STANDIN as STANDIN  # re-exported for the tests
 from mcphost.testing.fleet import fleet_toml as base_fleet_toml
-from mcphost.testing.fleet import standin as standin  # re-exported for the tests
+from mcphost.testing.fleet import standin as standin
+from mcphost.testing.fleet import toml_value as toml_value
 from tests.waiting import until
 
 REPO = str(Path(mcphost.__file__).resolve().parent.parent)
