@@ -348,8 +348,11 @@ def _write(dir_fd: int, name: str, shown: str, data: bytes, owner: tuple[int, in
 
 def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
     """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
-    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex`, which finds its
-    config through CODEX_HOME). A program not found stays bare; the spawn then fails naming it."""
+    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
+    daemon_auto_start`, which finds its config through CODEX_HOME: Codex would otherwise start
+    a detached app-server daemon, which leaves the agent's process tree, so neither its MCP
+    servers' identity nor the agent's stop could reach it). A program not found stays bare;
+    the spawn then fails naming it."""
     values = {
         "mcp_config": home.mcp_config,
         "workspace": home.workspace,
@@ -364,5 +367,5 @@ def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
         program = find_command("claude") or "claude"
         return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
     if plan.client == "codex":
-        return [find_command("codex") or "codex"]
+        return [find_command("codex") or "codex", "--disable", "daemon_auto_start"]
     raise ValueError(f'agent {plan.agent_id}: client = "command" needs a command')

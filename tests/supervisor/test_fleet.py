@@ -386,7 +386,9 @@ def test_agent_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "find_command", lambda name: f"/opt/bin/{name}")
     assert agent_argv(bare, home)[0] == "/opt/bin/claude"
     codex = dataclasses.replace(bare, client="codex")
-    assert agent_argv(codex, home_paths(str(tmp_path), "a", "codex")) == ["/opt/bin/codex"]
+    assert agent_argv(codex, home_paths(str(tmp_path), "a", "codex")) == [
+        "/opt/bin/codex", "--disable", "daemon_auto_start",
+    ]  # fmt: skip
     assert os.path.basename(home_paths(str(tmp_path), "a", "codex").mcp_config) == "config.toml"
 
 
