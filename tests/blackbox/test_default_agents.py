@@ -67,9 +67,11 @@ def claude_config_dir(directory: Path, workspace: Path, key: str) -> Path:
 
 @pytest.fixture
 def models() -> Iterator[tuple[ModelStandIn, ResponsesStandIn]]:
-    with ModelStandIn([Say("ok")]).running() as anthropic:
-        with ResponsesStandIn().running() as openai:
-            yield anthropic, openai
+    with (
+        ModelStandIn([Say("ok")]).running() as anthropic,
+        ResponsesStandIn().running() as openai,
+    ):
+        yield anthropic, openai
 
 
 @pytest.fixture
