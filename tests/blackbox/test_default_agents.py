@@ -181,3 +181,6 @@ def test_default_claude_and_codex_agents_stay_up_attached_and_codex_past_sign_in
     claude_screen = screen(sv, "claude-1")
     assert "Claude Code" in claude_screen, claude_screen
     assert "trust" not in claude_screen.lower(), claude_screen
+    # a graceful stop ends each agent's own tmux server with its session
+    assert sv.terminate() == 0, sv.stderr()[-3000:]
+    assert sorted((sv.state / "tmux").glob("*/tmux.sock")) == []
