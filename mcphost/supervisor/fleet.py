@@ -33,10 +33,15 @@ variable or the flag, the value, and what is expected; all problems of one load 
 - `bundle`: agentmux's bundle grammar (`mcphost.names`), at most `BUNDLE_NAME_MAX` (128)
   characters (it names a directory, a file and a relay principal's namespace; agent ids are
   capped at 128 by their grammar). `user`: a user name.
-- `runner`: `"process"` (default) or `"tmux"` (the agent runs as one session of its bundle's
-  tmux server, hosted by the supervisor as the bundle's relay): tmux requires a `bundle` and
-  refuses `user` (the tmux server runs as the supervisor's user). `policy`: the relay policy id
-  of the agent's bundle member (None: the policies file's default, else the built-in).
+- `runner`: `"auto"` (default), `"process"` or `"tmux"`, resolved in the plan (`resolve_runner`)
+  to `"tmux"` or `"process"`: `auto` is `tmux` for an interactive client (`claude`, `codex`)
+  without a `command` (its default command is the interactive program, which needs a
+  terminal), else `process`. A tmux agent runs as one session of its bundle's tmux server
+  (hosted by the supervisor as the bundle's relay), or of a tmux server of its own without a
+  bundle; tmux refuses `user` (the tmux server runs as the supervisor's user), and `process`
+  refuses an interactive client without a `command` (stdin would be /dev/null: the client
+  exits at once). `policy`: the relay policy id of the agent's bundle member (None: the
+  policies file's default, else the built-in).
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
 
 Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
@@ -85,7 +90,8 @@ from mcphost.names import (
 from mcphost.settings import SettingError, Settings
 
 Client = Literal["claude", "codex", "command"]
-Runner = Literal["process", "tmux"]
+Runner = Literal["auto", "process", "tmux"]
+INTERACTIVE: tuple[Client, ...] = ("claude", "codex")  # their default command needs a terminal
 Restart = Literal["always", "on-failure", "never"]
 FleetSource = Literal["file", "center"]
 
@@ -256,7 +262,9 @@ class _Tunable(_Section):
     user: str | None = Field(None, description="a user name to run the agent as")
     env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
     runner: Runner | None = Field(
-        None, description='"process" or "tmux" (tmux: the agent runs in its bundle\'s tmux server)'
+        None,
+        description='"auto", "process" or "tmux" (tmux: the agent runs in a tmux pane; auto: tmux '
+        "for claude or codex without a command, else process)",
     )
     policy: str | None = Field(None, description=_POLICY_EXPECTED)
     restart_delay: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
@@ -520,24 +528,11 @@ def _plan_checks(
                 f"with a bundle, the id is also the agent's relay session id: {SESSION_ID_EXPECTED}",
             )
         )
-    if plan.runner == "tmux" and plan.bundle is None:
-        problems.append(
-            SettingError(
-                where("runner"),
-                repr(plan.runner),
-                'a bundle: runner = "tmux" runs the agent in its bundle\'s tmux server (set '
-                'bundle, or runner = "process")',
-            )
-        )
-    if plan.runner == "tmux" and plan.user is not None:
-        problems.append(
-            SettingError(
-                where("runner"),
-                repr(plan.runner),
-                'no user = ... with runner = "tmux" (the bundle\'s tmux server runs as the '
-                'supervisor\'s user); use runner = "process"',
-            )
-        )
+    requested = agent.runner if agent is not None and agent.runner is not None else base.runner
+    runner_problem = _runner_problem(plan, requested)
+    if runner_problem is not None:
+        key, shown, expected = runner_problem
+        problems.append(SettingError(where(key), shown, expected))
     if plan.client == "codex" and "CODEX_HOME" in dict(plan.env):
         problems.append(
             SettingError(
@@ -590,7 +585,7 @@ class AgentDefaults:
     stop_grace: float = 10.0
     log_max_bytes: int = 1 << 20
     log_keep: int = 3
-    runner: Runner = "process"
+    runner: Runner = "auto"
     policy: str | None = None
 
 
@@ -613,7 +608,7 @@ class AgentPlan:
     stop_grace: float
     log_max_bytes: int
     log_keep: int
-    runner: Runner = "process"  # "tmux": one session in the bundle's tmux server
+    runner: Runner = "process"  # resolved (`resolve_runner`): "process" or "tmux" (a pane)
     policy: str | None = None  # the relay policy of the agent's bundle member
 
 
@@ -663,7 +658,38 @@ def _apply(defaults: AgentDefaults, agent_id: str, agent: _Tunable | None) -> Ag
                 values[key] = value
     if values["tier_tools"] is None:
         values["tier_tools"] = _tier_default(values["client"])
+    values["runner"] = resolve_runner(values["runner"], values["client"], values["command"])
     return AgentPlan(agent_id=agent_id, **values)
+
+
+def resolve_runner(runner: Runner, client: Client, command: tuple[str, ...] | None) -> Runner:
+    """`auto` -> `tmux` for an interactive client without a command (its default command is
+    the interactive program, which needs a terminal), else `process`; others as given."""
+    if runner != "auto":
+        return runner
+    return "tmux" if client in INTERACTIVE and command is None else "process"
+
+
+def _runner_problem(plan: AgentPlan, requested: Runner) -> tuple[str, str, str] | None:
+    """The runner combination that cannot work, as (key, value shown, expected), or None; the
+    key is `runner` when it was set to the runner that cannot work, else the other key."""
+    if plan.runner == "process" and plan.client in INTERACTIVE and plan.command is None:
+        return (
+            "runner",
+            repr(plan.runner),
+            f'runner = "auto" or "tmux" for client = "{plan.client}" without a command (its '
+            "default command is the interactive program, which needs a terminal; a process "
+            "agent's stdin is /dev/null), or a command that needs no terminal",
+        )
+    if plan.runner == "tmux" and plan.user is not None:
+        return (
+            ("runner", repr(requested)) if requested == "tmux" else ("user", repr(plan.user))
+        ) + (
+            'no user = ... for an agent in a tmux pane (runner = "tmux", or "auto" with an '
+            "interactive client and no command: the tmux server runs as the supervisor's user); "
+            'give a command that needs no terminal and runner = "process"',
+        )
+    return None
 
 
 def load_fleet(
@@ -726,14 +752,10 @@ def plan_from_center(
         raise SettingError(
             "defaults.command", None, 'a command: client = "command" runs exactly the command'
         )
-    if plan.runner == "tmux" and plan.bundle is None:
-        raise SettingError(
-            "defaults.runner",
-            repr(plan.runner),
-            "a bundle for agent "
-            + agent_id
-            + ': runner = "tmux" runs the agent in its bundle\'s tmux server',
-        )
+    runner_problem = _runner_problem(plan, defaults.runner)
+    if runner_problem is not None:
+        key, shown, expected = runner_problem
+        raise SettingError(f"defaults.{key}", shown, f"for agent {agent_id}: {expected}")
     return plan
 
 

@@ -18,6 +18,12 @@ Owns:
   symlink or a non-directory where a directory belongs is refused (`HomeError`); a directory of
   ours with a wider mode is narrowed to 0700; one owned by anybody else is refused. The relay
   entry is written only when the plan has a bundle and there is a relay socket.
+- A codex agent whose `env` gives `OPENAI_API_KEY`: `codex/auth.json` (0600, the agent's) as
+  `codex login --with-api-key` writes it (`{"auth_mode": "apikey", "OPENAI_API_KEY": ...}`),
+  rewritten at each preparation: Codex's TUI reads its sign-in from `CODEX_HOME`, not from the
+  environment, and would otherwise stop at its sign-in screen. Only that key, only in that
+  agent's own home; without one nothing is written (an `auth.json` already there, e.g. the
+  agent's own sign-in, is left as it is).
 - With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
   the codex directory and the config belong to that user (the agent writes there); the logs
   stay the supervisor's; `<state>/agents/` becomes 0711 so that user can reach its home (ids
@@ -37,7 +43,8 @@ Owns:
 
 Must never: write the token, the token file's path or the admin URL into a home or an agent's
 environment (this module is never given them), follow a symlink inside a home, put a file of
-the supervisor's (its logs) inside a home, or write a config wider than 0600.
+the supervisor's (its logs) inside a home, write a config wider than 0600, or write a key the
+fleet did not give that very agent.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ LOGS = "logs"
 MCP_JSON = "mcp.json"
 CODEX_DIR = "codex"
 CODEX_CONFIG = "config.toml"
+CODEX_AUTH = "auth.json"
+CODEX_KEY_ENV = "OPENAI_API_KEY"
 # systemd hands these to the service; an agent must not talk to systemd as the supervisor.
 _SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 _SERVICE_ENV_PREFIXES = ("LISTEN_",)
@@ -196,6 +205,10 @@ def hold_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> tuple[Ho
             codex_fd = _directory(root_fd, CODEX_DIR, home.codex_home, owner)
             fds.append(codex_fd)
             _write(codex_fd, CODEX_CONFIG, home.mcp_config, data, owner)
+            auth = codex_auth_bytes(plan)
+            if auth is not None:
+                shown = os.path.join(home.codex_home, CODEX_AUTH)
+                _write(codex_fd, CODEX_AUTH, shown, auth, owner)
         else:
             _write(root_fd, MCP_JSON, home.mcp_config, data, owner)
     except BaseException:
@@ -206,6 +219,16 @@ def hold_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> tuple[Ho
         for fd in reversed(fds):
             os.close(fd)
     return home, HeldWorkspace(workspace, home.workspace)
+
+
+def codex_auth_bytes(plan: AgentPlan) -> bytes | None:
+    """`auth.json` for a codex agent whose `env` gives `OPENAI_API_KEY` (pure), else None."""
+    key = dict(plan.env).get(CODEX_KEY_ENV)
+    if plan.client != "codex" or not key:
+        return None
+    import json
+
+    return json.dumps({"auth_mode": "apikey", CODEX_KEY_ENV: key}, indent=2).encode() + b"\n"
 
 
 def _state_of(home: Home) -> str:
@@ -325,8 +348,11 @@ def _write(dir_fd: int, name: str, shown: str, data: bytes, owner: tuple[int, in
 
 def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
     """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
-    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex`, which finds its
-    config through CODEX_HOME). A program not found stays bare; the spawn then fails naming it."""
+    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
+    daemon_auto_start`, which finds its config through CODEX_HOME: Codex would otherwise start
+    a detached app-server daemon, which leaves the agent's process tree, so neither its MCP
+    servers' identity nor the agent's stop could reach it). A program not found stays bare;
+    the spawn then fails naming it."""
     values = {
         "mcp_config": home.mcp_config,
         "workspace": home.workspace,
@@ -341,5 +367,5 @@ def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
         program = find_command("claude") or "claude"
         return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
     if plan.client == "codex":
-        return [find_command("codex") or "codex"]
+        return [find_command("codex") or "codex", "--disable", "daemon_auto_start"]
     raise ValueError(f'agent {plan.agent_id}: client = "command" needs a command')

@@ -517,15 +517,19 @@ class Supervisor:
         assert self.store is not None and self.reaper is not None
 
         runner: AgentRunner
-        if plan.runner == "tmux" and plan.bundle is not None and self.relay is not None:
-            from mcphost.supervisor.tmuxrunner import TmuxRunner
+        if plan.runner == "tmux":  # a pane: of its bundle's tmux server, or of its own
+            from mcphost.supervisor.tmuxrunner import TmuxRunner, agent_server
 
+            if plan.bundle is not None and self.relay is not None:
+                server = self.relay.tmux_server(plan.bundle)
+            else:
+                server = agent_server(self.state_dir, plan.agent_id, self.env, self.reaper.watch)
             runner = TmuxRunner(
                 plan,
                 home,
                 self.store,
                 self.reaper,
-                server=self.relay.tmux_server(plan.bundle),
+                server=server,
                 on_spawn=self._on_spawn,
                 on_exit=self._on_exit,
                 argv=agent_argv(plan, home),

@@ -1,9 +1,18 @@
-"""`TmuxRunner`: an agent whose process is a pane of its bundle's tmux server (`runner = "tmux"`).
+"""`TmuxRunner`: an agent whose process is a tmux pane (`runner = "tmux"`, and `"auto"` for an
+interactive client without a command: fleet.py).
 
 Owns: the agent's tmux session (named after the agent id, one window, one pane whose process
-*is* the agent) on the bundle's `TmuxServer` (mcphost/relay/tmux.py), and nothing else: the
+*is* the agent) on a `TmuxServer` (mcphost/relay/tmux.py): its bundle's (relayhost.py), or,
+without a bundle, one of its own (`agent_server`: `<state>/tmux/<agent id>/tmux.sock`, 0700
+directories; one server per agent, so a pane's `$TMUX` reaches no other agent's pane, and the
+server ends with the agent's session). Nothing else: the
 restart policy, backoff, intensity, generations, the state machine and the group stop are
 `AgentRunner`'s (lifecycle.py), reused through its `_launch` / `_run_ended` seam.
+
+Why a tmux pane and not a pty the supervisor holds: the interactive clients (Claude Code,
+Codex) need a terminal that outlives nothing but themselves and that an operator can look at
+and type into; tmux already hosts bundle members that way, `ctl logs` shows the screen
+(`live_screen`, and the screen at each exit in the log), and restarts are `AgentRunner`'s.
 
 One run: a new generation, `new_session(agent_id, argv, cwd=workspace, env=agent env)` -> the
 pane's pid, registered with its start time as the agent's identity root through the same
@@ -16,7 +25,7 @@ a child's. After each run the pane's last lines are appended to the agent's `Rot
 `ctl logs` shows for a tmux agent: the screen at each exit, then `live_screen`, the running
 pane's screen captured on demand), then the session is killed. `stop()` is `AgentRunner.stop` (SIGTERM to the pane's
 process group, SIGKILL after `stop_grace`), then the session is killed, and the bundle's tmux
-server when no owned session is left on it.
+server when no owned session is left on it (a server of the agent's own: always).
 
 The spawn awaits the tmux CLI (a plain process's `Popen` does not), so the pane would run
 before `on_spawn` registers it, and a pump it started in that window would be refused
@@ -41,9 +50,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import stat
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
@@ -57,6 +68,7 @@ from mcphost.supervisor.lifecycle import (
     Plan,
     _Run,
 )
+from mcphost.supervisor.relayhost import NO_TMUX
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
@@ -73,6 +85,35 @@ GATE = (
     "    os._exit(127)\n"
 )
 UNKNOWN_STATUS = 255 << 8  # tmux recorded no status (the session vanished): "exit 255"
+TMUX_DIR = "tmux"  # <state>/tmux/<agent id>/: the tmux servers of agents without a bundle
+
+
+class AgentTmuxServer(tm.TmuxServer):
+    """The tmux server of one agent without a bundle, under `<state>/tmux/` (0700, ours)."""
+
+    def prepare_runtime_dir(self) -> None:
+        parent = os.path.dirname(self.runtime_dir)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(parent, 0o700)
+        info = os.lstat(parent)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise tm.TmuxError(
+                "security_foreign_owned",
+                f"{parent} is not a directory owned by the supervisor's user (symlink?)",
+            )
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            os.chmod(parent, 0o700)
+        super().prepare_runtime_dir()
+
+
+def agent_server(
+    state_dir: str, agent_id: str, env: Mapping[str, str], watch: tm.Watch | None
+) -> tm.TmuxServer:
+    """The tmux server of `agent_id`, which has no bundle: `<state>/tmux/<agent id>/tmux.sock`.
+    Without tmux on the supervisor's PATH each spawn fails naming the missing program."""
+    program = shutil.which("tmux", path=env.get("PATH", os.defpath)) or NO_TMUX
+    runtime = os.path.join(state_dir, TMUX_DIR, tm.check_session_name(agent_id))
+    return AgentTmuxServer(runtime, tmux=program, watch=watch)
 
 
 def wait_status(code: int | None) -> int:

@@ -6,11 +6,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.fleet import load_fleet
+from mcphost.supervisor import fleet
+from mcphost.supervisor.fleet import AgentSection, CenterSection, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -26,9 +28,59 @@ def directives(text: str) -> dict[str, list[str]]:
     return out
 
 
+def file_keys(text: str) -> dict[str, dict[str, object]]:
+    """Per section (`center`, `defaults`, `agent`: every [[agent]] table together), the keys
+    the sample sets or shows commented out (`# key = value` at the start of a line), each with
+    the value shown (parsed as TOML)."""
+    out: dict[str, dict[str, object]] = {}
+    section = ""
+    for line in text.splitlines():
+        header = re.fullmatch(r"\[\[?([a-z]+)\]\]?\s*(#.*)?", line)
+        if header:
+            section = header.group(1)
+            out.setdefault(section, {})
+            continue
+        entry = re.match(r"(?:# )?([a-z_]+) = ", line)
+        if entry and section:
+            body = line.removeprefix("# ")
+            try:
+                value = tomllib.loads(body)[entry.group(1)]
+            except tomllib.TOMLDecodeError:  # a value continued on the next lines
+                value = ...
+            out[section][entry.group(1)] = value
+    return out
+
+
+def test_the_sample_fleet_file_lists_every_key_with_its_default() -> None:
+    """Issue 19: contrib/fleet.toml shows every key of the fleet model, set or commented out,
+    with its default; a key without a default value is commented out."""
+    keys = file_keys((CONTRIB / "fleet.toml").read_text())
+    assert set(keys) == {"center", "defaults", "agent"}
+    assert set(keys["center"]) == set(CenterSection.model_fields)
+    assert set(keys["defaults"]) == set(fleet.AgentDefaults.__dataclass_fields__)
+    assert set(keys["defaults"]) == set(AgentSection.model_fields) - {"id"}
+    assert "id" in keys["agent"] and set(keys["agent"]) <= set(AgentSection.model_fields)
+    text = (CONTRIB / "fleet.toml").read_text()
+    uncommented = tomllib.loads(text)
+    for name, field in CenterSection.model_fields.items():
+        if not field.is_required() and field.default is not None:
+            assert uncommented["center"][name] == keys["center"][name] == field.default, name
+    # (fingerprint has no default but is set: the sample's tcp:// center needs its pin)
+    assert "runtime_socket" not in uncommented["center"]
+    defaults = fleet.AgentDefaults()
+    for name, shown in keys["defaults"].items():
+        default = getattr(defaults, name)
+        if default is None or default == ():
+            assert name not in uncommented["defaults"], f"{name} has no default: comment it out"
+        else:
+            assert uncommented["defaults"][name] == shown == default, name
+
+
 def test_the_sample_fleet_file_loads() -> None:
     fleet = load_fleet(str(CONTRIB / "fleet.toml"), env={})
     assert [a.agent_id for a in fleet.agents] == ["agent-7f3a", "agent-9c01", "agent-codex-1"]
+    # the default agents get a terminal; the one with a -p command runs as a process
+    assert [a.runner for a in fleet.agents] == ["tmux", "process", "tmux"]
     unit = directives(UNIT.read_text())
     grace = max(a.stop_grace for a in fleet.agents)
     assert float(unit["TimeoutStopSec"][0]) >= grace + 10

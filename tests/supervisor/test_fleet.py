@@ -425,29 +425,27 @@ def test_agent_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "find_command", lambda name: f"/opt/bin/{name}")
     assert agent_argv(bare, home)[0] == "/opt/bin/claude"
     codex = dataclasses.replace(bare, client="codex")
-    assert agent_argv(codex, home_paths(str(tmp_path), "a", "codex")) == ["/opt/bin/codex"]
+    assert agent_argv(codex, home_paths(str(tmp_path), "a", "codex")) == [
+        "/opt/bin/codex", "--disable", "daemon_auto_start",
+    ]  # fmt: skip
     assert os.path.basename(home_paths(str(tmp_path), "a", "codex").mcp_config) == "config.toml"
 
 
-# -- runner = "process" | "tmux", and the relay policy (issue 13) ------------------------------
+# -- runner = "auto" | "process" | "tmux", and the relay policy (issues 13, 19) ----------------
 
 
-def test_runner_defaults_to_process_and_tmux_comes_from_defaults_or_the_agent(
-    tmp_path: Path,
-) -> None:
+def test_runner_tmux_comes_from_defaults_or_the_agent(tmp_path: Path) -> None:
     fleet = load_fleet(
         write(
             tmp_path,
             CENTER + '[defaults]\nrunner = "tmux"\nbundle = "party"\n'
             '[[agent]]\nid = "a"\npolicy = "lead"\n'
-            '[[agent]]\nid = "b"\nrunner = "process"\n',
+            '[[agent]]\nid = "b"\nrunner = "process"\ncommand = ["claude", "-p", "go"]\n',
         )
     )
     a, b = fleet.agents
     assert (a.runner, a.bundle, a.policy) == ("tmux", "party", "lead")
     assert (b.runner, b.policy) == ("process", None)
-    plain = load_fleet(write(tmp_path, CENTER + '[[agent]]\nid = "a"\n', "plain.toml"))
-    assert (plain.agents[0].runner, plain.agents[0].policy) == ("process", None)
     # a changed runner or policy is a changed plan (reload restarts the agent)
     again = load_fleet(
         write(
@@ -459,15 +457,54 @@ def test_runner_defaults_to_process_and_tmux_comes_from_defaults_or_the_agent(
     assert again.agents[0] != a
 
 
+def test_runner_auto_gives_an_interactive_client_without_a_command_a_terminal(
+    tmp_path: Path,
+) -> None:
+    """The default: claude or codex without a command run their interactive program, which
+    needs a terminal (issue 19): tmux, with or without a bundle; a command runs as a process."""
+    fleet = load_fleet(
+        write(
+            tmp_path,
+            CENTER + '[[agent]]\nid = "a"\n'
+            '[[agent]]\nid = "b"\nclient = "codex"\n'
+            '[[agent]]\nid = "c"\nbundle = "party"\n'
+            '[[agent]]\nid = "d"\ncommand = ["claude", "-p", "go"]\n'
+            '[[agent]]\nid = "e"\nclient = "command"\ncommand = ["x"]\n'
+            '[[agent]]\nid = "f"\nrunner = "tmux"\nclient = "command"\ncommand = ["x"]\n'
+            '[[agent]]\nid = "g"\ncommand = ["x"]\nuser = "nobody"\n',
+        )
+    )
+    assert fleet.defaults.runner == "auto"
+    assert [p.runner for p in fleet.agents] == [
+        "tmux", "tmux", "tmux", "process", "process", "tmux", "process",
+    ]  # fmt: skip
+    assert plan_from_center(fleet.defaults, "h").runner == "tmux"
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ('[[agent]]\nid = "a"\nrunner = "tmux"\n', "agent[0].runner is 'tmux': expected a bundle"),
-        ('[defaults]\nrunner = "tmux"\n[[agent]]\nid = "a"\n', "defaults.runner is 'tmux'"),
         ('[[agent]]\nid = "a"\nrunner = "screen"\n', "agent[0].runner"),
+        # an interactive client without a command cannot run without a terminal
+        (
+            '[[agent]]\nid = "a"\nrunner = "process"\n',
+            'agent[0].runner is \'process\': expected runner = "auto" or "tmux" for client = '
+            '"claude" without a command',
+        ),
+        (
+            '[defaults]\nrunner = "process"\nclient = "codex"\n[[agent]]\nid = "a"\n',
+            'defaults.runner is \'process\': expected runner = "auto" or "tmux" for client = '
+            '"codex"',
+        ),
+        # a tmux pane runs as the supervisor's user
         (
             '[[agent]]\nid = "a"\nbundle = "p"\nrunner = "tmux"\nuser = "nobody"\n',
             "agent[0].runner is 'tmux': expected no user",
+        ),
+        ('[[agent]]\nid = "a"\nuser = "nobody"\n', "agent[0].user is 'nobody': expected no user"),
+        (
+            '[defaults]\nuser = "nobody"\n[[agent]]\nid = "a"\nclient = "codex"\n',
+            "defaults.user is 'nobody': expected no user",
         ),
         ('[[agent]]\nid = "a"\nbundle = "p"\npolicy = "../x"\n', "agent[0].policy is '../x'"),
     ],
@@ -477,9 +514,11 @@ def test_bad_runner_or_policy_is_named(tmp_path: Path, body: str, expected: str)
     assert any(expected in line for line in lines), lines
 
 
-def test_plan_from_center_refuses_tmux_without_a_bundle() -> None:
-    defaults = dataclasses.replace(AgentDefaults(), runner="tmux", client="command", command=("x",))
+def test_plan_from_center_refuses_a_runner_that_cannot_work() -> None:
+    defaults = dataclasses.replace(AgentDefaults(), runner="process", client="claude")
     with pytest.raises(SettingError) as info:
         plan_from_center(defaults, "a")
-    assert "defaults.runner" in str(info.value)
-    assert plan_from_center(defaults, "a", bundle="party").runner == "tmux"
+    assert "defaults.runner" in str(info.value) and "for agent a" in str(info.value)
+    tmux = dataclasses.replace(AgentDefaults(), runner="tmux", client="command", command=("x",))
+    assert plan_from_center(tmux, "a").runner == "tmux"  # a tmux server of its own
+    assert plan_from_center(tmux, "a", bundle="party").runner == "tmux"

@@ -267,3 +267,34 @@ def test_the_held_workspace_is_the_directory_made_not_what_its_path_becomes(
     # preparing the home again refuses the symlink instead of holding what it names
     with pytest.raises(HomeError, match="is a symlink"):
         hold_home(str(state), plan(), points(state))
+
+
+def test_a_codex_agent_with_an_api_key_gets_codex_s_api_key_sign_in(state: Path) -> None:
+    """Issue 19: Codex's TUI reads its sign-in from CODEX_HOME, not from OPENAI_API_KEY; the
+    key the fleet gave that codex agent is written as `codex login --with-api-key` writes it,
+    0600 in its own home, and nowhere for any other agent."""
+    key = "sk-standin-" + "k" * 20
+    codex = plan(client="codex", env=(("OPENAI_API_KEY", key),))
+    home = prepare_home(str(state), codex, points(state))
+    assert home.codex_home is not None
+    auth = os.path.join(home.codex_home, "auth.json")
+    assert json.loads(Path(auth).read_text()) == {"auth_mode": "apikey", "OPENAI_API_KEY": key}
+    assert mode(auth) == 0o600 and os.lstat(auth).st_uid == os.geteuid()
+    # a rotated key is written again; the key never lands in the config
+    rotated = dataclasses.replace(codex, env=(("OPENAI_API_KEY", key + "2"),))
+    prepare_home(str(state), rotated, points(state))
+    assert json.loads(Path(auth).read_text())["OPENAI_API_KEY"] == key + "2"
+    assert key not in Path(home.mcp_config).read_text()
+    # no key, or not codex: no auth.json
+    bare = prepare_home(str(state), plan("b", client="codex"), points(state))
+    assert bare.codex_home is not None
+    assert not os.path.exists(os.path.join(bare.codex_home, "auth.json"))
+    claude = prepare_home(str(state), plan("c", env=(("OPENAI_API_KEY", key),)), points(state))
+    assert sorted(os.listdir(claude.root)) == ["mcp.json", "workspace"]
+    # an auth.json the agent planted as a symlink is refused, never followed
+    os.unlink(auth)
+    target = state / "elsewhere.json"
+    os.symlink(target, auth)
+    with pytest.raises(HomeError):
+        prepare_home(str(state), codex, points(state))
+    assert not target.exists()
