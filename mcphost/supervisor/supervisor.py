@@ -61,6 +61,9 @@ CENTER, RELAY = "center", "relay"
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
+# Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
+# the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
+CENTER_CALLS_PER_AGENT = 16
 
 
 @dataclass
@@ -216,9 +219,13 @@ class Supervisor:
             token=self._token,
             pins=center.pins,
             call_timeout=call_timeout_from_env(),
+            per_lane=CENTER_CALLS_PER_AGENT,
         )
         if center.runtime_socket:
-            self.runtime = AdminClient(AdminTarget(kind="unix", path=center.runtime_socket))
+            self.runtime = AdminClient(
+                AdminTarget(kind="unix", path=center.runtime_socket),
+                per_lane=CENTER_CALLS_PER_AGENT,
+            )
 
     async def _shutdown(self) -> None:
         events.emit("supervisor.stopping", agents=len(self.slots))
