@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcphost import events, peer
+from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
 from mcphost.supervisor import kernel
 from mcphost.supervisor.control import ControlError, ControlServer
@@ -50,7 +51,7 @@ from mcphost.supervisor.homes import (
 )
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 from mcphost.supervisor.relayhost import RelayHost
-from mcphost.supervisor.sessions import Attached, Refused, SessionHub
+from mcphost.supervisor.sessions import AGENT_HELD_BYTES, Attached, Refused, SessionHub
 from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
@@ -158,12 +159,14 @@ class Supervisor:
         self._open_admin()
         self.control = ControlServer(self.path("control.sock"), Control(self))
         await self.control.start()
+        budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
                 self.path("run", f"{name}.sock"),
                 identify=self._identifier(name),
                 surface_for=self._surface_factory(name),
                 mode=self._socket_mode(),
+                budgets=budgets,
             )
             await self.hubs[name].start()
         for sig in (signal.SIGTERM, signal.SIGINT):
