@@ -72,6 +72,7 @@ DEEP = {
     "supervisor/test_supervise_centerfleet.py": "the fleet from the center",
     "supervisor/test_supervise_lifecycle.py": "restarts, reloads and generations over time",
     "supervisor/test_supervise_relay.py": "the relay tools through the supervisor",
+    "supervisor/test_supervise_shares.py": "one agent's flood and slow calls against a supervisor",
     "supervisor/test_supervise_user.py": "agents under another user",
 }
 TESTS = Path(__file__).parent
