@@ -25,7 +25,11 @@ most `max_active_calls` tool calls and `max_active_other` other requests are wit
 once (handed over, not yet answered, nor cancelled), holding at most `max_held_bytes` of request
 lines; further lines wait, unparsed, in arrival order. When `max_queued` lines (or
 `max_held_bytes` bytes) wait, the source is no longer read (`pause_reading`) until the queue is
-half empty again. The wire is written one message at a time, each waiting for the carrier to
+half empty again. A session may also hold a share of a byte budget shared with other sessions
+(`mcphost.mcpserve.budget`; the supervisor's: one per agent): every request byte it holds (the
+line being read, lines waiting, the line being parsed, requests owed) is counted there, and the
+source is not read while the budget is spent (asked after every line and after a read that ends
+inside one). The wire is written one message at a time, each waiting for the carrier to
 take the previous one, so an unread peer stalls the SDK's writers, then its handlers, then the
 reading of the source.
 
