@@ -71,6 +71,11 @@ class Budget:
         self.shares += 1
         return Share(self)
 
+    @property
+    def waiting(self) -> int:
+        """Sessions told to stop reading, not yet woken."""
+        return len(self._waiting)
+
     def _update(self, share: Share, held: int, mid_line: bool) -> None:
         self.used += held - share.held
         share.held = held
