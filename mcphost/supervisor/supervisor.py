@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcphost import events, peer
+from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
 from mcphost.supervisor import kernel
 from mcphost.supervisor.control import ControlError, ControlInUse, ControlServer, take_lock
@@ -72,7 +73,7 @@ from mcphost.supervisor.homes import (
 )
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.relayhost import RelayHost
-from mcphost.supervisor.sessions import Attached, Refused, SessionHub
+from mcphost.supervisor.sessions import AGENT_HELD_BYTES, Attached, Refused, SessionHub
 from mcphost.supervisor.state import ProcessRecord, StateStore
 
 if TYPE_CHECKING:
@@ -95,6 +96,9 @@ MAX_SESSIONS_PER_AGENT = 32
 # How often the supervisor looks for children it did not spawn (escapees reparented to it) to
 # record them: a crash within this long after an escape leaves that escapee unrecorded.
 ADOPTION_SCAN_SECONDS = 1.0
+# Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
+# the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
+CENTER_CALLS_PER_AGENT = 16
 
 
 @dataclass
@@ -217,12 +221,14 @@ class Supervisor:
         self._open_admin()
         self.control = ControlServer(self.path("control.sock"), Control(self), locked=True)
         await self.control.start()
+        budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
                 self.path("run", f"{name}.sock"),
                 identify=self._identifier(name),
                 surface_for=self._surface_factory(name),
                 mode=self._socket_mode(),
+                budgets=budgets,
             )
             await self.hubs[name].start()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -364,12 +370,17 @@ class Supervisor:
         center = self.fleet.center
         assert self.link is not None
         self.admin = self.link.client(
-            call_timeout=call_timeout_from_env(), on_failure=self._center_failure
+            call_timeout=call_timeout_from_env(),
+            on_failure=self._center_failure,
+            per_lane=CENTER_CALLS_PER_AGENT,
         )
         self.health = CenterHealth(self.admin)
         self._spawn(self.health.run())
         if center.runtime_socket:
-            self.runtime = AdminClient(AdminTarget(kind="unix", path=center.runtime_socket))
+            self.runtime = AdminClient(
+                AdminTarget(kind="unix", path=center.runtime_socket),
+                per_lane=CENTER_CALLS_PER_AGENT,
+            )
 
     def _center_failure(self, failure: ToolFailure) -> ToolFailure:
         """Every failure of the shared client: named in fleet keys (what an operator of the
