@@ -15,9 +15,10 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
   bundles/<bundle>/sessions/<session>/identity.psk   a session PSK written to `config`
 ```
 
-The configuration layers are the generated one first, then the operator's
-`AGENTMUX_CONFIGURATION_DIRECTORY` layers from the supervisor's environment (first layer wins per
-file, bundles are a union by id): the fleet is the authority on bundles and their members, the
+The configuration layers are the generated one first, then the operator's layers from the
+supervisor's environment by agentmux's precedence (`AGENTMUX_CONFIGURATION_DIRECTORY`, else
+`$XDG_CONFIG_HOME/agentmux`, else `~/.config/agentmux`: `layout.configuration_roots`, the relay
+tools' own resolution; first layer wins per file, bundles are a union by id): the fleet is the authority on bundles and their members, the
 operator's layers give `policies.toml`, `users.toml` and `relay.toml` (and bundles the fleet does
 not name). Member `directory` = the agent's workspace; session id = agent id; `policy` = the
 agent's `policy` key (absent: the policies file's default, else the built-in).
@@ -58,6 +59,7 @@ from mcphost import events, peer
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle
 from mcphost.relay.wire import RelayError, parse_principal
+from mcphost.relaytools.layout import configuration_roots
 from mcphost.supervisor.fleet import AgentPlan, Fleet
 from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
@@ -95,8 +97,8 @@ class Agents(Protocol):
 
 
 def operator_layers(env: Mapping[str, str]) -> tuple[Path, ...]:
-    raw = env.get("AGENTMUX_CONFIGURATION_DIRECTORY", "")
-    return tuple(Path(p) for p in raw.split(":") if p.strip())
+    """The operator's layers, by agentmux's precedence (the relay tools' own resolution)."""
+    return configuration_roots((), env)
 
 
 def _toml_str(value: str) -> str:
