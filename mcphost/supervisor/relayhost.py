@@ -372,4 +372,5 @@ class RelayHost:
         status = slot.runner.status()
         failures = int(status.state == AgentState.FAILED)
         ready = status.state == AgentState.RUNNING and status.pid is not None
-        return ready, MemberHealth(startup_failure_count=failures)
+        stopped = status.state in (AgentState.STOPPED, AgentState.FAILED)
+        return ready, MemberHealth(startup_failure_count=failures, stopped=stopped)
