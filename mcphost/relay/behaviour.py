@@ -32,11 +32,15 @@ Operations and what each answers:
   gets a result with outcome `not_submitted` and that reason code. Every envelope is text,
   never keys (envelope.neutralise). The queue is bounded per target, per sender and in all
   (admission.py): a request that would go over is refused whole, `runtime_delivery_queue_full`,
-  after authorization and before anything is queued. Capability `send.deliver`.
+  after authorization and before anything is queued. A target the host reports stopped
+  (`MemberHealth.stopped`) refuses the request whole too, after authorization:
+  `delivery_target_fail_stopped`, details `{target_session}` (agentmux's code and shape); in a
+  broadcast a stopped member gets outcome `not_submitted` with that reason code instead.
+  Capability `send.deliver`.
 - `raww`: 32 KiB of UTF-8 at most (`validation_invalid_params`), queued to the same worker as a
   batch barrier (envelopes before it are delivered before it, later ones after it), under the
   same queue bounds; no gate; its text is keys by design (that is what `raww.write` grants).
-  Capability `raww.write`.
+  A stopped target: `delivery_target_fail_stopped`. Capability `raww.write`.
 - `up` / `down`: `bundle_transition` for the subject bundle (namespace, else the requester's);
   skipped `already_hosted` / `already_unhosted`; a host failure is outcome `failed`,
   `runtime_startup_failed` / `runtime_shutdown_failed`. Capability `updown`.
@@ -60,8 +64,11 @@ Operations and what each answers:
 Delivery outcomes (§3.4: `delivered`, `timeout` with the gate's reason code, `not_submitted`,
 `submission_unknown`, `failed` `dropped_on_shutdown`) are kept in `outcomes` (the last 4096, by
 message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
-`delivery_outcome` event. Not done: upstream's receipt message from `relay@RELAY` to a coder
-sender for a non-delivered outcome. Revocation goes through the server's
+`delivery_outcome` event, and a coder-backed (tmux) member sender, for every outcome of a queued
+send or raww but `delivered`, the terminal-outcome receipt: an envelope from `relay@RELAY`
+(envelope.receipt_body) queued to its own pane, best-effort (dropped when the sender is not
+running or the receipts' queue bound is full; never a receipt for a receipt), each one a
+`relay.delivery.receipt` record. Revocation goes through the server's
 `revoke`, which closes every live connection of the principal (a socket-trust one too).
 
 Order (§3.2): request validation, then existence (bundle, member, target), then authorization
@@ -153,14 +160,20 @@ OUTCOMES_KEPT = 4096
 REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
 DROPPED_MESSAGE = "identity credential was dropped"
 TMUX_ONLY = ("tmux",)
+FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 @dataclass(frozen=True, slots=True)
 class MemberHealth:
-    """What `BundleHost.member_state` may report besides readiness (all optional)."""
+    """What `BundleHost.member_state` may report besides readiness (all optional).
+
+    `stopped`: the member is not running and nothing will start it again by itself (an
+    operator's stop, `down`, or restarts given up), so a `send` or `raww` to it is refused at
+    admission (`delivery_target_fail_stopped`) instead of waiting to fail."""
 
     startup_failure_count: int = 0
     recent_startup_failures: tuple[dict[str, Any], ...] = ()
+    stopped: bool = False
 
 
 class BundleHost(Protocol):
@@ -177,8 +190,8 @@ class BundleHost(Protocol):
     - `member_state(bundle, session_id)`: `(ready, MemberHealth)`; ready means the member's
       session exists and its process runs (the relay's §1.3 readiness); the health carries the
       member's startup failure count and recent failure records (`{session_id, transport, code,
-      reason, timestamp, sequence, details?}`). Cheap and synchronous: called for every member
-      on each `list`.
+      reason, timestamp, sequence, details?}`) and whether it is stopped. Cheap and
+      synchronous: called for every member on each `list`, and for each target of a send.
     `bundle` is always the relay's freshly read `bundles.Bundle` (use `bundle.id`).
     """
 
@@ -248,6 +261,16 @@ def _cross_relay(target: str) -> RelayError:
     )
 
 
+def _fail_stopped(target: str) -> RelayError:
+    """agentmux's refusal of a target that accepts nothing until an operator acts (§3.4)."""
+    return RelayError(
+        FAIL_STOPPED,
+        f"target session {target} is stopped and accepts no messages; nothing of this request "
+        "was queued: start it again (ctl start, or updown up) and send then",
+        {"target_session": target},
+    )
+
+
 def _session_type(bundle: Bundle, session: Session) -> RelayError:
     return RelayError(
         "runtime_session_type_not_implemented",
@@ -289,6 +312,7 @@ class _Item:
     no_enter: bool = False
     size: int = 0  # UTF-8 bytes of `text`, what the queue bounds count (admission.py)
     admitted: bool = False  # counted in the ledger until its outcome is recorded
+    receipt: bool = False  # a terminal-outcome receipt: its own outcome gets none
 
 
 @dataclass(slots=True)
@@ -760,10 +784,21 @@ class RelayBehaviour:
         authorize(
             requester.policy, "send.deliver", principal, [t.principal for t in targets + skipped]
         )
+        # a stopped member: an explicit target refuses the request whole; in a broadcast it
+        # gets a not_submitted result, as an unsupported member does
+        unsent = [
+            (t, _session_type(t.bundle, t.session)) for t in skipped if t.bundle and t.session
+        ]
+        stopped = [t for t in targets if self._stopped(t)]
+        if stopped and not broadcast:
+            raise _fail_stopped(stopped[0].principal.id)
+        unsent += [(t, _fail_stopped(t.principal.id)) for t in stopped]
+        everyone_targets = targets + skipped
+        targets = [t for t in targets if t not in stopped]
 
         created = datetime.now(UTC)
         sender = env.Address(principal.id, requester.display_name)
-        everyone = [env.Address(t.principal.id, t.display_name) for t in targets + skipped]
+        everyone = [env.Address(t.principal.id, t.display_name) for t in everyone_targets]
         results: list[dict[str, Any]] = []
         rendered: list[tuple[_Target, _Item, list[env.Address]]] = []
         for target in targets:
@@ -803,9 +838,7 @@ class RelayBehaviour:
                     "outcome": "queued",
                 }
             )
-        for target in skipped:
-            assert target.bundle is not None and target.session is not None
-            err = _session_type(target.bundle, target.session)
+        for target, err in unsent:
             skipped_id = str(uuid.uuid4())
             results.append(
                 {
@@ -821,7 +854,7 @@ class RelayBehaviour:
             "relay.send.request",
             requester_session=principal.id,
             request_id=client_request_id,
-            targets=[t.principal.id for t in targets + skipped],
+            targets=[t.principal.id for t in everyone_targets],
             broadcast=broadcast,
             message_length=len(message),
         )
@@ -847,13 +880,11 @@ class RelayBehaviour:
         if sent:
             self._record(item.message_id, item.sender, item.target, "delivered", None)
         else:
-            self._record(
-                item.message_id,
-                item.sender,
-                item.target,
-                "not_submitted",
-                tm.UNREACHABLE,
-                "the recipient has no live connection",
+            self._record_delivery(
+                item,
+                tm.Delivery(
+                    "not_submitted", tm.UNREACHABLE, "the recipient has no live connection"
+                ),
             )
 
     # -- raww ----------------------------------------------------------------------------------
@@ -879,6 +910,8 @@ class RelayBehaviour:
         self._check_transport(target.bundle, target.session, "raww")
         requester = self._requester(principal, body)
         authorize(requester.policy, "raww.write", principal, [target.principal])
+        if self._stopped(target):
+            raise _fail_stopped(target.principal.id)
         message_id = str(uuid.uuid4())
         item = _Item(message_id, "raww", text, principal.id, target.principal.id, no_enter)
         item.size = len(text.encode("utf-8", "surrogatepass"))
@@ -1008,6 +1041,63 @@ class RelayBehaviour:
             item.message_id, item.sender, item.target, result.outcome, result.reason_code,
             result.reason,
         )  # fmt: skip
+        self._receipt(item, result)
+
+    def _stopped(self, target: _Target) -> bool:
+        """Whether the host says a bundle member target is stopped (MemberHealth.stopped)."""
+        if target.bundle is None or target.session is None:
+            return False
+        return self.host.member_state(target.bundle, target.session.id)[1].stopped
+
+    def _receipt(self, item: _Item, result: tm.Delivery) -> None:
+        """The terminal-outcome receipt (§3.4) for a queued item that was not delivered, to its
+        sender when that is a coder-backed member: an envelope from `relay@RELAY`
+        (envelope.receipt_body) queued to the sender's pane like any message. Best-effort: a
+        sender that is not running now, or whose queue is full (the receipts count in the
+        queue bounds as sender `relay@RELAY`), loses it; a receipt's own outcome gets none;
+        a user is told by its `delivery_outcome` event instead (`_record`). Each receipt or
+        dropped one is a `relay.delivery.receipt` record."""
+        if item.receipt or result.outcome == "delivered" or self._closed:
+            return
+        sender = parse_principal(item.sender)
+        if sender.kind != "session":
+            return
+        try:
+            bundle: Bundle | None = require_bundle(self.roots, sender.namespace)
+        except RelayError:
+            bundle = None
+        session = bundle.member(sender.name) if bundle is not None else None
+        if bundle is None or session is None or session.transport in ("ui", "pubsub"):
+            return  # not a coder-backed member (any more)
+        receipt_id = uuid.uuid4()
+        body = env.receipt_body(
+            item.message_id, item.target, result.outcome, result.reason_code, result.reason
+        )
+        sender_address = env.Address(sender.id, session.name)
+        text = env.render_receipt(env.receipt(receipt_id, datetime.now(UTC), sender_address, body))
+        receipt = _Item(str(receipt_id), "envelope", text, env.RELAY_PRINCIPAL, sender.id)
+        receipt.receipt = True
+        receipt.size = len(text.encode("utf-8", "surrogatepass"))
+        dropped: str | None = None
+        if self.host.tmux(bundle) is None or not self.host.member_state(bundle, session.id)[0]:
+            dropped = "sender_not_running"
+        else:
+            try:
+                self.queue_bounds.check(env.RELAY_PRINCIPAL, [(receipt.target, receipt.size)])
+            except RelayError as err:
+                dropped = err.code
+        if dropped is None:
+            self._enqueue(bundle.id, session.id, receipt)
+        self.inscribe(
+            "relay.delivery.receipt",
+            message_id=item.message_id,
+            receipt_message_id=None if dropped else receipt.message_id,
+            sender_session=sender.id,
+            target_session=item.target,
+            outcome=result.outcome,
+            reason_code=result.reason_code,
+            dropped=dropped,
+        )
 
     def _record(
         self,

@@ -8,7 +8,10 @@ socket path, and reading the session PSK.
 Precedence (agentmux's):
 - configuration layers: `--configuration-directory` (repeatable) > `AGENTMUX_CONFIGURATION_DIRECTORY`
   (`:`-separated) > `$XDG_CONFIG_HOME/agentmux` > `~/.config/agentmux`; first layer wins per file,
-  `bundles/` union by id.
+  `bundles/` union by id. The first source that names a layer is the whole list (a blank part
+  or an all-blank value names none; a relative `XDG_CONFIG_HOME` is ignored, as XDG says).
+  `configuration_roots` is also how the supervisor's relay reads the operator's layers
+  (`supervisor/relayhost.operator_layers`), so the relay and its relay tools agree.
 - state root: `--state-directory` > `AGENTMUX_STATE_DIRECTORY` > `$XDG_STATE_HOME/agentmux` >
   `~/.local/state/agentmux`.
 - bundle: `--bundle` > `AGENTMUX_BUNDLE` > `mcp.toml` `bundle_name` > `--default-bundle`;
@@ -146,9 +149,8 @@ def state_root(flag: str | None, env: Mapping[str, str]) -> Path:
 
 
 def _configuration_roots(settings: AgentmuxSettings, env: Mapping[str, str]) -> tuple[Path, ...]:
-    if settings.configuration_directory:
-        return tuple(_absolute(p) for p in settings.configuration_directory)
-    return (_xdg(env, "XDG_CONFIG_HOME", ".config") / "agentmux",)
+    layers = tuple(_absolute(p) for p in settings.configuration_directory if p.strip())
+    return layers or (_xdg(env, "XDG_CONFIG_HOME", ".config") / "agentmux",)
 
 
 def _state_root(settings: AgentmuxSettings, env: Mapping[str, str]) -> Path:
