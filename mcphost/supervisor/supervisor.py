@@ -375,8 +375,9 @@ class Supervisor:
         task.add_done_callback(self._tasks.discard)
 
     # -- the fleet ------------------------------------------------------------------------
-    async def _reconcile(self, fleet: Fleet) -> dict[str, list[str]]:
-        """Make the running set match `fleet`: start new, stop removed, restart changed."""
+    async def _reconcile(self, fleet: Fleet, *, quiet: bool = False) -> dict[str, list[str]]:
+        """Make the running set match `fleet`: start new, stop removed, restart changed
+        (`quiet`: a reconcile that changes nothing is logged at debug, not info)."""
         wanted = {plan.agent_id: plan for plan in fleet.agents}
         removed = [a for a in self.slots if a not in wanted]
         changed = [a for a, p in wanted.items() if a in self.slots and self.slots[a].plan != p]
@@ -416,6 +417,7 @@ class Supervisor:
         outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
         events.emit(
             "supervisor.reconciled",
+            level="debug" if quiet and not (added or removed or changed) else "info",
             added=added,
             removed=removed,
             changed=changed,
@@ -532,11 +534,12 @@ class Supervisor:
                 sessions=closed,
             )
 
-    async def reload(self) -> dict[str, Any]:
-        """Re-read the fleet file; a file that fails validation changes nothing."""
+    async def reload(self, *, polled: bool = False) -> dict[str, Any]:
+        """Re-read the fleet file; a file that fails validation changes nothing. (`polled`: the
+        `fleet = "center"` poll, whose reconcile that changes nothing is logged at debug.)"""
         async with self._reload_lock:
             if self.fleet.center.fleet == "center":
-                return await self._reload_from_center()
+                return await self._reload_from_center(polled)
             try:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
@@ -563,17 +566,11 @@ class Supervisor:
             try:
                 await self.reload()
             except ControlError as exc:
-                events.emit(
-                    "supervisor.reload_failed",
-                    level="error",
-                    code=exc.code,
-                    message=exc.message,
-                    details=exc.details,
-                )
+                reload_failed(exc, "sighup")
 
         self._spawn(reload())
 
-    async def _reload_from_center(self) -> dict[str, Any]:
+    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.centerfleet import fetch_fleet
         from mcphost.supervisor.fleet import fleet_with_agents
@@ -596,7 +593,7 @@ class Supervisor:
             ) from None
         for agent_id, generation in assigned.generations.items():
             self._center_saw(agent_id, generation)
-        return await self._reconcile(fleet)
+        return await self._reconcile(fleet, quiet=polled)
 
     def _center_saw(self, agent_id: str, generation: int) -> None:
         if generation > self.center_generations.get(agent_id, 0):
@@ -605,7 +602,7 @@ class Supervisor:
     async def _poll_center(self) -> None:
         while True:
             try:
-                await self.reload()
+                await self.reload(polled=True)
             except ControlError as exc:
                 events.emit(
                     "supervisor.center_fleet_failed",
@@ -935,13 +932,29 @@ class Control:
         return await self.supervisor.restart(agent)
 
     async def reload(self) -> dict[str, Any]:
-        return await self.supervisor.reload()
+        try:
+            return await self.supervisor.reload()
+        except ControlError as exc:
+            reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
+            raise
 
     def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
         return self.supervisor.logs(agent, lines, follow)
 
     def exec(self, agent: str, argv: list[str], fds: list[int]) -> Execution:
         return self.supervisor.exec(agent, argv, fds)
+
+
+def reload_failed(exc: ControlError, trigger: str) -> None:
+    """The event of a reload that applied nothing (`trigger`: "sighup" or "ctl")."""
+    events.emit(
+        "supervisor.reload_failed",
+        level="error",
+        trigger=trigger,
+        code=exc.code,
+        message=exc.message,
+        details=exc.details,
+    )
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:
