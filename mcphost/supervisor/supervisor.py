@@ -437,8 +437,9 @@ class Supervisor:
                 await stack.enter_async_context(lock)
             yield
 
-    async def _reconcile(self, fleet: Fleet) -> dict[str, list[str]]:
-        """Make the running set match `fleet`: start new, stop removed, restart changed.
+    async def _reconcile(self, fleet: Fleet, *, quiet: bool = False) -> dict[str, list[str]]:
+        """Make the running set match `fleet`: start new, stop removed, restart changed
+        (`quiet`: a reconcile that changes nothing is logged at debug, not info).
 
         Called with `_reload_lock` held (the only writer of `slots`); it holds the lock of every
         agent it touches, so a ctl or relay start / stop / restart of one waits for it (and it
@@ -451,7 +452,7 @@ class Supervisor:
         added = [a for a in wanted if a not in self.slots]
         unchanged = [a for a in wanted if a in self.slots and a not in changed]
         async with self._agents_held(removed + changed + added):
-            return await self._apply(fleet, wanted, removed, changed, added, unchanged)
+            return await self._apply(fleet, wanted, removed, changed, added, unchanged, quiet=quiet)
 
     async def _apply(
         self,
@@ -461,6 +462,8 @@ class Supervisor:
         changed: list[str],
         added: list[str],
         unchanged: list[str],
+        *,
+        quiet: bool = False,
     ) -> dict[str, list[str]]:
         if self.relay is not None:
             await self._configure_relay(fleet)
@@ -497,6 +500,7 @@ class Supervisor:
         outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
         events.emit(
             "supervisor.reconciled",
+            level="debug" if quiet and not (added or removed or changed) else "info",
             added=added,
             removed=removed,
             changed=changed,
@@ -707,17 +711,11 @@ class Supervisor:
             try:
                 await self.reload()
             except ControlError as exc:
-                events.emit(
-                    "supervisor.reload_failed",
-                    level="error",
-                    code=exc.code,
-                    message=exc.message,
-                    details=exc.details,
-                )
+                reload_failed(exc, "sighup")
 
         self._spawn(reload())
 
-    async def _reload_from_center(self) -> dict[str, Any]:
+    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.centerfleet import fetch_fleet
         from mcphost.supervisor.fleet import fleet_with_agents
@@ -740,7 +738,7 @@ class Supervisor:
             ) from None
         for agent_id, generation in assigned.generations.items():
             self._center_saw(agent_id, generation)
-        return await self._reconcile(fleet)
+        return await self._reconcile(fleet, quiet=polled)
 
     def _center_saw(self, agent_id: str, generation: int) -> None:
         if generation > self.center_generations.get(agent_id, 0):
@@ -750,7 +748,7 @@ class Supervisor:
         while True:
             try:
                 async with self._reload_lock:
-                    await self._reload_from_center()
+                    await self._reload_from_center(polled=True)
             except ControlError as exc:
                 events.emit(
                     "supervisor.center_fleet_failed",
@@ -1096,13 +1094,29 @@ class Control:
         return await self.supervisor.restart(agent)
 
     async def reload(self) -> dict[str, Any]:
-        return await self.supervisor.reload()
+        try:
+            return await self.supervisor.reload()
+        except ControlError as exc:
+            reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
+            raise
 
     def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
         return self.supervisor.logs(agent, lines, follow)
 
     def exec(self, agent: str, argv: list[str], fds: list[int]) -> Execution:
         return self.supervisor.exec(agent, argv, fds)
+
+
+def reload_failed(exc: ControlError, trigger: str) -> None:
+    """The event of a reload that applied nothing (`trigger`: "sighup" or "ctl")."""
+    events.emit(
+        "supervisor.reload_failed",
+        level="error",
+        trigger=trigger,
+        code=exc.code,
+        message=exc.message,
+        details=exc.details,
+    )
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:
