@@ -114,8 +114,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mcphost import events
+from mcphost.agentmux import wire
+from mcphost.agentmux.wire import (
+    SCHEMA_VERSION,
+    SOCKET_TRUST,
+    Hello,
+    Principal,
+    RelayError,
+    Request,
+    parse_principal,
+    utc_now,
+)
 from mcphost.peer import PeerCred
-from mcphost.relay import admission, wire
+from mcphost.relay import admission
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import (
@@ -141,16 +152,6 @@ from mcphost.relay.principals import (
     unknown_principal,
     write_credential,
     write_session_credential,
-)
-from mcphost.relay.wire import (
-    SCHEMA_VERSION,
-    SOCKET_TRUST,
-    Hello,
-    Principal,
-    RelayError,
-    Request,
-    parse_principal,
-    utc_now,
 )
 
 GLOBAL = "GLOBAL"

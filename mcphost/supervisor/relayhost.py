@@ -19,7 +19,7 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
 
 The configuration layers are the generated one first, then the operator's layers from the
 supervisor's environment by agentmux's precedence (`AGENTMUX_CONFIGURATION_DIRECTORY`, else
-`$XDG_CONFIG_HOME/agentmux`, else `~/.config/agentmux`: `layout.configuration_roots`, the relay
+`$XDG_CONFIG_HOME/agentmux`, else `~/.config/agentmux`: `agentmux.layers.configuration_roots`, the relay
 tools' own resolution; first layer wins per file, bundles are a union by id): the fleet is the authority on bundles and their members, the
 operator's layers give `policies.toml`, `users.toml` and `relay.toml` (and bundles the fleet does
 not name). Member `directory` = the agent's workspace; session id = agent id; `policy` = the
@@ -61,10 +61,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import tomli_w
 
 from mcphost import events, peer
+from mcphost.agentmux.layers import configuration_roots
+from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle
-from mcphost.relay.wire import RelayError, parse_principal
-from mcphost.relaytools.layout import configuration_roots
 from mcphost.supervisor.fleet import AgentPlan, Fleet
 from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState

@@ -511,8 +511,8 @@ class Supervisor:
     async def _configure_relay(self, fleet: Fleet) -> None:
         """The relay's generated configuration for `fleet` (and serving, once a bundle exists);
         a failure is `reload_failed` (nothing is stopped before this)."""
+        from mcphost.agentmux.wire import RelayError
         from mcphost.relay.server import RelayBindError
-        from mcphost.relay.wire import RelayError
 
         assert self.relay is not None
         try:

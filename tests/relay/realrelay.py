@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mcphost.agentmux.wire import SOCKET_TRUST, Hello, Principal, Request
 from mcphost.peer import PeerCred
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
 from mcphost.relay.bundles import Bundle, require_bundle
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
-from mcphost.relay.wire import SOCKET_TRUST, Hello, Principal, Request
 
 T = TypeVar("T")
 GUARD = 30.0  # only a hang reaches it

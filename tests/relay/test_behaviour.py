@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.peer import PeerCred
 from mcphost.relay import admission
 from mcphost.relay.behaviour import BundleHost, RelayBehaviour
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
-from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.relaytools.stream import RelayStream
 from tests.relay.realrelay import TmuxHost, config_tree
 

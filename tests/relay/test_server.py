@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux import wire
+from mcphost.agentmux.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.peer import PeerCred
-from mcphost.relay import wire
 from mcphost.relay.server import (
     CLAIM_CONFLICT_MESSAGE,
     UNEXPECTED_MESSAGE,
     RelayBindError,
     RelayServer,
 )
-from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.relaytools.errors import ClaimConflict, ToolFailure
 from mcphost.relaytools.stream import RelayStream
 from tests.relaytools.relayharness import (
