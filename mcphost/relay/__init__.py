@@ -11,7 +11,12 @@ conventions, shared with the relay tools, in `mcphost.agentmux`. Modules:
 - `bundles`: bundle, coder, users and relay configuration for the relay.
 - `envelope`: the pane envelope of §3.4 (pure).
 - `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, readiness.
-- `behaviour`: the operations (list, look, send, raww, up, down, new_peer, change_psk, ...).
+- `hosting`: `BundleHost` / `MemberHealth`, what the relay asks of the supervisor.
+- `requester`: who is asking, about whom: the membership rule, targets, the transport check.
+- `delivery`: per-target queues, readiness gate, batching, paste-and-submit, outcomes, receipts.
+- `credentials`: new_peer, change_psk, drop_peer (the principal store's changes).
+- `behaviour`: `RelayBehaviour`, the operation table (list, look, send, raww, up, down, ...),
+  composed of the three above.
 
 Nothing here imports `mcphost.supervisor` or `mcphost.relaytools` (import-linter checks both): peer credentials come from `mcphost.peer`, which
 sits below both (the supervisor imports the relay and hosts it). This package file imports
