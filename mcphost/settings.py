@@ -45,14 +45,18 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from mcphost.errors import CodedFailure
+
 ENV, FILE, FLAG = "env", "file", "flag"
 
 
-class SettingError(ValueError):
+class SettingError(CodedFailure, ValueError):
     """A bad setting. `str()` is the first problem's one-line operator message:
-    `<name> <problem>: expected <expected>`; `problems` holds every problem found."""
+    `<name> <problem>: expected <expected>`; `problems` holds every problem found; `details`
+    names the setting, the problem and what is expected (never a secret)."""
 
     code = "bad_setting"
+    details: dict[str, str]
 
     def __init__(
         self, variable: str, shown_value: str | None, expected: str, *, problem: str | None = None
@@ -68,11 +72,8 @@ class SettingError(ValueError):
             got = "is not set" if shown_value is None else f"is {shown_value}"
         self.problem = got
         self.problems: tuple[SettingError, ...] = (self,)
-        super().__init__(f"{variable} {got}: expected {expected}")
-
-    def details(self) -> dict[str, str]:
-        """Structured details for machine-readable reports (never a secret)."""
-        return {"variable": self.variable, "problem": self.problem, "expected": self.expected}
+        details = {"variable": variable, "problem": got, "expected": expected}
+        super().__init__(self.code, f"{variable} {got}: expected {expected}", details)
 
     def lines(self) -> list[str]:
         """One operator line per problem, in field order."""

@@ -79,6 +79,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcphost.errors import CodedFailure
+
 TMUX_SOCKET = "tmux.sock"
 SUN_PATH_MAX = 107  # bytes of a Unix socket path, without the terminating NUL
 OWNED_OPTION = "@agentmux_owned"
@@ -108,14 +110,8 @@ Watch = Callable[[int], Awaitable[int]]
 """pid -> its raw wait status (as `Reaper.watch`); called right after the spawn, no await."""
 
 
-class TmuxError(Exception):
+class TmuxError(CodedFailure):
     """A tmux operation failed; `code` is stable (`tmux_failed`, `tmux_timeout`, ...)."""
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 class NoSuchSession(TmuxError):

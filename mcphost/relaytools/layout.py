@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcphost.errors import CodedFailure
 from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
 
 if TYPE_CHECKING:
@@ -174,11 +175,8 @@ def _absolute(path: str) -> Path:
 # -- TOML ------------------------------------------------------------------------------------
 
 
-class ConfigError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class ConfigError(CodedFailure):
+    """A bundle or configuration file that cannot be read or parsed (no details)."""
 
 
 # Parsed TOML by path, with the stamp it was parsed at: the relay reads the same few files on

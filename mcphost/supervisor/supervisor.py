@@ -654,7 +654,7 @@ class Supervisor:
                 raise ControlError(
                     "reload_failed",
                     f"the fleet file was not applied: {exc}",
-                    {"problems": [p.details() for p in exc.problems], "file": self.fleet.path},
+                    {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
                 ) from None
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
@@ -734,7 +734,7 @@ class Supervisor:
             raise ControlError(
                 "reload_failed",
                 f"the center's agent list was not applied: {exc}",
-                {"problems": [p.details() for p in exc.problems]},
+                {"problems": [p.details for p in exc.problems]},
             ) from None
         for agent_id, generation in assigned.generations.items():
             self._center_saw(agent_id, generation)
