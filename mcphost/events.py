@@ -3,7 +3,9 @@
 Owns: the process's diagnostic sink, on stdlib `logging`: `emit` logs through the `mcphost`
 logger, and one handler on the root logger writes every record as a JSON line, so the records
 of the libraries beneath us (aiohttp, the MCP SDK, `logging.getLogger(...)` anywhere) reach the
-same sink as ours. `MCPHOST_LOG_LEVEL` (debug|info|warning|error, default info) filters;
+same sink as ours: at `warning` and above (their debug and info records are chatter, such as
+asyncio's "Using selector" or aiohttp's access lines), and never below `MCPHOST_LOG_LEVEL`.
+`MCPHOST_LOG_LEVEL` (debug|info|warning|error, default info) filters;
 `MCPHOST_LOG_FILE` redirects to a file (both read by `mcphost.tuning`). Every record has `ts`,
 `level`, `event`; ours carry the fields `emit` was given, another library's carry `logger` and
 `message` (and `error`, a formatted exception, when it logged one) under event `log`.
@@ -22,6 +24,7 @@ from typing import Any, TextIO
 
 from mcphost.tuning import LEVELS, tuning
 
+LIBRARY_LEVEL = logging.WARNING  # what other libraries' records must reach to be written
 _NAMES = {10: "debug", 20: "info", 30: "warning", 40: "error", 50: "critical"}
 _FIELDS = "mcphost_fields"  # the attribute of a record that `emit` made
 
@@ -80,7 +83,7 @@ def _install() -> tuple[logging.Logger, int]:
         sink = _Sink(settings.log_file)
         sink.setFormatter(JsonFormatter())
         root.addHandler(sink)
-    root.setLevel(threshold)
+    root.setLevel(max(threshold, LIBRARY_LEVEL))
     logger = logging.getLogger("mcphost")
     logger.setLevel(threshold)
     return logger, threshold

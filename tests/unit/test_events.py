@@ -15,7 +15,7 @@ from mcphost import events
 events.emit("test.ours", answer=42)
 events.emit("test.quiet", level="debug")
 logging.getLogger("aiohttp.server").warning("from %s", "aiohttp")
-logging.getLogger("mcp.server.lowlevel").info("below nothing")
+logging.getLogger("mcp.server.lowlevel").info("chatter: below warning")
 try:
     1 / 0
 except ZeroDivisionError:
@@ -43,22 +43,29 @@ def test_library_records_reach_the_log_file_as_json_beside_ours(tmp_path: Path) 
     done = _run({"MCPHOST_LOG_FILE": str(log)})
     assert done.stdout == "" and done.stderr == ""
     records = _records(log.read_text())
-    assert [r["event"] for r in records] == ["test.ours", "log", "log", "log"]
-    ours, aiohttp, sdk, failed = records
+    assert [r["event"] for r in records] == ["test.ours", "log", "log"]
+    ours, aiohttp, failed = records
     assert set(ours) == {"ts", "level", "event", "answer"}
     assert ours["level"] == "info" and ours["answer"] == 42
     assert aiohttp["logger"] == "aiohttp.server" and aiohttp["message"] == "from aiohttp"
     assert aiohttp["level"] == "warning"
-    assert sdk["logger"] == "mcp.server.lowlevel" and sdk["level"] == "info"
     assert failed["level"] == "error" and "ZeroDivisionError" in str(failed["error"])
     assert (log.stat().st_mode & 0o777) == 0o600
 
 
 def test_the_level_filters_library_records_too() -> None:
-    done = _run({"MCPHOST_LOG_LEVEL": "warning"})
+    done = _run({"MCPHOST_LOG_LEVEL": "error"})
     assert done.stdout == ""
-    records = _records(done.stderr)
-    assert [(r["event"], r.get("logger")) for r in records] == [
+    assert [(r["event"], r.get("logger")) for r in _records(done.stderr)] == [("log", "mcp.server")]
+
+
+def test_library_chatter_stays_out_even_at_debug() -> None:
+    done = _run({"MCPHOST_LOG_LEVEL": "debug"})
+    assert done.stdout == ""
+    events = [(r["event"], r.get("logger")) for r in _records(done.stderr)]
+    assert events == [
+        ("test.ours", None),
+        ("test.quiet", None),
         ("log", "aiohttp.server"),
         ("log", "mcp.server"),
     ]
