@@ -2,19 +2,18 @@
 
 Owns: the on-disk contract. A config is written to a temporary file in the target's directory
 (created 0600, exclusive), flushed and fsynced, renamed over the target, and the directory is
-fsynced; a reader sees the old file or the new one, never half of one. The target is never a
-symlink: writing "through" a link would put a token wherever the link points.
+fsynced (`mcphost.fsutil.write_atomic`, the one atomic write); a reader sees the old file or
+the new one, never half of one. The target is never a symlink: writing "through" a link would put a token wherever the link points.
 Must never: follow a symlink at the target, widen a file's mode, or leave a temp file behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 
 from configgen.model import ConfigError
+from mcphost import fsutil
 
 
 def write_private(path: str, data: bytes) -> None:
@@ -34,29 +33,7 @@ def write_private(path: str, data: bytes) -> None:
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise ConfigError("out", f"the directory of {path} does not exist")
-    fd, temp = tempfile.mkstemp(
-        prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory
-    )
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsutil.write_atomic(target, data)
 
 
 def read_existing(path: str) -> bytes:

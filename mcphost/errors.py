@@ -1,7 +1,15 @@
 """Typed failures that reach a model or an operator: a stable snake_case code, a message that says
 what to do next, structured details, and (for center replies) the HTTP status.
 
-Owns: `ToolFailure` and its JSON shape `{"error", "message", "details", "status"?}`, which is the
+Owns: `CodedFailure`, the one base of every failure with a stable code (`code`, `message`,
+`details`): the host's `ToolFailure` below, the relay tools' `ToolFailure`, the relay's
+`RelayError` and `TmuxError`, the control socket's `ControlError`, the attach handshake's
+`Refused`, `HomeError`, `SettingError` (and `BindingError`), the relay tools' `ConfigError` and
+the center's `ApiError` derive from it. The base holds the triple and nothing of any wire: each
+class keeps its own rendering (`payload()`, `data()`, `wire()`, `body()`, a handshake line), and
+a seam that turns one into another passes the triple on (`Other.of(failure)`).
+
+Also owns: `ToolFailure` and its JSON shape `{"error", "message", "details", "status"?}`, which is the
 text of every `isError` result the host returns, and its small hierarchy of families: the
 class says what kind of failure it is, the code says which one, so code that must tell failures
 apart catches a class and never compares code strings.
@@ -29,11 +37,39 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Self
 
 
-class ToolFailure(Exception):
+class CodedFailure(Exception):
+    """A failure with a stable snake_case `code`, a `message` that says what to do, and
+    structured `details` (a dict, or None where a wire tells "none" apart from empty).
+
+    `str()` is the message (`code: message` where `shows_code`); `repr()` names the triple.
+    Subclasses add their wire rendering and may narrow `details` (never None, for example)."""
+
+    shows_code: ClassVar[bool] = False
+
+    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}" if self.shows_code else message)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] | None = dict(details) if details is not None else None
+
+    @classmethod
+    def of(cls, failure: CodedFailure) -> Self:
+        """This class's failure with `failure`'s code, message and details (a seam's
+        translation)."""
+        return cls(failure.code, failure.message, failure.details)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code!r}, {self.message!r}, {self.details!r})"
+
+
+class ToolFailure(CodedFailure):
     """A failure with a stable code. `payload()` is what the model sees."""
+
+    shows_code = True
+    details: dict[str, Any]
 
     def __init__(
         self,
@@ -43,10 +79,7 @@ class ToolFailure(Exception):
         *,
         status: int | None = None,
     ) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.details = dict(details or {})
+        super().__init__(code, message, details or {})
         self.status = status
 
     def payload(self) -> dict[str, Any]:

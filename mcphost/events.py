@@ -1,26 +1,58 @@
 """Structured event records: one JSON object per line, to stderr (default) or an append-only file.
 
-Owns: the process's diagnostic sink. `MCPHOST_LOG_LEVEL` (debug|info|warning|error, default
-info) filters; `MCPHOST_LOG_FILE` redirects to a file. Every record has `ts`, `level`, `event`.
-Must never: write to stdout (that belongs to JSON-RPC), or receive a secret: callers pass
-redacted values only, and `Secret` objects render as `***`.
+Owns: the process's diagnostic sink, on stdlib `logging`: `emit` logs through the `mcphost`
+logger, and one handler on the root logger writes every record as a JSON line, so the records
+of the libraries beneath us (aiohttp, the MCP SDK, `logging.getLogger(...)` anywhere) reach the
+same sink as ours: at `warning` and above (their debug and info records are chatter, such as
+asyncio's "Using selector" or aiohttp's access lines), and never below `MCPHOST_LOG_LEVEL`.
+`MCPHOST_LOG_LEVEL` (debug|info|warning|error, default info) filters;
+`MCPHOST_LOG_FILE` redirects to a file (both read by `mcphost.tuning`). Every record has `ts`,
+`level`, `event`; ours carry the fields `emit` was given, another library's carry `logger` and
+`message` (and `error`, a formatted exception, when it logged one) under event `log`.
+
+Must never: write to stdout (that belongs to JSON-RPC), raise from `emit`, or receive a secret:
+callers pass redacted values only, and `Secret` objects render as `***`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
-import time
 from typing import Any, TextIO
 
-_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+from mcphost.tuning import LEVELS, tuning
+
+LIBRARY_LEVEL = logging.WARNING  # what other libraries' records must reach to be written
+_NAMES = {10: "debug", 20: "info", 30: "warning", 40: "error", 50: "critical"}
+_FIELDS = "mcphost_fields"  # the attribute of a record that `emit` made
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.threshold = _LEVELS.get(os.environ.get("MCPHOST_LOG_LEVEL", "info").lower(), 20)
-        self.path = os.environ.get("MCPHOST_LOG_FILE") or None
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: `ts`, `level`, `event`, then the event's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = round(record.created, 6)
+        ours = getattr(record, _FIELDS, None)
+        if ours is not None:
+            level, fields = ours
+            out = {"ts": ts, "level": level, "event": record.msg, **fields}
+        else:
+            level = _NAMES.get(record.levelno) or record.levelname.lower()
+            out = {"ts": ts, "level": level, "event": "log", "logger": record.name}
+            out["message"] = record.getMessage()
+            if record.exc_info:
+                out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class _Sink(logging.Handler):
+    """stderr, or the `MCPHOST_LOG_FILE` opened on the first record (0600, append)."""
+
+    def __init__(self, path: str | None) -> None:
+        super().__init__()
+        self.path = path
         self._file: TextIO | None = None
 
     def stream(self) -> TextIO:
@@ -31,22 +63,45 @@ class _Sink:
             self._file = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
         return self._file
 
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = self.stream()
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
-_sink = _Sink()
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass  # a diagnostic sink that cannot write says nothing (never a traceback on stderr)
+
+
+def _install() -> tuple[logging.Logger, int]:
+    settings = tuning()
+    threshold = LEVELS[settings.log_level]
+    root = logging.getLogger()
+    if not any(isinstance(h, _Sink) for h in root.handlers):
+        sink = _Sink(settings.log_file)
+        sink.setFormatter(JsonFormatter())
+        root.addHandler(sink)
+    root.setLevel(max(threshold, LIBRARY_LEVEL))
+    logger = logging.getLogger("mcphost")
+    logger.setLevel(threshold)
+    return logger, threshold
+
+
+_logger, _threshold = _install()
 
 
 def enabled(level: str) -> bool:
-    return _LEVELS.get(level, 20) >= _sink.threshold
+    return LEVELS.get(level, 20) >= _threshold
 
 
 def emit(event: str, level: str = "info", **fields: Any) -> None:
     """Write one event record if `level` passes the threshold. Never raises."""
     if not enabled(level):
         return
-    record = {"ts": round(time.time(), 6), "level": level, "event": event, **fields}
-    try:
-        stream = _sink.stream()
-        stream.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass
+    ours = (level, fields)
+    record = _logger.makeRecord(
+        _logger.name, LEVELS.get(level, 20), "", 0, event, (), None, extra={_FIELDS: ours}
+    )
+    _logger.handle(record)

@@ -18,8 +18,11 @@ Errors: pydantic's `ValidationError` names fields. `load` turns it into a `Setti
 `str()` is one line naming the setting as its source spells it (the env var `AC_MCP_AGENT_ID`,
 the file key `/etc/x.toml: restart.delay`, the flag `--state-directory`), showing the value
 (never for a field marked secret) and saying what is expected (the field's `description`). A
-validator that raises a `SettingError` itself (the pure grammars do) is passed through unchanged.
-Every problem is kept in `.problems`; `lines()` renders one line per problem.
+validator that raises a `SettingError` itself (the pure grammars do) is passed through unchanged;
+one that raises `Invalid` gets its key suffix (`command[3]`). Every problem is kept in
+`.problems`; `lines()` renders one line per problem. `Settings.problems` is the one translator
+of a pydantic error: a model with nested tables (the fleet file) overrides the hooks it calls
+(`setting_name`, `expected`, `shown`, `known`) and nothing else.
 
 Must never: read `os.environ` or a file that `load` was not given, or show the value of a field
 marked secret (`json_schema_extra={"secret": True}`) in any message.
@@ -30,7 +33,7 @@ from __future__ import annotations
 import contextvars
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn, Self
 
@@ -45,14 +48,18 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from mcphost.errors import CodedFailure
+
 ENV, FILE, FLAG = "env", "file", "flag"
 
 
-class SettingError(ValueError):
+class SettingError(CodedFailure, ValueError):
     """A bad setting. `str()` is the first problem's one-line operator message:
-    `<name> <problem>: expected <expected>`; `problems` holds every problem found."""
+    `<name> <problem>: expected <expected>`; `problems` holds every problem found; `details`
+    names the setting, the problem and what is expected (never a secret)."""
 
     code = "bad_setting"
+    details: dict[str, str]
 
     def __init__(
         self, variable: str, shown_value: str | None, expected: str, *, problem: str | None = None
@@ -68,15 +75,34 @@ class SettingError(ValueError):
             got = "is not set" if shown_value is None else f"is {shown_value}"
         self.problem = got
         self.problems: tuple[SettingError, ...] = (self,)
-        super().__init__(f"{variable} {got}: expected {expected}")
-
-    def details(self) -> dict[str, str]:
-        """Structured details for machine-readable reports (never a secret)."""
-        return {"variable": self.variable, "problem": self.problem, "expected": self.expected}
+        details = {"variable": variable, "problem": got, "expected": expected}
+        super().__init__(self.code, f"{variable} {got}: expected {expected}", details)
 
     def lines(self) -> list[str]:
         """One operator line per problem, in field order."""
         return [str(p) for p in self.problems]
+
+    @staticmethod
+    def gather(problems: Sequence[SettingError]) -> SettingError | None:
+        """The first of every problem `problems` hold (each once, in order), holding all of
+        them; None when there are none."""
+        flat = list(dict.fromkeys(p for problem in problems for p in problem.problems))
+        if not flat:
+            return None
+        flat[0].problems = tuple(flat)
+        return flat[0]
+
+
+class Invalid(ValueError):
+    """Raised by a validator: the value is wrong. What is `expected`, what was seen (`shown`,
+    or None to hide it), and a `suffix` to the field's key (`[4]` for a list item, `.NAME` for
+    a table key). `Settings.problems` names it as the operator wrote the setting."""
+
+    def __init__(self, expected: str, shown: str | None, suffix: str = "") -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.shown = shown
+        self.suffix = suffix
 
 
 @dataclass
@@ -246,45 +272,59 @@ class Settings(BaseSettings):
         return str(key)
 
     @classmethod
+    def expected(cls, loc: tuple[str | int, ...], err: Mapping[str, Any]) -> str:
+        """What the setting at `loc` expects: its field's `description`, else pydantic's."""
+        info = cls.model_fields.get(str(loc[0]))
+        return (info.description if info else None) or err["msg"]
+
+    @classmethod
+    def shown(cls, loc: tuple[str | int, ...], value: Any) -> str | None:
+        """How a refused value is shown (None: not at all, as for a field marked secret)."""
+        info = cls.model_fields.get(str(loc[0]))
+        extra = info.json_schema_extra if info else None
+        return None if isinstance(extra, dict) and extra.get("secret") else repr(value)
+
+    @classmethod
+    def known(cls, loc: tuple[str | int, ...]) -> str:
+        """What an unknown key should have been."""
+        return "a known setting"
+
+    @classmethod
+    def problems(
+        cls, err: Mapping[str, Any], source: str = ENV, file: str | None = None
+    ) -> list[SettingError]:
+        """One pydantic error as the operator's problems, each naming the setting as `source`
+        spells it (`setting_name`); a validator's own `SettingError` passes through, an
+        `Invalid` keeps its key suffix. The one translator of the settings models."""
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, SettingError):
+            return list(inner.problems)
+        loc = tuple(err.get("loc") or ())
+        if not loc:
+            return [cls.error_class(cls.__name__, None, err["msg"], problem="is invalid")]
+        loc = (cls._field_name(loc[0]), *loc[1:])
+        name = cls.setting_name(loc, source, file)
+        if isinstance(inner, Invalid):
+            name, shown, expected = name + inner.suffix, inner.shown, inner.expected
+        elif err["type"] == "missing":
+            return [cls.error_class(name, None, cls.expected(loc, err))]
+        elif err["type"] == "extra_forbidden":
+            return [cls.error_class(name, None, cls.known(loc), problem="is not one")]
+        else:
+            shown, expected = cls.shown(loc, err.get("input")), cls.expected(loc, err)
+        if shown is None:
+            return [cls.error_class(name, None, expected, problem="is invalid (not shown)")]
+        return [cls.error_class(name, shown, expected)]
+
+    @classmethod
     def _translate(cls, exc: ValidationError, state: _Load) -> SettingError:
         problems: list[SettingError] = []
         for err in exc.errors():
-            inner = (err.get("ctx") or {}).get("error")
-            if isinstance(inner, SettingError):
-                problems.extend(inner.problems)
-                continue
-            loc = err.get("loc") or ()
-            if not loc:
-                problems.append(
-                    cls.error_class(cls.__name__, None, err["msg"], problem="is invalid")
-                )
-                continue
+            loc = err.get("loc") or ("",)
             name = cls._field_name(loc[0])
-            loc = (name, *loc[1:])
-            source = state.provenance.get(name) or state.provenance.get(str(err["loc"][0]), ENV)
-            shown_name = cls.setting_name(loc, source, state.file)
-            info = cls.model_fields.get(name)
-            expected = (info.description if info else None) or err["msg"]
-            secret = bool(
-                info
-                and isinstance(info.json_schema_extra, dict)
-                and info.json_schema_extra.get("secret")
-            )
-            if err["type"] == "missing":
-                problems.append(cls.error_class(shown_name, None, expected))
-            elif err["type"] == "extra_forbidden":
-                problems.append(
-                    cls.error_class(shown_name, None, "a known setting", problem="is not one")
-                )
-            elif secret:
-                problems.append(
-                    cls.error_class(shown_name, None, expected, problem="is invalid (not shown)")
-                )
-            else:
-                problems.append(cls.error_class(shown_name, repr(err.get("input")), expected))
-        first = problems[0] if problems else cls.error_class(cls.__name__, None, str(exc))
-        first.problems = tuple(problems) or (first,)
-        return first
+            source = state.provenance.get(name) or state.provenance.get(str(loc[0]), ENV)
+            problems += cls.problems(err, source, state.file)
+        return SettingError.gather(problems) or cls.error_class(cls.__name__, None, str(exc))
 
     # -- frozen like a dataclass: assignment is an AttributeError and never echoes the value --
 

@@ -1,7 +1,9 @@
 """A private listening Unix socket: the binding rules of the supervisor's and the relay's sockets.
 
 Owns: `listen(path, mode, backlog)` -> `Listening`, and `SocketPathError` (the path and a stable
-`reason`). Binding, in order:
+`reason`); the socket-path rule, `fits` (`SUN_PATH_MAX`) and `address` (a path that does not fit
+reached through its directory's fd), which every client and server here uses (the relay tools'
+client, the relay's tmux servers, the reference center's harness). Binding, in order:
 1. make room at `path`: nothing there is fine; anything but a socket is refused
    (`not_a_socket`), never deleted; a socket is probed with a non-blocking connect: refused (or
    gone) means stale, and it is unlinked; accepted, or a full backlog (`EAGAIN`), means someone
@@ -15,6 +17,8 @@ Owns: `listen(path, mode, backlog)` -> `Listening`, and `SocketPathError` (the p
 server bound there since is left alone), at most once; `close()` closes the socket, then
 unlinks. A path longer than `SUN_PATH_MAX` bytes is bound and probed through
 `/proc/self/fd/<dirfd>/<name>` (the directory's fd), as the relay tools' client connects.
+`mcphost/attach.py` (the stdlib-only pump) has no copy of the rule: it connects to the path it
+is given, which the supervisor keeps short.
 
 Errors: the refusals above are `SocketPathError`; an `OSError` from bind, chmod or listen (a
 missing directory, a path too long even so) propagates as it is. Callers translate both into
@@ -35,7 +39,7 @@ import socket
 import stat
 from collections.abc import Callable, Iterator
 
-SUN_PATH_MAX = 100  # as the relay tools' client: longer paths go through /proc/self/fd
+SUN_PATH_MAX = 107  # bytes of `sun_path` (108 on Linux) less its terminating NUL
 
 NOT_A_SOCKET = "not_a_socket"
 IN_USE = "in_use"
@@ -94,10 +98,15 @@ class Listening:
         self.unlink()
 
 
+def fits(path: str) -> bool:
+    """Whether `path` fits `sun_path` as it is (the one socket-path rule)."""
+    return len(os.fsencode(path)) <= SUN_PATH_MAX
+
+
 @contextlib.contextmanager
 def address(path: str) -> Iterator[str]:
     """`path`, or `/proc/self/fd/<dirfd>/<name>` while it is too long for `sun_path`."""
-    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+    if fits(path):
         yield path
         return
     directory, name = os.path.split(path)

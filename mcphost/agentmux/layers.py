@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcphost.errors import CodedFailure
 from mcphost.names import is_bundle_name, is_session_id
 
 if TYPE_CHECKING:
@@ -104,13 +105,12 @@ def session_psk_path(state: Path, bundle: str | None, session: str | None) -> Pa
 # -- the TOML reader -------------------------------------------------------------------------
 
 
-class ConfigError(Exception):
-    """A layer's file that cannot be read or parsed: `code`, `message`, and the file's `path`."""
+class ConfigError(CodedFailure):
+    """A layer's file that cannot be read or parsed: `code`, `message` (no details), and the
+    file's `path`."""
 
     def __init__(self, code: str, message: str, path: Path | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.path = path
 
 

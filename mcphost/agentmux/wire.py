@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mcphost.errors import CodedFailure
+
 SCHEMA_VERSION = "1"
 MAX_FRAME_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -72,14 +74,8 @@ Kind = Literal["session", "user", "application", "relay"]
 _KINDS: dict[str, Kind] = {"GLOBAL": "user", "EXTERNAL": "application", "RELAY": "relay"}
 
 
-class RelayError(Exception):
+class RelayError(CodedFailure):
     """A relay failure with a stable snake_case code: one §2.8 error object on the wire."""
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
     def wire(self) -> dict[str, Any]:
         """`{"code", "message", "details"?}`: details omitted when None."""
@@ -87,9 +83,6 @@ class RelayError(Exception):
         if self.details is not None:
             out["details"] = self.details
         return out
-
-    def __repr__(self) -> str:
-        return f"RelayError({self.code!r}, {self.message!r}, {self.details!r})"
 
 
 @dataclass(frozen=True)

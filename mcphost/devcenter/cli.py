@@ -23,10 +23,10 @@ from aiohttp import web
 
 from mcphost.cliargs import Parser
 from mcphost.devcenter.app import admin_app, runtime_app
-from mcphost.devcenter.atomic import write_atomic
 from mcphost.devcenter.center import Center
 from mcphost.devcenter.store import SEED_AGENT, Store, token_file
 from mcphost.devcenter.tls import ensure_identity
+from mcphost.fsutil import write_atomic
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcphost.errors import CodedFailure
 
-class ApiError(Exception):
-    """A refusal with an HTTP status, a stable snake_case code and an actionable message."""
+
+class ApiError(CodedFailure):
+    """A refusal with an HTTP status, a stable snake_case code and an actionable message; its
+    `details` (the `extra` keywords) are spread into the envelope beside them."""
 
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(f"{status} {code}: {message}")
+        super().__init__(code, message, extra)
+        self.args = (f"{status} {code}: {message}",)
         self.status = status
-        self.code = code
-        self.message = message
         self.extra = extra
 
     def body(self) -> dict[str, Any]:

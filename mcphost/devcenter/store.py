@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mcphost.fsutil import write_atomic
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS retired_tokens (
@@ -73,18 +75,6 @@ def new_token() -> str:
 def token_file(state: Path, worker_id: str = SEED_WORKER) -> Path:
     """Where the plaintext worker token lives (0600): `worker-token` for w-1, else a suffix."""
     return state / ("worker-token" if worker_id == SEED_WORKER else f"worker-token.{worker_id}")
-
-
-def _write_secret(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = tmp.open("x", encoding="utf-8")
-    try:
-        tmp.chmod(0o600)
-        fd.write(text + "\n")
-    finally:
-        fd.close()
-    tmp.replace(path)
 
 
 class Store:
@@ -155,7 +145,7 @@ class Store:
                 ],
             )
         for worker_id, token in tokens.items():
-            _write_secret(token_file(state, worker_id), token)
+            write_atomic(token_file(state, worker_id), token + "\n")
 
     def add_worker(self, state: Path, worker_id: str) -> bool:
         """A new worker with a fresh token in `token_file(state, worker_id)`; False if it exists."""
@@ -165,7 +155,7 @@ class Store:
                 "INSERT OR IGNORE INTO workers VALUES (?, ?)", (worker_id, token_digest(token))
             ).rowcount
         if added:
-            _write_secret(token_file(state, worker_id), token)
+            write_atomic(token_file(state, worker_id), token + "\n")
         return bool(added)
 
     # -- identity --------------------------------------------------------------------------
@@ -196,7 +186,7 @@ class Store:
                 "UPDATE workers SET token_sha256 = ? WHERE worker_id = ?",
                 (token_digest(token), worker_id),
             )
-        _write_secret(token_file(state, worker_id), token)
+        write_atomic(token_file(state, worker_id), token + "\n")
         return until
 
     def agent(self, agent_id: str) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from mcphost.admin.pinning import format_pin, leaf_digest
-from mcphost.devcenter.atomic import write_atomic
+from mcphost.fsutil import write_atomic
 
 
 @dataclass(frozen=True, slots=True)

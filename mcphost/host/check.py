@@ -114,7 +114,7 @@ def _check(as_json: bool) -> int:
                 "ok": False,
                 "error": exc.code,
                 "message": str(exc),
-                "details": exc.details(),
+                "details": exc.details,
             }
             print(json.dumps(failure, ensure_ascii=False))
         for line in exc.lines():  # one line per bad variable

@@ -35,7 +35,6 @@ from mcphost.host.transfer import (
     Jobs,
     Progress,
     create_temp,
-    max_download_bytes,
     place,
     receive,
     sweep_stale_parts,
@@ -44,6 +43,7 @@ from mcphost.host.transfer import (
 )
 from mcphost.host.workspace import HeldRoot, Walker, check_destination, open_for_upload, walker
 from mcphost.surface import CallContext, ToolResult
+from mcphost.tuning import tuning
 
 FILE_URI_PREFIX = "ac://files/"
 _ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
@@ -160,7 +160,7 @@ class FileTools:
     async def download_file(self, params: StrictInput, ctx: CallContext) -> ToolResult:
         assert isinstance(params, DownloadFile)
         file_id = parse_file_ref(params.file)
-        cap = max_download_bytes()
+        cap = tuning().max_download_bytes
         with walker(self.workspace.binding, params.dest_path, self.workspace) as w:
             resolved = w.parent(create_missing=True)
             check_destination(w, resolved, overwrite=params.overwrite)

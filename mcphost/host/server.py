@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -52,16 +51,12 @@ from mcphost.host.results import (
 )
 from mcphost.host.workspace import HeldRoot
 from mcphost.surface import CallContext, ToolResult, ToolSpec
+from mcphost.tuning import tuning
 
 
 def call_timeout_from_env() -> float:
-    """`MCPHOST_CALL_TIMEOUT_SECONDS` (a positive number; tests shorten it), else the default."""
-    raw = os.environ.get("MCPHOST_CALL_TIMEOUT_SECONDS", "").strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        return CALL_TIMEOUT
-    return value if 0 < value < float("inf") else CALL_TIMEOUT
+    """`MCPHOST_CALL_TIMEOUT_SECONDS` (`mcphost.tuning`; tests shorten it), else the default."""
+    return tuning().call_timeout_seconds or CALL_TIMEOUT
 
 
 def _spec(decl: ToolDecl) -> ToolSpec:

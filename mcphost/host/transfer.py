@@ -53,20 +53,13 @@ from mcphost.host.workspace import (
     file_failure,
 )
 from mcphost.surface import CallContext
+from mcphost.tuning import Tuning
 
 CHUNK = 1 << 20
-MAX_DOWNLOAD_ENV = "MCPHOST_MAX_DOWNLOAD_BYTES"
-DEFAULT_MAX_DOWNLOAD = 4 << 30
+MAX_DOWNLOAD_ENV = Tuning.env_name("max_download_bytes")
 PROGRESS_INTERVAL = 0.25
 _TEMP_PREFIX = ".mcphost-"
 _TEMP_NAME = re.compile(r"\.mcphost-[0-9a-f]{16}\.part")  # exactly what this host creates
-
-
-def max_download_bytes(env: dict[str, str] | None = None) -> int:
-    raw = (os.environ if env is None else env).get(MAX_DOWNLOAD_ENV, "").strip()
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    return DEFAULT_MAX_DOWNLOAD
 
 
 # -- blocking work off the event loop ------------------------------------------------------

@@ -65,8 +65,9 @@ from typing import Any
 
 from mcphost.binding import AgentBinding
 from mcphost.errors import FileFailure, PathNotFound, WorkspaceRootUnset
+from mcphost.tuning import Tuning, tuning
 
-ALLOW_OTHER_FS_ENV = "MCPHOST_ALLOW_OTHER_FILESYSTEMS"
+ALLOW_OTHER_FS_ENV = Tuning.env_name("allow_other_filesystems")
 MAX_PATH_BYTES = 4096
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -163,11 +164,6 @@ def _unsafe_ancestor(parent: str, child: str, trusted: set[int]) -> str | None:
             return None
     who = "others" if mode & stat.S_IWOTH else f"its group (gid {info.st_gid})"
     return f"is writable by {who} (mode {mode:04o})"
-
-
-def allow_other_filesystems(env: dict[str, str] | None = None) -> bool:
-    raw = (os.environ if env is None else env).get(ALLOW_OTHER_FS_ENV, "").strip().lower()
-    return raw in ("1", "true", "yes", "on")
 
 
 class HeldRoot:
@@ -370,7 +366,7 @@ class Walker:
         self.root = self.held.path
         self.root_fd = self.held.descriptor()
         self.fds: list[int] = []  # descriptors this walk opened and still holds
-        self.other_fs_allowed = allow_other_filesystems()
+        self.other_fs_allowed = tuning().allow_other_filesystems
         # `ok.txt/` and `ok.txt/.` name a directory: the kernel would say "not a directory"
         self.wants_dir = given.endswith("/") or given.endswith("/.")
 

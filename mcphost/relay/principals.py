@@ -18,8 +18,9 @@ Owns: `<state>/identity/principals.json` (directory 0700, file 0600):
   (at construction, `reload`, and before each mutation); the pruned list is what the next
   mutation writes. A file that is not a format-1 store at all (not JSON, another version, a
   symlink, another owner's) is `internal_principal_store`: refused, never overwritten.
-- Writes are crash-safe: a unique temp sibling opened `O_CREAT|O_EXCL|O_NOFOLLOW` (0600),
-  written, fsynced, renamed over the target, then the directory fsynced. A failure before the
+- Writes are crash-safe (`mcphost.fsutil.write_atomic`): a unique temp sibling opened
+  `O_CREAT|O_EXCL|O_NOFOLLOW` (0600), written, fsynced, renamed over the target, then the
+  directory fsynced. A failure before the
   rename leaves the old file and the in-memory records unchanged (`internal_principal_store`); a
   failed directory fsync after it is `internal_store_durability_uncertain`.
 - Mutations are serialized (one lock per store). `mint` / `rotate` take an optional `deliver`
@@ -57,6 +58,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from mcphost import fsutil
 from mcphost.agentmux.layers import session_psk_path
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.names import is_bundle_name, is_session_id
@@ -183,55 +185,17 @@ def _record(raw: Any) -> StoredPrincipal | None:
     return StoredPrincipal(pid, kind, digest, scope, expires, MappingProxyType(metadata or {}))
 
 
-class _Durability(Exception):
-    """The rename happened but the directory fsync failed."""
-
-
-def _atomic_replace(directory: str, name: str, data: bytes) -> None:
-    """Write `data` to `directory/name` via a unique O_EXCL|O_NOFOLLOW temp sibling (0600),
-    fsync, rename, directory fsync. OSError before the rename (the target untouched),
-    `_Durability` after it."""
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        temp = f".{name}.{secrets.token_hex(8)}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
-        try:
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
-        try:
-            os.fsync(dir_fd)
-        except OSError as exc:
-            raise _Durability(exc.strerror or type(exc).__name__) from None
-    finally:
-        os.close(dir_fd)
-
-
 def _private_dir(path: Path, code: str, details_key: str) -> None:
     """Make `path` (one level) 0700 if missing; refuse a symlink, a non-directory or another
-    owner's directory; narrow a wider mode to 0700."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+    owner's directory; set any other mode to 0700 (`fsutil.private_dir`)."""
+    try:
+        fsutil.private_dir(path)
+    except fsutil.NotPrivate:
         raise RelayError(
             code,
             "refusing a credential directory that is a symlink, not a directory, or not ours",
             {details_key: str(path)},
-        )
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(path, 0o700, follow_symlinks=False)
+        ) from None
 
 
 class PrincipalStore:
@@ -326,8 +290,8 @@ class PrincipalStore:
         data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
         try:
             _private_dir(self.path.parent, STORE, "path")
-            _atomic_replace(str(self.path.parent), self.path.name, data)
-        except _Durability as exc:
+            fsutil.write_atomic(self.path, data)
+        except fsutil.NotDurable as exc:
             self._records = records
             raise RelayError(
                 DURABILITY,
@@ -486,9 +450,9 @@ def write_credential(path: str | os.PathLike[str], psk: str) -> Path:
     at the target (`check_destination` first). `internal_credential_write` on I/O failure."""
     target = check_destination(os.fspath(path))
     try:
-        _atomic_replace(str(target.parent), target.name, (psk + "\n").encode("ascii"))
-    except (OSError, _Durability) as exc:
-        cause = exc.strerror if isinstance(exc, OSError) else str(exc)
+        fsutil.write_atomic(target, (psk + "\n").encode("ascii"))
+    except OSError as exc:
+        cause = exc.strerror
         raise RelayError(
             "internal_credential_write",
             "failed to write the credential file",

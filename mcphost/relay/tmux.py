@@ -22,7 +22,7 @@ The server, as chosen (`tmux -u`: UTF-8 output whatever the client's environment
   (about 16 KiB).
 - The pane command is exec'd directly (no shell): tmux runs a one-word command through the
   default shell, so a one-element argv becomes `env -- <argv0>` (env execs it: same pid).
-- The socket is `<runtime_dir>/tmux.sock`, passed absolute when it fits `sun_path` (107 bytes)
+- The socket is `<runtime_dir>/tmux.sock`, passed absolute when it fits `sun_path` (`unixsock.fits`)
   and as the bare `tmux.sock` otherwise (the CLI runs from the runtime directory and the server
   keeps that cwd). With the bare form, `$TMUX` in the panes is relative.
 - Every argument we pass that ends with ";" is escaped as tmux wants ("\\;"), so an agent
@@ -72,15 +72,16 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcphost import fsutil, unixsock
+from mcphost.errors import CodedFailure
+
 TMUX_SOCKET = "tmux.sock"
-SUN_PATH_MAX = 107  # bytes of a Unix socket path, without the terminating NUL
 OWNED_OPTION = "@agentmux_owned"
 RAWW_MAX_BYTES = 32 * 1024
 DEFAULT_LOOK_LINES = 120
@@ -108,14 +109,8 @@ Watch = Callable[[int], Awaitable[int]]
 """pid -> its raw wait status (as `Reaper.watch`); called right after the spawn, no await."""
 
 
-class TmuxError(Exception):
+class TmuxError(CodedFailure):
     """A tmux operation failed; `code` is stable (`tmux_failed`, `tmux_timeout`, ...)."""
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 class NoSuchSession(TmuxError):
@@ -250,8 +245,7 @@ class TmuxServer:
         env_program = shutil.which("env") or "/usr/bin/env"
         self._env_program = os.path.abspath(env_program)
         self.socket_path = os.path.join(self.runtime_dir, TMUX_SOCKET)
-        fits = len(os.fsencode(self.socket_path)) <= SUN_PATH_MAX
-        self._socket_arg = self.socket_path if fits else TMUX_SOCKET
+        self._socket_arg = self.socket_path if unixsock.fits(self.socket_path) else TMUX_SOCKET
         self._watch = watch
         self._timeout = command_timeout
         self._lock = asyncio.Lock()
@@ -353,19 +347,10 @@ class TmuxServer:
     # -- the server -------------------------------------------------------------------------
     def prepare_runtime_dir(self) -> None:
         """Create the runtime directory 0700; refuse one that is not ours or not a directory."""
-        os.makedirs(self.runtime_dir, mode=0o700, exist_ok=True)
-        info = os.lstat(self.runtime_dir)
-        if not stat.S_ISDIR(info.st_mode):
-            raise TmuxError(
-                "security_foreign_owned", f"{self.runtime_dir} is not a directory (symlink?)"
-            )
-        if info.st_uid != os.geteuid():
-            raise TmuxError(
-                "security_foreign_owned",
-                f"{self.runtime_dir} is owned by uid {info.st_uid}, not {os.geteuid()}",
-            )
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            os.chmod(self.runtime_dir, 0o700)
+        try:
+            fsutil.private_dir(self.runtime_dir, parents=True)
+        except fsutil.NotPrivate as exc:
+            raise TmuxError("security_foreign_owned", str(exc)) from None
 
     async def start(self) -> None:
         """Start the server (empty environment, global options; see the module doc). Idempotent."""

@@ -9,7 +9,7 @@ relay I/O classification (Python exception -> Rust-style `io_error_kind` -> `rel
 `relay_timeout` / `internal_unexpected_failure`), and the constructors for the failures this
 package raises itself.
 
-Why not `mcphost.errors.ToolFailure`: the host's failures become `isError` tool results with
+Both derive from `mcphost.errors.CodedFailure` (the triple); why not `mcphost.errors.ToolFailure`: the host's failures become `isError` tool results with
 `details` always an object; agentmux's contract is a JSON-RPC error whose `data.details` may be
 `null` (kept as `None`, distinct from `{}`, when a relay error passes through) and whose code
 class follows from the code. Same idea, a different wire contract, so folding the two into one
@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from mcphost.errors import CodedFailure
 
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
@@ -44,14 +46,8 @@ UNAVAILABLE_KINDS = frozenset(
 )
 
 
-class ToolFailure(Exception):
+class ToolFailure(CodedFailure):
     """A failure that reaches the MCP client as a JSON-RPC error with `data: {code, message, details}`."""
-
-    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = dict(details) if details is not None else None
 
     @property
     def rpc_code(self) -> int:
@@ -59,9 +55,6 @@ class ToolFailure(Exception):
 
     def data(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "details": self.details}
-
-    def __repr__(self) -> str:
-        return f"ToolFailure({self.code!r}, {self.message!r}, {self.details!r})"
 
 
 class ClaimConflict(ToolFailure):

@@ -1,7 +1,7 @@
 """The one long-lived relay connection, multiplexed by `request_id`.
 
 Owns: connecting to the relay's Unix socket (deep paths go through
-`/proc/self/fd/<dirfd>/relay.sock` to dodge the 107-byte `sun_path` limit), the Hello handshake
+`/proc/self/fd/<dirfd>/relay.sock` to dodge the `sun_path` limit: `mcphost.unixsock.address`), the Hello handshake
 (2 s ack timeout; `runtime_identity_claim_conflict` retried every 50 ms for up to 1 s, then
 reported as itself), framing (newline-delimited JSON), and matching responses to waiting calls.
 
@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mcphost import unixsock
 from mcphost.agentmux.wire import SCHEMA_VERSION
 from mcphost.relaytools.errors import (
     ClaimConflict,
@@ -55,7 +56,6 @@ from mcphost.relaytools.errors import (
 )
 
 READ_LIMIT = 64 * 1024 * 1024
-SUN_PATH_MAX = 100
 
 
 def new_request_id() -> str:
@@ -72,14 +72,8 @@ def encode(frame: dict[str, Any]) -> bytes:
 
 
 async def _open_unix(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    if len(os.fsencode(path)) <= SUN_PATH_MAX:
-        return await asyncio.open_unix_connection(path, limit=READ_LIMIT)
-    directory, name = os.path.split(path)
-    dirfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        return await asyncio.open_unix_connection(f"/proc/self/fd/{dirfd}/{name}", limit=READ_LIMIT)
-    finally:
-        os.close(dirfd)
+    with unixsock.address(path) as where:  # a long path: through its directory's fd
+        return await asyncio.open_unix_connection(where, limit=READ_LIMIT)
 
 
 class _Connection:

@@ -74,8 +74,10 @@ import json
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+from mcphost.errors import CodedFailure
 
 if TYPE_CHECKING:
     import asyncio
@@ -112,15 +114,15 @@ _FIELDS = {
 }
 
 
-class ControlError(Exception):
+class ControlError(CodedFailure):
     """A refusal on the control socket: a stable snake_case `code`, a `message` that says what
     to do, and JSON `details`. The handler raises it; the client raises it for `ok: false`."""
 
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.details = dict(details or {})
+    shows_code = True
+    details: dict[str, Any]
+
+    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(code, message, details or {})
 
     def wire(self) -> dict[str, Any]:
         return {

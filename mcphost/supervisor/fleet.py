@@ -92,7 +92,7 @@ from mcphost.names import (
     is_bundle_name,
     is_session_id,
 )
-from mcphost.settings import SettingError, Settings
+from mcphost.settings import Invalid, SettingError, Settings
 
 Client = Literal["claude", "codex", "command"]
 Runner = Literal["auto", "process", "tmux"]
@@ -145,27 +145,16 @@ _PIN_EXPECTED = (
 # -- the file's sections (pydantic models; structure, types and per-field grammar) -----------
 
 
-class _Bad(ValueError):
-    """A field's value is wrong: what was seen (`shown`, or None to hide it), what is expected,
-    and a suffix to the field's key (`[4]` for a list item, `.NAME` for a table key)."""
-
-    def __init__(self, expected: str, shown: str | None, suffix: str = "") -> None:
-        super().__init__(expected)
-        self.expected = expected
-        self.shown = shown
-        self.suffix = suffix
-
-
 def _check_command(raw: object) -> object:
     if raw is None:
         return None
     if not isinstance(raw, list | tuple) or not raw:
-        raise _Bad(_COMMAND_EXPECTED, repr(raw))
+        raise Invalid(_COMMAND_EXPECTED, repr(raw))
     for index, item in enumerate(raw):
         if not isinstance(item, str) or not item or "\0" in item:
-            raise _Bad(_COMMAND_EXPECTED, repr(item), f"[{index}]")
+            raise Invalid(_COMMAND_EXPECTED, repr(item), f"[{index}]")
         if _CONTROL.search(item):
-            raise _Bad(
+            raise Invalid(
                 "no control characters but tab, newline and carriage return (DEL and the like "
                 "have no place in an argv)",
                 _clipped(item),
@@ -174,7 +163,7 @@ def _check_command(raw: object) -> object:
         try:
             parts = list(string.Formatter().parse(item))
         except ValueError:
-            raise _Bad(
+            raise Invalid(
                 "no lone '{' or '}' (write {{ and }} for a literal brace; the placeholders are "
                 f"{_PLACEHOLDERS_SHOWN})",
                 repr(item),
@@ -184,7 +173,7 @@ def _check_command(raw: object) -> object:
             if name is None:
                 continue
             if name not in PLACEHOLDERS or spec or conversion:
-                raise _Bad(
+                raise Invalid(
                     f"only the placeholders {_PLACEHOLDERS_SHOWN} (found "
                     f"{{{name}{'!' + conversion if conversion else ''}"
                     f"{':' + spec if spec else ''}}}; write {{{{ and }}}} for a literal brace)",
@@ -196,14 +185,14 @@ def _check_command(raw: object) -> object:
 
 def _check_env(raw: object) -> object:
     if not isinstance(raw, Mapping):
-        raise _Bad(_ENV_EXPECTED, repr(raw))
+        raise Invalid(_ENV_EXPECTED, repr(raw))
     for key, value in raw.items():
         if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
-            raise _Bad(_ENV_EXPECTED, repr(key), f".{key}")
+            raise Invalid(_ENV_EXPECTED, repr(key), f".{key}")
         if key.startswith(RESERVED_ENV_PREFIXES):
-            raise _Bad(_ENV_EXPECTED, repr(key), f".{key}")
+            raise Invalid(_ENV_EXPECTED, repr(key), f".{key}")
         if not isinstance(value, str) or "\0" in value:
-            raise _Bad("a string without NUL characters", repr(value), f".{key}")
+            raise Invalid("a string without NUL characters", repr(value), f".{key}")
     return dict(raw)
 
 
@@ -221,25 +210,25 @@ def is_fleet_bundle(name: str) -> bool:
 
 def _check_bundle(raw: object) -> object:
     if isinstance(raw, str) and not is_fleet_bundle(raw):
-        raise _Bad(_BUNDLE_EXPECTED, _clipped(raw))
+        raise Invalid(_BUNDLE_EXPECTED, _clipped(raw))
     return raw
 
 
 def _check_policy(raw: object) -> object:
     if isinstance(raw, str) and not _POLICY.fullmatch(raw):
-        raise _Bad(_POLICY_EXPECTED, repr(raw))
+        raise Invalid(_POLICY_EXPECTED, repr(raw))
     return raw
 
 
 def _check_user(raw: object) -> object:
     if isinstance(raw, str) and not _USER.fullmatch(raw):
-        raise _Bad("a user name (letters, digits, '_', '.', '-'; at most 32)", repr(raw))
+        raise Invalid("a user name (letters, digits, '_', '.', '-'; at most 32)", repr(raw))
     return raw
 
 
 def _absolute(raw: object) -> object:
     if isinstance(raw, str) and (not raw.startswith("/") or "\0" in raw):
-        raise _Bad("an absolute path", repr(raw))
+        raise Invalid("an absolute path", repr(raw))
     return os.path.normpath(raw) if isinstance(raw, str) else raw
 
 
@@ -289,7 +278,7 @@ class _Tunable(_Section):
     @field_validator("command", "env", "bundle", "user", "policy", mode="before")
     @classmethod
     def _grammar(cls, raw: Any, info: ValidationInfo) -> Any:
-        # The pure checks above; a `_Bad` keeps the key suffix (`env.FOO`, `command[3]`).
+        # The pure checks above; a `Invalid` keeps the key suffix (`env.FOO`, `command[3]`).
         if raw is None:
             return None
         return _COMMON_VALIDATORS[info.field_name or ""](raw)
@@ -331,7 +320,7 @@ class FleetFile(Settings):
         try:
             model: FleetFile = handler(data)
         except ValidationError as exc:
-            found = [problem for err in exc.errors() for problem in _problems(err)]
+            found = [problem for err in exc.errors() for problem in cls.problems(err)]
             # The cross-field checks still run, on the file with the bad values taken out, so
             # one bad value never hides the file's other problems.
             rest = _best_effort(data, exc, handler)
@@ -340,6 +329,26 @@ class FleetFile(Settings):
             _raise_all(found)
         _raise_all(_cross_checks(model))
         return model
+
+    # The hooks of the settings translator (`Settings.problems`): keys named as the operator
+    # wrote them, in the file or in the flags and variables that may override `[center]`.
+
+    @classmethod
+    def setting_name(cls, loc: tuple[str | int, ...], source: str, file: str | None) -> str:
+        return _name(loc)
+
+    @classmethod
+    def expected(cls, loc: tuple[str | int, ...], err: Mapping[str, Any]) -> str:
+        fallback = "a value" if err["type"] == "missing" else err.get("msg", "a valid value")
+        return _expected(loc, fallback)
+
+    @classmethod
+    def shown(cls, loc: tuple[str | int, ...], value: Any) -> str | None:
+        return _shown(loc, value)
+
+    @classmethod
+    def known(cls, loc: tuple[str | int, ...]) -> str:
+        return _known_keys(loc)
 
 
 # -- naming problems as the operator wrote them -------------------------------------------
@@ -390,37 +399,6 @@ def _shown(loc: tuple[str | int, ...], value: object) -> str | None:
         return None  # most likely the token itself
     text = repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _problems(err: Any) -> list[SettingError]:
-    loc = tuple(err.get("loc") or ())
-    inner = (err.get("ctx") or {}).get("error")
-    if isinstance(inner, _Bad):
-        return [_bad_problem(loc, inner)]
-    if isinstance(inner, SettingError):
-        return [inner]
-    return [_problem(loc, err)]
-
-
-def _bad_problem(loc: tuple[str | int, ...], bad: _Bad) -> SettingError:
-    name = _name(loc) + bad.suffix
-    if bad.shown is None:
-        return SettingError(name, None, bad.expected, problem="is invalid (not shown)")
-    return SettingError(name, bad.shown, bad.expected)
-
-
-def _problem(loc: tuple[str | int, ...], err: Any) -> SettingError:
-    kind = err.get("type")
-    if kind == "missing":
-        return SettingError(_name(loc), None, _expected(loc, "a value"))
-    if kind == "extra_forbidden":
-        return SettingError(_name(loc), None, _known_keys(loc), problem="is not one")
-    value = err.get("input")
-    shown = _shown(loc, value) if loc else None
-    expected = _expected(loc, err.get("msg", "a valid value"))
-    if shown is None:
-        return SettingError(_name(loc), None, expected, problem="is invalid (not shown)")
-    return SettingError(_name(loc), shown, expected)
 
 
 _UNSET = "unset--"  # a stand-in agent id (`unset--2`) for one the file does not give usably
@@ -507,10 +485,8 @@ def _known_keys(loc: tuple[str | int, ...]) -> str:
 
 def _raise_all(problems: list[SettingError]) -> None:
     """Raise the first problem holding all of them (nothing when there are none)."""
-    flat = [p for problem in problems for p in problem.problems]
-    if flat:
-        first = flat[0]
-        first.problems = tuple(flat)
+    first = SettingError.gather(problems)
+    if first is not None:
         raise first
 
 

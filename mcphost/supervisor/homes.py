@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from configgen import AgentConfig, AttachBinding, ConfigError, render, write_private
+from mcphost.errors import CodedFailure
 from mcphost.names import is_agent_id
 from mcphost.supervisor.fleet import RESERVED_ENV_PREFIXES, AgentPlan
 
@@ -101,10 +102,11 @@ class HeldWorkspace:
             self.fd = -1
 
 
-class HomeError(Exception):
+class HomeError(CodedFailure):
     """A home that cannot be prepared safely; `str()` says which path and what to do."""
 
-    code = "home_unsafe"
+    def __init__(self, message: str) -> None:
+        super().__init__("home_unsafe", message)
 
 
 @dataclass(frozen=True, slots=True)

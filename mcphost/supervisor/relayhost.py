@@ -53,14 +53,13 @@ import contextlib
 import os
 import shlex
 import shutil
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import tomli_w
 
-from mcphost import events, peer
+from mcphost import events, fsutil, peer
 from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
@@ -141,26 +140,13 @@ def coders_toml(coders: Sequence[tuple[str, Sequence[str]]]) -> str:
     return _toml({"format-version": 1, "coders": entries})
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+    try:
+        fsutil.private_dir(path, parents=True)
+    except fsutil.NotPrivate:
         raise RelayError(
             "security_foreign_owned", f"{path} is not a directory owned by the supervisor's user"
-        )
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(path, 0o700)
+        ) from None
 
 
 class RelayHost:
@@ -240,9 +226,9 @@ class RelayHost:
         _private_dir(self.config)
         _private_dir(self.config / "bundles")
         coders = [(p.agent_id, self._argv(p)) for m in bundles.values() for p, _ in m]
-        _write(self.config / "coders.toml", coders_toml(coders))
+        fsutil.write_atomic(self.config / "coders.toml", coders_toml(coders))
         for bundle, members in bundles.items():
-            _write(self.config / "bundles" / f"{bundle}.toml", bundle_toml(members))
+            fsutil.write_atomic(self.config / "bundles" / f"{bundle}.toml", bundle_toml(members))
         for entry in os.listdir(self.config / "bundles"):
             if entry.endswith(".toml") and entry[: -len(".toml")] not in bundles:
                 with contextlib.suppress(OSError):

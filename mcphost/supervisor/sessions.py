@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mcphost import events, unixsock
+from mcphost.errors import CodedFailure
 from mcphost.mcpserve.budget import Budgets
 from mcphost.mcpserve.connection import MAX_HELD_BYTES, Limits
 
@@ -73,13 +74,9 @@ class Attached:
     generation: int
 
 
-class Refused(Exception):
-    """Raised by `identify` or `surface_for`: the pump gets `refused <code> <message>`."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class Refused(CodedFailure):
+    """Raised by `identify` or `surface_for`: the pump gets `refused <code> <message>` (no
+    details: the handshake line has no room for them)."""
 
 
 class HubError(Exception):

@@ -46,7 +46,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-import stat
 import sys
 import time
 import weakref
@@ -55,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcphost import events, peer
+from mcphost import events, fsutil, peer
 from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
 from mcphost.supervisor import kernel
@@ -262,15 +261,15 @@ class Supervisor:
     @staticmethod
     def _own_dir(directory: str) -> None:
         """Create `directory` (0700) if missing; refuse it unless it is a directory of ours."""
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        info = os.lstat(directory)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        try:
+            fsutil.private_dir(directory, parents=True, mode=None)
+        except fsutil.NotPrivate:
             raise SettingError(
                 directory,
                 None,
                 "a directory owned by the supervisor's user",
                 problem="is a symlink, not a directory, or someone else's",
-            )
+            ) from None
 
     def _prepare_state_dir(self) -> None:
         """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
@@ -654,7 +653,7 @@ class Supervisor:
                 raise ControlError(
                     "reload_failed",
                     f"the fleet file was not applied: {exc}",
-                    {"problems": [p.details() for p in exc.problems], "file": self.fleet.path},
+                    {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
                 ) from None
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
@@ -734,7 +733,7 @@ class Supervisor:
             raise ControlError(
                 "reload_failed",
                 f"the center's agent list was not applied: {exc}",
-                {"problems": [p.details() for p in exc.problems]},
+                {"problems": [p.details for p in exc.problems]},
             ) from None
         for agent_id, generation in assigned.generations.items():
             self._center_saw(agent_id, generation)

@@ -51,11 +51,11 @@ import asyncio
 import contextlib
 import os
 import shutil
-import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from mcphost import fsutil
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
 from mcphost.supervisor.kernel import Reaper, proc_starttime
@@ -93,16 +93,13 @@ class AgentTmuxServer(tm.TmuxServer):
 
     def prepare_runtime_dir(self) -> None:
         parent = os.path.dirname(self.runtime_dir)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(parent, 0o700)
-        info = os.lstat(parent)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        try:
+            fsutil.private_dir(parent)
+        except fsutil.NotPrivate:
             raise tm.TmuxError(
                 "security_foreign_owned",
                 f"{parent} is not a directory owned by the supervisor's user (symlink?)",
-            )
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            os.chmod(parent, 0o700)
+            ) from None
         super().prepare_runtime_dir()
 
 

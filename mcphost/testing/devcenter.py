@@ -24,10 +24,10 @@ from types import TracebackType
 from typing import Any, Literal
 
 import mcphost
+from mcphost import unixsock
 from mcphost.testing.http import PinnedHTTPSConnection, Reply, UnixHTTPConnection, request
 
 Transport = Literal["unix", "tcp"]
-_SOCKET_LIMIT = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 
 
 class DevCenterError(RuntimeError):
@@ -59,7 +59,7 @@ class DevCenter:
         self.startup_timeout = startup_timeout
         sock_dir = self.base
         self._short_dir: Path | None = None
-        if len(str(self.base / "runtime.sock")) > _SOCKET_LIMIT:
+        if not unixsock.fits(str(self.base / "runtime.sock")):
             self._short_dir = Path(tempfile.mkdtemp(prefix="mcphost-dc-"))
             sock_dir = self._short_dir
         self.socket_path: Path | None = sock_dir / "admin.sock" if unix else None

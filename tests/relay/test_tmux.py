@@ -32,7 +32,6 @@ from mcphost.relay.tmux import (
     NOT_READY,
     RAWW_MAX_BYTES,
     READY,
-    SUN_PATH_MAX,
     UNREACHABLE,
     UNRESPONSIVE,
     Gate,
@@ -46,6 +45,7 @@ from mcphost.relay.tmux import (
     wait_ready,
     watch_exit,
 )
+from mcphost.unixsock import SUN_PATH_MAX
 
 pytestmark = [
     pytest.mark.anyio,

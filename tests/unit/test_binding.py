@@ -155,8 +155,8 @@ def test_inline_token_outside_the_grammar_is_refused_unshown(token: str, fragmen
     err = error(AC_MCP_WORKER_TOKEN=token)
     assert err.variable == "AC_MCP_WORKER_TOKEN"
     assert fragment in str(err) and "expected a bearer token on one line" in str(err)
-    assert "SECRET" not in str(err) and "SECRET" not in repr(err.details())
-    assert err.details()["variable"] == "AC_MCP_WORKER_TOKEN"
+    assert "SECRET" not in str(err) and "SECRET" not in repr(err.details)
+    assert err.details["variable"] == "AC_MCP_WORKER_TOKEN"
 
 
 @pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])

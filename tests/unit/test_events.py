@@ -1,0 +1,71 @@
+"""`mcphost.events`: our JSON event records and every library's stdlib `logging` records share
+one sink (stderr, or `MCPHOST_LOG_FILE`), in one JSON shape; stdout stays empty."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import logging
+from mcphost import events
+events.emit("test.ours", answer=42)
+events.emit("test.quiet", level="debug")
+logging.getLogger("aiohttp.server").warning("from %s", "aiohttp")
+logging.getLogger("mcp.server.lowlevel").info("chatter: below warning")
+try:
+    1 / 0
+except ZeroDivisionError:
+    logging.getLogger("mcp.server").exception("boom")
+"""
+
+
+def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def _records(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_library_records_reach_the_log_file_as_json_beside_ours(tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    done = _run({"MCPHOST_LOG_FILE": str(log)})
+    assert done.stdout == "" and done.stderr == ""
+    records = _records(log.read_text())
+    assert [r["event"] for r in records] == ["test.ours", "log", "log"]
+    ours, aiohttp, failed = records
+    assert set(ours) == {"ts", "level", "event", "answer"}
+    assert ours["level"] == "info" and ours["answer"] == 42
+    assert aiohttp["logger"] == "aiohttp.server" and aiohttp["message"] == "from aiohttp"
+    assert aiohttp["level"] == "warning"
+    assert failed["level"] == "error" and "ZeroDivisionError" in str(failed["error"])
+    assert (log.stat().st_mode & 0o777) == 0o600
+
+
+def test_the_level_filters_library_records_too() -> None:
+    done = _run({"MCPHOST_LOG_LEVEL": "error"})
+    assert done.stdout == ""
+    assert [(r["event"], r.get("logger")) for r in _records(done.stderr)] == [("log", "mcp.server")]
+
+
+def test_library_chatter_stays_out_even_at_debug() -> None:
+    done = _run({"MCPHOST_LOG_LEVEL": "debug"})
+    assert done.stdout == ""
+    events = [(r["event"], r.get("logger")) for r in _records(done.stderr)]
+    assert events == [
+        ("test.ours", None),
+        ("test.quiet", None),
+        ("log", "aiohttp.server"),
+        ("log", "mcp.server"),
+    ]
