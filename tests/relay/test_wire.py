@@ -1,4 +1,4 @@
-"""The relay's wire frames (mcphost/relay/wire.py), pure: parse, build, encode, errors."""
+"""The relay's wire frames (mcphost/agentmux/wire.py), pure: parse, build, encode, errors."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ class keeping its own wire rendering."""
 
 from __future__ import annotations
 
-from mcphost.relay.wire import RelayError
-
+from mcphost.agentmux.wire import RelayError
 from mcphost.devcenter.errors import ApiError
 from mcphost.errors import CodedFailure, ToolFailure
 from mcphost.relay.tmux import TmuxError
