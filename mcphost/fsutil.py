@@ -89,9 +89,13 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int = 0o
             finally:
                 os.close(fd)
             os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
+            if isinstance(exc, OSError) and not isinstance(exc, NotDurable):
+                # named by the file the caller asked for, not the temporary sibling's name
+                target = os.path.join(directory, name)
+                raise type(exc)(exc.errno, exc.strerror, target) from None
             raise
         try:
             os.fsync(dir_fd)
