@@ -126,23 +126,10 @@ from mcphost.peer import PeerCred
 from mcphost.relay import admission
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import (
-    Bundle,
-    Users,
-    bundle_ids,
-    load_relay_settings,
-    load_users,
-)
+from mcphost.relay.bundles import Bundle, Users, bundle_ids, load_relay_settings, load_users
 from mcphost.relay.credentials import Credentials
 from mcphost.relay.delivery import Delivery, _Item, _Worker
-from mcphost.relay.hosting import (
-    BundleHost,
-    Bundles,
-    MemberHealth,
-    Revoke,
-    SendEvent,
-    SocketTrust,
-)
+from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, Revoke, SendEvent, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
 from mcphost.relay.policy import authorize, load_policies, member_policy
 from mcphost.relay.principals import (
