@@ -42,8 +42,13 @@ closes every connection and unlinks the socket (only if it is still the file thi
 `relay.stream.stale_claim_reclaimed`, `relay.connection.write_timeout`,
 `relay.connection.identity_revoked_teardown`.
 
+In-process sessions (`local_session`, `LocalSession`): for a host running the relay in its own
+process, a principal it established itself (the supervisor: the agent its attach hub identified
+by the kernel) is served without socket, JSON or hello; `admit` checks only that the principal
+exists; the session holds the principal's claim as a connection does (docs/relay-internals.md).
+
 Must never: take identity from anything but `authenticate` (which sees the kernel's
-credentials), log an identity token or a request body, answer a request before its
+credentials) or, for an in-process session, the host's word checked by `admit`, log an identity token or a request body, answer a request before its
 connection's hello, let one connection's failure reach another or the accept loop, or
 process two requests of one connection at once.
 
