@@ -48,9 +48,10 @@ by the kernel) is served without socket, JSON or hello; `admit` checks only that
 exists; the session holds the principal's claim as a connection does (docs/relay-internals.md).
 
 Must never: take identity from anything but `authenticate` (which sees the kernel's
-credentials) or, for an in-process session, the host's word checked by `admit`, log an identity token or a request body, answer a request before its
-connection's hello, let one connection's failure reach another or the accept loop, or
-process two requests of one connection at once.
+credentials) or, for an in-process session, the host's word checked by `admit`; log an
+identity token or a request body, answer a request before its connection's hello, let one
+connection's failure reach another or the accept loop, or process two requests of one
+connection (or one in-process session) at once.
 
 Why hand-written: no library speaks agentmux's relay protocol; asyncio streams carry it.
 """
