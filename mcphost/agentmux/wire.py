@@ -1,6 +1,7 @@
 """The relay wire protocol's frames and errors (reference `agentmux-relay.md` §2): pure.
 
-Owns: parsing one client line into a `Hello` or a `Request` (`parse_frame`), building the
+Owns: parsing one client line into a `Hello` or a `Request` (`parse_frame`; an in-process
+client's request dict: `parse_request`), building the
 relay's frames (`hello_ack`, `response`, `error_response`, `event`) and their bytes (`encode`:
 compact JSON + "\\n"), the §2.8 error shape (`RelayError.wire`), and principal ids
 (`parse_principal`: split at the last "@", the namespace classifies the kind).
@@ -238,6 +239,18 @@ def _request(frame: dict[str, Any]) -> Request:
     if operation not in OPERATIONS:
         raise _parse_failure(f"unknown operation `{operation[:80]}`")
     return Request(request_id, namespace, operation, body)
+
+
+def parse_request(frame: dict[str, Any]) -> Request:
+    """A request frame an in-process client built as a dict (no JSON line to decode): the
+    checks `parse_frame` makes on a decoded request frame, with its failures."""
+    try:
+        _check_tree(frame)
+    except UnicodeEncodeError:
+        raise _parse_failure("a string holds a lone surrogate escape") from None
+    except ValueError as exc:
+        raise _parse_failure(str(exc)[:200]) from None
+    return _request(frame)
 
 
 # -- relay -> client ---------------------------------------------------------------------------

@@ -126,17 +126,10 @@ from mcphost.peer import PeerCred
 from mcphost.relay import admission
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import (
-    Bundle,
-    Users,
-    bundle_ids,
-    load_relay_settings,
-    load_users,
-    require_bundle,
-)
+from mcphost.relay.bundles import Bundle, Users, bundle_ids, load_relay_settings, load_users
 from mcphost.relay.credentials import Credentials
 from mcphost.relay.delivery import Delivery, _Item, _Worker
-from mcphost.relay.hosting import BundleHost, MemberHealth, Revoke, SendEvent, SocketTrust
+from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, Revoke, SendEvent, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
 from mcphost.relay.policy import authorize, load_policies, member_policy
 from mcphost.relay.principals import (
@@ -193,6 +186,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         revoke: Revoke | None = None,
         send_event: SendEvent | None = None,
         live_principals: Callable[[], Iterable[str]] | None = None,
+        bundles: Bundles | None = None,
         quiet_ms: int = DEFAULT_QUIET_MS,
         poll_ms: int = 50,
         environ: dict[str, str] | None = None,
@@ -205,6 +199,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self.revoke = revoke
         self.send_event = send_event
         self.live_principals = live_principals
+        self.bundles = bundles
         self.quiet_ms = quiet_ms
         self.poll_ms = poll_ms
         self._environ = environ
@@ -276,8 +271,19 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
                 )
             check_expiry(record)
             verified = True
+        return self._existing(principal, verified)
+
+    def admit(self, principal_id: str) -> Principal:
+        """The principal of an in-process session its host established (the kernel vouched for
+        the agent before this is called; `RelayServer.local_session`): no credential, and so
+        unverified as a socket-trust one is; the same existence checks as a hello."""
+        return self._existing(parse_principal(principal_id), False)
+
+    def _existing(self, principal: Principal, verified: bool) -> Principal:
+        """`principal` if it exists (a member of a configured bundle, or a users.toml user with
+        a known policy), marked `verified`; else `validation_unknown_sender` (§2.2)."""
         if principal.kind == "session":
-            bundle = require_bundle(self.roots, principal.namespace)
+            bundle = self._bundle(principal.namespace)
             if bundle.member(principal.name) is None:
                 raise RelayError(
                     "validation_unknown_sender",
@@ -339,7 +345,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
             requester = self._requester(principal, body)
             authorize(requester.policy, "list.read", principal, subject_bundle=GLOBAL)
             return self.global_view(users)
-        bundle = require_bundle(self.roots, namespace)
+        bundle = self._bundle(namespace)
         requester = self._requester(principal, body)
         authorize(requester.policy, "list.read", principal, subject_bundle=bundle.id)
         return self.listed_bundle(bundle)
@@ -486,7 +492,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         targets: list[_Target] = []
         skipped: list[_Target] = []  # broadcast members of an unsupported transport
         if broadcast:
-            home = require_bundle(self.roots, principal.namespace)
+            home = self._bundle(principal.namespace)
             for session in home.sessions:
                 if session.id == principal.name:
                     continue
@@ -650,7 +656,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _updown(self, principal: Principal, request: Request) -> dict[str, Any]:
         action = request.operation
-        bundle = require_bundle(self.roots, self._subject(principal, request))
+        bundle = self._bundle(self._subject(principal, request))
         requester = self._requester(principal, request.body)
         authorize(requester.policy, "updown", principal, subject_bundle=bundle.id)
         entry: dict[str, Any] = {"bundle_name": bundle.id}
@@ -699,7 +705,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
     # -- choices (no ACP) ----------------------------------------------------------------------
 
     async def _choices_list(self, principal: Principal, request: Request) -> dict[str, Any]:
-        bundle = require_bundle(self.roots, self._subject(principal, request))
+        bundle = self._bundle(self._subject(principal, request))
         requester = self._requester(principal, request.body)
         authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)
         return {"kind": "choices_list", "schema_version": SCHEMA_VERSION, "pending_requests": []}
@@ -734,7 +740,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
                 "cancelled outcome must omit option_id",
                 {"field": "option_id", "outcome": "cancelled"},
             )
-        bundle = require_bundle(self.roots, self._subject(principal, request))
+        bundle = self._bundle(self._subject(principal, request))
         requester = self._requester(principal, body)
         authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)
         raise RelayError(
@@ -766,10 +772,11 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self._no_foreign(request.body)
         requester = self._requester(principal, request.body)
         authorize(requester.policy, "list.read", principal)
+        layer = [self.bundles()] if self.bundles is not None else []
         return {
             "kind": "discover_namespaces",
             "schema_version": SCHEMA_VERSION,
-            "namespaces": sorted(set(bundle_ids(self.roots))),
+            "namespaces": sorted(set(bundle_ids(self.roots)).union(*layer)),
         }
 
     async def _discover_principals(self, principal: Principal, request: Request) -> dict[str, Any]:

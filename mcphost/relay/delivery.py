@@ -38,7 +38,6 @@ from mcphost.relay.bundles import (
     Bundle,
     Session,
     TmuxCoder,
-    require_bundle,
 )
 from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
 from mcphost.relay.inscriptions import RelayInscriptions
@@ -94,6 +93,8 @@ class Delivery:
     _closed: bool
 
     if TYPE_CHECKING:
+
+        def _bundle(self, bundle_id: str) -> Bundle: ...
 
         def _check_transport(
             self, bundle: Bundle, session: Session, operation: str
@@ -183,7 +184,7 @@ class Delivery:
         the delivered items into `batch`; their outcome."""
         head = worker.queue[0]
         try:
-            bundle = require_bundle(self.roots, worker.bundle_id)
+            bundle = self._bundle(worker.bundle_id)
             session = bundle.member(worker.session_id)
             if session is None:
                 raise _unavailable(head.target, "the target is no longer configured")
@@ -243,7 +244,7 @@ class Delivery:
         if sender.kind != "session":
             return
         try:
-            bundle: Bundle | None = require_bundle(self.roots, sender.namespace)
+            bundle: Bundle | None = self._bundle(sender.namespace)
         except RelayError:
             bundle = None
         session = bundle.member(sender.name) if bundle is not None else None

@@ -1,14 +1,14 @@
 """What the relay asks of its host: `BundleHost` (implemented by the supervisor) and `MemberHealth`.
 
 Owns: the hosting contract and the hook types the relay is wired with (`SocketTrust`, `Revoke`,
-`SendEvent`). The relay never starts or stops a process itself; `up` / `down` ask the host.
+`SendEvent`, `Bundles`: the host's in-memory bundle layer). The relay never starts or stops a process itself; `up` / `down` ask the host.
 
 Must never: import `mcphost.supervisor` (the supervisor implements this) or do I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,5 +63,8 @@ class BundleHost(Protocol):
 
 
 SocketTrust = Callable[[str, PeerCred | None], bool]
+# The host's in-memory configuration layer: bundles by id, read before the file layers (the
+# supervisor's fleet bundles; a file of the same id in any layer is shadowed).
+Bundles = Callable[[], Mapping[str, Bundle]]
 Revoke = Callable[[str, str, str], int]
 SendEvent = Callable[[str, dict[str, Any]], int]

@@ -32,7 +32,7 @@ from mcphost.relay.bundles import (
     load_users,
     require_bundle,
 )
-from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.hosting import BundleHost, Bundles, Revoke, SendEvent
 from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.policy import Policy, load_policies, member_policy
 
@@ -154,6 +154,16 @@ class Resolution:
     send_event: SendEvent | None
     revoke: Revoke | None
     live_principals: Callable[[], Iterable[str]] | None
+    bundles: Bundles | None
+
+    def _bundle(self, bundle_id: str) -> Bundle:
+        """The bundle `bundle_id`: the host's in-memory layer first, then the file layers
+        (`validation_unknown_bundle` when neither configures it)."""
+        if self.bundles is not None:
+            found = self.bundles().get(bundle_id)
+            if found is not None:
+                return found
+        return require_bundle(self.roots, bundle_id)
 
     def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:
         """The connection's principal with its policy; a `requester_session` naming anyone
@@ -169,7 +179,7 @@ class Resolution:
                 )
         policies = load_policies(self.roots)
         if principal.kind == "session":
-            bundle = require_bundle(self.roots, principal.namespace)
+            bundle = self._bundle(principal.namespace)
             member = bundle.member(principal.name)
             if member is None:
                 raise RelayError(
@@ -244,7 +254,7 @@ class Resolution:
                     {"target_session": raw},
                 )
             return _Target(target, None, None, user.name if user else None)
-        bundle = require_bundle(self.roots, target.namespace)
+        bundle = self._bundle(target.namespace)
         session = bundle.member(target.name)
         if session is None:
             raise RelayError(

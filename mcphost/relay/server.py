@@ -42,10 +42,16 @@ closes every connection and unlinks the socket (only if it is still the file thi
 `relay.stream.stale_claim_reclaimed`, `relay.connection.write_timeout`,
 `relay.connection.identity_revoked_teardown`.
 
+In-process sessions (`local_session`, `LocalSession`): for a host running the relay in its own
+process, a principal it established itself (the supervisor: the agent its attach hub identified
+by the kernel) is served without socket, JSON or hello; `admit` checks only that the principal
+exists; the session holds the principal's claim as a connection does (docs/relay-internals.md).
+
 Must never: take identity from anything but `authenticate` (which sees the kernel's
-credentials), log an identity token or a request body, answer a request before its
-connection's hello, let one connection's failure reach another or the accept loop, or
-process two requests of one connection at once.
+credentials) or, for an in-process session, the host's word checked by `admit`; log an
+identity token or a request body, answer a request before its connection's hello, let one
+connection's failure reach another or the accept loop, or process two requests of one
+connection (or one in-process session) at once.
 
 Why hand-written: no library speaks agentmux's relay protocol; asyncio streams carry it.
 """
@@ -70,6 +76,8 @@ from mcphost.peer import PeerCred, peer_credentials
 from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
 
 Authenticate = Callable[[Hello, PeerCred | None], Principal]
+Admit = Callable[[str], Principal]
+OnEvent = Callable[[dict[str, Any]], None]
 Handle = Callable[[Principal, Request], Awaitable[dict[str, Any]]]
 
 BACKLOG = 128
@@ -155,10 +163,12 @@ class RelayServer:
         write_timeout: float = 5.0,
         max_connections: int = 512,
         inscribe: Inscribe | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.path = path
         self._inscribe: Inscribe = inscribe if inscribe is not None else RelayInscriptions(None)
         self._authenticate = authenticate
+        self._admit = admit
         self._handle = handle
         self.pre_hello_timeout = pre_hello_timeout
         self.write_timeout = write_timeout
@@ -166,7 +176,8 @@ class RelayServer:
         self._server: asyncio.AbstractServer | None = None
         self._listening: unixsock.Listening | None = None
         self._conns: set[_Conn] = set()
-        self._claims: dict[str, _Conn] = {}
+        self._claims: dict[str, _Conn | LocalSession] = {}
+        self._locals: set[LocalSession] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self._closing = False
@@ -193,6 +204,8 @@ class RelayServer:
             self._listening.unlink()  # only while it is still the socket file bound here
         for conn in list(self._conns):
             conn.abort()
+        for session in list(self._locals):
+            session.close()
         tasks = set(self._tasks)
         for task in tasks:
             task.cancel()
@@ -204,7 +217,8 @@ class RelayServer:
 
     # -- the registry -----------------------------------------------------------------------
     def connections(self, principal_id: str | None = None) -> int:
-        """Live connections (of `principal_id`, when given; hello'd or not when None)."""
+        """Live socket connections (of `principal_id`, when given; hello'd or not when None).
+        In-process sessions are not connections: `local_sessions` counts them."""
         return sum(
             1
             for c in self._conns
@@ -214,9 +228,19 @@ class RelayServer:
             )
         )
 
+    def local_sessions(self, principal_id: str | None = None) -> int:
+        """Open in-process sessions holding a claim (of `principal_id`, when given)."""
+        return sum(
+            1
+            for s in self._locals
+            if s.live and (principal_id is None or s.principal_id == principal_id)
+        )
+
     def live_principals(self) -> list[str]:
-        """The principal ids with a live hello'd connection, sorted (for `list` readiness)."""
-        return sorted({c.principal.id for c in self._conns if c.principal is not None and c.live})
+        """The principal ids with a live hello'd connection or claiming in-process session,
+        sorted (for `list` readiness)."""
+        holders: list[_Conn | LocalSession] = [*self._conns, *self._locals]
+        return sorted({c.principal.id for c in holders if c.principal is not None and c.live})
 
     def claimed(self, principal_id: str) -> bool:
         """Whether a live connection holds `principal_id`'s identity claim."""
@@ -239,6 +263,15 @@ class RelayServer:
             self._inscribe(
                 "relay.connection.identity_revoked_teardown",
                 connection_id=conn.id,
+                principal_id=principal_id,
+                code=code,
+            )
+        for session in [s for s in self._locals if s.live and s.principal_id == principal_id]:
+            session.revoked()  # its next request claims the identity afresh, as a reconnect
+            count += 1
+            self._inscribe(
+                "relay.connection.identity_revoked_teardown",
+                connection_id=session.id,
                 principal_id=principal_id,
                 code=code,
             )
@@ -265,7 +298,38 @@ class RelayServer:
                     connection_id=conn.id,
                     principal_id=principal_id,
                 )
+        for session in list(self._locals):
+            if session.live and session.principal_id == principal_id:
+                session.on_event(frame)
+                count += 1
         return count
+
+    # -- in-process sessions ----------------------------------------------------------------
+    def local_session(self, principal_id: str, on_event: OnEvent | None = None) -> LocalSession:
+        """An in-process session speaking as `principal_id`, which the host established (the
+        kernel vouched for it before this call): no socket, no hello, no credential. The
+        server's `admit` checks only that the principal exists (a member of a configured
+        bundle); the session claims the identity at its first request (module doc)."""
+        if self._admit is None:
+            raise RuntimeError("this relay server was built without `admit`")
+        session = LocalSession(self, next(self._ids), principal_id, on_event)
+        self._locals.add(session)
+        return session
+
+    def _admit_local(self, principal_id: str) -> Principal:
+        assert self._admit is not None
+        try:
+            return self._admit(principal_id)
+        except RelayError:
+            raise
+        except Exception:
+            events.emit(
+                "relay.session.unexpected_failure",
+                level="error",
+                principal_id=principal_id,
+                traceback=traceback.format_exc(),
+            )
+            raise RelayError("internal_unexpected_failure", UNEXPECTED_MESSAGE) from None
 
     # -- one connection ---------------------------------------------------------------------
     def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -297,8 +361,8 @@ class RelayServer:
         finally:
             conn.reading_done.set()
             self._conns.discard(conn)
-            if conn.principal is not None and self._claims.get(conn.principal.id) is conn:
-                del self._claims[conn.principal.id]
+            if conn.principal is not None:
+                self._release(conn, conn.principal.id)
             conn.finish()
             try:
                 await conn.writer_task
@@ -403,24 +467,12 @@ class RelayServer:
             self._refused(conn, err)
             conn.finish(wire.encode(wire.error_response(None, err)))
             return
-        owner = self._claims.get(principal.id)
-        if owner is not None and owner is not conn:
-            if owner.live:
-                conflict = RelayError(
-                    "runtime_identity_claim_conflict",
-                    CLAIM_CONFLICT_MESSAGE,
-                    {"principal_id": principal.id, "reason": CLAIM_CONFLICT_REASON},
-                )
-                self._refused(conn, conflict)
-                conn.finish(wire.encode(wire.error_response(None, conflict)))
-                return
-            self._inscribe(
-                "relay.stream.stale_claim_reclaimed",
-                connection_id=conn.id,
-                stale_connection_id=owner.id,
-                principal_id=principal.id,
-            )
-        self._claims[principal.id] = conn
+        try:
+            self._claim(conn, principal)
+        except RelayError as conflict:
+            self._refused(conn, conflict)
+            conn.finish(wire.encode(wire.error_response(None, conflict)))
+            return
         conn.principal = principal
         events.emit(
             "relay.connection.hello",
@@ -431,6 +483,29 @@ class RelayServer:
             verified=principal.verified,
         )
         await conn.send(wire.encode(wire.hello_ack(principal.id)))
+
+    def _claim(self, holder: _Conn | LocalSession, principal: Principal) -> None:
+        """Give `holder` the principal's identity claim; `runtime_identity_claim_conflict` while
+        another live holder has it (a stale one is reclaimed)."""
+        owner = self._claims.get(principal.id)
+        if owner is not None and owner is not holder:
+            if owner.live:
+                raise RelayError(
+                    "runtime_identity_claim_conflict",
+                    CLAIM_CONFLICT_MESSAGE,
+                    {"principal_id": principal.id, "reason": CLAIM_CONFLICT_REASON},
+                )
+            self._inscribe(
+                "relay.stream.stale_claim_reclaimed",
+                connection_id=holder.id,
+                stale_connection_id=owner.id,
+                principal_id=principal.id,
+            )
+        self._claims[principal.id] = holder
+
+    def _release(self, holder: _Conn | LocalSession, principal_id: str) -> None:
+        if self._claims.get(principal_id) is holder:
+            del self._claims[principal_id]
 
     def _authenticate_peer(self, conn: _Conn, hello: Hello) -> Principal:
         """`authenticate(hello, the kernel's credentials)`, closing any pidfd afterwards."""
@@ -530,6 +605,70 @@ class RelayServer:
                     done.set_result(None)
             conn.outbox.clear()
             conn.writer.close()
+
+
+class LocalSession:
+    """One in-process relay session (`RelayServer.local_session`): what a hello'd connection is,
+    without the socket. Its first request (and the first after a revocation) admits the
+    principal and takes its identity claim (`runtime_identity_claim_conflict` while a live
+    socket connection holds it); `close` releases the claim. Requests are served by the
+    server's `_run`, one at a time and in order, from the dict the caller built (checked as a
+    decoded request frame is: `wire.parse_request`); the response body comes back as the
+    object the behaviour built, never encoded."""
+
+    def __init__(
+        self, server: RelayServer, cid: int, principal_id: str, on_event: OnEvent | None
+    ) -> None:
+        self.id = cid
+        self.principal_id = principal_id
+        self.principal: Principal | None = None  # set while it holds the identity claim
+        self.on_event: OnEvent = on_event if on_event is not None else _drop_event
+        self.closing = False
+        self._server = server
+        self._turn = asyncio.Lock()
+
+    @property
+    def live(self) -> bool:
+        return not self.closing and self.principal is not None
+
+    async def request(self, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """The response body for `body` (`{"operation": ..., ...}`) in `namespace`; raises
+        RelayError where a socket client's hello or frame would be refused."""
+        frame: dict[str, Any] = {"frame": "request", "request": body}
+        if namespace is not None:
+            frame["namespace"] = namespace
+        async with self._turn:
+            if self.closing:
+                raise RelayError("internal_unexpected_failure", "the relay session is closed")
+            request = wire.parse_request(frame)
+            principal = self.principal
+            if principal is None:
+                principal = self._server._admit_local(self.principal_id)
+                self._server._claim(self, principal)
+                self.principal = principal
+                events.emit(
+                    "relay.session.claimed",
+                    level="debug",
+                    connection_id=self.id,
+                    principal_id=principal.id,
+                )
+            return await self._server._run(principal, request)
+
+    def revoked(self) -> None:
+        """The identity was revoked: release the claim; the next request claims it afresh."""
+        if self.principal is not None:
+            self._server._release(self, self.principal.id)
+            self.principal = None
+
+    def close(self) -> None:
+        """Release the claim for good; a later request is refused."""
+        self.revoked()
+        self.closing = True
+        self._server._locals.discard(self)
+
+
+def _drop_event(frame: dict[str, Any]) -> None:
+    pass
 
 
 def _unexpected() -> dict[str, Any]:

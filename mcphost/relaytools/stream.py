@@ -42,10 +42,10 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from mcphost import unixsock
-from mcphost.agentmux.wire import SCHEMA_VERSION
+from mcphost.agentmux.wire import SCHEMA_VERSION, RelayError
 from mcphost.relaytools.errors import (
     ClaimConflict,
     RelayIOError,
@@ -359,11 +359,104 @@ class RelayStream:
             self._on_note(event, **details)
 
 
-OpenStream = Callable[[Callable[[int], None], Callable[..., None]], RelayStream]
+class LocalRelay(Protocol):
+    """An in-process relay session (the relay's `LocalSession`): one request's response body,
+    a `RelayError` where a socket client's hello or frame would be refused; `close` ends it."""
+
+    async def request(
+        self, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class InProcessStream:
+    """The relay tools' stream onto an in-process relay session, for a host that runs the
+    relay itself (the supervisor): what `RelayStream` is without the socket, the JSON and the
+    hello. `open_session(on_event)` gives the session (its principal is the one the host
+    established); each call hands the request dict to it and returns the response body it
+    built. The same contract as `RelayStream.request`: a call waits up to `request_timeout`
+    (`TimedOut`; the request goes on, as one written to a socket would); a claim conflict is
+    retried every 50 ms for `claim_retry` before the request runs, then reported as
+    `errors.claim_conflict`; any other refusal is the relay's error (`from_relay_error`).
+    Events the relay addresses to the principal are counted and reported through `on_events`.
+    After `aclose` (which closes the session) every call fails with `ConnectionAborted`."""
+
+    def __init__(
+        self,
+        open_session: Callable[[Callable[[dict[str, Any]], None]], LocalRelay],
+        principal_id: str,
+        *,
+        request_timeout: float = 5.0,
+        claim_retry: float = 1.0,
+        on_events: Callable[[int], None] | None = None,
+    ) -> None:
+        self.principal_id = principal_id
+        self.request_timeout = request_timeout
+        self.claim_retry = claim_retry
+        self._on_events = on_events
+        self._unreported_events = 0
+        self.events_ignored = 0
+        self._closed = False
+        self._session = open_session(self._on_event)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any:
+        deadline = time.monotonic() + self.claim_retry
+        while True:
+            if self._closed:
+                raise RelayIOError("ConnectionAborted", "relay stream closed")
+            call = asyncio.ensure_future(self._session.request(body, namespace))
+            try:
+                return await asyncio.wait_for(asyncio.shield(call), self.request_timeout)
+            except TimeoutError:
+                raise RelayIOError(
+                    "TimedOut", f"no relay response within {self.request_timeout:g} s"
+                ) from None
+            except RelayError as err:
+                failure = from_relay_error(err.wire())
+            if not isinstance(failure, ClaimConflict):
+                raise failure
+            if time.monotonic() >= deadline:
+                raise claim_conflict(self.principal_id, self.claim_retry, failure)
+            await asyncio.sleep(0.05)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._session.close()
+
+    def _on_event(self, frame: dict[str, Any]) -> None:
+        self.events_ignored += 1
+        self._unreported_events += 1
+        if self._unreported_events == 1:
+            asyncio.get_running_loop().call_soon(self._report_events)
+
+    def _report_events(self) -> None:
+        count, self._unreported_events = self._unreported_events, 0
+        if count and self._on_events is not None:
+            self._on_events(count)
+
+
+class Stream(Protocol):
+    """What `SharedStream` shares: a `RelayStream` or an `InProcessStream`."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+
+OpenStream = Callable[[Callable[[int], None], Callable[..., None]], Stream]
 
 
 class SharedStream:
-    """One `RelayStream` behind the handles of several sessions that speak as one principal.
+    """One stream (`RelayStream`, `InProcessStream`) behind the handles of several sessions that
+    speak as one principal.
 
     The relay allows one live connection per principal, so the supervisor gives all relay tools
     sessions of an agent generation one of these: each session's surface gets a `StreamHandle`,

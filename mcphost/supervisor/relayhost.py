@@ -5,9 +5,10 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
 ```
 <state>/relay/                  0700, the relay state root (AGENTMUX_STATE_DIRECTORY)
   relay.sock                    0600, the relay wire (RelayServer)
-  config/                       0700, the generated configuration layer (rewritten per reload,
+  config/                       0700, the generated configuration files (rewritten per reload,
                                 before anything is stopped; TOML by tomli_w, so any string of a
-                                command round-trips)
+                                command round-trips), for file readers; the relay reads the
+                                same bundles from memory
     bundles/<bundle>.toml         members = the fleet's agents with that bundle
     coders.toml                   one tmux coder per bundle agent ("fleet-<agent id>")
   identity/principals.json      the PSK store (RelayBehaviour / principals.py)
@@ -17,30 +18,45 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
   bundles/<bundle>/sessions/<session>/identity.psk   a session PSK written to `config`
 ```
 
-The configuration layers are the generated one first, then the operator's layers from the
-supervisor's environment by agentmux's precedence (`AGENTMUX_CONFIGURATION_DIRECTORY`, else
-`$XDG_CONFIG_HOME/agentmux`, else `~/.config/agentmux`: `agentmux.layers.configuration_roots`, the relay
-tools' own resolution; first layer wins per file, bundles are a union by id): the fleet is the authority on bundles and their members, the
-operator's layers give `policies.toml`, `users.toml` and `relay.toml` (and bundles the fleet does
-not name). Member `directory` = the agent's workspace; session id = agent id; `policy` = the
-agent's `policy` key (absent: the policies file's default, else the built-in).
+The fleet's bundles reach the relay as an in-memory layer (`bundles()`: `fleet_bundle` per
+bundle, rebuilt by `configure` once the generated files are written), read before the
+operator's file layers from the supervisor's environment by agentmux's precedence
+(`AGENTMUX_CONFIGURATION_DIRECTORY`, else `$XDG_CONFIG_HOME/agentmux`, else
+`~/.config/agentmux`: `agentmux.layers.configuration_roots`, the relay tools' own resolution;
+first layer wins per file, bundles are a union by id): the fleet is the authority on bundles and
+their members, the operator's layers give `policies.toml`, `users.toml` and `relay.toml` (and
+bundles the fleet does not name, with the operator's own `coders.toml`). Member `directory` =
+the agent's workspace; session id = agent id; `policy` = the agent's `policy` key (absent: the
+policies file's default, else the built-in). The generated TOML stays, written from the same
+fleet, for whoever reads files: the relay tools' layout resolution (their bundle's members, in
+process too: `configuration_roots` = generated, then the operator's), a standalone
+`mcphost relay-tools` or agentmux's CLI pointed at `<state>/relay/config`. The relay itself
+never reads it.
 
 The hosting: one `TmuxServer` per bundle (`tmux_server`), given to each `TmuxRunner`;
 `BundleHost` for `RelayBehaviour`: `up` / `down` start / stop the bundle's tmux agents through
 their runners, each under the agent's lock (`Agents.agent_held`, the one ctl and the
 supervisor's reconciliation hold) and looked up only then, so never a runner a reload
 discarded (a member is ready while its runner runs), `tmux` and `session_name` for look /
-send / raww. The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`
-and `handle`, started once the fleet has a bundle, unless the operator's environment names an
-`AGENTMUX_STATE_DIRECTORY` (an external relay, e.g. upstream agentmux: then the supervisor hosts
-tmux agents but serves no relay, and the relay tools use that state root as before).
+send / raww. The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`,
+`handle` and `admit`, started once the fleet has a bundle, unless the operator's environment names
+an `AGENTMUX_STATE_DIRECTORY` (an external relay, e.g. upstream agentmux: then the supervisor
+hosts tmux agents but serves no relay, and the relay tools use that state root's socket as
+before).
+
+No loopback (issue #20): the supervisor's own relay tools never use the socket of the relay it
+serves. `tools_stream` gives an agent's relay tools an `InProcessStream` onto
+`RelayServer.local_session("<agent>@<bundle>")`: the request dict goes straight to the
+behaviour under the principal the kernel established when the session attached (no JSON line,
+no hello, no second identity check); the supervisor shares one per agent generation among that
+agent's MCP sessions, and it holds the identity claim as a connection would. The socket is for
+external clients only.
 
 Identity (`socket_trust`): a `socket-trust` hello for `<agent>@<bundle>` is vouched for only when
-the kernel says so: the peer is this process (the in-process relay tools sessions: each was
-bound to one agent by its attach identity and builds the layout of that agent's own session
-only), or the peer descends (peer.find_root over the supervisor's identity roots) from that
-agent, which is in the fleet with that bundle, runs as the peer's uid, and the peer is still the
-process the kernel named. Everything else must present a PSK.
+the kernel says so: the peer descends (peer.find_root over the supervisor's identity roots)
+from that agent, which is in the fleet with that bundle, runs as the peer's uid, and the peer is
+still the process the kernel named. The supervisor itself is no agent (it never says hello to
+its own relay). Everything else must present a PSK.
 
 Must never: start a process other than through a runner, decide identity from anything the peer
 says beyond the principal it claims, or write outside `<state>/relay`.
@@ -53,7 +69,7 @@ import contextlib
 import os
 import shlex
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -63,7 +79,7 @@ from mcphost import events, fsutil, peer
 from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import Bundle
+from mcphost.relay.bundles import Bundle, Coder, Session, TmuxCoder
 from mcphost.supervisor.fleet import AgentPlan, Fleet
 from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
@@ -71,6 +87,8 @@ from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 if TYPE_CHECKING:
     from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
     from mcphost.relay.server import RelayServer
+    from mcphost.relaytools.layout import Layout
+    from mcphost.relaytools.stream import Stream
 
 RELAY_DIR = "relay"
 CONFIG_DIR = "config"
@@ -140,6 +158,30 @@ def coders_toml(coders: Sequence[tuple[str, Sequence[str]]]) -> str:
     return _toml({"format-version": 1, "coders": entries})
 
 
+def fleet_bundle(
+    bundle_id: str, members: Sequence[tuple[AgentPlan, str, Sequence[str]]], path: Path
+) -> Bundle:
+    """The bundle the relay reads from memory for (plan, workspace, argv) members: what
+    `bundle_toml` and `coders_toml` write for them, read back (a test holds them equal)."""
+    sessions: list[Session] = []
+    coders: dict[str, Coder] = {}
+    for plan, workspace, argv in members:
+        coder = CODER_PREFIX + plan.agent_id
+        sessions.append(
+            Session(
+                id=plan.agent_id,
+                directory=workspace,
+                kind="coder",
+                transport="tmux",
+                policy=plan.policy,
+                coder=coder,
+            )
+        )
+        command = shlex.join(argv) or plan.agent_id
+        coders[coder] = Coder(id=coder, transport="tmux", tmux=TmuxCoder(initial_command=command))
+    return Bundle(id=bundle_id, path=path, sessions=tuple(sessions), coders=coders)
+
+
 def _private_dir(path: Path) -> None:
     try:
         fsutil.private_dir(path, parents=True)
@@ -169,6 +211,7 @@ class RelayHost:
         self.layers = operator_layers(self.env)
         self._watch = watch
         self.servers: dict[str, tm.TmuxServer] = {}
+        self.fleet_bundles: dict[str, Bundle] = {}  # the relay's in-memory layer
         self.behaviour: RelayBehaviour | None = None
         self.server: RelayServer | None = None
         self._swept = False
@@ -214,19 +257,31 @@ class RelayHost:
                 bundles.setdefault(plan.bundle, []).append((plan, workspace))
         if not bundles and not self.root.exists():
             return
-        await asyncio.to_thread(self._write_layer, bundles)  # fsyncs: off the loop
+        argvs = {p.agent_id: self._argv(p) for m in bundles.values() for p, _ in m}
+        await asyncio.to_thread(self._write_layer, bundles, argvs)  # fsyncs: off the loop
+        self.fleet_bundles = {
+            bundle: fleet_bundle(
+                bundle,
+                [(p, w, argvs[p.agent_id]) for p, w in members],
+                self.config / "bundles" / f"{bundle}.toml",
+            )
+            for bundle, members in bundles.items()
+        }
         if not self._swept:
             self._swept = True
             await self._sweep()
         if bundles and not self.serving and not self.external:
             await self._serve()
 
-    def _write_layer(self, bundles: Mapping[str, Sequence[tuple[AgentPlan, str]]]) -> None:
+    def _write_layer(
+        self,
+        bundles: Mapping[str, Sequence[tuple[AgentPlan, str]]],
+        argvs: Mapping[str, Sequence[str]],
+    ) -> None:
         _private_dir(self.root)
         _private_dir(self.config)
         _private_dir(self.config / "bundles")
-        coders = [(p.agent_id, self._argv(p)) for m in bundles.values() for p, _ in m]
-        fsutil.write_atomic(self.config / "coders.toml", coders_toml(coders))
+        fsutil.write_atomic(self.config / "coders.toml", coders_toml(list(argvs.items())))
         for bundle, members in bundles.items():
             fsutil.write_atomic(self.config / "bundles" / f"{bundle}.toml", bundle_toml(members))
         for entry in os.listdir(self.config / "bundles"):
@@ -270,10 +325,11 @@ class RelayHost:
         from mcphost.relay.server import RelayServer
 
         behaviour = RelayBehaviour(
-            self.configuration_roots,
+            self.layers,  # the fleet's bundles come from memory (`bundles`), not the files
             self.root,
             self,
             socket_trust=self.socket_trust,
+            bundles=self.bundles,
             environ=self.env,
         )
         server = RelayServer(
@@ -281,6 +337,7 @@ class RelayHost:
             authenticate=behaviour.authenticate,
             handle=behaviour.handle,
             inscribe=behaviour.inscribe,
+            admit=behaviour.admit,
         )
         behaviour.revoke = server.revoke
         behaviour.send_event = server.send_event
@@ -303,6 +360,32 @@ class RelayHost:
                         await server.kill_session(session, grace=2.0)
                 await server.kill_server()
 
+    def bundles(self) -> Mapping[str, Bundle]:
+        """The relay's in-memory layer: the fleet's bundles, as last configured."""
+        return self.fleet_bundles
+
+    def tools_stream(
+        self, layout: Layout, on_events: Callable[[int], None], on_note: Callable[..., None]
+    ) -> Stream:
+        """The stream of an agent's relay tools (`layout`: the agent the kernel identified when
+        its session attached, in its bundle): an in-process session of the relay we serve,
+        speaking as `<agent>@<bundle>` (no socket, no hello); the relay's socket when we serve
+        none (an external relay)."""
+        from mcphost.relaytools.cli import make_stream
+        from mcphost.relaytools.settings import RelayTimeouts
+        from mcphost.relaytools.stream import InProcessStream
+
+        server = self.server
+        if server is None:
+            return make_stream(layout, on_events, on_note)
+        principal_id = layout.principal_id
+        return InProcessStream(
+            lambda on_event: server.local_session(principal_id, on_event),
+            principal_id,
+            request_timeout=RelayTimeouts.from_env().request_s,
+            on_events=on_events,
+        )
+
     # -- identity -----------------------------------------------------------------------------
     def socket_trust(self, principal_id: str, cred: peer.PeerCred | None) -> bool:
         """Whether the kernel vouches for `cred` as `principal_id` (module doc)."""
@@ -315,10 +398,7 @@ class RelayHost:
         slot = self.agents.slots.get(claimed.name)
         if slot is None or slot.plan.bundle != claimed.namespace:
             return False
-        me = os.getpid()
-        if cred.pid == me:  # our own relay tools sessions, bound to this agent by attach
-            return cred.uid == os.geteuid()
-        hit = peer.find_root(cred.pid, self.agents.roots, stop={me})
+        hit = peer.find_root(cred.pid, self.agents.roots, stop={os.getpid()})
         if hit is None or hit[0] != claimed.name or cred.uid != slot.uid:
             return False
         now = peer.read_stat(cred.pid)

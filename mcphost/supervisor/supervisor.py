@@ -892,12 +892,14 @@ class Supervisor:
 
     def _relay_surface(self, slot: Slot, generation: int) -> Surface:
         """The relay tools for one session of `slot`'s agent. All sessions of one agent
-        generation share one relay connection (the relay allows one per principal): opened
-        with the first, closed with the last, or when the generation ends or the agent leaves
-        (`_close_relay`)."""
+        generation share one relay session (the relay allows one per principal; in process
+        when we serve the relay, relayhost.py): opened with the first, closed with the last, or
+        when the generation ends or the agent leaves (`_close_relay`)."""
         from mcphost.relaytools import layout as layout_mod
         from mcphost.relaytools.cli import make_stream
         from mcphost.relaytools.stream import SharedStream, StreamHandle
+
+        open_stream = self.relay.tools_stream if self.relay is not None else make_stream
         from mcphost.relaytools.surface import RelayToolsSurface
 
         agent_id = slot.plan.agent_id
@@ -916,7 +918,7 @@ class Supervisor:
             current = self._relay_shares.get(agent_id)
             if current is None or current[0] != generation or current[1].closed:
                 self._close_relay(agent_id, None)
-                share = SharedStream(lambda events, note: make_stream(layout, events, note))
+                share = SharedStream(lambda events, note: open_stream(layout, events, note))
                 current = self._relay_shares[agent_id] = (generation, share)
             return current[1].handle(on_events, on_note)
 

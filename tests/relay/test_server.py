@@ -31,8 +31,8 @@ from mcphost.relay.server import (
     RelayBindError,
     RelayServer,
 )
-from mcphost.relaytools.errors import ClaimConflict, ToolFailure
-from mcphost.relaytools.stream import RelayStream
+from mcphost.relaytools.errors import ClaimConflict, RelayIOError, ToolFailure
+from mcphost.relaytools.stream import InProcessStream, RelayStream
 from tests.relaytools.relayharness import (
     FakeRelay,
     _default_response,
@@ -786,3 +786,54 @@ async def test_the_fake_relays_vectors_get_the_same_frames_from_the_server(root:
     finally:
         await server.aclose()
         await fake.stop()
+
+
+async def test_an_in_process_session_holds_the_claim_like_a_connection(root: Path) -> None:
+    """Issue #20: the supervisor's relay tools reach the relay in process (`local_session`),
+    through `InProcessStream`: same answers, no socket, and the one-holder-per-principal rule."""
+    app = App()
+    admit = parse_principal  # the host established it; the test admits any well-formed id
+    async with serving(root, app, admit=admit) as server:
+        events: list[int] = []
+        local = InProcessStream(
+            lambda on_event: server.local_session("alpha@party", on_event),
+            "alpha@party",
+            claim_retry=0.2,
+            on_events=events.append,
+        )
+        out = await local.request({"operation": "list", "requester_session": "alpha"}, "party")
+        assert out["kind"] == "list" and server.connections() == 0
+        assert server.claimed("alpha@party") and server.live_principals() == ["alpha@party"]
+        # a socket hello for the same principal is refused while the session is open
+        raw = await Raw.open(root / "relay.sock")
+        assert "runtime_identity_claim_conflict" in str(await raw.hello())
+        raw.close()
+        # events addressed to the principal are counted, never surfaced
+        assert server.send_event("alpha@party", wire.event("x", "alpha@party", {})) == 1
+        await wait_until(lambda: events == [1], "the event counted")
+        # a parse failure is the relay's error, as on the wire
+        with pytest.raises(ToolFailure) as bad:
+            await local.request({"operation": "nope"})
+        assert bad.value.code == "validation_invalid_arguments"
+        # revoked: the claim is free; the next request claims it again
+        assert server.revoke("alpha@party", "runtime_identity_revoked", "rotated") == 1
+        assert not server.claimed("alpha@party")
+        assert (await local.request({"operation": "list"}, "party"))["kind"] == "list"
+        # while a socket client holds the principal, the session reports a claim conflict
+        await local.aclose()
+        assert not server.claimed("alpha@party")
+        holder = await Raw.open(root / "relay.sock")
+        assert (await holder.hello())["frame"] == "hello_ack"
+        again = InProcessStream(
+            lambda on_event: server.local_session("alpha@party", on_event),
+            "alpha@party",
+            claim_retry=0.2,
+        )
+        with pytest.raises(ClaimConflict):
+            await again.request({"operation": "list"}, "party")
+        holder.close()
+        await wait_until(lambda: not server.claimed("alpha@party"), "claim released")
+        assert (await again.request({"operation": "list"}, "party"))["kind"] == "list"
+        await again.aclose()
+        with pytest.raises(RelayIOError):
+            await again.request({"operation": "list"}, "party")

@@ -684,8 +684,9 @@ def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
     }
     host = RelayHost(str(tmp_path), {}, agents)
     me = PeerCred(os.getpid(), os.getuid(), os.getgid(), None)
-    # our own pid: the in-process relay tools, for a fleet agent of that bundle only
-    assert host.socket_trust("A@party", me)
+    # our own pid is no agent: the supervisor's relay tools reach the relay in process (issue
+    # #20), so nothing of the supervisor ever says hello on its own relay socket
+    assert not host.socket_trust("A@party", me)
     assert not host.socket_trust("A@other", me)
     assert not host.socket_trust("solo@party", me)
     assert not host.socket_trust("ops@GLOBAL", me)
@@ -737,9 +738,16 @@ def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) 
     assert bundle.sessions[0].directory == str(state / "agents" / "A" / "workspace")
     policies = load_policies(host.configuration_roots)
     assert member_policy(policies, bundle.sessions[1]).id == "operator"
+    # the relay's in-memory layer (issue #20) is what the files say, coders included
+    in_memory = host.bundles()["party"]
+    assert in_memory == bundle
+    assert [in_memory.coder_for(s) for s in in_memory.sessions] == [
+        bundle.coder_for(s) for s in bundle.sessions
+    ]
     # a bundle gone from the fleet is gone from the layer
     asyncio.run(host.configure(dataclasses_replace(fleet, agents=plans[2:])))
     assert load_bundle(host.configuration_roots, "party") is None
+    assert "party" not in host.bundles()
 
 
 # Any string Python can encode (no lone surrogates): quotes, backslashes, control characters
