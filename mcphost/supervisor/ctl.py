@@ -8,7 +8,7 @@ the fleet, read an agent's log, or run a command as an agent.
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
-`<state>/control.sock` (see `mcphost.supervisor.control` for the protocol).
+`<state>/control.sock` (see `mcphost.supervisor.control.protocol` for the protocol).
 
 Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` on stderr), or
 the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
@@ -44,14 +44,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
-from mcphost.supervisor.control import (
-    DEFAULT_LOG_LINES,
-    MAX_LOG_LINES,
-    ControlError,
-    NotRunning,
-    request,
-    stream_logs,
-)
+from mcphost.supervisor.control.client import NotRunning, request, stream_logs
+from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES, ControlError
 
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
@@ -300,7 +294,7 @@ def _fail(message: str, code: str) -> int:
 def _exec(args: argparse.Namespace, path: str) -> int:
     import signal
 
-    from mcphost.supervisor.control import ExecClient
+    from mcphost.supervisor.control.client import ExecClient
 
     client = ExecClient(path, args.agent, list(args.argv))
 

@@ -38,9 +38,10 @@ tmux agents but serves no relay, and the relay tools use that state root as befo
 Identity (`socket_trust`): a `socket-trust` hello for `<agent>@<bundle>` is vouched for only when
 the kernel says so: the peer is this process (the in-process relay tools sessions: each was
 bound to one agent by its attach identity and builds the layout of that agent's own session
-only), or the peer descends (peer.find_root over the supervisor's identity roots) from that
-agent, which is in the fleet with that bundle, runs as the peer's uid, and the peer is still the
-process the kernel named. Everything else must present a PSK.
+only), or the supervisor's identity registry vouches for the peer as that agent (the one rule
+of identity.py: it descends from the agent's root, runs as the agent's uid, and is still the
+process the kernel named), and the agent is in the fleet with that bundle. Everything else must
+present a PSK.
 
 Must never: start a process other than through a runner, decide identity from anything the peer
 says beyond the principal it claims, or write outside `<state>/relay`.
@@ -67,7 +68,9 @@ from mcphost.relay.wire import RelayError, parse_principal
 from mcphost.relaytools.layout import configuration_roots
 from mcphost.supervisor.fleet import AgentPlan, Fleet
 from mcphost.supervisor.homes import agent_argv, home_paths
+from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.refusals import Refused
 
 if TYPE_CHECKING:
     from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
@@ -93,13 +96,13 @@ class SlotLike(Protocol):
 
 
 class Agents(Protocol):
-    """The supervisor as the relay sees it: the fleet's slots, the identity roots, and each
+    """The supervisor as the relay sees it: the fleet's slots, the identity registry, and each
     agent's lock (held around every start / stop, as ctl and reconciliation hold it)."""
 
     @property
     def slots(self) -> Mapping[str, SlotLike]: ...
     @property
-    def roots(self) -> Mapping[tuple[int, int], tuple[str, int]]: ...
+    def identities(self) -> Identities: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
@@ -329,14 +332,17 @@ class RelayHost:
         slot = self.agents.slots.get(claimed.name)
         if slot is None or slot.plan.bundle != claimed.namespace:
             return False
-        me = os.getpid()
-        if cred.pid == me:  # our own relay tools sessions, bound to this agent by attach
+        if cred.pid == os.getpid():  # our own relay tools sessions, bound to this agent by attach
             return cred.uid == os.geteuid()
-        hit = peer.find_root(cred.pid, self.agents.roots, stop={me})
-        if hit is None or hit[0] != claimed.name or cred.uid != slot.uid:
+        try:
+            agent_id, _generation = self.agents.identities.vouch(cred, self._uid_of)
+        except Refused:
             return False
-        now = peer.read_stat(cred.pid)
-        return now is not None and peer.still_same(cred, now)
+        return agent_id == claimed.name
+
+    def _uid_of(self, agent_id: str) -> int | None:
+        slot = self.agents.slots.get(agent_id)
+        return None if slot is None else slot.uid
 
     # -- BundleHost ---------------------------------------------------------------------------
     def _member(self, bundle: str, agent_id: str) -> AgentRunner | None:

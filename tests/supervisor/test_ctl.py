@@ -27,7 +27,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.ctl import (
     describe_result,
     escape_controls,
