@@ -9,29 +9,19 @@ alone; every fallible write -- the relay's configuration, the homes -- before an
 stopped, so a failed relay write is `reload_failed` with nothing changed), one lock per agent
 that reconciliation and every start / stop / restart of that agent (ctl, the relay's up / down)
 hold, finding the agent's slot only under it (a `ctl restart` racing a reload once reached the
-runner the reload discarded and started a hidden second agent), the identity roots
-(`(pid, starttime)` of every agent process it spawned, with the generation of that spawn), the
-two attach hubs (center tools, relay tools), the control socket, the relay host (relayhost.py:
-bundles in tmux, `runner = "tmux"` agents, the relay socket), the one relay connection each
-agent generation's relay tools sessions share (the relay allows one per principal), and the
-order of start-up and shutdown.
+runner the reload discarded and started a hidden second agent), the two attach hubs (center
+tools, relay tools), the control socket, the relay host (relayhost.py: bundles in tmux,
+`runner = "tmux"` agents, the relay socket), the one relay connection each agent generation's
+relay tools sessions share (the relay allows one per principal), and the order of start-up and
+shutdown. Beside it: startup.py (the token and the state directory, before anything else),
+records.py (every process it runs, in the state file, so a crash leaves none behind),
+identity.py (the identity roots and the one vouch rule), operations.py (what `mcphost ctl`
+asks, served on the control socket).
 
-Start-up, in this order: non-dumpable and child subreaper; the token (a bad token file: exit 2,
-one line); the state directory's lock (`control.take_lock` on `<state>/control.sock.lock`,
-creating `<state>` 0700 if it is missing and touching nothing else: another supervisor holding
-it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its pid); only then the modes
-of `<state>`, `run/`, `agents/`, the state file; then the processes a crashed supervisor left
-(recorded in the state file, `kernel.end_leftovers`) are ended, before anything is spawned.
-Every process started (agents, `ctl exec`) or adopted (escapees reparented to us, looked for
-every `ADOPTION_SCAN_SECONDS`) is recorded there while it runs.
-
-Identity: a pump is served as agent A only if the kernel says the connecting process descends
-from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
-we are the child subreaper, so an escaped or orphaned process's ancestry ends here and fails
-closed), its uid is the agent's, and it is still the same process after the walk (pidfd or
-start time). The generation is the one of the spawn the ancestry reached; sessions of an older
-generation are closed the moment a newer spawn registers (and when an agent exits), and the
-center fences the older generation anyway (`stale_generation`).
+Identity: every spawn registers its process as the agent's only root, at the generation of that
+spawn (`Identities.spawned`); a pump is served as the agent the registry vouches for. Sessions of
+an older generation are closed the moment a newer spawn registers (and when an agent exits),
+and the center fences the older generation anyway (`stale_generation`).
 
 Must never: start, stop or replace an agent without holding its lock, hand the token, the token
 file's path or the admin URL to a child (environment, argv, files under an agent's home), log
@@ -45,22 +35,21 @@ import asyncio
 import contextlib
 import os
 import signal
-import stat
 import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from configgen import attach_script
 from mcphost import events, peer
 from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
-from mcphost.supervisor import kernel
+from mcphost.supervisor import kernel, startup
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.control.server import ControlInUse, ControlServer, take_lock
+from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import (
     AttachPoints,
@@ -92,8 +81,6 @@ CENTER, RELAY = "center", "relay"
 # After the center could not be reached for a generation, spawns use the local counter (and the
 # center's last word) without asking again for this long: a hung center must not hold a fleet.
 RESERVE_PAUSE = 30.0
-# `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
-EXIT_STATE_IN_USE = 3
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
@@ -115,11 +102,6 @@ class Slot:
     workspace: HeldWorkspace
     fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
     fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
-
-
-def attach_script() -> str:
-    """The pump's path inside the installed package (a plain `pip install` puts it there)."""
-    return str(Path(__file__).resolve().parent.parent / "attach.py")
 
 
 def uid_of(user: str | None) -> int:
@@ -174,7 +156,7 @@ class Supervisor:
     def attach_points(self) -> AttachPoints:
         return AttachPoints(
             interpreter=sys.executable,
-            script=attach_script(),
+            script=attach_script(),  # inside the installed package (configgen's rule)
             center_socket=self.path("run", "center.sock"),
             relay_socket=self.path("run", "relay.sock"),
         )
@@ -184,34 +166,12 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
         kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
         kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
-        from mcphost.binding import BindingError
-        from mcphost.supervisor.centerlink import CenterLink, read_token
-
-        try:
-            self.link = CenterLink(self.fleet.center, *read_token(self.fleet.center.token_file))
-        except BindingError as exc:  # one line, like every start-up refusal (cli.py)
-            print(
-                f"mcphost supervise: {self.fleet.path}: center.token_file {exc.problem}: "
-                f"expected {exc.expected}",
-                file=sys.stderr,
-            )
-            return 2
-        try:
-            # The lock before anything else under <state>: a second supervisor must change
-            # nothing (modes, files, processes) of the one that runs there.
-            self._own_dir(self.state_dir)
-            self._lock_fd = take_lock(self.path("control.sock"))
-            self._prepare_state_dir()
-        except (SettingError, ControlInUse) as exc:
-            in_use = isinstance(exc, ControlInUse)
-            problem = exc.message if isinstance(exc, ControlInUse) else str(exc)
-            print(
-                f"mcphost supervise: {self.state_dir}: {problem}"
-                + (" (control_in_use)" if in_use else ""),
-                file=sys.stderr,
-            )
-            self._release_lock()
-            return EXIT_STATE_IN_USE if in_use else 2
+        try:  # the token, then the state directory's lock, then its modes (startup.py)
+            self.link = startup.open_link(self.fleet)
+            self._lock_fd = startup.claim_state(self.state_dir, self.fleet)
+        except startup.StartRefused as exc:
+            print(exc.line, file=sys.stderr)
+            return exc.status
         loop = asyncio.get_running_loop()
         self.store = StateStore(self.path("state.sqlite3"))
         self.records = ProcessRecords(self.store)
@@ -262,28 +222,6 @@ class Supervisor:
 
     def stop(self) -> None:
         self.stopping.set()
-
-    @staticmethod
-    def _own_dir(directory: str) -> None:
-        """Create `directory` (0700) if missing; refuse it unless it is a directory of ours."""
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        info = os.lstat(directory)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise SettingError(
-                directory,
-                None,
-                "a directory owned by the supervisor's user",
-                problem="is a symlink, not a directory, or someone else's",
-            )
-
-    def _prepare_state_dir(self) -> None:
-        """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
-        as another user must pass through to reach their home and the attach sockets). Only
-        once the state lock is held: the modes are the running supervisor's to set."""
-        shared = any(plan.user for plan in self.fleet.agents)
-        for directory in (self.state_dir, self.path("run"), self.path("agents")):
-            self._own_dir(directory)
-            os.chmod(directory, 0o711 if shared else 0o700)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
