@@ -14,7 +14,7 @@ Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` 
 the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
 
 `exec` hands our stdin, stdout and stderr to the supervisor (SCM_RIGHTS), which runs CMD inside
-the agent (its environment, workspace, user and identity; see `Supervisor.exec`); ctl then
+the agent (its environment, workspace, user and identity; see `Operations.exec`); ctl then
 waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not found) / 126
 (cannot run) when CMD could not start. SIGINT, SIGTERM and SIGHUP to ctl are forwarded to
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.

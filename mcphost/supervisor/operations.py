@@ -14,24 +14,72 @@ anywhere but the identity registry (`identity.Identities`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.homes import agent_env
-from mcphost.supervisor.lifecycle import AgentState
+from mcphost.supervisor.homes import HeldWorkspace, Home, agent_env
+from mcphost.supervisor.identity import Identities
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 
 if TYPE_CHECKING:
+    from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.execs import Execution
-    from mcphost.supervisor.supervisor import Slot, Supervisor
+    from mcphost.supervisor.fleet import AgentPlan
+    from mcphost.supervisor.kernel import Reaper
+    from mcphost.supervisor.records import ProcessRecords
+    from mcphost.supervisor.sessions import SessionHub
+
+
+class Slot(Protocol):
+    """What the operations read of one agent's slot (`supervisor.Slot`)."""
+
+    @property
+    def plan(self) -> AgentPlan: ...
+    @property
+    def home(self) -> Home: ...
+    @property
+    def runner(self) -> AgentRunner: ...
+    @property
+    def workspace(self) -> HeldWorkspace: ...
+    @property
+    def fenced(self) -> dict[str, Any] | None: ...
+
+
+class Supervised(Protocol):
+    """The supervisor as the operations see it (`supervisor.Supervisor`): never imported, so
+    the orchestrator stays above this module."""
+
+    @property
+    def slots(self) -> Mapping[str, Slot]: ...
+    @property
+    def unstarted(self) -> Mapping[str, str]: ...
+    @property
+    def hubs(self) -> Mapping[str, SessionHub]: ...
+    @property
+    def health(self) -> CenterHealth | None: ...
+    @property
+    def stopping(self) -> asyncio.Event: ...
+    @property
+    def reaper(self) -> Reaper | None: ...
+    @property
+    def records(self) -> ProcessRecords | None: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def identities(self) -> Identities: ...
+    def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
+    async def reload(self) -> dict[str, Any]: ...
 
 
 class Operations:
     """The supervisor as `mcphost ctl` sees it (module doc)."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Supervised) -> None:
         self.supervisor = supervisor
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
 

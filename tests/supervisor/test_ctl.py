@@ -347,6 +347,27 @@ def test_ctl_imports_nothing_heavy(state: Path) -> None:
     assert done.stdout == "3 []\n", done.stderr
 
 
+def test_ctl_loads_the_clients_side_of_the_control_socket_only(state: Path) -> None:
+    """`mcphost ctl` imports the wire and the client, never the server (asyncio's side)."""
+    code = (
+        "import sys\n"
+        "from mcphost.cli import main\n"
+        f"code = main(['ctl', '--state', {str(state)!r}, 'status'])\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('mcphost.supervisor.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60
+    )
+    loaded = [
+        "mcphost.supervisor.control",
+        "mcphost.supervisor.control.client",
+        "mcphost.supervisor.control.protocol",
+        "mcphost.supervisor.ctl",
+        "mcphost.supervisor.refusals",
+    ]
+    assert done.stdout == f"3 {loaded}\n", done.stderr
+
+
 # -- rendering -------------------------------------------------------------------------------------
 
 
