@@ -119,7 +119,8 @@ class FleetDemo:
 
     def status(self) -> dict[str, dict[str, Any]]:
         """`ctl status --json`'s rows, asked in this process (a poll per ctl process is wasteful)."""
-        from mcphost.supervisor.control import ControlError, NotRunning, request
+        from mcphost.supervisor.control.client import NotRunning, request
+        from mcphost.supervisor.control.protocol import ControlError
 
         try:
             reply = request(str(self.state / "control.sock"), "status", timeout=30)

@@ -8,13 +8,13 @@ the fleet, read an agent's log, or run a command as an agent.
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
-`<state>/control.sock` (see `mcphost.supervisor.control` for the protocol).
+`<state>/control.sock` (see `mcphost.supervisor.control.protocol` for the protocol).
 
 Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` on stderr), or
 the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
 
 `exec` hands our stdin, stdout and stderr to the supervisor (SCM_RIGHTS), which runs CMD inside
-the agent (its environment, workspace, user and identity; see `Supervisor.exec`); ctl then
+the agent (its environment, workspace, user and identity; see `Operations.exec`); ctl then
 waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not found) / 126
 (cannot run) when CMD could not start. SIGINT, SIGTERM and SIGHUP to ctl are forwarded to
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
@@ -44,14 +44,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
-from mcphost.supervisor.control import (
-    DEFAULT_LOG_LINES,
-    MAX_LOG_LINES,
-    ControlError,
-    NotRunning,
-    request,
-    stream_logs,
-)
+from mcphost.supervisor.control.client import NotRunning, request, stream_logs
+from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES, ControlError
 
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
@@ -300,7 +294,7 @@ def _fail(message: str, code: str) -> int:
 def _exec(args: argparse.Namespace, path: str) -> int:
     import signal
 
-    from mcphost.supervisor.control import ExecClient
+    from mcphost.supervisor.control.client import ExecClient
 
     client = ExecClient(path, args.agent, list(args.argv))
 

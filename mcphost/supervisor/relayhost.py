@@ -53,10 +53,11 @@ agent's MCP sessions, and it holds the identity claim as a connection would. The
 external clients only.
 
 Identity (`socket_trust`): a `socket-trust` hello for `<agent>@<bundle>` is vouched for only when
-the kernel says so: the peer descends (peer.find_root over the supervisor's identity roots)
-from that agent, which is in the fleet with that bundle, runs as the peer's uid, and the peer is
-still the process the kernel named. The supervisor itself is no agent (it never says hello to
-its own relay). Everything else must present a PSK.
+the kernel says so: the supervisor's identity registry vouches for the peer as that agent
+(the one rule of identity.py: it descends from the agent's root, runs as the agent's uid,
+and is still the process the kernel named), and the agent is in the fleet with that bundle.
+The supervisor itself is no agent (its agents' relay tools reach the relay in process and
+never say hello to its socket). Everything else must present a PSK.
 
 Must never: start a process other than through a runner, decide identity from anything the peer
 says beyond the principal it claims, or write outside `<state>/relay`.
@@ -82,7 +83,9 @@ from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle, Coder, Session, TmuxCoder
 from mcphost.supervisor.fleet import AgentPlan, Fleet
 from mcphost.supervisor.homes import agent_argv, home_paths
+from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.refusals import Refused
 
 if TYPE_CHECKING:
     from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
@@ -110,13 +113,13 @@ class SlotLike(Protocol):
 
 
 class Agents(Protocol):
-    """The supervisor as the relay sees it: the fleet's slots, the identity roots, and each
+    """The supervisor as the relay sees it: the fleet's slots, the identity registry, and each
     agent's lock (held around every start / stop, as ctl and reconciliation hold it)."""
 
     @property
     def slots(self) -> Mapping[str, SlotLike]: ...
     @property
-    def roots(self) -> Mapping[tuple[int, int], tuple[str, int]]: ...
+    def identities(self) -> Identities: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
@@ -398,11 +401,15 @@ class RelayHost:
         slot = self.agents.slots.get(claimed.name)
         if slot is None or slot.plan.bundle != claimed.namespace:
             return False
-        hit = peer.find_root(cred.pid, self.agents.roots, stop={os.getpid()})
-        if hit is None or hit[0] != claimed.name or cred.uid != slot.uid:
+        try:
+            agent_id, _generation = self.agents.identities.vouch(cred, self._uid_of)
+        except Refused:
             return False
-        now = peer.read_stat(cred.pid)
-        return now is not None and peer.still_same(cred, now)
+        return agent_id == claimed.name
+
+    def _uid_of(self, agent_id: str) -> int | None:
+        slot = self.agents.slots.get(agent_id)
+        return None if slot is None else slot.uid
 
     # -- BundleHost ---------------------------------------------------------------------------
     def _member(self, bundle: str, agent_id: str) -> AgentRunner | None:

@@ -16,7 +16,8 @@ reading a byte from it:
    of the agent's byte budget (`AGENT_HELD_BYTES` of request bytes read and not yet answered,
    `mcphost.mcpserve.budget`), and while it is spent no session of that agent is read; then
    the socket is closed, the share given back and `surface.aclose()`.
-The protocol is pinned in docs/supervisor-internals.md ("Attach handshake").
+The protocol is pinned in docs/supervisor-internals.md ("Attach handshake"); every refusal's
+code and message is a row of `mcphost.supervisor.refusals` (`Refused` is defined there).
 
 The budgets are per agent across every generation; the supervisor hands both its hubs (center
 and relay) one `Budgets`, so the budget spans both surfaces. One agent can so make this process
@@ -48,9 +49,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mcphost import events, unixsock
-from mcphost.errors import CodedFailure
 from mcphost.mcpserve.budget import Budgets
 from mcphost.mcpserve.connection import MAX_HELD_BYTES, Limits
+from mcphost.supervisor import refusals as R
+from mcphost.supervisor.refusals import Refused
 
 if TYPE_CHECKING:
     from mcphost.peer import PeerCred
@@ -72,11 +74,6 @@ class Attached:
 
     agent_id: str
     generation: int
-
-
-class Refused(CodedFailure):
-    """Raised by `identify` or `surface_for`: the pump gets `refused <code> <message>` (no
-    details: the handshake line has no room for them)."""
 
 
 class HubError(Exception):
@@ -168,7 +165,7 @@ class SessionHub:
                 self._refuse(conn, refusal, session)
                 return
             if session.stop.is_set() or self._closing:
-                self._refuse(conn, Refused("agent_not_running", "the session was closed"), session)
+                self._refuse(conn, Refused.row(R.SESSION_CLOSED), session)
                 return
             if not _send_now(conn, status_line("ok", attached.agent_id, str(attached.generation))):
                 return
@@ -226,9 +223,7 @@ class SessionHub:
         try:
             cred = peer_credentials(conn)
         except OSError:
-            raise Refused(
-                "peer_gone", "the connecting process's credentials could not be read"
-            ) from None
+            raise Refused.row(R.PEER_UNREADABLE) from None
         try:
             return self._identify(cred), cred.pid
         except Refused:
@@ -242,10 +237,7 @@ class SessionHub:
                 exception=type(exc).__name__,
                 traceback=traceback.format_exc(limit=8),
             )
-            raise Refused(
-                "internal_unexpected_failure",
-                "the supervisor failed to identify this process; its log has the details",
-            ) from None
+            raise Refused.row(R.IDENTIFY_FAILED) from None
         finally:
             if cred.pidfd is not None:
                 with contextlib.suppress(OSError):
@@ -265,11 +257,7 @@ class SessionHub:
                 exception=type(exc).__name__,
                 traceback=traceback.format_exc(limit=8),
             )
-            raise Refused(
-                "surface_unavailable",
-                f"the tools of agent {attached.agent_id} could not be set up; the supervisor's "
-                "log has the details",
-            ) from None
+            raise Refused.row(R.SURFACE_FAILED, agent=attached.agent_id) from None
 
     def _refuse(self, conn: socket.socket, refusal: Refused, session: _Session | None) -> None:
         code = _CODE.sub("_", refusal.code.lower()) or "refused"

@@ -9,29 +9,19 @@ alone; every fallible write -- the relay's configuration, the homes -- before an
 stopped, so a failed relay write is `reload_failed` with nothing changed), one lock per agent
 that reconciliation and every start / stop / restart of that agent (ctl, the relay's up / down)
 hold, finding the agent's slot only under it (a `ctl restart` racing a reload once reached the
-runner the reload discarded and started a hidden second agent), the identity roots
-(`(pid, starttime)` of every agent process it spawned, with the generation of that spawn), the
-two attach hubs (center tools, relay tools), the control socket, the relay host (relayhost.py:
-bundles in tmux, `runner = "tmux"` agents, the relay socket), the one relay connection each
-agent generation's relay tools sessions share (the relay allows one per principal), and the
-order of start-up and shutdown.
+runner the reload discarded and started a hidden second agent), the two attach hubs (center
+tools, relay tools), the control socket, the relay host (relayhost.py: bundles in tmux,
+`runner = "tmux"` agents, the relay socket), the one relay connection each agent generation's
+relay tools sessions share (the relay allows one per principal), and the order of start-up and
+shutdown. Beside it: startup.py (the token and the state directory, before anything else),
+records.py (every process it runs, in the state file, so a crash leaves none behind),
+identity.py (the identity roots and the one vouch rule), operations.py (what `mcphost ctl`
+asks, served on the control socket).
 
-Start-up, in this order: non-dumpable and child subreaper; the token (a bad token file: exit 2,
-one line); the state directory's lock (`control.take_lock` on `<state>/control.sock.lock`,
-creating `<state>` 0700 if it is missing and touching nothing else: another supervisor holding
-it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its pid); only then the modes
-of `<state>`, `run/`, `agents/`, the state file; then the processes a crashed supervisor left
-(recorded in the state file, `kernel.end_leftovers`) are ended, before anything is spawned.
-Every process started (agents, `ctl exec`) or adopted (escapees reparented to us, looked for
-every `ADOPTION_SCAN_SECONDS`) is recorded there while it runs.
-
-Identity: a pump is served as agent A only if the kernel says the connecting process descends
-from A's current process (`peer.find_root` over `SO_PEERCRED`'s pid, stopping at this process:
-we are the child subreaper, so an escaped or orphaned process's ancestry ends here and fails
-closed), its uid is the agent's, and it is still the same process after the walk (pidfd or
-start time). The generation is the one of the spawn the ancestry reached; sessions of an older
-generation are closed the moment a newer spawn registers (and when an agent exits), and the
-center fences the older generation anyway (`stale_generation`).
+Identity: every spawn registers its process as the agent's only root, at the generation of that
+spawn (`Identities.spawned`); a pump is served as the agent the registry vouches for. Sessions of
+an older generation are closed the moment a newer spawn registers (and when an agent exits),
+and the center fences the older generation anyway (`stale_generation`).
 
 Must never: start, stop or replace an agent without holding its lock, hand the token, the token
 file's path or the admin URL to a child (environment, argv, files under an agent's home), log
@@ -45,21 +35,21 @@ import asyncio
 import contextlib
 import os
 import signal
-import sqlite3
 import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcphost import events, fsutil, peer
+from configgen import attach_script
+from mcphost import events, peer
 from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
-from mcphost.supervisor import kernel
-from mcphost.supervisor.control import ControlError, ControlInUse, ControlServer, take_lock
-from mcphost.supervisor.execs import Execution
+from mcphost.supervisor import kernel, startup
+from mcphost.supervisor import refusals as R
+from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
 from mcphost.supervisor.homes import (
     AttachPoints,
@@ -70,10 +60,14 @@ from mcphost.supervisor.homes import (
     agent_env,
     hold_home,
 )
-from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
+from mcphost.supervisor.identity import Identities
+from mcphost.supervisor.lifecycle import AgentRunner, Intensity
+from mcphost.supervisor.operations import Operations, reload_failed
+from mcphost.supervisor.records import ProcessRecords
+from mcphost.supervisor.refusals import Refused
 from mcphost.supervisor.relayhost import RelayHost
-from mcphost.supervisor.sessions import AGENT_HELD_BYTES, Attached, Refused, SessionHub
-from mcphost.supervisor.state import ProcessRecord, StateStore
+from mcphost.supervisor.sessions import AGENT_HELD_BYTES, Attached, SessionHub
+from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
@@ -87,14 +81,9 @@ CENTER, RELAY = "center", "relay"
 # After the center could not be reached for a generation, spawns use the local counter (and the
 # center's last word) without asking again for this long: a hung center must not hold a fleet.
 RESERVE_PAUSE = 30.0
-# `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
-EXIT_STATE_IN_USE = 3
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
-# How often the supervisor looks for children it did not spawn (escapees reparented to it) to
-# record them: a crash within this long after an escape leaves that escapee unrecorded.
-ADOPTION_SCAN_SECONDS = 1.0
 # Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
 # the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
 CENTER_CALLS_PER_AGENT = 16
@@ -111,14 +100,8 @@ class Slot:
     runner: AgentRunner
     uid: int
     workspace: HeldWorkspace
-    roots: set[tuple[int, int]] = field(default_factory=set)
     fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
     fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
-
-
-def attach_script() -> str:
-    """The pump's path inside the installed package (a plain `pip install` puts it there)."""
-    return str(Path(__file__).resolve().parent.parent / "attach.py")
 
 
 def uid_of(user: str | None) -> int:
@@ -138,7 +121,7 @@ class Supervisor:
         self.env = dict(os.environ if env is None else env)
         self.slots: dict[str, Slot] = {}
         self.unstarted: dict[str, str] = {}  # agent -> why its home could not be prepared
-        self.roots: dict[tuple[int, int], tuple[str, int]] = {}
+        self.identities = Identities()  # the identity roots and the vouch rule (identity.py)
         self.stopping = asyncio.Event()
         self.started_at = time.time()
         self._reload_lock = asyncio.Lock()
@@ -152,11 +135,12 @@ class Supervisor:
         self.admin: AdminClient | None = None
         self.runtime: AdminClient | None = None
         self.hubs: dict[str, SessionHub] = {}
-        self.control: Any = None
+        self.control: ControlServer | None = None
+        self.operations = Operations(self)  # what `mcphost ctl` asks (operations.py)
         self.store: StateStore | None = None
         self.reaper: kernel.Reaper | None = None
+        self.records: ProcessRecords | None = None  # every process we run, in the state file
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
         # per agent: (generation, the relay connection its relay tools sessions share)
         self._relay_shares: dict[str, tuple[int, SharedStream]] = {}
@@ -164,7 +148,6 @@ class Supervisor:
         self.center_generations: dict[str, int] = {}
         self._reserve_paused_until = 0.0  # loop time: the center was unreachable, don't wait
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
-        self._recorded: set[tuple[int, int]] = set()  # (pid, starttime) in the state file
 
     # -- paths ----------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -173,7 +156,7 @@ class Supervisor:
     def attach_points(self) -> AttachPoints:
         return AttachPoints(
             interpreter=sys.executable,
-            script=attach_script(),
+            script=attach_script(),  # inside the installed package (configgen's rule)
             center_socket=self.path("run", "center.sock"),
             relay_socket=self.path("run", "relay.sock"),
         )
@@ -183,42 +166,24 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
         kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
         kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
-        from mcphost.binding import BindingError
-        from mcphost.supervisor.centerlink import CenterLink, read_token
-
-        try:
-            self.link = CenterLink(self.fleet.center, *read_token(self.fleet.center.token_file))
-        except BindingError as exc:  # one line, like every start-up refusal (cli.py)
-            print(
-                f"mcphost supervise: {self.fleet.path}: center.token_file {exc.problem}: "
-                f"expected {exc.expected}",
-                file=sys.stderr,
-            )
-            return 2
-        try:
-            # The lock before anything else under <state>: a second supervisor must change
-            # nothing (modes, files, processes) of the one that runs there.
-            self._own_dir(self.state_dir)
-            self._lock_fd = take_lock(self.path("control.sock"))
-            self._prepare_state_dir()
-        except (SettingError, ControlInUse) as exc:
-            in_use = isinstance(exc, ControlInUse)
-            problem = exc.message if isinstance(exc, ControlInUse) else str(exc)
-            print(
-                f"mcphost supervise: {self.state_dir}: {problem}"
-                + (" (control_in_use)" if in_use else ""),
-                file=sys.stderr,
-            )
-            self._release_lock()
-            return EXIT_STATE_IN_USE if in_use else 2
+        try:  # the token, then the state directory's lock, then its modes (startup.py)
+            self.link = startup.open_link(self.fleet)
+            self._lock_fd = startup.claim_state(self.state_dir, self.fleet)
+        except startup.StartRefused as exc:
+            print(exc.line, file=sys.stderr)
+            return exc.status
         loop = asyncio.get_running_loop()
         self.store = StateStore(self.path("state.sqlite3"))
+        self.records = ProcessRecords(self.store)
         self.reaper = kernel.Reaper()
         self.reaper.install(loop)
-        await self._end_leftovers()  # what a crashed supervisor left running, before any spawn
+        # what a crashed supervisor left running, before any spawn
+        await self.records.end_leftovers(
+            max((plan.stop_grace for plan in self.fleet.agents), default=10.0)
+        )
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
-        self.control = ControlServer(self.path("control.sock"), Control(self), locked=True)
+        self.control = ControlServer(self.path("control.sock"), self.operations, locked=True)
         await self.control.start()
         budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
@@ -249,7 +214,7 @@ class Supervisor:
             return 2
         if self.fleet.center.fleet == "center":
             self._spawn(self._poll_center())
-        self._spawn(self._watch_adopted())
+        self._spawn(self.records.watch_adopted())
         events.emit("supervisor.ready", agents=sorted(self.slots))
         await self.stopping.wait()
         await self._shutdown()
@@ -258,102 +223,10 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping.set()
 
-    @staticmethod
-    def _own_dir(directory: str) -> None:
-        """Create `directory` (0700) if missing; refuse it unless it is a directory of ours."""
-        try:
-            fsutil.private_dir(directory, parents=True, mode=None)
-        except fsutil.NotPrivate:
-            raise SettingError(
-                directory,
-                None,
-                "a directory owned by the supervisor's user",
-                problem="is a symlink, not a directory, or someone else's",
-            ) from None
-
-    def _prepare_state_dir(self) -> None:
-        """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
-        as another user must pass through to reach their home and the attach sockets). Only
-        once the state lock is held: the modes are the running supervisor's to set."""
-        shared = any(plan.user for plan in self.fleet.agents)
-        for directory in (self.state_dir, self.path("run"), self.path("agents")):
-            self._own_dir(directory)
-            os.chmod(directory, 0o711 if shared else 0o700)
-
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-    # -- what a crashed supervisor left running (kernel.end_leftovers) ----------------------
-    async def _end_leftovers(self) -> None:
-        """End every recorded process still running (SIGTERM, SIGKILL after the fleet's longest
-        `stop_grace`): a supervisor that was killed could not stop its agents, their escapees or
-        what ignored the parent-death signal."""
-        assert self.store is not None
-        records = self.store.processes()
-        if records:
-            grace = max((plan.stop_grace for plan in self.fleet.agents), default=10.0)
-            ended = await kernel.end_leftovers(records, grace)
-            if ended:
-                events.emit("supervisor.leftovers_ended", level="warning", pids=ended)
-            self._prune_records()
-        self._recorded = {(r.pid, r.starttime) for r in self.store.processes()}
-
-    def _record(self, stat: peer.ProcStat, agent_id: str | None, kind: str) -> None:
-        """Remember a process we started or adopted (committed), for `_end_leftovers`."""
-        if self.store is None or (stat.pid, stat.starttime) in self._recorded:
-            return
-        record = ProcessRecord(stat.pid, stat.starttime, stat.pgrp, stat.session, agent_id, kind)
-        try:
-            self.store.record_process(record)
-        except sqlite3.Error as exc:  # the process runs anyway; a crash would leave it behind
-            events.emit("supervisor.record_failed", level="error", pid=stat.pid, error=str(exc))
-            return
-        self._recorded.add((stat.pid, stat.starttime))
-
-    def _record_started(self, pid: int, starttime: int, agent_id: str, kind: str) -> None:
-        stat = peer.read_stat(pid)
-        if stat is not None and stat.starttime == starttime:
-            self._record(stat, agent_id, kind)
-            self._prune_records()
-
-    def _prune_records(self) -> None:
-        """Forget the recorded processes that are gone with their whole process group."""
-        assert self.store is not None
-        try:
-            gone = [
-                (r.pid, r.starttime) for r in self.store.processes() if not kernel.still_running(r)
-            ]
-            self.store.forget_processes(gone)
-        except sqlite3.Error as exc:
-            events.emit("supervisor.record_failed", level="error", error=str(exc))
-            return
-        self._recorded.difference_update(gone)
-
-    async def _watch_adopted(self) -> None:
-        """Record every child we did not spawn (an escapee reparented to us, the subreaper)."""
-        own_session = os.getsid(0)
-        while True:
-            await asyncio.sleep(ADOPTION_SCAN_SECONDS)
-            adopted = False
-            try:
-                children = kernel.own_children()
-            except OSError as exc:  # /proc unreadable for a moment: look again next time
-                events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
-                continue
-            for pid in children:
-                stat = peer.read_stat(pid)
-                # Our own session: a helper we run (the tmux CLI); agents and what escaped
-                # them are always in another session.
-                if stat is None or stat.session == own_session:
-                    continue
-                if (stat.pid, stat.starttime) not in self._recorded:
-                    self._record(stat, None, "adopted")
-                    events.emit("supervisor.process_adopted", pid=pid, session=stat.session)
-                    adopted = True
-            if adopted:
-                self._prune_records()
 
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
@@ -410,7 +283,8 @@ class Supervisor:
             if client is not None:
                 await client.aclose()
         if self.store is not None:
-            self._prune_records()
+            if self.records is not None:
+                self.records.prune()
             self.store.close()
         self._release_lock()
         events.emit("supervisor.stopped")
@@ -519,12 +393,12 @@ class Supervisor:
         except (OSError, RelayError, RelayBindError) as exc:
             problem = str(exc) if not isinstance(exc, RelayError) else exc.message
             events.emit("supervisor.relay_configure_failed", level="error", problem=problem)
-            raise ControlError(
-                "reload_failed",
-                f"the relay's configuration could not be written, so the fleet was not applied "
-                f"(nothing was stopped): {problem}; fix {self.relay.config}, then reload (or start "
-                "the supervisor again)",
-                {"file": fleet.path, "directory": str(self.relay.config), "problem": problem},
+            directory = str(self.relay.config)
+            raise ControlError.row(
+                R.RELAY_UNWRITABLE,
+                {"file": fleet.path, "directory": directory, "problem": problem},
+                problem=problem,
+                directory=directory,
             ) from None
 
     def _slot(self, plan: AgentPlan, home: Home, workspace: HeldWorkspace) -> Slot:
@@ -594,11 +468,9 @@ class Supervisor:
         return generation
 
     def _forget(self, slot: Slot) -> None:
-        for root in slot.roots:
-            self.roots.pop(root, None)
-        slot.roots.clear()
         agent_id = slot.plan.agent_id
-        self._end_execs(agent_id, below=None)
+        self.identities.forget(agent_id)
+        self.operations.end_execs(agent_id, below=None)
         for hub in self.hubs.values():
             hub.close_where(lambda a: a.agent_id == agent_id)
         self._close_relay(agent_id, None)
@@ -610,22 +482,18 @@ class Supervisor:
             # Never happens (a runner leaves its slot only closed, and a closed runner never
             # spawns); if it did, raising makes the runner kill the unregistered process.
             raise RuntimeError(f"a runner of {runner.plan.agent_id} outside the fleet spawned")
-        for root in slot.roots:
-            self.roots.pop(root, None)
-        slot.roots = {(pid, starttime)}
-        self.roots[(pid, starttime)] = (runner.plan.agent_id, generation)
-        self._end_execs(runner.plan.agent_id, below=generation)
+        self.identities.spawned(runner.plan.agent_id, (pid, starttime), generation)
+        self.operations.end_execs(runner.plan.agent_id, below=generation)
         self._close_older(runner.plan.agent_id, generation)
-        self._record_started(pid, starttime, runner.plan.agent_id, "agent")
+        if self.records is not None:
+            self.records.started(pid, starttime, runner.plan.agent_id, "agent")
 
     def _on_exit(self, runner: AgentRunner, generation: int) -> None:
         slot = self.slots.get(runner.plan.agent_id)
         if slot is None or slot.runner is not runner:
             return
-        for root in [r for r in slot.roots if self.roots.get(r, ("", -1))[1] == generation]:
-            self.roots.pop(root, None)
-            slot.roots.discard(root)
-        self._end_execs(runner.plan.agent_id, below=generation + 1)
+        self.identities.ended(runner.plan.agent_id, generation)
+        self.operations.end_execs(runner.plan.agent_id, below=generation + 1)
         self._close_older(runner.plan.agent_id, generation + 1)
 
     def _close_older(self, agent_id: str, generation: int) -> None:
@@ -650,10 +518,10 @@ class Supervisor:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
             except SettingError as exc:
-                raise ControlError(
-                    "reload_failed",
-                    f"the fleet file was not applied: {exc}",
+                raise ControlError.row(
+                    R.FLEET_INVALID,
                     {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
+                    problem=exc,
                 ) from None
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
@@ -671,20 +539,18 @@ class Supervisor:
 
         center = fleet.center
         if center.fleet != self.fleet.center.fleet:
-            raise ControlError(
-                "reload_failed",
-                "[center] fleet changed (where the agents come from); it takes effect only when "
-                "the supervisor restarts (nothing was applied)",
-                {"file": fleet.path, "key": "[center] fleet"},
+            raise ControlError.row(
+                R.CENTER_FLEET_CHANGED, {"file": fleet.path, "key": "[center] fleet"}
             )
         try:
             token, stamp = await asyncio.to_thread(read_token, center.token_file)
         except BindingError as exc:
-            raise ControlError(
-                "reload_failed",
-                f"[center] token_file {center.token_file} {exc.problem}: expected "
-                f"{exc.expected} (nothing was applied)",
+            raise ControlError.row(
+                R.TOKEN_UNREADABLE,
                 {"file": fleet.path, "key": "[center] token_file"},
+                path=center.token_file,
+                problem=exc.problem,
+                expected=exc.expected,
             ) from None
         assert self.link is not None
         changed = self.link.apply(center, token, stamp)
@@ -724,16 +590,17 @@ class Supervisor:
             assigned = await fetch_fleet(self.admin)
             fleet = fleet_with_agents(self.fleet, assigned.ids)
         except ToolFailure as exc:
-            raise ControlError(
-                "reload_failed",
-                f"the center's agent list could not be read ({exc.code}): {exc.message}",
+            raise ControlError.row(
+                R.CENTER_LIST_UNREADABLE,
                 {"center_code": exc.code},
+                code=exc.code,
+                problem=exc.message,
             ) from None
         except SettingError as exc:
-            raise ControlError(
-                "reload_failed",
-                f"the center's agent list was not applied: {exc}",
+            raise ControlError.row(
+                R.CENTER_LIST_INVALID,
                 {"problems": [p.details for p in exc.problems]},
+                problem=exc,
             ) from None
         for agent_id, generation in assigned.generations.items():
             self._center_saw(agent_id, generation)
@@ -758,40 +625,24 @@ class Supervisor:
             await asyncio.sleep(self.fleet.center.poll_seconds)
 
     # -- identity and sessions ------------------------------------------------------------
+    def uid_of(self, agent_id: str) -> int | None:
+        """The uid agent `agent_id` runs as; None when it is not in the fleet (identity.py)."""
+        slot = self.slots.get(agent_id)
+        return None if slot is None else slot.uid
+
     def _identifier(self, surface: str) -> Callable[[peer.PeerCred], Attached]:
+        """The hub's `identify`: the kernel's word (`Identities.vouch`), then this surface's
+        bounds (sessions per agent, relay tools only for an agent with a bundle)."""
+
         def identify(cred: peer.PeerCred) -> Attached:
             if self.stopping.is_set():
-                raise Refused("supervisor_stopping", "the supervisor is shutting down")
-            hit = peer.find_root(cred.pid, self.roots, stop={os.getpid()})
-            if hit is None:
-                raise Refused(
-                    "not_in_fleet",
-                    f"process {cred.pid} does not run inside any agent this supervisor "
-                    "started; attach entries work only from within an agent's process tree",
-                )
-            agent_id, generation = hit
-            slot = self.slots.get(agent_id)
-            if slot is None:
-                raise Refused("agent_not_running", f"agent {agent_id} is no longer in the fleet")
-            if cred.uid != slot.uid:
-                raise Refused(
-                    "uid_mismatch",
-                    f"process {cred.pid} runs as uid {cred.uid}, agent {agent_id} as {slot.uid}",
-                )
-            stat = peer.read_stat(cred.pid)
-            if stat is None or not peer.still_same(cred, stat):
-                raise Refused("peer_gone", f"process {cred.pid} exited while it was identified")
+                raise Refused.row(R.STOPPING)
+            agent_id, generation = self.identities.vouch(cred, self.uid_of)
+            slot = self.slots[agent_id]  # vouch found it, and nothing awaited since
             if self.hubs[surface].count(agent_id) >= MAX_SESSIONS_PER_AGENT:
-                raise Refused(
-                    "too_many_sessions",
-                    f"agent {agent_id} already holds {MAX_SESSIONS_PER_AGENT} sessions on this "
-                    "surface; close one (end its MCP client) before attaching another",
-                )
+                raise Refused.row(R.TOO_MANY_SESSIONS, agent=agent_id, limit=MAX_SESSIONS_PER_AGENT)
             if surface == RELAY and slot.plan.bundle is None:
-                raise Refused(
-                    "surface_unavailable",
-                    f"agent {agent_id} has no bundle in the fleet file, so no relay tools",
-                )
+                raise Refused.row(R.NO_BUNDLE, agent=agent_id)
             return Attached(agent_id=agent_id, generation=generation)
 
         return identify
@@ -930,194 +781,6 @@ class Supervisor:
         if current is not None and (below is None or current[0] < below):
             del self._relay_shares[agent_id]
             self._spawn(current[1].aclose())
-
-    # -- what `mcphost ctl` asks (served through `Control`) ------------------------------
-    def _slot_for(self, agent_id: str | None) -> Slot:
-        slot = self.slots.get(agent_id or "")
-        if slot is None:
-            raise ControlError(
-                "unknown_agent",
-                f"there is no agent {agent_id!r} in the fleet; `mcphost ctl status` lists them",
-                {"agent": agent_id, "known": sorted(self.slots)},
-            )
-        return slot
-
-    async def status(self) -> list[dict[str, Any]]:
-        rows = []
-        for agent_id, slot in sorted(self.slots.items()):
-            status = slot.runner.status()
-            rows.append(
-                {
-                    "agent_id": agent_id,
-                    "state": str(status.state),
-                    "pid": status.pid,
-                    "generation": status.generation,
-                    "restarts": status.restarts,
-                    "started_at": status.started_at,
-                    "last_exit": status.last_exit,
-                    "last_reason": status.last_reason,
-                    "sessions": sum(hub.count(agent_id) for hub in self.hubs.values()),
-                    "fenced": slot.fenced,
-                }
-            )
-        for agent_id, reason in sorted(self.unstarted.items()):
-            rows.append(
-                {
-                    "agent_id": agent_id,
-                    "state": str(AgentState.FAILED),
-                    "pid": None,
-                    "generation": None,
-                    "restarts": 0,
-                    "started_at": None,
-                    "last_exit": None,
-                    "last_reason": reason,
-                    "sessions": 0,
-                    "fenced": None,
-                }
-            )
-        return rows
-
-    # start / stop / restart hold the agent's lock (`_agents_held`) and find its slot only
-    # then: a reconciliation in between has replaced or removed it, never half.
-    async def start(self, agent_id: str) -> dict[str, Any]:
-        async with self._agents_held([agent_id]):
-            slot = self._slot_for(agent_id)
-            if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
-                return {"agent_id": agent_id, "already": "running"}
-            await slot.runner.start()
-            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
-
-    async def stop_agent(self, agent_id: str) -> dict[str, Any]:
-        async with self._agents_held([agent_id]):
-            slot = self._slot_for(agent_id)
-            await slot.runner.stop()
-            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
-
-    async def restart(self, agent_id: str) -> dict[str, Any]:
-        async with self._agents_held([agent_id]):
-            slot = self._slot_for(agent_id)
-            await slot.runner.restart()
-            status = slot.runner.status()
-            return {
-                "agent_id": agent_id,
-                "state": str(status.state),
-                "generation": status.generation,
-            }
-
-    async def logs(self, agent_id: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
-        from mcphost.supervisor.logs import follow as follow_log
-        from mcphost.supervisor.logs import tail
-
-        slot = self._slot_for(agent_id)
-        yield tail(slot.home.logs, lines)
-        if slot.plan.runner == "tmux":  # a pane: its screen, captured now
-            from mcphost.supervisor.tmuxrunner import TmuxRunner
-
-            if isinstance(slot.runner, TmuxRunner):
-                yield await slot.runner.live_screen(lines)
-        if follow:
-            async for chunk in follow_log(slot.home.logs):
-                yield chunk
-
-    def exec(self, agent_id: str, argv: list[str], fds: list[int]) -> Execution:
-        """Run `argv` as `agent_id` (`ctl exec`): the agent's env, workspace and user, its own
-        process group, `fds` as 0/1/2; an identity root at the agent's current generation until
-        it exits, ended when the agent gets a new generation or stops. Synchronous: the root is
-        registered before the command can attach."""
-        from mcphost.supervisor import execs
-        from mcphost.supervisor.kernel import resolve_user
-
-        slot = self._slot_for(agent_id)
-        status = slot.runner.status()
-        if self.stopping.is_set():
-            raise ControlError("supervisor_stopping", "the supervisor is shutting down")
-        if status.state != AgentState.RUNNING or status.pid is None or status.generation is None:
-            raise ControlError(
-                "agent_not_running",
-                f"agent {agent_id} is {status.state}, not running: a command runs as an agent "
-                f"only while the agent runs; `mcphost ctl start {agent_id}` and retry",
-                {"agent": agent_id, "state": str(status.state)},
-            )
-        assert self.reaper is not None
-        execution = execs.spawn(
-            argv,
-            fds,
-            cwd=slot.workspace.cwd,
-            env=agent_env(self.env, slot.plan, slot.home),
-            creds=resolve_user(slot.plan.user),
-            reaper=self.reaper,
-            agent_id=agent_id,
-            generation=status.generation,
-            grace=slot.plan.stop_grace,
-        )
-        self.roots[execution.root] = (agent_id, status.generation)
-        slot.roots.add(execution.root)
-        self._record_started(execution.pid, execution.starttime, agent_id, "exec")
-        self.execs[execution.pid] = execution
-        execution.exit.add_done_callback(lambda _: self._exec_exited(slot, execution))
-        return execution
-
-    def _exec_exited(self, slot: Slot, execution: Execution) -> None:
-        self.execs.pop(execution.pid, None)
-        if self.roots.get(execution.root) == (execution.agent_id, execution.generation):
-            self.roots.pop(execution.root, None)
-        slot.roots.discard(execution.root)
-
-    def _end_execs(self, agent_id: str, below: int | None) -> None:
-        """End the agent's exec'd commands of a generation below `below` (None: all of them)."""
-        for execution in list(self.execs.values()):
-            if execution.agent_id == agent_id and (below is None or execution.generation < below):
-                execution.end()
-
-
-class Control:
-    """The supervisor as `mcphost.supervisor.control.ControlHandler` sees it."""
-
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.supervisor = supervisor
-
-    async def status(self) -> dict[str, Any]:
-        """`{"center": <health>, "agents": [<row>, ...]}` (the center first: it explains the
-        rest when it is down)."""
-        health = self.supervisor.health
-        return {
-            "center": health.as_json() if health is not None else None,
-            "agents": await self.supervisor.status(),
-        }
-
-    async def start(self, agent: str) -> dict[str, Any]:
-        return await self.supervisor.start(agent)
-
-    async def stop(self, agent: str) -> dict[str, Any]:
-        return await self.supervisor.stop_agent(agent)
-
-    async def restart(self, agent: str) -> dict[str, Any]:
-        return await self.supervisor.restart(agent)
-
-    async def reload(self) -> dict[str, Any]:
-        try:
-            return await self.supervisor.reload()
-        except ControlError as exc:
-            reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
-            raise
-
-    def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
-        return self.supervisor.logs(agent, lines, follow)
-
-    def exec(self, agent: str, argv: list[str], fds: list[int]) -> Execution:
-        return self.supervisor.exec(agent, argv, fds)
-
-
-def reload_failed(exc: ControlError, trigger: str) -> None:
-    """The event of a reload that applied nothing (`trigger`: "sighup" or "ctl")."""
-    events.emit(
-        "supervisor.reload_failed",
-        level="error",
-        trigger=trigger,
-        code=exc.code,
-        message=exc.message,
-        details=exc.details,
-    )
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:

@@ -27,7 +27,8 @@ from mcphost.admin.target import parse_target
 from mcphost.binding import AgentBinding
 from mcphost.host.server import HostSurface
 from mcphost.peer import PeerCred
-from mcphost.supervisor.sessions import Attached, Refused, SessionHub
+from mcphost.supervisor.refusals import Refused
+from mcphost.supervisor.sessions import Attached, SessionHub
 from mcphost.surface import Surface
 
 MARKER = "MCPHOST_TEST_AS"

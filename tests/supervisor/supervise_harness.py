@@ -148,7 +148,7 @@ class Supervised:
         """`ctl status --json`'s rows by agent, asked over the control socket by the client code
         `mcphost ctl` runs, in this process (test_ctl.py covers the command itself): polling
         with a process per poll cost more CPU than the supervisors being polled."""
-        from mcphost.supervisor.control import request
+        from mcphost.supervisor.control.client import request
 
         result = request(str(self.state / "control.sock"), "status", timeout=60)
         rows = result["agents"] if isinstance(result, dict) else result
@@ -156,7 +156,7 @@ class Supervised:
 
     def center_health(self) -> dict[str, Any]:
         """`ctl status --json`'s `center` object (the center's health)."""
-        from mcphost.supervisor.control import request
+        from mcphost.supervisor.control.client import request
 
         return dict(request(str(self.state / "control.sock"), "status", timeout=60)["center"])
 

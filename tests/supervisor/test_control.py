@@ -1,7 +1,7 @@
 """The control socket's protocol, access rules and bounds, against a small fake handler.
 
-The unit under test is `mcphost.supervisor.control`: the real server on a real Unix socket, the
-real blocking client (`request`, `stream_logs`) and raw sockets for what the client never sends.
+The unit under test is `mcphost.supervisor.control` (protocol, server, client): the real server
+on a real Unix socket, the real blocking client (`request`, `stream_logs`) and raw sockets for what the client never sends.
 The supervisor behind it is a fake that records calls; the real supervisor's black-box tests
 drive `mcphost ctl` against `mcphost supervise` (tests/supervisor/test_supervise.py).
 """
@@ -23,17 +23,11 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor import control
-from mcphost.supervisor.control import (
-    ControlError,
-    ControlInUse,
-    ControlServer,
-    NotRunning,
-    parse_request,
-    peer_allowed,
-    request,
-    stream_logs,
-)
+from mcphost.supervisor.control import protocol
+from mcphost.supervisor.control import server as control_server
+from mcphost.supervisor.control.client import ExecClient, NotRunning, request, stream_logs
+from mcphost.supervisor.control.protocol import ControlError, parse_request
+from mcphost.supervisor.control.server import ControlInUse, ControlServer, peer_allowed
 
 pytestmark = pytest.mark.anyio
 
@@ -293,8 +287,8 @@ def test_parse_request_defaults() -> None:
 async def test_a_line_over_64_kib_is_refused_without_being_kept(served: Any) -> None:
     _server, fake, path = served
     # exactly at the limit (newline included) is read; one byte more is refused
-    at_limit = b'{"op":"status","pad":"' + b"x" * (control.MAX_LINE - 25) + b'"}\n'
-    assert len(at_limit) == control.MAX_LINE
+    at_limit = b'{"op":"status","pad":"' + b"x" * (protocol.MAX_LINE - 25) + b'"}\n'
+    assert len(at_limit) == protocol.MAX_LINE
     assert (await asyncio.to_thread(error_of, path, at_limit))["code"] == "bad_request"
     over = at_limit[:-3] + b'x"}\n'
     assert (await asyncio.to_thread(error_of, path, over))["code"] == "request_too_large"
@@ -333,7 +327,7 @@ async def test_a_silent_client_is_dropped_after_the_request_timeout(
     served: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _server, _fake, path = served
-    monkeypatch.setattr(control, "REQUEST_TIMEOUT", 0.3)
+    monkeypatch.setattr(control_server, "REQUEST_TIMEOUT", 0.3)
 
     def idle() -> bytes:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -346,7 +340,7 @@ async def test_a_silent_client_is_dropped_after_the_request_timeout(
 
 async def test_too_many_connections_get_busy(served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     server, _fake, path = served
-    monkeypatch.setattr(control, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(control_server, "MAX_CONNECTIONS", 3)
     idle = []
     for _ in range(3):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -377,7 +371,7 @@ async def test_logs_stream_chunks_then_end(served: Any) -> None:
     replies = await asyncio.to_thread(raw, path, b'{"op":"logs","agent":"agent-1","lines":7}\n')
     assert replies[-1] == {"ok": True, "end": True}
     texts = [r["log"] for r in replies[:-1]]
-    assert all(len(t) <= control.LOG_CHUNK for t in texts)
+    assert all(len(t) <= protocol.LOG_CHUNK for t in texts)
     assert "".join(texts) == "café ok\n" + "y" * 40_000 + "bad \ufffd byte\n"
     assert fake.calls == [("logs", "agent-1", 7, False)]
     assert "".join(
@@ -421,7 +415,7 @@ async def test_a_client_that_does_not_read_does_not_grow_the_server(
     served: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, fake, path = served
-    monkeypatch.setattr(control, "STALL_TIMEOUT", 1.0)
+    monkeypatch.setattr(control_server, "STALL_TIMEOUT", 1.0)
     fake.flood = True
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -475,7 +469,7 @@ async def test_a_second_supervisor_process_is_refused(served: Any) -> None:
     _server, _fake, path = served
     code = (
         "import asyncio, sys\n"
-        "from mcphost.supervisor.control import ControlServer, ControlInUse\n"
+        "from mcphost.supervisor.control.server import ControlServer, ControlInUse\n"
         "try:\n"
         f"    asyncio.run(ControlServer({path!r}, None).start())\n"
         "except ControlInUse as exc:\n"
@@ -629,7 +623,7 @@ async def test_exec_hands_the_three_descriptors_over_and_reports_the_exit(
     _server, fake, path = served
     out, err = (open(tmp_path / name, "w+b") for name in ("out", "err"))  # noqa: SIM115
     with out, err, open(os.devnull, "rb") as null:
-        client = control.ExecClient(
+        client = ExecClient(
             path, "agent-1", ["7", "a b"], (null.fileno(), out.fileno(), err.fileno())
         )
         code = await asyncio.to_thread(client.wait)
@@ -646,7 +640,7 @@ async def test_exec_hands_the_three_descriptors_over_and_reports_the_exit(
 async def test_exec_forwards_signals_and_a_closed_client_ends_the_command(served: Any) -> None:
     _server, fake, path = served
     with open(os.devnull, "r+b") as null:
-        client = control.ExecClient(path, "agent-1", ["run"], (null.fileno(),) * 3)
+        client = ExecClient(path, "agent-1", ["run"], (null.fileno(),) * 3)
         client.signal("SIGINT")  # queued until started, then sent
         assert await asyncio.to_thread(client.wait) == -2
     assert fake.execution.signals == [2]
@@ -691,7 +685,7 @@ async def test_exec_requests_are_checked_and_descriptors_never_kept(
 async def test_exec_refusals_of_the_handler_reach_the_client(served: Any) -> None:
     _server, _fake, path = served
     with open(os.devnull, "r+b") as null:
-        client = control.ExecClient(path, "agent-9", ["x"], (null.fileno(),) * 3)
+        client = ExecClient(path, "agent-9", ["x"], (null.fileno(),) * 3)
         with pytest.raises(ControlError) as refused:
             await asyncio.to_thread(client.wait)
     assert refused.value.code == "unknown_agent"

@@ -27,7 +27,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcphost.supervisor.control import ControlError, ControlServer
+from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.ctl import (
     describe_result,
     escape_controls,
@@ -344,6 +345,27 @@ def test_ctl_imports_nothing_heavy(state: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60
     )
     assert done.stdout == "3 []\n", done.stderr
+
+
+def test_ctl_loads_the_clients_side_of_the_control_socket_only(state: Path) -> None:
+    """`mcphost ctl` imports the wire and the client, never the server (asyncio's side)."""
+    code = (
+        "import sys\n"
+        "from mcphost.cli import main\n"
+        f"code = main(['ctl', '--state', {str(state)!r}, 'status'])\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('mcphost.supervisor.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60
+    )
+    loaded = [
+        "mcphost.supervisor.control",
+        "mcphost.supervisor.control.client",
+        "mcphost.supervisor.control.protocol",
+        "mcphost.supervisor.ctl",
+        "mcphost.supervisor.refusals",
+    ]
+    assert done.stdout == f"3 {loaded}\n", done.stderr
 
 
 # -- rendering -------------------------------------------------------------------------------------

@@ -589,8 +589,10 @@ class _Slot:
 
 class _Agents:
     def __init__(self) -> None:
+        from mcphost.supervisor.identity import Identities
+
         self.slots: dict[str, Any] = {}
-        self.roots: dict[tuple[int, int], tuple[str, int]] = {}
+        self.identities = Identities()
 
 
 class _LockedAgents(_Agents):
@@ -697,12 +699,12 @@ def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
         assert not host.socket_trust("A@party", cred)  # not under any root
         start = proc_starttime(child.pid)
         assert start is not None
-        agents.roots[(child.pid, start)] = ("A", 1)
+        agents.identities.spawned("A", (child.pid, start), 1)
         assert host.socket_trust("A@party", cred)
         assert not host.socket_trust("B@party", cred)  # A's tree cannot speak as B
         other_uid = PeerCred(child.pid, os.getuid() + 1, os.getgid(), None)
         assert not host.socket_trust("A@party", other_uid)
-        agents.roots[(child.pid, start + 1)] = agents.roots.pop((child.pid, start))
+        agents.identities.spawned("A", (child.pid, start + 1), 1)
         assert not host.socket_trust("A@party", cred)  # a reused pid never matches
     finally:
         child.kill()

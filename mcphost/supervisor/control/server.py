@@ -1,43 +1,17 @@
-"""The control socket: `mcphost ctl`'s way into a running supervisor (server and client).
+"""The control socket's server: `mcphost ctl`'s way into a running supervisor.
 
 Owns: `ControlServer` (the Unix socket `<state>/control.sock`, its lock, its mode and the peer
-check), the wire protocol below, `ControlHandler` (what the supervisor implements), `ControlError`
-(a refusal with a stable code), and the blocking client `request` / `stream` that `mcphost ctl`
-uses.
+check, one request per connection on the wire of `control.protocol`), `ControlHandler` (what
+the supervisor implements: `operations.Operations`), `ControlInUse` and the lock (`take_lock`).
+The blocking client is `control.client`; every refusal's code and message is a row of
+`mcphost.supervisor.refusals`.
 
-Protocol: one connection, one request. The client sends one JSON line (at most `MAX_LINE` bytes
-including the newline)
-
-    {"op": "status" | "start" | "stop" | "restart" | "reload" | "logs" | "exec",
-     "agent": "<id>",        start, stop, restart, logs, exec: required; otherwise refused
-     "lines": N,             logs only: 0..MAX_LOG_LINES, default 50
-     "follow": bool,         logs only: default false
-     "argv": ["cmd", ...]}   exec only: required, 1..MAX_ARGV strings without NUL
-
-and the server answers JSON lines, then closes:
-
-    {"ok": true, "result": <JSON>}                                     every op but logs, exec
-    {"ok": false, "error": {"code": "...", "message": "...", "details": {...}}}
-    {"log": "<text chunk>"} ... {"ok": true, "end": true}              logs (an error may end it)
-    {"ok": true, "started": {...}} ... {"ok": true, "exit": {"code": N, "status": "exit 7"}}
-                                                                       exec (N < 0: that signal)
-
-With `follow`, the log lines keep coming until the client closes (or half-closes) its side; the
-server then stops reading the log. Codes are stable: `bad_request`, `unknown_op`,
-`request_too_large`, `forbidden_peer`, `busy`, `internal`, plus whatever the handler raises
-(`unknown_agent`, `reload_failed`, `agent_not_running`, `exec_failed`, ...).
-
-Exec: the request line is sent with exactly three file descriptors attached (`SCM_RIGHTS`: the
-client's stdin, stdout, stderr), in the same `sendmsg`; the server reads the first message with
-`recvmsg` on the raw socket (a stream transport would drop the descriptors), hands them to
-`ControlHandler.exec` (which spawns the command with them as 0/1/2) and closes its copies. After
-`started`, the client may send `{"op": "signal", "signal": "SIGINT"}` lines (one of
-`EXEC_SIGNALS`), delivered to the command's process group; anything else it sends is ignored.
-The client must send nothing after the request until it has read `started` (a line that arrived
-together with the request is refused as `bad_request`). When the command exits, the server
-sends `exit` and closes. When the client's side closes first (it was killed, or it hung up),
-the server ends the command's process group (`Execution.end`): a dead `ctl` leaves nothing
-running. Passing descriptors to any other op is refused (`bad_request`).
+Exec: the server reads the first message with `recvmsg` on the raw socket (a stream transport
+would drop the descriptors), hands the three descriptors to `ControlHandler.exec` (which spawns
+the command with them as 0/1/2) and closes its copies. A line that arrived together with the
+request is refused as `bad_request`. When the client's side closes first (it was killed, or it
+hung up), the server ends the command's process group (`Execution.end`): a dead `ctl` leaves
+nothing running. Passing descriptors to any other op is refused (`bad_request`).
 
 Access: the socket is bound under the state directory (by `mcphost.unixsock`), chmod 0600 *before*
 `listen()` (until then a connect is refused, so the umask never matters), and every connection's
@@ -46,18 +20,14 @@ so a socket whose mode was loosened still serves no one else. A second server on
 refused (`ControlInUse`): an exclusive `flock` on `<path>.lock` (`take_lock`; the holder writes
 its pid into the file, so a refused process names it), held for the server's life (the
 supervisor takes it before it touches anything else in its state directory and hands the server
-`locked=True`), settles a race between two supervisors starting at once, and a live listener found at the path (a
-supervisor without the lock) is never unlinked. A stale socket file is replaced; anything else at
-the path is refused, never deleted.
+`locked=True`), settles a race between two supervisors starting at once, and a live listener
+found at the path (a supervisor without the lock) is never unlinked. A stale socket file is
+replaced; anything else at the path is refused, never deleted.
 
 Bounds: `MAX_CONNECTIONS` connections at once (more get `busy`), `REQUEST_TIMEOUT` to send the
 request line, and replies written with a small write buffer and `drain()`: a client that does
 not read stalls only its own connection (the handler's log iterator is not pulled) and is
 dropped after `STALL_TIMEOUT`.
-
-asyncio is imported inside the server's methods, not at module import: `mcphost ctl` imports
-this module for the client and must start fast (an operator tool; asyncio alone costs more than
-the rest of `ctl`).
 
 Must never: serve a peer of another uid (except root), unlink a socket something listens on,
 hold more than one request line per connection in memory, put a traceback on the wire, keep a
@@ -67,81 +37,41 @@ connection.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import contextlib
 import errno
-import json
+import logging
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mcphost.errors import CodedFailure
+from mcphost.supervisor import refusals as R
+from mcphost.supervisor.control.protocol import (
+    EXEC_FDS,
+    LOG_CHUNK,
+    MAX_LINE,
+    ControlError,
+    encode,
+    parse_request,
+    parse_signal,
+)
 
 if TYPE_CHECKING:
-    import asyncio
-
     from mcphost.unixsock import Listening, SocketPathError
 
-MAX_LINE = 64 * 1024  # a request line, newline included
-MAX_REPLY_LINE = 64 * 1024 * 1024  # what the client accepts per reply line (status of a big fleet)
-MAX_LOG_LINES = 100_000
-DEFAULT_LOG_LINES = 50
-MAX_AGENT_CHARS = 256
-LOG_CHUNK = 16 * 1024  # bytes of log text per {"log": ...} line
 MAX_CONNECTIONS = 32
 REQUEST_TIMEOUT = 10.0
 STALL_TIMEOUT = 30.0
 WRITE_BUFFER_HIGH = 64 * 1024
 
-MAX_ARGV = 4096  # exec: arguments of the command
-EXEC_FDS = 3  # exec: stdin, stdout, stderr, in that order
 MAX_FDS = 8  # descriptors read with the first message (more are closed, and refused)
-# What `ctl exec` may forward to the command's process group (by name: numbers differ by arch).
-EXEC_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2")
-
-OPS = ("status", "start", "stop", "restart", "reload", "logs", "exec")
-_AGENT_OPS = frozenset({"start", "stop", "restart", "logs", "exec"})
-_FIELDS = {
-    "status": frozenset({"op"}),
-    "reload": frozenset({"op"}),
-    "start": frozenset({"op", "agent"}),
-    "stop": frozenset({"op", "agent"}),
-    "restart": frozenset({"op", "agent"}),
-    "logs": frozenset({"op", "agent", "lines", "follow"}),
-    "exec": frozenset({"op", "agent", "argv"}),
-}
-
-
-class ControlError(CodedFailure):
-    """A refusal on the control socket: a stable snake_case `code`, a `message` that says what
-    to do, and JSON `details`. The handler raises it; the client raises it for `ok: false`."""
-
-    shows_code = True
-    details: dict[str, Any]
-
-    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(code, message, details or {})
-
-    def wire(self) -> dict[str, Any]:
-        return {
-            "ok": False,
-            "error": {"code": self.code, "message": self.message, "details": self.details},
-        }
 
 
 class ControlInUse(ControlError):
     """Another supervisor (or something else) already serves this control socket."""
-
-
-class NotRunning(Exception):
-    """No supervisor answers at the socket (missing, stale or refused). `path` names it."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
 
 
 class Execution(Protocol):
@@ -171,97 +101,6 @@ class ControlHandler(Protocol):
         ...
 
 
-# -- the request grammar (pure) ----------------------------------------------------------------
-
-
-def parse_request(line: bytes) -> dict[str, Any]:
-    """One request line -> `{"op", "agent"?, "lines"?, "follow"?}` with defaults; `ControlError`
-    (`bad_request`, `unknown_op`) naming what is wrong. Values are never echoed beyond 80 chars."""
-    try:
-        body = json.loads(line)
-    except (ValueError, RecursionError):
-        raise ControlError("bad_request", "the request is not one JSON line") from None
-    if not isinstance(body, dict):
-        raise ControlError("bad_request", "the request must be a JSON object")
-    op = body.get("op")
-    if not isinstance(op, str):
-        raise ControlError("bad_request", 'the request needs "op" (a string)', {"ops": list(OPS)})
-    if op not in _FIELDS:
-        raise ControlError(
-            "unknown_op",
-            f"unknown op {_short(op)}; expected one of {', '.join(OPS)}",
-            {"ops": list(OPS)},
-        )
-    unknown = sorted(str(k)[:80] for k in set(body) - _FIELDS[op])
-    if unknown:
-        raise ControlError(
-            "bad_request",
-            f"{op} takes no field(s) {', '.join(unknown)}",
-            {"allowed": sorted(_FIELDS[op])},
-        )
-    out: dict[str, Any] = {"op": op}
-    if op in _AGENT_OPS:
-        agent = body.get("agent")
-        if not isinstance(agent, str) or not agent:
-            raise ControlError("bad_request", f'{op} needs "agent" (a non-empty string)')
-        if len(agent) > MAX_AGENT_CHARS or not agent.isprintable():
-            raise ControlError(
-                "bad_request",
-                f'"agent" must be at most {MAX_AGENT_CHARS} printable characters',
-            )
-        out["agent"] = agent
-    if op == "logs":
-        lines = body.get("lines", DEFAULT_LOG_LINES)
-        if isinstance(lines, bool) or not isinstance(lines, int):
-            raise ControlError("bad_request", '"lines" must be an integer')
-        if not 0 <= lines <= MAX_LOG_LINES:
-            raise ControlError("bad_request", f'"lines" must be from 0 to {MAX_LOG_LINES}')
-        follow = body.get("follow", False)
-        if not isinstance(follow, bool):
-            raise ControlError("bad_request", '"follow" must be true or false')
-        out["lines"], out["follow"] = lines, follow
-    if op == "exec":
-        out["argv"] = _argv(body.get("argv"))
-    return out
-
-
-def _argv(argv: Any) -> list[str]:
-    if not isinstance(argv, list) or not argv:
-        raise ControlError("bad_request", 'exec needs "argv" (a non-empty list of strings)')
-    if len(argv) > MAX_ARGV:
-        raise ControlError("bad_request", f'"argv" may hold at most {MAX_ARGV} arguments')
-    if not all(isinstance(arg, str) and "\0" not in arg for arg in argv):
-        raise ControlError("bad_request", '"argv" must be strings without NUL characters')
-    if not argv[0]:
-        raise ControlError("bad_request", '"argv" must start with the command to run')
-    return list(argv)
-
-
-def parse_signal(line: bytes) -> int | None:
-    """An exec client's `{"op": "signal", "signal": "SIGINT"}` -> the signal number; None for
-    anything else (ignored by the server)."""
-    import signal
-
-    try:
-        body = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(body, dict) or body.get("op") != "signal" or set(body) != {"op", "signal"}:
-        return None
-    name = body.get("signal")
-    if not isinstance(name, str) or name not in EXEC_SIGNALS:
-        return None
-    return int(getattr(signal, name))
-
-
-def _short(value: str) -> str:
-    return repr(value[:80] + ("…" if len(value) > 80 else ""))
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
 def peer_uid(sock: socket.socket) -> int:
     """The connected peer's uid from `SO_PEERCRED` (Linux: struct ucred {pid, uid, gid})."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -275,8 +114,6 @@ def peer_allowed(uid: int, owner: int) -> bool:
 
 
 def _log_error(text: str, *args: object, exc: BaseException | None = None) -> None:
-    import logging  # lazily: `mcphost ctl` never logs, and logging costs it ~10 ms
-
     logging.getLogger("mcphost.supervisor.control").error(text, *args, exc_info=exc)
 
 
@@ -314,11 +151,8 @@ def take_lock(socket_path: str) -> int:
         holder = _holder_pid(fd)
         os.close(fd)
         who = f"another supervisor (pid {holder})" if holder else "another supervisor"
-        raise ControlInUse(
-            "control_in_use",
-            f"{who} already runs on this state directory (it holds {path}); "
-            "stop it first, or give this one another --state",
-            {"path": socket_path, "lock": path, "pid": holder},
+        raise ControlInUse.row(
+            R.LOCK_HELD, {"path": socket_path, "lock": path, "pid": holder}, who=who, lock=path
         ) from None
     except BaseException:
         os.close(fd)
@@ -364,8 +198,6 @@ class ControlServer:
     # -- start and stop ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        import asyncio
-
         self._lock()
         try:
             self._listening = self._bind()
@@ -377,8 +209,6 @@ class ControlServer:
 
     async def aclose(self) -> None:
         """Stop accepting, end every connection (a follow included), remove the socket file."""
-        import asyncio
-
         if self._accepting is not None:
             self._accepting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -431,38 +261,18 @@ class ControlServer:
 
         details = {"path": self.path}
         if exc.reason == unixsock.NOT_A_SOCKET:
-            return ControlInUse(
-                "control_in_use",
-                f"{self.path} exists and is not a socket; it was left alone. Remove it, or give "
-                "the supervisor another --state",
-                details,
-            )
+            return ControlInUse.row(R.NOT_A_SOCKET, details, path=self.path)
         if exc.reason == unixsock.IN_USE:
-            return ControlInUse(
-                "control_in_use",
-                f"something already listens on {self.path} (another supervisor?); stop it first, "
-                "or give this one another --state",
-                details,
-            )
+            return ControlInUse.row(R.LISTENED_ON, details, path=self.path)
         if exc.reason == unixsock.UNPROBEABLE:
-            return ControlInUse(
-                "control_in_use",
-                f"{self.path} exists and cannot be probed ({exc.errname}); it was left alone",
-                details,
-            )
-        return ControlError(
-            "control_in_use",
-            f"{self.path} changed under us while binding; check who can write its directory",
-            details,
-        )
+            return ControlInUse.row(R.UNPROBEABLE, details, path=self.path, errname=exc.errname)
+        return ControlError.row(R.CHANGED_WHILE_BINDING, details, path=self.path)
 
     # -- one connection ----------------------------------------------------------------------
 
     async def _accept_loop(self, listener: socket.socket) -> None:
         """Accept raw sockets: the first message may carry file descriptors, which only
         `recvmsg` sees (a stream transport would read, and so drop, them)."""
-        import asyncio
-
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -480,8 +290,6 @@ class ControlServer:
             task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, conn: socket.socket) -> None:
-        import asyncio
-
         conn.setblocking(False)
         writer: asyncio.StreamWriter | None = None
         fds: list[int] = []
@@ -513,35 +321,28 @@ class ControlServer:
                 conn.close()
 
     async def _send_raw(self, conn: socket.socket, message: dict[str, Any]) -> None:
-        import asyncio
-
         async with asyncio.timeout(STALL_TIMEOUT):
             await asyncio.get_running_loop().sock_sendall(conn, encode(message))
 
     async def _admit(self, conn: socket.socket) -> tuple[bytes, list[int], bytes, bool] | None:
         """Check the peer, read the first message (the request line and any descriptors).
         None when the connection was refused (and told so) or left without asking."""
-        import asyncio
-
         uid = peer_uid(conn)
         if not peer_allowed(uid, self.owner):
             await self._send_raw(
                 conn,
-                ControlError(
-                    "forbidden_peer",
-                    f"uid {uid} may not use this supervisor's control socket; run `mcphost ctl` "
-                    f"as uid {self.owner} or root",
+                ControlError.row(
+                    R.FORBIDDEN_PEER,
                     {"peer_uid": uid, "supervisor_uid": self.owner},
+                    uid=uid,
+                    owner=self.owner,
                 ).wire(),
             )
             return None
         if len(self._tasks) > MAX_CONNECTIONS:
             await self._send_raw(
                 conn,
-                ControlError(
-                    "busy",
-                    f"the supervisor is serving {MAX_CONNECTIONS} control connections; retry",
-                ).wire(),
+                ControlError.row(R.BUSY, limit=MAX_CONNECTIONS).wire(),
             )
             return None
         fds: list[int] = []
@@ -557,11 +358,7 @@ class ControlServer:
             _close_fds(fds)
             await self._send_raw(
                 conn,
-                ControlError(
-                    "request_too_large",
-                    f"a control request is one JSON line of at most {MAX_LINE} bytes",
-                    {"limit_bytes": MAX_LINE},
-                ).wire(),
+                ControlError.row(R.TOO_LARGE, {"limit_bytes": MAX_LINE}, limit=MAX_LINE).wire(),
             )
             return None
         if not line.strip() and eof:
@@ -570,8 +367,6 @@ class ControlServer:
         return line, fds, leftover, eof
 
     async def _send(self, writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
-        import asyncio
-
         writer.write(encode(message))
         async with asyncio.timeout(STALL_TIMEOUT):
             await writer.drain()
@@ -608,21 +403,12 @@ class ControlServer:
     def _check_fds(op: str, fds: list[int], leftover: bytes) -> None:
         if op != "exec":
             if fds:
-                raise ControlError(
-                    "bad_request", f"{op} takes no file descriptors; only exec passes them"
-                )
+                raise ControlError.row(R.FDS_NOT_EXEC, op=op)
             return
         if len(fds) != EXEC_FDS:
-            raise ControlError(
-                "bad_request",
-                f"exec passes exactly {EXEC_FDS} file descriptors (stdin, stdout, stderr) with "
-                f"the request line (SCM_RIGHTS); got {len(fds)}",
-            )
+            raise ControlError.row(R.FDS_COUNT, expected=EXEC_FDS, got=len(fds))
         if leftover:
-            raise ControlError(
-                "bad_request",
-                "exec: send nothing after the request until the started line was read",
-            )
+            raise ControlError.row(R.EXEC_EARLY)
 
     async def _call(self, request: dict[str, Any]) -> Any:
         op, handler = request["op"], self.handler
@@ -638,11 +424,7 @@ class ControlServer:
         if refusal is not None:
             return refusal
         _log_error("control %s failed", op, exc=exc)
-        return ControlError(
-            "internal",
-            f"the supervisor failed to {op} ({type(exc).__name__}); see its log",
-            {"op": op},
-        )
+        return ControlError.row(R.INTERNAL, {"op": op}, op=op, exception=type(exc).__name__)
 
     async def _exec(
         self,
@@ -671,8 +453,6 @@ class ControlServer:
     async def _exec_wait(self, reader: asyncio.StreamReader, execution: Execution) -> int | None:
         """Forward the client's signals until the command exits (its code) or the client's side
         closes (None)."""
-        import asyncio
-
         exited = asyncio.ensure_future(execution.wait())
         try:
             while True:
@@ -705,8 +485,6 @@ class ControlServer:
     async def _logs(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: dict[str, Any]
     ) -> None:
-        import asyncio
-
         try:
             chunks = self.handler.logs(request["agent"], request["lines"], request["follow"])
         except Exception as exc:
@@ -781,8 +559,6 @@ async def _recv_first_line(conn: socket.socket, fds: list[int]) -> tuple[bytes, 
     """Read until a newline, EOF or more than MAX_LINE bytes with `recvmsg` on the non-blocking
     socket; every descriptor that came along is appended to `fds` (the caller closes them).
     Returns (bytes read, whether EOF was seen)."""
-    import asyncio
-
     loop = asyncio.get_running_loop()
     data = bytearray()
     space = socket.CMSG_SPACE(MAX_FDS * 4)
@@ -810,8 +586,6 @@ async def _streams(
     conn: socket.socket, leftover: bytes, eof: bool
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Streams on the rest of the connection; what was read past the first line comes first."""
-    import asyncio
-
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE + 1, loop=loop)
     if leftover:
@@ -822,173 +596,3 @@ async def _streams(
         reader.feed_eof()
     writer = asyncio.StreamWriter(transport, protocol, reader, loop)
     return reader, writer
-
-
-# -- the client (blocking, stdlib only: `mcphost ctl`) -------------------------------------------
-
-
-def _connect(path: str, timeout: float | None) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-    except FileNotFoundError:
-        sock.close()
-        raise NotRunning(path, "no such socket") from None
-    except ConnectionRefusedError:
-        sock.close()
-        raise NotRunning(path, "connection refused (a stale socket)") from None
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _send_request(sock: socket.socket, body: dict[str, Any]) -> None:
-    """Send the request line; a server that refused before reading it (busy, forbidden_peer)
-    may have closed already: its answer is still there to read."""
-    try:
-        sock.sendall(encode(body))
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-
-
-def _read_messages(sock: socket.socket) -> Iterator[dict[str, Any]]:
-    with sock.makefile("rb") as stream:
-        while True:
-            try:
-                line = stream.readline(MAX_REPLY_LINE + 1)
-            except ConnectionResetError:
-                line = b""
-            if not line:
-                return
-            if len(line) > MAX_REPLY_LINE or not line.endswith(b"\n"):
-                raise ControlError(
-                    "protocol_error", "the supervisor's reply line is cut or too long"
-                )
-            try:
-                message = json.loads(line)
-            except (ValueError, RecursionError):
-                raise ControlError("protocol_error", "the supervisor's reply is not JSON") from None
-            if not isinstance(message, dict):
-                raise ControlError("protocol_error", "the supervisor's reply is not an object")
-            yield message
-
-
-def _refusal_from(message: dict[str, Any]) -> ControlError:
-    error = message.get("error")
-    if not isinstance(error, dict):
-        return ControlError("protocol_error", "the supervisor refused without saying why")
-    details = error.get("details")
-    return ControlError(
-        str(error.get("code") or "protocol_error"),
-        str(error.get("message") or "(no message)"),
-        details if isinstance(details, dict) else None,
-    )
-
-
-def request(path: str, op: str, *, timeout: float | None = 120.0, **fields: Any) -> Any:
-    """Send one request, return its `result`; `ControlError` for a refusal, `NotRunning` when
-    nothing answers at `path`, `PermissionError` when the socket's mode shuts us out."""
-    sock = _connect(path, timeout)
-    try:
-        _send_request(sock, {"op": op, **fields})
-        for message in _read_messages(sock):
-            if message.get("ok") is True and "result" in message:
-                return message["result"]
-            raise _refusal_from(message)
-    finally:
-        sock.close()
-    raise ControlError("protocol_error", "the supervisor closed the connection without answering")
-
-
-def stream_logs(
-    path: str, agent: str, *, lines: int, follow: bool, timeout: float | None = 120.0
-) -> Iterator[str]:
-    """Yield the agent's log text chunk by chunk; ends at the server's `end` (or, following,
-    when the caller stops iterating, which closes the connection)."""
-    sock = _connect(path, None if follow else timeout)
-    try:
-        sock.sendall(encode({"op": "logs", "agent": agent, "lines": lines, "follow": follow}))
-        for message in _read_messages(sock):
-            text = message.get("log")
-            if isinstance(text, str):
-                yield text
-                continue
-            if message.get("ok") is True and message.get("end") is True:
-                return
-            raise _refusal_from(message)
-    finally:
-        sock.close()
-    raise ControlError("protocol_error", "the supervisor closed the log stream without an end")
-
-
-class ExecClient:
-    """`ctl exec`'s side (blocking): send the request with our stdin, stdout and stderr, then
-    `wait()` for the command's exit code while `signal()` forwards signals to it.
-
-    `signal` may be called from a signal handler while `wait` blocks (same thread): before the
-    `started` line it only queues (the server reads nothing after the request until it has
-    answered), afterwards it sends one line.
-    """
-
-    def __init__(self, path: str, agent: str, argv: list[str], fds: tuple[int, ...] = (0, 1, 2)):
-        self.path = path
-        self.started: dict[str, Any] | None = None
-        self._pending: list[str] = []
-        self._sock = _connect(path, None)
-        request = encode({"op": "exec", "agent": agent, "argv": argv})
-        opened = [_usable_fd(fd) for fd in fds]
-        try:
-            socket.send_fds(self._sock, [request], [fd for fd, _ in opened])
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # refused before reading (busy, forbidden_peer): the answer is there to read
-        except BaseException:
-            self._sock.close()
-            raise
-        finally:
-            for fd, ours in opened:
-                if ours:
-                    os.close(fd)
-
-    def signal(self, name: str) -> None:
-        self._pending.append(name)
-        self._flush()
-
-    def _flush(self) -> None:
-        while self.started is not None and self._pending:
-            name = self._pending.pop(0)
-            with contextlib.suppress(OSError):
-                self._sock.sendall(encode({"op": "signal", "signal": name}))
-
-    def wait(self) -> int:
-        """The command's exit as `os.waitstatus_to_exitcode` gives it (negative: a signal);
-        `ControlError` for a refusal, or when the supervisor went away before the exit."""
-        try:
-            for message in _read_messages(self._sock):
-                if message.get("ok") is not True:
-                    raise _refusal_from(message)
-                if isinstance(message.get("started"), dict):
-                    self.started = message["started"]
-                    self._flush()
-                    continue
-                end = message.get("exit")
-                if isinstance(end, dict) and isinstance(end.get("code"), int):
-                    return int(end["code"])
-                raise ControlError("protocol_error", "the supervisor's exec reply is unexpected")
-        finally:
-            self._sock.close()
-        raise ControlError(
-            "supervisor_gone",
-            "the supervisor closed the connection before the command exited (it ends the "
-            "command when that happens); check `mcphost ctl status` and the supervisor's log",
-        )
-
-
-def _usable_fd(fd: int) -> tuple[int, bool]:
-    """`fd` when it is open; otherwise a fresh /dev/null (ours to close) in its place."""
-    try:
-        os.fstat(fd)
-        return fd, False
-    except OSError:
-        return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), True

@@ -1,0 +1,247 @@
+"""The ctl operations: what `mcphost ctl` can ask of a running supervisor, in one place.
+
+Owns: `Operations`, the control socket's handler (`control.server.ControlHandler`): status,
+start, stop, restart, reload, logs and exec, each resolving the agent's name to its slot (under
+the agent's lock for start / stop / restart: a reconciliation in between has replaced or
+removed it, never half) and mapping every failure to a row of `mcphost.supervisor.refusals`;
+the `ctl exec` commands running (ended with their agent's generation: `end_execs`); and the
+event of a reload that applied nothing (`reload_failed`, for ctl and SIGHUP alike).
+
+Must never: start, stop or restart an agent without holding its lock, run a command as an agent
+that is not running (its identity root must have a generation), or register an exec'd command
+anywhere but the identity registry (`identity.Identities`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcphost import events
+from mcphost.supervisor import refusals as R
+from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.homes import HeldWorkspace, Home, agent_env
+from mcphost.supervisor.identity import Identities
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+
+if TYPE_CHECKING:
+    from mcphost.supervisor.centerhealth import CenterHealth
+    from mcphost.supervisor.execs import Execution
+    from mcphost.supervisor.fleet import AgentPlan
+    from mcphost.supervisor.kernel import Reaper
+    from mcphost.supervisor.records import ProcessRecords
+    from mcphost.supervisor.sessions import SessionHub
+
+
+class Slot(Protocol):
+    """What the operations read of one agent's slot (`supervisor.Slot`)."""
+
+    @property
+    def plan(self) -> AgentPlan: ...
+    @property
+    def home(self) -> Home: ...
+    @property
+    def runner(self) -> AgentRunner: ...
+    @property
+    def workspace(self) -> HeldWorkspace: ...
+    @property
+    def fenced(self) -> dict[str, Any] | None: ...
+
+
+class Supervised(Protocol):
+    """The supervisor as the operations see it (`supervisor.Supervisor`): never imported, so
+    the orchestrator stays above this module."""
+
+    @property
+    def slots(self) -> Mapping[str, Slot]: ...
+    @property
+    def unstarted(self) -> Mapping[str, str]: ...
+    @property
+    def hubs(self) -> Mapping[str, SessionHub]: ...
+    @property
+    def health(self) -> CenterHealth | None: ...
+    @property
+    def stopping(self) -> asyncio.Event: ...
+    @property
+    def reaper(self) -> Reaper | None: ...
+    @property
+    def records(self) -> ProcessRecords | None: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def identities(self) -> Identities: ...
+    def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
+    async def reload(self) -> dict[str, Any]: ...
+
+
+class Operations:
+    """The supervisor as `mcphost ctl` sees it (module doc)."""
+
+    def __init__(self, supervisor: Supervised) -> None:
+        self.supervisor = supervisor
+        self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
+
+    async def reload(self) -> dict[str, Any]:
+        try:
+            return await self.supervisor.reload()
+        except ControlError as exc:
+            reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
+            raise
+
+    def _slot_for(self, agent_id: str | None) -> Slot:
+        slots = self.supervisor.slots
+        slot = slots.get(agent_id or "")
+        if slot is None:
+            raise ControlError.row(
+                R.UNKNOWN_AGENT, {"agent": agent_id, "known": sorted(slots)}, agent=agent_id
+            )
+        return slot
+
+    async def status(self) -> dict[str, Any]:
+        """`{"center": <health>, "agents": [<row>, ...]}` (the center first: it explains the
+        rest when it is down)."""
+        health = self.supervisor.health
+        return {
+            "center": health.as_json() if health is not None else None,
+            "agents": self._rows(),
+        }
+
+    def _rows(self) -> list[dict[str, Any]]:
+        rows = []
+        supervisor = self.supervisor
+        for agent_id, slot in sorted(supervisor.slots.items()):
+            status = slot.runner.status()
+            rows.append(
+                {
+                    "agent_id": agent_id,
+                    "state": str(status.state),
+                    "pid": status.pid,
+                    "generation": status.generation,
+                    "restarts": status.restarts,
+                    "started_at": status.started_at,
+                    "last_exit": status.last_exit,
+                    "last_reason": status.last_reason,
+                    "sessions": sum(hub.count(agent_id) for hub in supervisor.hubs.values()),
+                    "fenced": slot.fenced,
+                }
+            )
+        for agent_id, reason in sorted(supervisor.unstarted.items()):
+            rows.append(
+                {
+                    "agent_id": agent_id,
+                    "state": str(AgentState.FAILED),
+                    "pid": None,
+                    "generation": None,
+                    "restarts": 0,
+                    "started_at": None,
+                    "last_exit": None,
+                    "last_reason": reason,
+                    "sessions": 0,
+                    "fenced": None,
+                }
+            )
+        return rows
+
+    # start / stop / restart hold the agent's lock (`agent_held`) and find its slot only
+    # then: a reconciliation in between has replaced or removed it, never half.
+    async def start(self, agent_id: str) -> dict[str, Any]:
+        async with self.supervisor.agent_held(agent_id):
+            slot = self._slot_for(agent_id)
+            if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
+                return {"agent_id": agent_id, "already": "running"}
+            await slot.runner.start()
+            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+
+    async def stop(self, agent_id: str) -> dict[str, Any]:
+        async with self.supervisor.agent_held(agent_id):
+            slot = self._slot_for(agent_id)
+            await slot.runner.stop()
+            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+
+    async def restart(self, agent_id: str) -> dict[str, Any]:
+        async with self.supervisor.agent_held(agent_id):
+            slot = self._slot_for(agent_id)
+            await slot.runner.restart()
+            status = slot.runner.status()
+            return {
+                "agent_id": agent_id,
+                "state": str(status.state),
+                "generation": status.generation,
+            }
+
+    async def logs(self, agent_id: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        from mcphost.supervisor.logs import follow as follow_log
+        from mcphost.supervisor.logs import tail
+
+        slot = self._slot_for(agent_id)
+        yield tail(slot.home.logs, lines)
+        if slot.plan.runner == "tmux":  # a pane: its screen, captured now
+            from mcphost.supervisor.tmuxrunner import TmuxRunner
+
+            if isinstance(slot.runner, TmuxRunner):
+                yield await slot.runner.live_screen(lines)
+        if follow:
+            async for chunk in follow_log(slot.home.logs):
+                yield chunk
+
+    def exec(self, agent_id: str, argv: list[str], fds: list[int]) -> Execution:
+        """Run `argv` as `agent_id` (`ctl exec`): the agent's env, workspace and user, its own
+        process group, `fds` as 0/1/2; an identity root at the agent's current generation until
+        it exits, ended when the agent gets a new generation or stops. Synchronous: the root is
+        registered before the command can attach."""
+        from mcphost.supervisor import execs
+        from mcphost.supervisor.kernel import resolve_user
+
+        slot = self._slot_for(agent_id)
+        status = slot.runner.status()
+        supervisor = self.supervisor
+        if supervisor.stopping.is_set():
+            raise ControlError.row(R.STOPPING)
+        if status.state != AgentState.RUNNING or status.pid is None or status.generation is None:
+            raise ControlError.row(
+                R.NOT_RUNNING,
+                {"agent": agent_id, "state": str(status.state)},
+                agent=agent_id,
+                state=status.state,
+            )
+        assert supervisor.reaper is not None and supervisor.records is not None
+        execution = execs.spawn(
+            argv,
+            fds,
+            cwd=slot.workspace.cwd,
+            env=agent_env(supervisor.env, slot.plan, slot.home),
+            creds=resolve_user(slot.plan.user),
+            reaper=supervisor.reaper,
+            agent_id=agent_id,
+            generation=status.generation,
+            grace=slot.plan.stop_grace,
+        )
+        supervisor.identities.add(agent_id, execution.root, status.generation)
+        supervisor.records.started(execution.pid, execution.starttime, agent_id, "exec")
+        self.execs[execution.pid] = execution
+        execution.exit.add_done_callback(lambda _: self._exec_exited(execution))
+        return execution
+
+    def _exec_exited(self, execution: Execution) -> None:
+        self.execs.pop(execution.pid, None)
+        self.supervisor.identities.discard(execution.agent_id, execution.root, execution.generation)
+
+    def end_execs(self, agent_id: str, below: int | None) -> None:
+        """End the agent's exec'd commands of a generation below `below` (None: all of them)."""
+        for execution in list(self.execs.values()):
+            if execution.agent_id == agent_id and (below is None or execution.generation < below):
+                execution.end()
+
+
+def reload_failed(exc: ControlError, trigger: str) -> None:
+    """The event of a reload that applied nothing (`trigger`: "sighup" or "ctl")."""
+    events.emit(
+        "supervisor.reload_failed",
+        level="error",
+        trigger=trigger,
+        code=exc.code,
+        message=exc.message,
+        details=exc.details,
+    )

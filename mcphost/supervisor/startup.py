@@ -1,0 +1,99 @@
+"""The supervisor's start-up before it serves anything: the token, then its state directory.
+
+Owns, in this order (`Supervisor.run` calls them before anything else under `<state>`): the link
+to the center with the token read from the fleet's `token_file` (`open_link`: a bad token file
+is exit 2, one line); the state directory's lock (`control.server.take_lock` on
+`<state>/control.sock.lock`, creating `<state>` 0700 if it is missing and touching nothing else:
+another supervisor holding it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its
+pid); only then the modes of `<state>`, `run/` and `agents/` (`claim_state`). The processes a
+crashed supervisor left are ended next, before anything is spawned (records.py).
+
+Must never: change anything under a state directory whose lock another supervisor holds (modes,
+files, processes), follow a symlink for `<state>`, `run/` or `agents/`, or print more than one
+line for a refusal (cli.py's contract for every start-up refusal).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from mcphost import fsutil
+from mcphost.settings import SettingError
+from mcphost.supervisor.control.server import ControlInUse, take_lock
+
+if TYPE_CHECKING:
+    from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.fleet import Fleet
+
+# `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
+EXIT_STATE_IN_USE = 3
+
+
+class StartRefused(Exception):
+    """Start-up cannot go on: `line` for stderr, `status` to exit with."""
+
+    def __init__(self, status: int, line: str) -> None:
+        super().__init__(line)
+        self.status = status
+        self.line = line
+
+
+def open_link(fleet: Fleet) -> CenterLink:
+    """The link to the center with the token of the fleet's `token_file`; `StartRefused` (2)."""
+    from mcphost.binding import BindingError
+    from mcphost.supervisor.centerlink import CenterLink, read_token
+
+    try:
+        return CenterLink(fleet.center, *read_token(fleet.center.token_file))
+    except BindingError as exc:  # one line, like every start-up refusal (cli.py)
+        raise StartRefused(
+            2,
+            f"mcphost supervise: {fleet.path}: center.token_file {exc.problem}: "
+            f"expected {exc.expected}",
+        ) from None
+
+
+def claim_state(state_dir: str, fleet: Fleet) -> int:
+    """Take the state directory's lock, then set its modes; the lock's descriptor (held until
+    closed). `StartRefused` (`EXIT_STATE_IN_USE`, or 2 for a directory that is not ours)."""
+    lock_fd: int | None = None
+    try:
+        # The lock before anything else under <state>: a second supervisor must change
+        # nothing (modes, files, processes) of the one that runs there.
+        own_dir(state_dir)
+        lock_fd = take_lock(os.path.join(state_dir, "control.sock"))
+        prepare_state_dir(state_dir, fleet)
+    except (SettingError, ControlInUse) as exc:
+        in_use = isinstance(exc, ControlInUse)
+        problem = exc.message if isinstance(exc, ControlInUse) else str(exc)
+        if lock_fd is not None:
+            os.close(lock_fd)
+        raise StartRefused(
+            EXIT_STATE_IN_USE if in_use else 2,
+            f"mcphost supervise: {state_dir}: {problem}" + (" (control_in_use)" if in_use else ""),
+        ) from None
+    return lock_fd
+
+
+def own_dir(directory: str) -> None:
+    """Create `directory` (0700) if missing; refuse it unless it is a directory of ours."""
+    try:
+        fsutil.private_dir(directory, parents=True, mode=None)
+    except fsutil.NotPrivate:
+        raise SettingError(
+            directory,
+            None,
+            "a directory owned by the supervisor's user",
+            problem="is a symlink, not a directory, or someone else's",
+        ) from None
+
+
+def prepare_state_dir(state_dir: str, fleet: Fleet) -> None:
+    """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
+    as another user must pass through to reach their home and the attach sockets). Only
+    once the state lock is held: the modes are the running supervisor's to set."""
+    shared = any(plan.user for plan in fleet.agents)
+    for directory in (state_dir, os.path.join(state_dir, "run"), os.path.join(state_dir, "agents")):
+        own_dir(directory)
+        os.chmod(directory, 0o711 if shared else 0o700)
