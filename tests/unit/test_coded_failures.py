@@ -11,9 +11,9 @@ from mcphost.relaytools.errors import ClaimConflict
 from mcphost.relaytools.errors import ToolFailure as RelayToolFailure
 from mcphost.relaytools.layout import ConfigError
 from mcphost.settings import SettingError
-from mcphost.supervisor.control import ControlError
+from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.homes import HomeError
-from mcphost.supervisor.sessions import Refused
+from mcphost.supervisor.refusals import Refused
 
 
 def test_every_coded_failure_shares_the_base_and_keeps_its_wire() -> None:
