@@ -112,6 +112,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mcphost.agentmux.operations import RawwRequest, SendRequest
 from mcphost.agentmux.wire import (
     SCHEMA_VERSION,
     SOCKET_TRUST,
@@ -149,7 +150,6 @@ from mcphost.relay.requester import (
     _cross_relay,
     _fail_stopped,
     _not_implemented,
-    _opt_bool,
     _opt_int,
     _opt_str,
     _session_type,
@@ -464,22 +464,8 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _send(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        message = body.get("message")
-        if not isinstance(message, str) or not message.strip():
-            raise _bad("message must be non-empty")
-        raw_targets = body.get("targets") or []
-        if not isinstance(raw_targets, list):
-            raise _bad("targets must be an array of strings", {"field": "targets"})
-        broadcast = _opt_bool(body, "broadcast", False)
-        client_request_id = _opt_str(body, "request_id")
-        if broadcast and raw_targets:
-            raise RelayError(
-                "validation_conflicting_targets", "targets must be empty when broadcast=true"
-            )
-        if not broadcast and not raw_targets:
-            raise RelayError(
-                "validation_empty_targets", "provide at least one target or set broadcast=true"
-            )
+        send = SendRequest.read(body)
+        message, broadcast, client_request_id = send.message, send.broadcast, send.request_id
         if broadcast and principal.kind != "session":
             raise _bad("broadcast requires a bundle-bound sender")
 
@@ -499,7 +485,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         else:
             users = load_users(self.roots)
             seen: set[str] = set()
-            for raw in raw_targets:
+            for raw in send.targets:
                 target = self._target(raw, operation="send", users=users)
                 if target.principal.id in seen:
                     continue
@@ -600,20 +586,9 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _raww(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        raw_target = body.get("target_session")
-        if not isinstance(raw_target, str) or not raw_target.strip():
-            raise RelayError("validation_unknown_target", "target_session must be non-empty")
-        text = body.get("text")
-        if not isinstance(text, str):
-            raise RelayError(
-                "validation_invalid_params", "text must be a string", {"field": "text"}
-            )
-        try:
-            tm.check_raw_text(text)
-        except tm.RawTextTooLarge as exc:
-            raise RelayError(exc.code, exc.message, exc.details) from None
-        no_enter = _opt_bool(body, "no_enter", False)
-        client_request_id = _opt_str(body, "request_id")
+        raww = RawwRequest.read(body)
+        raw_target, text, no_enter = raww.target_session, raww.raw_text, raww.no_enter
+        client_request_id = raww.request_id
         target = self._target(raw_target, operation="raww")
         assert target.bundle is not None and target.session is not None
         self._check_transport(target.bundle, target.session, "raww")

@@ -79,10 +79,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcphost.agentmux.wire import RAWW_MAX_BYTES, raww_text_too_large
+
 TMUX_SOCKET = "tmux.sock"
 SUN_PATH_MAX = 107  # bytes of a Unix socket path, without the terminating NUL
 OWNED_OPTION = "@agentmux_owned"
-RAWW_MAX_BYTES = 32 * 1024
 DEFAULT_LOOK_LINES = 120
 MAX_LOOK_LINES = 1000
 READY = "ready"
@@ -129,11 +130,8 @@ class RawTextTooLarge(TmuxError):
     """raww text over 32 KiB of UTF-8: the relay's `validation_invalid_params`."""
 
     def __init__(self, size: int) -> None:
-        super().__init__(
-            "validation_invalid_params",
-            f"text must be at most {RAWW_MAX_BYTES} bytes of UTF-8 (got {size})",
-            {"max_bytes": RAWW_MAX_BYTES, "bytes": size},
-        )
+        err = raww_text_too_large(size)
+        super().__init__(err.code, err.message, err.details)
 
 
 @dataclass(frozen=True, slots=True)

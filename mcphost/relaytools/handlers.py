@@ -1,7 +1,7 @@
 """Per-tool relay work: validated request -> relay request frame(s) -> MCP payload.
 
 Owns: the relay request bodies (exact field names; `null` where upstream sends null, omitted where
-it omits), which `namespace` each frame carries, the expected response `kind` per operation, the
+it omits; `send` and `raww` are `mcphost.agentmux.operations` models, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
 pass-through of success payloads (only the `kind` tag is dropped), the `list principals`
 algorithm (fan-out, the appended GLOBAL view, the synthesized down bundles), and the
 `mcp.tool.<name>.<phase>` inscriptions around every relay call.
@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from mcphost.agentmux.operations import RawwRequest, SendRequest
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import (
     UNAVAILABLE_KINDS,
@@ -206,7 +207,7 @@ class Handlers:
 
     # -- plain tools ------------------------------------------------------------------------
 
-    async def send(self, req: V.Send) -> dict[str, Any]:
+    async def send(self, req: SendRequest) -> dict[str, Any]:
         targets = [V.qualify_target(t.strip(), self.bundle) for t in req.targets]
         event = "mcp.tool.send"
         self.inscribe(
@@ -217,15 +218,8 @@ class Handlers:
             broadcast=req.broadcast,
             message_length=len(req.message),
         )
-        body = {
-            "operation": "send",
-            "request_id": req.request_id,
-            "requester_session": self.session,
-            "message": req.message,
-            "targets": targets,
-            "broadcast": req.broadcast,
-        }
-        payload = await self._call(event, body, "send")
+        body = req.model_copy(update={"requester_session": self.session, "targets": targets})
+        payload = await self._call(event, body.wire(), "send")
         results = payload.get("results")
         self.inscribe(
             f"{event}.success", result_count=len(results) if isinstance(results, list) else 0
@@ -261,25 +255,18 @@ class Handlers:
         )
         return payload
 
-    async def raww(self, req: V.Raww) -> dict[str, Any]:
+    async def raww(self, req: RawwRequest) -> dict[str, Any]:
         event = "mcp.tool.raww"
         self.inscribe(
             f"{event}.request",
             namespace=self.bundle,
             request_id=req.request_id,
             target_session=req.target_session,
-            text_length=len(req.text),
+            text_length=len(req.raw_text),
             no_enter=req.no_enter,
         )
-        body = {
-            "operation": "raww",
-            "request_id": req.request_id,
-            "requester_session": self.session,
-            "target_session": req.target_session,
-            "text": req.text,
-            "no_enter": req.no_enter,
-        }
-        payload = await self._call(event, body, "raww")
+        body = req.model_copy(update={"requester_session": self.session})
+        payload = await self._call(event, body.wire(), "raww")
         self._succeeded(
             event, payload, ("status", "target_session", "transport"), namespace=self.bundle
         )

@@ -1,7 +1,9 @@
 """Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
 
 Owns: the upstream validation order for every tool (size bounds -> unknown fields -> JSON
-types -> per-tool rules), the exact codes, messages and details, the meta-tool `args` parsing
+types -> per-tool rules), the exact codes, messages and details (for `send` and `raww` the
+per-tool rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
+same bodies with, so they are written once), the meta-tool `args` parsing
 rules, the `new`/`change` destination mapping, and `send` target qualification.
 
 Size bounds come first (`mcphost.argbounds`, shared with the center-tools host): an arguments
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
 
+from mcphost.agentmux.operations import RawwRequest, SendRequest, WireRequest
+from mcphost.agentmux.wire import RelayError, json_type
 from mcphost.argbounds import Oversize, oversize, report_names
 from mcphost.names import is_bundle_name
 from mcphost.relaytools import params as P
@@ -36,6 +40,7 @@ from mcphost.relaytools.errors import (
 )
 
 R = TypeVar("R")
+W = TypeVar("W", bound=WireRequest)
 
 # -- typed requests --------------------------------------------------------------------------
 
@@ -51,26 +56,10 @@ class ListDecisions:
 
 
 @dataclass(frozen=True, slots=True)
-class Send:
-    message: str
-    targets: tuple[str, ...]
-    broadcast: bool
-    request_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class Look:
     target_session: str
     lines: int | None
     offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Raww:
-    target_session: str
-    text: str
-    no_enter: bool
-    request_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,22 +134,6 @@ def unknown(context: str, extra: list[str]) -> ToolFailure:
         message += f" and {omitted} more"
         details["omitted_fields"] = omitted
     return invalid_params(message, details)
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 _EXPECTED = {
@@ -292,30 +265,19 @@ def validate_help(arguments: Mapping[str, Any]) -> Help:
     return Help(query.strip() if isinstance(query, str) else "")
 
 
+def wire_request(model: type[W], fields: Mapping[str, Any]) -> W:
+    """Checked tool arguments as the operation's wire body, by agentmux's one reader (its rules,
+    codes and messages are the relay's too); a refusal is carried as a ToolFailure unchanged."""
+    try:
+        return model.read(fields)
+    except RelayError as err:
+        raise ToolFailure(err.code, err.message, err.details) from None
+
+
 @bounded("send")
-def validate_send(arguments: Mapping[str, Any]) -> Send:
+def validate_send(arguments: Mapping[str, Any]) -> SendRequest:
     check_fields(arguments, "send")
-    message = arguments.get("message")
-    if _blank(message):
-        raise ToolFailure("validation_invalid_arguments", "message must be non-empty")
-    targets = tuple(arguments.get("targets") or ())
-    broadcast = bool(arguments.get("broadcast") or False)
-    if broadcast and targets:
-        raise ToolFailure(
-            "validation_conflicting_targets", "targets must be empty when broadcast=true"
-        )
-    if not broadcast and not targets:
-        raise ToolFailure(
-            "validation_empty_targets", "provide at least one target or set broadcast=true"
-        )
-    for target in targets:
-        if not target.strip():
-            raise ToolFailure(
-                "validation_unknown_target", "each target must be non-empty", {"target": target}
-            )
-    request_id = arguments.get("request_id")
-    assert isinstance(message, str)
-    return Send(message, targets, broadcast, request_id)
+    return wire_request(SendRequest, arguments)
 
 
 def _target(arguments: Mapping[str, Any]) -> str:
@@ -346,13 +308,13 @@ def validate_look(arguments: Mapping[str, Any]) -> Look:
 
 
 @bounded("raww")
-def validate_raww(arguments: Mapping[str, Any]) -> Raww:
+def validate_raww(arguments: Mapping[str, Any]) -> RawwRequest:
     check_fields(arguments, "raww")
-    target = _target(arguments)
-    text = arguments.get("text")
-    if not isinstance(text, str):
-        raise invalid_params("text is required", {"field": "text"})
-    return Raww(target, text, bool(arguments.get("no_enter") or False), arguments.get("request_id"))
+    target = arguments.get("target_session")
+    fields = dict(arguments)
+    if isinstance(target, str):
+        fields["target_session"] = target.strip()
+    return wire_request(RawwRequest, fields)
 
 
 @bounded("choose")

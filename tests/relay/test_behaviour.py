@@ -32,6 +32,8 @@ from mcphost.relay import admission
 from mcphost.relay.behaviour import BundleHost, RelayBehaviour
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
+from mcphost.relaytools import validation as V
+from mcphost.relaytools.errors import ToolFailure
 from mcphost.relaytools.stream import RelayStream
 from tests.relay.realrelay import TmuxHost, config_tree
 
@@ -256,6 +258,42 @@ async def test_send_validation_comes_before_authorization(world: World) -> None:
         err = await world.refused("bravo@party", "send", requester_session="bravo", **body)
         assert err.code == code, (body, err)
     assert not world.relay.outcomes
+
+
+async def test_send_and_raww_bodies_are_refused_as_the_relay_tools_refuse_them(
+    world: World,
+) -> None:
+    """One reader of a send/raww body (agentmux.operations) on both ends: a flawed body gets
+    the same code, message and details from the relay as from the relay tools, and the relay
+    ignores unknown fields (reference §2.4)."""
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("send", {"message": "x", "targets": ["bravo@party", " "]}),
+        ("send", {"message": "x", "targets": "bravo@party"}),
+        ("send", {"message": 5, "targets": ["bravo@party"]}),
+        ("send", {"message": "x", "targets": ["bravo@party", 3]}),
+        ("send", {"message": "x", "targets": ["bravo@party"], "broadcast": "yes"}),
+        ("send", {"message": "x", "targets": ["bravo@party"], "request_id": 9}),
+        ("raww", {"target_session": "  "}),
+        ("raww", {"target_session": "bravo@party"}),
+        ("raww", {"target_session": "bravo@party", "text": 7}),
+        ("raww", {"target_session": "bravo@party", "text": "x", "no_enter": 1}),
+        ("raww", {"target_session": "bravo@party", "text": "é" * (16 * 1024) + "x"}),
+    ]
+    for operation, body in cases:
+        tool = V.validate_send if operation == "send" else V.validate_raww
+        with pytest.raises(ToolFailure) as caught:
+            tool(body)
+        err = await world.refused("alpha@party", operation, **body)
+        assert (err.code, err.message, err.details) == (
+            caught.value.code,
+            caught.value.message,
+            caught.value.details,
+        ), (operation, body)
+    assert not world.relay.outcomes
+    response = await world.call(
+        "alpha@party", "raww", target_session="bravo@party", text="x", future_field={"a": [1]}
+    )
+    assert response["status"] == "queued"
 
 
 # -- raww and look ----------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""Typed request bodies of the relay wire, one model per operation (reference §2.4-§2.6).
+
+Owns: the field names, defaults, constants (`RAWW_MAX_BYTES` is `wire`'s, which tmux.py shares) and request rules of the
+operations both ends speak, and the ONE reader of such a body (`<Model>.read(body)`), with the
+codes and messages of its refusals. The relay tools build with it (`relaytools/validation.py`
+reads the checked tool arguments through `read`; `handlers.py` sends `wire()`), the relay parses
+with it (`relay/behaviour.py` reads `request.body` through `read`): a body is validated once,
+by one set of rules, whichever end meets the flaw first.
+
+Reading a body:
+- unknown fields are dropped, as the wire says (§2.4; the relay tools refused them already
+  against the tool's own schema, with its own message), and null reads as absent (§7);
+- the rest is validated strictly (no coercion: "1" is not a number, 1 is not a boolean); a field
+  of the wrong JSON type is `validation_invalid_params` "invalid type for <field>: expected <a
+  string>, got <number>", details `{field, expected, got}` (the relay tools' own wording);
+- then the operation's rules, in agentmux's order, each with its own code (see the models).
+
+Every refusal is a `RelayError`; the relay tools carry it as a `ToolFailure` unchanged.
+
+Must never: do I/O, consult the configuration or the requester (who may send what is the
+relay's decision, made after this), or import `mcphost.relay` / `mcphost.relaytools`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from mcphost.agentmux.wire import RAWW_MAX_BYTES, RelayError, json_type, raww_text_too_large
+
+# a pydantic error type -> what the field expected, in the relay tools' words
+_EXPECTED = {
+    "string_type": "a string",
+    "bool_type": "a boolean",
+    "int_type": "a non-negative integer",
+    "list_type": "an array of strings",
+    "dict_type": "a JSON object",
+    "literal_error": "the operation's name",
+}
+
+
+def _type_error(exc: ValidationError, data: Mapping[str, Any]) -> RelayError:
+    first = exc.errors()[0]
+    loc = first["loc"]
+    name = str(loc[0]) if loc else "request"
+    if len(loc) > 1:  # an item of an array
+        expected, got = "an array of strings", "an array with a non-string item"
+    else:
+        expected = _EXPECTED.get(first["type"], "a value")
+        got = json_type(data.get(name))
+    return RelayError(
+        "validation_invalid_params",
+        f"invalid type for {name}: expected {expected}, got {got}",
+        {"field": name, "expected": expected, "got": got},
+    )
+
+
+class WireRequest(BaseModel):
+    """The fields every request body may carry; subclasses add the operation's own."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    operation: str
+    request_id: str | None = None
+    requester_session: str | None = None
+
+    OPERATION: ClassVar[str]
+
+    @classmethod
+    def read(cls, body: Mapping[str, Any]) -> Self:
+        """The typed body: unknown fields and nulls dropped, the rest strictly validated, then
+        the operation's rules. Raises RelayError."""
+        data = {k: v for k, v in body.items() if k in cls.model_fields and v is not None}
+        data.setdefault("operation", cls.OPERATION)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _type_error(exc, data) from None
+
+    def wire(self) -> dict[str, Any]:
+        """The body as sent: every field, in declaration order (`request_id` null when absent,
+        as the relay tools have always sent it)."""
+        return self.model_dump()
+
+
+class SendRequest(WireRequest):
+    """`send` (§1.5): refusals in order `validation_invalid_arguments` (blank message),
+    `validation_conflicting_targets`, `validation_empty_targets`, `validation_unknown_target`
+    (a blank target). Targets are sent as given: qualifying bare names is the tools' job,
+    resolving them the relay's."""
+
+    OPERATION: ClassVar[str] = "send"
+    operation: Literal["send"] = "send"
+    message: str = ""
+    targets: list[str] = []
+    broadcast: bool = False
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if not self.message.strip():
+            raise RelayError("validation_invalid_arguments", "message must be non-empty")
+        if self.broadcast and self.targets:
+            raise RelayError(
+                "validation_conflicting_targets", "targets must be empty when broadcast=true"
+            )
+        if not self.broadcast and not self.targets:
+            raise RelayError(
+                "validation_empty_targets", "provide at least one target or set broadcast=true"
+            )
+        for target in self.targets:
+            if not target.strip():
+                raise RelayError(
+                    "validation_unknown_target",
+                    "each target must be non-empty",
+                    {"target": target},
+                )
+        return self
+
+
+class RawwRequest(WireRequest):
+    """`raww` (§1.7): `validation_unknown_target` (blank target_session), then
+    `validation_invalid_params` (no text; text over `RAWW_MAX_BYTES` of UTF-8)."""
+
+    OPERATION: ClassVar[str] = "raww"
+    operation: Literal["raww"] = "raww"
+    target_session: str = ""
+    text: str | None = None
+    no_enter: bool = False
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if not self.target_session.strip():
+            raise RelayError("validation_unknown_target", "target_session must be non-empty")
+        if self.text is None:
+            raise RelayError("validation_invalid_params", "text is required", {"field": "text"})
+        size = len(self.text.encode("utf-8", "surrogatepass"))
+        if size > RAWW_MAX_BYTES:
+            raise raww_text_too_large(size)
+        return self
+
+    @property
+    def raw_text(self) -> str:
+        assert self.text is not None  # _rules refused a body without one
+        return self.text
