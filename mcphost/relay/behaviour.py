@@ -29,7 +29,7 @@ Operations and what each answers:
   coder's readiness gate (coders.toml `prompt-regex` etc.), takes the contiguous envelopes that
   fit one batch (envelope.take_batch) and pastes them bracketed, then a separate "\\r". The
   response is `queued` at once. A `@GLOBAL` target gets an `incoming_message` event on its live
-  connections (through the `send_event` hook) instead. Explicit targets of an unsupported
+  connections (`connections.send_event`) instead. Explicit targets of an unsupported
   transport (acp, pty, ui, pubsub members) fail the request with
   `runtime_session_type_not_implemented` before anything is queued; in a broadcast such a member
   gets a result with outcome `not_submitted` and that reason code. Every envelope is text,
@@ -51,8 +51,8 @@ Operations and what each answers:
   `response` (the PSK in this response only), `config` (a session principal's `identity.psk`
   under the state root; `validation_config_destination_unsupported` for other types), `path`
   (absolute, checked before the store changes, written without following a symlink).
-  `change_psk` and `drop_peer` then revoke the principal's live connections through the
-  `revoke` hook (`runtime_identity_revoked`), except when the requester rotates its own.
+  `change_psk` and `drop_peer` then revoke the principal's live connections
+  (`connections.revoke`: `runtime_identity_revoked`), except when the requester rotates its own.
   Capabilities `new.peer`, `change.psk`, `drop.peer`.
 - `choices_list` -> empty `pending_requests`; `choices_pick` -> `runtime_choices_request_not_found`:
   this relay hosts no ACP sessions, so there is never a pending choice. Capability `choose`.
@@ -71,8 +71,8 @@ message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also g
 send or raww but `delivered`, the terminal-outcome receipt: an envelope from `relay@RELAY`
 (envelope.receipt_body) queued to its own pane, best-effort (dropped when the sender is not
 running or the receipts' queue bound is full; never a receipt for a receipt), each one a
-`relay.delivery.receipt` record. Revocation goes through the server's
-`revoke`, which closes every live connection of the principal (a socket-trust one too).
+`relay.delivery.receipt` record. Revocation goes through the shared
+registry's `revoke`, which closes every live connection of the principal (a socket-trust one too).
 
 Order (§3.2): request validation, then existence (bundle, member, target), then authorization
 (`policy.authorize` with the requester's member policy), then the action. The requester is
@@ -107,7 +107,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,9 +135,10 @@ from mcphost.relay.bundles import (
     load_users,
     require_bundle,
 )
+from mcphost.relay.connections import Connections
 from mcphost.relay.credentials import Credentials
 from mcphost.relay.delivery import Delivery, _Item, _Worker
-from mcphost.relay.hosting import BundleHost, MemberHealth, Revoke, SendEvent, SocketTrust
+from mcphost.relay.hosting import BundleHost, MemberHealth, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
 from mcphost.relay.policy import authorize, load_policies, member_policy
 from mcphost.relay.principals import (
@@ -176,11 +177,12 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
     """The relay's operations over the configuration, the principal store and a `BundleHost`.
 
     `socket_trust` decides whether the kernel vouches for a socket-trust hello (None: refuse
-    every socket-trust hello). `revoke(principal_id, code, message)` tears down a principal's
-    live connections (`RelayServer.revoke`); `send_event(principal_id, frame)` queues an event
-    (`RelayServer.send_event`); `live_principals()` lists the principal ids with a live
-    connection (for the GLOBAL view). Hooks may be set after construction (the server is
-    built with this object's methods). `quiet_ms` is the readiness gate's quiet window.
+    every socket-trust hello). `connections` is the relay's live connections (connections.py):
+    revocation tears a principal's down, `@GLOBAL` deliveries and outcomes are events on them,
+    and the GLOBAL view lists who is connected. One registry is shared with the server, so
+    neither is patched after construction: by default the behaviour builds it (with its
+    inscriptions) and the server is handed `registry=behaviour.connections`.
+    `quiet_ms` is the readiness gate's quiet window.
     """
 
     def __init__(
@@ -190,9 +192,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         host: BundleHost,
         *,
         socket_trust: SocketTrust | None = None,
-        revoke: Revoke | None = None,
-        send_event: SendEvent | None = None,
-        live_principals: Callable[[], Iterable[str]] | None = None,
+        connections: Connections | None = None,
         quiet_ms: int = DEFAULT_QUIET_MS,
         poll_ms: int = 50,
         environ: dict[str, str] | None = None,
@@ -202,9 +202,6 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self.state_root = Path(state_root).absolute()
         self.host = host
         self.socket_trust = socket_trust
-        self.revoke = revoke
-        self.send_event = send_event
-        self.live_principals = live_principals
         self.quiet_ms = quiet_ms
         self.poll_ms = poll_ms
         self._environ = environ
@@ -212,6 +209,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self.inscribe = RelayInscriptions(
             inscriptions if inscriptions is not None else inscriptions_root(self.state_root)
         )
+        self.connections = connections if connections is not None else Connections(self.inscribe)
         self._admin = asyncio.Lock()
         self._workers: dict[tuple[str, str], _Worker] = {}
         self.queue_bounds = admission.Ledger()

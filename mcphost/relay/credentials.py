@@ -11,7 +11,7 @@ Must never: log, store or return a PSK except in a `response`-destination answer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,8 @@ from mcphost.agentmux.wire import (
     Request,
     parse_principal,
 )
-from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.connections import Connections
+from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.policy import authorize
 from mcphost.relay.principals import (
@@ -55,9 +56,7 @@ class Credentials:
     state_root: Path
     host: BundleHost
     inscribe: RelayInscriptions
-    send_event: SendEvent | None
-    revoke: Revoke | None
-    live_principals: Callable[[], Iterable[str]] | None
+    connections: Connections
     store: PrincipalStore
     _admin: asyncio.Lock
 
@@ -190,9 +189,9 @@ class Credentials:
         async with self._admin:
             psk = self.store.rotate(principal_id, deliver=self._deliverer(dest, principal_id, path))
         revoked = 0
-        if principal_id != principal.id and self.revoke is not None:
-            revoked = int(
-                self.revoke(principal_id, "runtime_identity_revoked", REVOKED_MESSAGE) or 0
+        if principal_id != principal.id:
+            revoked = self.connections.revoke(
+                principal_id, "runtime_identity_revoked", REVOKED_MESSAGE
             )
         self.inscribe(
             "relay.identity.psk_rotated",
@@ -222,8 +221,7 @@ class Credentials:
             record: StoredPrincipal | None = self.store.get(principal_id)
             if record is None or not self.store.drop(principal_id):
                 raise unknown_principal(principal_id)
-        if self.revoke is not None:
-            self.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
+        self.connections.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
         self.inscribe(
             "relay.identity.principal_dropped",
             requester_session=principal.id,

@@ -19,7 +19,6 @@ import itertools
 import traceback
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +39,8 @@ from mcphost.relay.bundles import (
     TmuxCoder,
     require_bundle,
 )
-from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.connections import Connections
+from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.requester import _Target, _unavailable
 
@@ -83,9 +83,7 @@ class Delivery:
     state_root: Path
     host: BundleHost
     inscribe: RelayInscriptions
-    send_event: SendEvent | None
-    revoke: Revoke | None
-    live_principals: Callable[[], Iterable[str]] | None
+    connections: Connections
     quiet_ms: int
     poll_ms: int
     queue_bounds: admission.Ledger
@@ -101,12 +99,10 @@ class Delivery:
 
     def _deliver_event(self, item: _Item, body: str) -> None:
         """A `@GLOBAL` recipient: an `incoming_message` event on its live connections."""
-        sent = 0
-        if self.send_event is not None:
-            payload = {"message_id": item.message_id, "sender_session": item.sender, "body": body}
-            sent = self.send_event(
-                item.target, wire.event("incoming_message", item.target, payload)
-            )
+        payload = {"message_id": item.message_id, "sender_session": item.sender, "body": body}
+        sent = self.connections.send_event(
+            item.target, wire.event("incoming_message", item.target, payload)
+        )
         if sent:
             self._record(item.message_id, item.sender, item.target, "delivered", None)
         else:
@@ -305,7 +301,7 @@ class Delivery:
             outcome=outcome,
             reason_code=reason_code,
         )
-        if self.send_event is not None and sender.endswith("@" + GLOBAL):
+        if sender.endswith("@" + GLOBAL):
             payload: dict[str, Any] = {
                 "message_id": message_id,
                 "phase": "failed" if outcome == "timeout" else outcome,
@@ -316,7 +312,7 @@ class Delivery:
             if reason is not None:
                 payload["reason"] = reason
             with contextlib.suppress(Exception):
-                self.send_event(sender, wire.event("delivery_outcome", sender, payload))
+                self.connections.send_event(sender, wire.event("delivery_outcome", sender, payload))
 
     async def drain(self) -> None:
         """Wait until every queued delivery has an outcome (tests and shutdown)."""

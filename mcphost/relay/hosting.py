@@ -1,7 +1,7 @@
 """What the relay asks of its host: `BundleHost` (implemented by the supervisor) and `MemberHealth`.
 
-Owns: the hosting contract and the hook types the relay is wired with (`SocketTrust`, `Revoke`,
-`SendEvent`). The relay never starts or stops a process itself; `up` / `down` ask the host.
+Owns: the hosting contract and the hook type the relay is wired with (`SocketTrust`; the live
+connections are `connections.Connections`, shared with the server). The relay never starts or stops a process itself; `up` / `down` ask the host.
 
 Must never: import `mcphost.supervisor` (the supervisor implements this) or do I/O.
 """
@@ -63,5 +63,3 @@ class BundleHost(Protocol):
 
 
 SocketTrust = Callable[[str, PeerCred | None], bool]
-Revoke = Callable[[str, str, str], int]
-SendEvent = Callable[[str, dict[str, Any]], int]

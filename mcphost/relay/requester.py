@@ -12,7 +12,6 @@ Must never: authorize (that is `policy.authorize`, called by the operations), or
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,8 @@ from mcphost.relay.bundles import (
     load_users,
     require_bundle,
 )
-from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.connections import Connections
+from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.policy import Policy, load_policies, member_policy
 
@@ -151,9 +151,7 @@ class Resolution:
     state_root: Path
     host: BundleHost
     inscribe: RelayInscriptions
-    send_event: SendEvent | None
-    revoke: Revoke | None
-    live_principals: Callable[[], Iterable[str]] | None
+    connections: Connections
 
     def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:
         """The connection's principal with its policy; a `requester_session` naming anyone
@@ -255,7 +253,7 @@ class Resolution:
         return _Target(target, bundle, session, session.name)
 
     def _live(self) -> set[str]:
-        return set(self.live_principals()) if self.live_principals is not None else set()
+        return set(self.connections.live_principals())
 
     def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
         """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and

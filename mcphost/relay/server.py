@@ -2,8 +2,9 @@
 
 Owns: the listening socket at `path` (its parent must exist, be a directory owned by this user and
 writable by no one else; mode 0600 set before the socket listens; a stale socket file is replaced
-only when nothing listens on it, anything else there is refused: `mcphost.unixsock`), the live
-connections (one asyncio task each, plus one writer task each), the identity claim registry and the
+only when nothing listens on it, anything else there is refused: `mcphost.unixsock`), serving the
+connections (one asyncio task each, plus one writer task each; who they are and their identity
+claims are `registry`, a `connections.Connections` shared with the behaviour) and the
 connection cap. Per connection (§2.1, §2.2):
 1. over `max_connections` live connections: one `runtime_connection_limit_reached` error frame,
    then close;
@@ -34,9 +35,8 @@ is written), at most `EVENT_BACKLOG` queued events (more are dropped: events are
 and the transport's write buffer (drained before each next frame). At the 512-connection cap
 that is a few GiB only if every client sends megabyte lines; real frames are small.
 
-`revoke(principal_id, code, message)` writes that error frame to the principal's live
-connections and closes them (PSK rotation, §3.3); `send_event` queues an event frame for a
-principal's connections; `live_principals` lists who is connected; `aclose` stops listening,
+`revoke`, `send_event`, `live_principals`, `connections` and `claimed` are the registry's
+(connections.py); `aclose` stops listening,
 closes every connection and unlinks the socket (only if it is still the file this server bound).
 `inscribe` (inscriptions.py; default: the event log only) takes the connection records of §5:
 `relay.stream.stale_claim_reclaimed`, `relay.connection.write_timeout`,
@@ -59,7 +59,6 @@ import os
 import socket
 import stat
 import traceback
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -67,13 +66,13 @@ from mcphost import events, unixsock
 from mcphost.agentmux import wire
 from mcphost.agentmux.wire import Hello, Principal, RelayError, Request
 from mcphost.peer import PeerCred, peer_credentials
+from mcphost.relay.connections import Conn, Connections
 from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
 
 Authenticate = Callable[[Hello, PeerCred | None], Principal]
 Handle = Callable[[Principal, Request], Awaitable[dict[str, Any]]]
 
 BACKLOG = 128
-EVENT_BACKLOG = 64
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 1 << 20
 
@@ -86,60 +85,6 @@ UNEXPECTED_MESSAGE = "the relay failed unexpectedly; its event log has the detai
 class RelayBindError(Exception):
     """The relay socket cannot be bound: the path is in use, not a socket, or its directory
     is missing or not private to this user."""
-
-
-class _Conn:
-    """One client connection: its streams, its principal once hello'd, and its outbox."""
-
-    def __init__(self, cid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.id = cid
-        self.reader = reader
-        self.writer = writer
-        self.principal: Principal | None = None
-        # (bytes, a future resolved once written or None for an event, close after it)
-        self.outbox: deque[tuple[bytes, asyncio.Future[None] | None, bool]] = deque()
-        self.queued_events = 0
-        self.wake = asyncio.Event()
-        self.closing = False  # a last frame is queued, or teardown began: nothing more is sent
-        self.reading_done = asyncio.Event()
-        self.writer_task: asyncio.Task[None] | None = None
-
-    @property
-    def live(self) -> bool:
-        return not self.closing and not self.writer.is_closing()
-
-    def send(self, data: bytes) -> asyncio.Future[None]:
-        """Queue a frame; the future resolves once it is written (or the connection is gone)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.closing:
-            done.set_result(None)
-            return done
-        self.outbox.append((data, done, False))
-        self.wake.set()
-        return done
-
-    def send_event(self, data: bytes) -> bool:
-        if self.closing or self.queued_events >= EVENT_BACKLOG:
-            return False
-        self.queued_events += 1
-        self.outbox.append((data, None, False))
-        self.wake.set()
-        return True
-
-    def finish(self, data: bytes = b"") -> None:
-        """Write `data` (if any) after what is queued, then close. Idempotent."""
-        if self.closing:
-            return
-        self.closing = True
-        self.outbox.append((data, None, True))
-        self.wake.set()
-
-    def abort(self) -> None:
-        self.closing = True
-        transport = self.writer.transport
-        with contextlib.suppress(Exception):
-            transport.abort()
-        self.wake.set()
 
 
 class RelayServer:
@@ -155,9 +100,11 @@ class RelayServer:
         write_timeout: float = 5.0,
         max_connections: int = 512,
         inscribe: Inscribe | None = None,
+        registry: Connections | None = None,
     ) -> None:
         self.path = path
         self._inscribe: Inscribe = inscribe if inscribe is not None else RelayInscriptions(None)
+        self.registry = registry if registry is not None else Connections(self._inscribe)
         self._authenticate = authenticate
         self._handle = handle
         self.pre_hello_timeout = pre_hello_timeout
@@ -165,8 +112,6 @@ class RelayServer:
         self.max_connections = max_connections
         self._server: asyncio.AbstractServer | None = None
         self._listening: unixsock.Listening | None = None
-        self._conns: set[_Conn] = set()
-        self._claims: dict[str, _Conn] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self._closing = False
@@ -191,7 +136,7 @@ class RelayServer:
             self._server.close()
         if self._listening is not None:
             self._listening.unlink()  # only while it is still the socket file bound here
-        for conn in list(self._conns):
+        for conn in list(self.registry.conns):
             conn.abort()
         tasks = set(self._tasks)
         for task in tasks:
@@ -202,70 +147,21 @@ class RelayServer:
                 await asyncio.wait_for(self._server.wait_closed(), self.write_timeout)
             self._server = None
 
-    # -- the registry -----------------------------------------------------------------------
+    # -- the registry (connections.py) ----------------------------------------------------
     def connections(self, principal_id: str | None = None) -> int:
-        """Live connections (of `principal_id`, when given; hello'd or not when None)."""
-        return sum(
-            1
-            for c in self._conns
-            if c.live
-            and (
-                principal_id is None or (c.principal is not None and c.principal.id == principal_id)
-            )
-        )
+        return self.registry.count(principal_id)
 
     def live_principals(self) -> list[str]:
-        """The principal ids with a live hello'd connection, sorted (for `list` readiness)."""
-        return sorted({c.principal.id for c in self._conns if c.principal is not None and c.live})
+        return self.registry.live_principals()
 
     def claimed(self, principal_id: str) -> bool:
-        """Whether a live connection holds `principal_id`'s identity claim."""
-        owner = self._claims.get(principal_id)
-        return owner is not None and owner.live
+        return self.registry.claimed(principal_id)
 
     def revoke(self, principal_id: str, code: str, message: str) -> int:
-        """Write `{code, message}` as an error frame to the principal's live connections and
-        close them; how many. Their claim is released at once, so a reconnect is not refused."""
-        frame = wire.encode(wire.error_response(None, RelayError(code, message)))
-        hit = [c for c in self._conns if c.principal is not None and c.principal.id == principal_id]
-        count = 0
-        for conn in hit:
-            if self._claims.get(principal_id) is conn:
-                del self._claims[principal_id]
-            if conn.closing:
-                continue
-            conn.finish(frame)
-            count += 1
-            self._inscribe(
-                "relay.connection.identity_revoked_teardown",
-                connection_id=conn.id,
-                principal_id=principal_id,
-                code=code,
-            )
-        return count
+        return self.registry.revoke(principal_id, code, message)
 
     def send_event(self, principal_id: str, frame: dict[str, Any]) -> int:
-        """Queue an event frame (`wire.event(...)`) to the principal's live connections, best
-        effort: a connection with `EVENT_BACKLOG` events unwritten misses it. How many got it."""
-        try:
-            data = wire.encode(frame)
-        except ValueError:
-            events.emit("relay.event.unencodable", level="error", principal_id=principal_id)
-            return 0
-        count = 0
-        for conn in list(self._conns):
-            if conn.principal is None or conn.principal.id != principal_id or not conn.live:
-                continue
-            if conn.send_event(data):
-                count += 1
-            else:
-                events.emit(
-                    "relay.connection.event_dropped",
-                    level="warning",
-                    connection_id=conn.id,
-                    principal_id=principal_id,
-                )
-        return count
+        return self.registry.send_event(principal_id, frame)
 
     # -- one connection ---------------------------------------------------------------------
     def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -274,11 +170,11 @@ class RelayServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Conn(next(self._ids), reader, writer)
+        conn = Conn(next(self._ids), reader, writer)
         conn.writer_task = asyncio.ensure_future(self._write_loop(conn))
         if self._closing:
             conn.abort()
-        elif sum(1 for c in self._conns if not c.closing) >= self.max_connections:
+        elif sum(1 for c in self.registry.conns if not c.closing) >= self.max_connections:
             events.emit(
                 "relay.connection.limit_reached",
                 level="warning",
@@ -291,14 +187,14 @@ class RelayServer:
             )
             conn.finish(wire.encode(wire.error_response(None, limit)))
         else:
-            self._conns.add(conn)
+            self.registry.conns.add(conn)
         try:
             await self._read_loop(conn)
         finally:
             conn.reading_done.set()
-            self._conns.discard(conn)
-            if conn.principal is not None and self._claims.get(conn.principal.id) is conn:
-                del self._claims[conn.principal.id]
+            self.registry.conns.discard(conn)
+            if conn.principal is not None and self.registry.claims.get(conn.principal.id) is conn:
+                del self.registry.claims[conn.principal.id]
             conn.finish()
             try:
                 await conn.writer_task
@@ -307,7 +203,7 @@ class RelayServer:
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
 
-    async def _read_loop(self, conn: _Conn) -> None:
+    async def _read_loop(self, conn: Conn) -> None:
         discarded = 0
         loop = asyncio.get_running_loop()
         hello_deadline = loop.time() + self.pre_hello_timeout  # from the accept, never extended
@@ -350,7 +246,7 @@ class RelayServer:
                 return  # EOF in the middle of a frame
             await self._on_line(conn, line)
 
-    async def _on_line(self, conn: _Conn, line: bytes) -> None:
+    async def _on_line(self, conn: Conn, line: bytes) -> None:
         try:
             frame = wire.parse_frame(line)
         except RelayError as err:
@@ -387,7 +283,7 @@ class RelayServer:
             data = wire.encode(wire.response(frame.request_id, _unexpected()))
         await conn.send(data)  # the next request is read once this is written
 
-    async def _hello(self, conn: _Conn, hello: Hello) -> None:
+    async def _hello(self, conn: Conn, hello: Hello) -> None:
         try:
             principal = self._authenticate_peer(conn, hello)
             if principal.id != hello.principal_id:
@@ -403,7 +299,7 @@ class RelayServer:
             self._refused(conn, err)
             conn.finish(wire.encode(wire.error_response(None, err)))
             return
-        owner = self._claims.get(principal.id)
+        owner = self.registry.claims.get(principal.id)
         if owner is not None and owner is not conn:
             if owner.live:
                 conflict = RelayError(
@@ -420,7 +316,7 @@ class RelayServer:
                 stale_connection_id=owner.id,
                 principal_id=principal.id,
             )
-        self._claims[principal.id] = conn
+        self.registry.claims[principal.id] = conn
         conn.principal = principal
         events.emit(
             "relay.connection.hello",
@@ -432,7 +328,7 @@ class RelayServer:
         )
         await conn.send(wire.encode(wire.hello_ack(principal.id)))
 
-    def _authenticate_peer(self, conn: _Conn, hello: Hello) -> Principal:
+    def _authenticate_peer(self, conn: Conn, hello: Hello) -> Principal:
         """`authenticate(hello, the kernel's credentials)`, closing any pidfd afterwards."""
         cred: PeerCred | None = None
         sock = conn.writer.get_extra_info("socket")
@@ -457,7 +353,7 @@ class RelayServer:
                 with contextlib.suppress(OSError):
                     os.close(cred.pidfd)
 
-    def _refused(self, conn: _Conn, err: RelayError) -> None:
+    def _refused(self, conn: Conn, err: RelayError) -> None:
         events.emit("relay.hello.refused", level="warning", connection_id=conn.id, code=err.code)
 
     async def _run(self, principal: Principal, request: Request) -> dict[str, Any]:
@@ -485,7 +381,7 @@ class RelayServer:
             return _unexpected()
         return body
 
-    async def _write_loop(self, conn: _Conn) -> None:
+    async def _write_loop(self, conn: Conn) -> None:
         """Write the outbox in order, each frame drained within `write_timeout`; after a last
         frame shut the write side and linger; on any failure abort. Closes the transport."""
         try:

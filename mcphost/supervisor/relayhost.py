@@ -295,10 +295,8 @@ class RelayHost:
             authenticate=behaviour.authenticate,
             handle=behaviour.handle,
             inscribe=behaviour.inscribe,
+            registry=behaviour.connections,
         )
-        behaviour.revoke = server.revoke
-        behaviour.send_event = server.send_event
-        behaviour.live_principals = server.live_principals
         await server.start()
         self.behaviour, self.server = behaviour, server
         events.emit("supervisor.relay_serving", socket=server.path)
