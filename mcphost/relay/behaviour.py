@@ -274,22 +274,8 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
                 )
             check_expiry(record)
             verified = True
-        if principal.kind == "session":
-            bundle = require_bundle(self.roots, principal.namespace)
-            if bundle.member(principal.name) is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "hello session_id is not configured in associated bundle",
-                    {"principal_id": principal.id},
-                )
-        elif principal.kind == "user":
-            user = load_users(self.roots).get(principal.id)
-            if user is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "hello principal is not configured in users.toml",
-                    {"principal_id": principal.id},
-                )
+        _member, user = self.member_of(principal, "hello")
+        if user is not None:
             member_policy(load_policies(self.roots), user)  # validation_unknown_policy
         return Principal(
             principal.id, principal.name, principal.namespace, principal.kind, verified

@@ -1,7 +1,8 @@
 """Requester and target resolution for the relay's operations: who is asking, about whom.
 
 Owns: the membership rule (a session principal is a member of its configured bundle, a user
-principal a users.toml user; `member_of`), the requester with its policy (`_requester`: a
+principal a users.toml user: `member_of`, the one place it is written, used by the hello's
+`authenticate` and by every request), the requester with its policy (`_requester`: a
 `requester_session` naming anyone but the connection's principal is `validation_unknown_sender`),
 the routing namespace of a bundle-subject request (`_subject`, §2.3), target resolution
 (`_target`: fully qualified, existing; validation and existence errors only), the transport check
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mcphost.agentmux.wire import (
     Principal,
@@ -113,6 +114,21 @@ def _session_type(bundle: Bundle, session: Session) -> RelayError:
     )
 
 
+_NOT_A_MEMBER = {
+    "hello": "hello session_id is not configured in associated bundle",
+    "request": "requester session is not configured in its bundle",
+}
+_NOT_A_USER = {
+    "hello": "hello principal is not configured in users.toml",
+    "request": "requester is not configured in users.toml",
+}
+
+
+def _unknown_sender(principal: Principal, when: str, message: str) -> RelayError:
+    key = "principal_id" if when == "hello" else "requester_session"
+    return RelayError("validation_unknown_sender", message, {key: principal.id})
+
+
 @dataclass(frozen=True, slots=True)
 class _Requester:
     principal: Principal
@@ -165,28 +181,29 @@ class Resolution:
                     "requester_session does not name this connection's principal",
                     {"requester_session": claimed, "principal_id": principal.id},
                 )
+        member, user = self.member_of(principal, "request")
         policies = load_policies(self.roots)
+        # application / relay principals (neither): authorize() refuses them everything
+        return _Requester(principal, member_policy(policies, member or user), member, user)
+
+    def member_of(
+        self, principal: Principal, when: Literal["hello", "request"]
+    ) -> tuple[Session | None, User | None]:
+        """The membership rule, the one place it is written: a session principal must be a
+        member of its configured bundle (`validation_unknown_bundle` when the bundle is not),
+        a user principal a users.toml user; else `validation_unknown_sender`, worded for the
+        hello or the request it refuses. Application and relay principals are neither."""
         if principal.kind == "session":
-            bundle = require_bundle(self.roots, principal.namespace)
-            member = bundle.member(principal.name)
+            member = require_bundle(self.roots, principal.namespace).member(principal.name)
             if member is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester session is not configured in its bundle",
-                    {"requester_session": principal.id},
-                )
-            return _Requester(principal, member_policy(policies, member), member, None)
+                raise _unknown_sender(principal, when, _NOT_A_MEMBER[when])
+            return member, None
         if principal.kind == "user":
             user = load_users(self.roots).get(principal.id)
             if user is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester is not configured in users.toml",
-                    {"requester_session": principal.id},
-                )
-            return _Requester(principal, member_policy(policies, user), None, user)
-        # application / relay principals: authorize() refuses them everything
-        return _Requester(principal, member_policy(policies, None), None, None)
+                raise _unknown_sender(principal, when, _NOT_A_USER[when])
+            return None, user
+        return None, None
 
     def _subject(self, principal: Principal, request: Request) -> str:
         """The routing namespace of a bundle-subject request (§2.3)."""
