@@ -12,7 +12,8 @@ conventions, shared with the relay tools, in `mcphost.agentmux`. Modules:
 - `policy`: policies and deny-by-default authorization (pure).
 - `bundles`: bundle, coder, users and relay configuration for the relay.
 - `envelope`: the pane envelope of §3.4 (pure).
-- `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, readiness.
+- `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, a pane's exit.
+- `panes`: the readiness gate and delivery into one pane (deliver, raw_write, outcomes).
 - `hosting`: `BundleHost` / `MemberHealth`, what the relay asks of the supervisor.
 - `requester`: who is asking, about whom: the membership rule, targets, the transport check.
 - `delivery`: per-target queues, readiness gate, batching, paste-and-submit, outcomes, receipts.

@@ -27,25 +27,22 @@ from typing import Any
 import pytest
 
 from mcphost.relay.envelope import Address, Envelope, join_batch, render
-from mcphost.relay.tmux import (
+from mcphost.relay.panes import (
     NEVER_SETTLED,
     NOT_READY,
     RAWW_MAX_BYTES,
     READY,
-    SUN_PATH_MAX,
     UNREACHABLE,
     UNRESPONSIVE,
     Gate,
-    NoSuchSession,
     RawTextTooLarge,
-    TmuxServer,
     check_raw_text,
     deliver,
     prompt_text,
     raw_write,
     wait_ready,
-    watch_exit,
 )
+from mcphost.relay.tmux import SUN_PATH_MAX, NoSuchSession, TmuxServer, watch_exit
 
 pytestmark = [
     pytest.mark.anyio,
