@@ -30,6 +30,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from mcphost.agentmux.wire import RAWW_MAX_BYTES, RelayError, json_type, raww_text_too_large
 
+LOOK_LINES_MIN = 1
+LOOK_LINES_MAX = 1000  # the relay tools' schema says so too (relaytools/params.py: stdlib only)
+CHOOSE_OUTCOMES = ("selected", "cancelled")
+
 # a pydantic error type -> what the field expected, in the relay tools' words
 _EXPECTED = {
     "string_type": "a string",
@@ -67,6 +71,8 @@ class WireRequest(BaseModel):
     requester_session: str | None = None
 
     OPERATION: ClassVar[str]
+    # fields sent as null when absent (upstream's own bodies do); every other absent one is omitted
+    NULLS_SENT: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def read(cls, body: Mapping[str, Any]) -> Self:
@@ -80,9 +86,10 @@ class WireRequest(BaseModel):
             raise _type_error(exc, data) from None
 
     def wire(self) -> dict[str, Any]:
-        """The body as sent: every field, in declaration order (`request_id` null when absent,
-        as the relay tools have always sent it)."""
-        return self.model_dump()
+        """The body as sent, fields in declaration order: an absent one omitted, except the
+        `NULLS_SENT` (send's and raww's `request_id`, ...), sent as null as the relay tools
+        always have."""
+        return {k: v for k, v in self.model_dump().items() if v is not None or k in self.NULLS_SENT}
 
 
 class SendRequest(WireRequest):
@@ -92,6 +99,7 @@ class SendRequest(WireRequest):
     resolving them the relay's."""
 
     OPERATION: ClassVar[str] = "send"
+    NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"request_id", "requester_session"})
     operation: Literal["send"] = "send"
     message: str = ""
     targets: list[str] = []
@@ -124,6 +132,7 @@ class RawwRequest(WireRequest):
     `validation_invalid_params` (no text; text over `RAWW_MAX_BYTES` of UTF-8)."""
 
     OPERATION: ClassVar[str] = "raww"
+    NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"request_id", "requester_session"})
     operation: Literal["raww"] = "raww"
     target_session: str = ""
     text: str | None = None
@@ -144,3 +153,77 @@ class RawwRequest(WireRequest):
     def raw_text(self) -> str:
         assert self.text is not None  # _rules refused a body without one
         return self.text
+
+
+class LookRequest(WireRequest):
+    """`look` (§1.6): `validation_unknown_target` (blank target_session), then
+    `validation_invalid_lines` (`lines` outside `LOOK_LINES_MIN..LOOK_LINES_MAX`), then
+    `validation_invalid_params` (a negative `offset`; the relay refuses any other non-zero one
+    for a tmux target after resolving it, `validation_offset_unsupported`)."""
+
+    OPERATION: ClassVar[str] = "look"
+    NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"requester_session"})
+    operation: Literal["look"] = "look"
+    target_session: str = ""
+    lines: int | None = None
+    offset: int | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if not self.target_session.strip():
+            raise RelayError("validation_unknown_target", "target_session must be non-empty")
+        lines = self.lines
+        if lines is not None and not LOOK_LINES_MIN <= lines <= LOOK_LINES_MAX:
+            raise RelayError(
+                "validation_invalid_lines",
+                f"lines must be between {LOOK_LINES_MIN} and {LOOK_LINES_MAX}",
+                {"lines": lines, "min": LOOK_LINES_MIN, "max": LOOK_LINES_MAX},
+            )
+        if self.offset is not None and self.offset < 0:
+            raise RelayError(
+                "validation_invalid_params",
+                "offset must be a non-negative integer",
+                {"field": "offset", "offset": self.offset},
+            )
+        return self
+
+
+class ChoicesPickRequest(WireRequest):
+    """`choices_pick` (the `choose` tool, §1.8): every refusal `validation_invalid_params`, in
+    order: a blank `choice_request_id`, an `outcome` other than "selected" / "cancelled",
+    "selected" without a non-blank `option_id`, "cancelled" with one."""
+
+    OPERATION: ClassVar[str] = "choices_pick"
+    operation: Literal["choices_pick"] = "choices_pick"
+    choice_request_id: str = ""
+    outcome: str | None = None
+    option_id: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if not self.choice_request_id.strip():
+            raise RelayError(
+                "validation_invalid_params",
+                "choice_request_id must be a non-empty string",
+                {"field": "choice_request_id"},
+            )
+        if self.outcome not in CHOOSE_OUTCOMES:
+            details: dict[str, Any] = {"field": "outcome"}
+            if self.outcome is not None:
+                details["value"] = self.outcome
+            raise RelayError(
+                "validation_invalid_params", 'outcome must be "selected" or "cancelled"', details
+            )
+        if self.outcome == "selected" and not (self.option_id or "").strip():
+            raise RelayError(
+                "validation_invalid_params",
+                "selected outcome requires explicit non-empty option_id",
+                {"field": "option_id", "outcome": "selected"},
+            )
+        if self.outcome == "cancelled" and self.option_id is not None:
+            raise RelayError(
+                "validation_invalid_params",
+                "cancelled outcome must omit option_id",
+                {"field": "option_id", "outcome": "cancelled"},
+            )
+        return self

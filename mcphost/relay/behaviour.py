@@ -112,7 +112,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mcphost.agentmux.operations import RawwRequest, SendRequest
+from mcphost.agentmux.operations import (
+    ChoicesPickRequest,
+    LookRequest,
+    RawwRequest,
+    SendRequest,
+)
 from mcphost.agentmux.wire import (
     SCHEMA_VERSION,
     SOCKET_TRUST,
@@ -151,7 +156,6 @@ from mcphost.relay.requester import (
     _cross_relay,
     _fail_stopped,
     _not_implemented,
-    _opt_int,
     _opt_str,
     _session_type,
     _Target,
@@ -392,17 +396,8 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _look(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        raw_target = body.get("target_session")
-        if not isinstance(raw_target, str) or not raw_target.strip():
-            raise RelayError("validation_unknown_target", "target_session must be non-empty")
-        lines = _opt_int(body, "lines")
-        if lines is not None and not 1 <= lines <= tm.MAX_LOOK_LINES:
-            raise RelayError(
-                "validation_invalid_lines",
-                f"lines must be between 1 and {tm.MAX_LOOK_LINES}",
-                {"lines": lines, "min": 1, "max": tm.MAX_LOOK_LINES},
-            )
-        offset = _opt_int(body, "offset")
+        look = LookRequest.read(body)
+        raw_target, lines, offset = look.target_session, look.lines, look.offset
         target = self._target(raw_target, operation="look")
         bundle, session = target.bundle, target.session
         assert bundle is not None and session is not None
@@ -665,34 +660,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _choices_pick(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        choice_id = body.get("choice_request_id")
-        if not isinstance(choice_id, str) or not choice_id.strip():
-            raise RelayError(
-                "validation_invalid_params",
-                "choice_request_id must be a non-empty string",
-                {"field": "choice_request_id"},
-            )
-        outcome = body.get("outcome")
-        if outcome not in ("selected", "cancelled"):
-            details: dict[str, Any] = {"field": "outcome"}
-            if outcome is not None:
-                details["value"] = outcome
-            raise RelayError(
-                "validation_invalid_params", 'outcome must be "selected" or "cancelled"', details
-            )
-        option_id = body.get("option_id")
-        if outcome == "selected" and (not isinstance(option_id, str) or not option_id.strip()):
-            raise RelayError(
-                "validation_invalid_params",
-                "selected outcome requires explicit non-empty option_id",
-                {"field": "option_id", "outcome": "selected"},
-            )
-        if outcome == "cancelled" and option_id is not None:
-            raise RelayError(
-                "validation_invalid_params",
-                "cancelled outcome must omit option_id",
-                {"field": "option_id", "outcome": "cancelled"},
-            )
+        choice_id = ChoicesPickRequest.read(body).choice_request_id
         bundle = require_bundle(self.roots, self._subject(principal, request))
         requester = self._requester(principal, body)
         authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)

@@ -61,24 +61,6 @@ def _opt_str(body: dict[str, Any], name: str) -> str | None:
     raise _bad(f"{name} must be a string", {"field": name})
 
 
-def _opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    raise _bad(f"{name} must be a boolean", {"field": name})
-
-
-def _opt_int(body: dict[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _bad(f"{name} must be an integer", {"field": name})
-
-
 def _not_implemented(operation: str, why: str) -> RelayError:
     return RelayError(
         "runtime_operation_not_implemented",

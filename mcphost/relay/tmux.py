@@ -75,7 +75,6 @@ TMUX_SOCKET = "tmux.sock"
 SUN_PATH_MAX = 107  # bytes of a Unix socket path, without the terminating NUL
 OWNED_OPTION = "@agentmux_owned"
 DEFAULT_LOOK_LINES = 120
-MAX_LOOK_LINES = 1000
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

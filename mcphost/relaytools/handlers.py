@@ -1,7 +1,7 @@
 """Per-tool relay work: validated request -> relay request frame(s) -> MCP payload.
 
 Owns: the relay request bodies (exact field names; `null` where upstream sends null, omitted where
-it omits; `send` and `raww` are `mcphost.agentmux.operations` models, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
+it omits; `send`, `raww`, `look` and `choices_pick` are `mcphost.agentmux.operations` models, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
 pass-through of success payloads (only the `kind` tag is dropped), the `list principals`
 algorithm (fan-out, the appended GLOBAL view, the synthesized down bundles), and the
 `mcp.tool.<name>.<phase>` inscriptions around every relay call.
@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from mcphost.agentmux.operations import RawwRequest, SendRequest
+from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest, RawwRequest, SendRequest
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import (
     UNAVAILABLE_KINDS,
@@ -226,7 +226,7 @@ class Handlers:
         )
         return payload
 
-    async def look(self, req: V.Look) -> dict[str, Any]:
+    async def look(self, req: LookRequest) -> dict[str, Any]:
         event = "mcp.tool.look"
         self.inscribe(
             f"{event}.request",
@@ -236,15 +236,7 @@ class Handlers:
             lines=req.lines,
             offset=req.offset,
         )
-        body: dict[str, Any] = {
-            "operation": "look",
-            "requester_session": self.session,
-            "target_session": req.target_session,
-        }
-        if req.lines is not None:
-            body["lines"] = req.lines
-        if req.offset is not None:
-            body["offset"] = req.offset
+        body = req.model_copy(update={"requester_session": self.session}).wire()
         payload = await self._call(event, body, "look")
         snapshot = payload.get("snapshot_lines", payload.get("snapshot_entries"))
         self._succeeded(
@@ -272,7 +264,7 @@ class Handlers:
         )
         return payload
 
-    async def choose(self, req: V.Choose) -> dict[str, Any]:
+    async def choose(self, req: ChoicesPickRequest) -> dict[str, Any]:
         event = "mcp.tool.choose"
         self.inscribe(
             f"{event}.request",
@@ -281,14 +273,7 @@ class Handlers:
             outcome=req.outcome,
             has_option_id=req.option_id is not None,
         )
-        body: dict[str, Any] = {
-            "operation": "choices_pick",
-            "choice_request_id": req.choice_request_id,
-            "outcome": req.outcome,
-        }
-        if req.option_id is not None:
-            body["option_id"] = req.option_id
-        payload = await self._call(event, body, "choices_pick")
+        payload = await self._call(event, req.wire(), "choices_pick")
         self._succeeded(
             event, payload, ("choice_request_id", "status", "outcome"), namespace=self.bundle
         )

@@ -1,8 +1,8 @@
 """Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
 
 Owns: the upstream validation order for every tool (size bounds -> unknown fields -> JSON
-types -> per-tool rules), the exact codes, messages and details (for `send` and `raww` the
-per-tool rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
+types -> per-tool rules), the exact codes, messages and details (for `send`, `raww`, `look`
+and `choose` the per-tool rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
 same bodies with, so they are written once), the meta-tool `args` parsing
 rules, the `new`/`change` destination mapping, and `send` target qualification.
 
@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
 
-from mcphost.agentmux.operations import RawwRequest, SendRequest, WireRequest
+from mcphost.agentmux.operations import (
+    ChoicesPickRequest,
+    LookRequest,
+    RawwRequest,
+    SendRequest,
+    WireRequest,
+)
 from mcphost.agentmux.wire import RelayError, json_type
 from mcphost.argbounds import Oversize, oversize, report_names
 from mcphost.names import is_bundle_name
@@ -53,20 +59,6 @@ class ListPrincipals:
 @dataclass(frozen=True, slots=True)
 class ListDecisions:
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class Look:
-    target_session: str
-    lines: int | None
-    offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Choose:
-    choice_request_id: str
-    outcome: str
-    option_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,71 +272,37 @@ def validate_send(arguments: Mapping[str, Any]) -> SendRequest:
     return wire_request(SendRequest, arguments)
 
 
-def _target(arguments: Mapping[str, Any]) -> str:
-    target = arguments.get("target_session")
-    if _blank(target):
-        raise ToolFailure("validation_unknown_target", "target_session must be non-empty")
-    assert isinstance(target, str)
-    return target.strip()
+def _stripped(arguments: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    """The arguments with these string fields trimmed: the tools are lenient with whitespace."""
+    fields = dict(arguments)
+    for name in names:
+        if isinstance(fields.get(name), str):
+            fields[name] = fields[name].strip()
+    return fields
 
 
 @bounded("look")
-def validate_look(arguments: Mapping[str, Any]) -> Look:
+def validate_look(arguments: Mapping[str, Any]) -> LookRequest:
     check_fields(arguments, "look")
-    target = _target(arguments)
-    lines = arguments.get("lines")
-    if lines is not None and not (P.LOOK_LINES_MIN <= lines <= P.LOOK_LINES_MAX):
-        raise ToolFailure(
-            "validation_invalid_lines",
-            f"lines must be between {P.LOOK_LINES_MIN} and {P.LOOK_LINES_MAX}",
-            {"lines": lines, "min": P.LOOK_LINES_MIN, "max": P.LOOK_LINES_MAX},
-        )
-    offset = arguments.get("offset")
-    if offset is not None and offset < 0:
-        raise invalid_params(
-            "offset must be a non-negative integer", {"field": "offset", "offset": offset}
-        )
-    return Look(target, lines, offset)
+    return wire_request(LookRequest, _stripped(arguments, "target_session"))
 
 
 @bounded("raww")
 def validate_raww(arguments: Mapping[str, Any]) -> RawwRequest:
     check_fields(arguments, "raww")
-    target = arguments.get("target_session")
-    fields = dict(arguments)
-    if isinstance(target, str):
-        fields["target_session"] = target.strip()
-    return wire_request(RawwRequest, fields)
+    return wire_request(RawwRequest, _stripped(arguments, "target_session"))
 
 
 @bounded("choose")
-def validate_choose(arguments: Mapping[str, Any]) -> Choose:
+def validate_choose(arguments: Mapping[str, Any]) -> ChoicesPickRequest:
+    """The tool trims what it is given (an outcome only when that makes it valid, so a refusal
+    still shows the value as passed); the rules are the wire's."""
     check_fields(arguments, "choose")
-    choice = arguments.get("choice_request_id")
-    if _blank(choice):
-        raise invalid_params(
-            "choice_request_id must be a non-empty string", {"field": "choice_request_id"}
-        )
-    outcome_message = 'outcome must be "selected" or "cancelled"'
-    raw_outcome = arguments.get("outcome")
-    if raw_outcome is None:
-        raise invalid_params(outcome_message, {"field": "outcome"})
-    outcome = raw_outcome.strip()
-    if outcome not in P.CHOOSE_OUTCOMES:
-        raise invalid_params(outcome_message, {"field": "outcome", "value": raw_outcome})
-    option = arguments.get("option_id")
-    if outcome == "selected" and _blank(option):
-        raise invalid_params(
-            "selected outcome requires explicit non-empty option_id",
-            {"field": "option_id", "outcome": "selected"},
-        )
-    if outcome == "cancelled" and option is not None:
-        raise invalid_params(
-            "cancelled outcome must omit option_id",
-            {"field": "option_id", "outcome": "cancelled"},
-        )
-    assert isinstance(choice, str)
-    return Choose(choice.strip(), outcome, option.strip() if isinstance(option, str) else None)
+    fields = _stripped(arguments, "choice_request_id", "option_id")
+    outcome = fields.get("outcome")
+    if isinstance(outcome, str) and outcome.strip() in P.CHOOSE_OUTCOMES:
+        fields["outcome"] = outcome.strip()
+    return wire_request(ChoicesPickRequest, fields)
 
 
 @bounded("updown")

@@ -274,12 +274,12 @@ async def test_send_validation_comes_before_authorization(world: World) -> None:
     assert not world.relay.outcomes
 
 
-async def test_send_and_raww_bodies_are_refused_as_the_relay_tools_refuse_them(
+async def test_request_bodies_are_refused_as_the_relay_tools_refuse_them(
     world: World,
 ) -> None:
-    """One reader of a send/raww body (agentmux.operations) on both ends: a flawed body gets
-    the same code, message and details from the relay as from the relay tools, and the relay
-    ignores unknown fields (reference §2.4)."""
+    """One reader of a send/raww/look/choices_pick body (agentmux.operations) on both ends: a
+    flawed body gets the same code, message and details from the relay as from the relay
+    tools, and the relay ignores unknown fields (reference §2.4)."""
     cases: list[tuple[str, dict[str, Any]]] = [
         ("send", {"message": "x", "targets": ["bravo@party", " "]}),
         ("send", {"message": "x", "targets": "bravo@party"}),
@@ -292,9 +292,24 @@ async def test_send_and_raww_bodies_are_refused_as_the_relay_tools_refuse_them(
         ("raww", {"target_session": "bravo@party", "text": 7}),
         ("raww", {"target_session": "bravo@party", "text": "x", "no_enter": 1}),
         ("raww", {"target_session": "bravo@party", "text": "é" * (16 * 1024) + "x"}),
+        ("look", {"target_session": " "}),
+        ("look", {"target_session": "bravo@party", "lines": 0}),
+        ("look", {"target_session": "bravo@party", "lines": True}),
+        ("look", {"target_session": "bravo@party", "offset": -1}),
+        ("choices_pick", {"outcome": "cancelled"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": "maybe"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": "selected"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": "cancelled", "option_id": "x"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": 3}),
     ]
+    tools = {
+        "send": V.validate_send,
+        "raww": V.validate_raww,
+        "look": V.validate_look,
+        "choices_pick": V.validate_choose,
+    }
     for operation, body in cases:
-        tool = V.validate_send if operation == "send" else V.validate_raww
+        tool = tools[operation]
         with pytest.raises(ToolFailure) as caught:
             tool(body)
         err = await world.refused("alpha@party", operation, **body)
