@@ -151,6 +151,7 @@ from mcphost.relay.principals import (
     check_expiry,
 )
 from mcphost.relay.requester import (
+    GLOBAL,
     Resolution,
     _bad,
     _cross_relay,
@@ -164,14 +165,7 @@ from mcphost.relay.requester import (
 
 __all__ = ["BundleHost", "MemberHealth", "RelayBehaviour"]
 
-GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
 DEFAULT_QUIET_MS = 750
-OUTCOMES_KEPT = 4096
-REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
-DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
-FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 # -- the behaviour -----------------------------------------------------------------------------

@@ -38,14 +38,8 @@ from mcphost.relay.principals import (
 )
 from mcphost.relay.requester import _bad, _not_implemented, _opt_str, _Requester
 
-GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
-DEFAULT_QUIET_MS = 750
-OUTCOMES_KEPT = 4096
 REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
 DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
-FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 class Credentials:

@@ -42,16 +42,9 @@ from mcphost.relay.bundles import (
 from mcphost.relay.connections import Connections
 from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
-from mcphost.relay.requester import _Target, _unavailable
+from mcphost.relay.requester import GLOBAL, _Target, _unavailable
 
-GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
-DEFAULT_QUIET_MS = 750
 OUTCOMES_KEPT = 4096
-REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
-DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
-FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 @dataclass(slots=True)

@@ -38,12 +38,6 @@ from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.policy import Policy, load_policies, member_policy
 
 GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
-DEFAULT_QUIET_MS = 750
-OUTCOMES_KEPT = 4096
-REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
-DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
 FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
