@@ -33,6 +33,7 @@ from mcphost.agentmux.wire import RAWW_MAX_BYTES, RelayError, json_type, raww_te
 LOOK_LINES_MIN = 1
 LOOK_LINES_MAX = 1000  # the relay tools' schema says so too (relaytools/params.py: stdlib only)
 CHOOSE_OUTCOMES = ("selected", "cancelled")
+DESTINATIONS = ("response", "config", "path")
 
 # a pydantic error type -> what the field expected, in the relay tools' words
 _EXPECTED = {
@@ -227,3 +228,68 @@ class ChoicesPickRequest(WireRequest):
                 {"field": "option_id", "outcome": "cancelled"},
             )
         return self
+
+
+class CredentialRequest(WireRequest):
+    """A credential operation's body: `principal_id` required (`validation_invalid_principal_id`),
+    and for new_peer / change_psk a `destination` `{"kind": "response" | "config" | "path",
+    "path"?}` (absent: "response"; another shape `validation_invalid_arguments`; a path
+    destination without a string path `validation_invalid_output_path`). Whether the path is
+    usable, and whether `config` suits the principal's type, is the relay's to check (I/O)."""
+
+    principal_id: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if not self.principal_id:
+            raise RelayError(
+                "validation_invalid_principal_id",
+                f"principal_id is required for {self.OPERATION.replace('_', ' ')}",
+                {"principal_id": self.principal_id},
+            )
+        destination = getattr(self, "destination", None)
+        if destination is None:
+            return self
+        if not isinstance(destination, dict) or destination.get("kind") not in DESTINATIONS:
+            raise RelayError(
+                "validation_invalid_arguments",
+                'destination must be {"kind": "response" | "config" | "path"}',
+                {"field": "destination"},
+            )
+        if destination["kind"] == "path" and not isinstance(destination.get("path"), str):
+            raise RelayError(
+                "validation_invalid_output_path",
+                "output_path must be an absolute path",
+                {"path": destination.get("path")},
+            )
+        return self
+
+    @property
+    def principal(self) -> str:
+        assert self.principal_id  # _rules refused a body without one
+        return self.principal_id
+
+
+class NewPeerRequest(CredentialRequest):
+    OPERATION: ClassVar[str] = "new_peer"
+    NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"scope"})
+    operation: Literal["new_peer"] = "new_peer"
+    scope: str | None = None
+    destination: Any = None  # its shape is checked by _rules, with the relay's own refusal
+
+
+class ChangePskRequest(CredentialRequest):
+    OPERATION: ClassVar[str] = "change_psk"
+    operation: Literal["change_psk"] = "change_psk"
+    destination: Any = None
+
+
+class DropPeerRequest(CredentialRequest):
+    OPERATION: ClassVar[str] = "drop_peer"
+    operation: Literal["drop_peer"] = "drop_peer"
+
+
+class ChangeScopeRequest(CredentialRequest):
+    OPERATION: ClassVar[str] = "change_scope"
+    operation: Literal["change_scope"] = "change_scope"
+    scope: str | None = None

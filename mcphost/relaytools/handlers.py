@@ -1,7 +1,7 @@
 """Per-tool relay work: validated request -> relay request frame(s) -> MCP payload.
 
 Owns: the relay request bodies (exact field names; `null` where upstream sends null, omitted where
-it omits; `send`, `raww`, `look` and `choices_pick` are `mcphost.agentmux.operations` models, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
+it omits; every body with fields is an `mcphost.agentmux.operations` model, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
 pass-through of success payloads (only the `kind` tag is dropped), the `list principals`
 algorithm (fan-out, the appended GLOBAL view, the synthesized down bundles), and the
 `mcp.tool.<name>.<phase>` inscriptions around every relay call.
@@ -17,7 +17,14 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest, RawwRequest, SendRequest
+from mcphost.agentmux.operations import (
+    ChangePskRequest,
+    ChoicesPickRequest,
+    LookRequest,
+    NewPeerRequest,
+    RawwRequest,
+    SendRequest,
+)
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import (
     UNAVAILABLE_KINDS,
@@ -293,7 +300,7 @@ class Handlers:
         )
         return payload
 
-    async def new_peer(self, req: V.NewPeer) -> dict[str, Any]:
+    async def new_peer(self, req: NewPeerRequest) -> dict[str, Any]:
         event = "mcp.tool.new.peer"
         self.inscribe(
             f"{event}.request",
@@ -301,26 +308,15 @@ class Handlers:
             principal_id=req.principal_id,
             has_output=req.destination["kind"] != "response",
         )
-        body = {
-            "operation": "new_peer",
-            "principal_id": req.principal_id,
-            "scope": req.scope,
-            "destination": req.destination,
-        }
-        payload = await self._call(event, body, "new_peer")
+        payload = await self._call(event, req.wire(), "new_peer")
         self._succeeded(
             event, payload, ("principal_id", "principal_type"), written="written_path" in payload
         )
         return payload
 
-    async def change_psk(self, req: V.ChangePsk) -> dict[str, Any]:
+    async def change_psk(self, req: ChangePskRequest) -> dict[str, Any]:
         event = "mcp.tool.change.psk"
         self.inscribe(f"{event}.request", principal_id=req.principal_id)
-        body = {
-            "operation": "change_psk",
-            "principal_id": req.principal_id,
-            "destination": req.destination,
-        }
-        payload = await self._call(event, body, "change_psk")
+        payload = await self._call(event, req.wire(), "change_psk")
         self._succeeded(event, payload, ("principal_id",))
         return payload

@@ -1,8 +1,8 @@
 """Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
 
 Owns: the upstream validation order for every tool (size bounds -> unknown fields -> JSON
-types -> per-tool rules), the exact codes, messages and details (for `send`, `raww`, `look`
-and `choose` the per-tool rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
+types -> per-tool rules), the exact codes, messages and details (for `send`, `raww`, `look`,
+`choose`, `new` and `change` the body's rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
 same bodies with, so they are written once), the meta-tool `args` parsing
 rules, the `new`/`change` destination mapping, and `send` target qualification.
 
@@ -28,8 +28,10 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from mcphost.agentmux.operations import (
+    ChangePskRequest,
     ChoicesPickRequest,
     LookRequest,
+    NewPeerRequest,
     RawwRequest,
     SendRequest,
     WireRequest,
@@ -64,19 +66,6 @@ class ListDecisions:
 @dataclass(frozen=True, slots=True)
 class Updown:
     command: str
-
-
-@dataclass(frozen=True, slots=True)
-class NewPeer:
-    principal_id: str
-    scope: str | None
-    destination: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ChangePsk:
-    principal_id: str
-    destination: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +337,7 @@ def _principal(args: Mapping[str, Any], command: str) -> str:
 
 
 @bounded("new")
-def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
+def validate_new(arguments: Mapping[str, Any]) -> NewPeerRequest:
     extra = [k for k in arguments if k not in P.NEW_PARAMS["properties"]]
     if extra:
         raise unknown("new request", extra)
@@ -357,12 +346,16 @@ def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
         arguments.get("args"), P.NEW_PEER_ARGS, "new peer command", "new peer", "new.peer"
     )
     principal = _principal(args, "new peer")
-    target = destination(args)
-    return NewPeer(principal, args.get("scope"), target)
+    fields = {
+        "principal_id": principal,
+        "scope": args.get("scope"),
+        "destination": destination(args),
+    }
+    return wire_request(NewPeerRequest, fields)
 
 
 @bounded("change")
-def validate_change(arguments: Mapping[str, Any]) -> ChangePsk:
+def validate_change(arguments: Mapping[str, Any]) -> ChangePskRequest:
     extra = [k for k in arguments if k not in P.CHANGE_PARAMS["properties"]]
     if extra:
         raise unknown("change request", extra)
@@ -371,7 +364,9 @@ def validate_change(arguments: Mapping[str, Any]) -> ChangePsk:
         arguments.get("args"), P.CHANGE_PSK_ARGS, "change psk command", "change psk", "change.psk"
     )
     principal = _principal(args, "change psk")
-    return ChangePsk(principal, destination(args))
+    return wire_request(
+        ChangePskRequest, {"principal_id": principal, "destination": destination(args)}
+    )
 
 
 # -- target qualification --------------------------------------------------------------------

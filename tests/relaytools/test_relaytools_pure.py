@@ -457,3 +457,23 @@ def test_the_schemas_state_the_wire_bounds() -> None:
         operations.LOOK_LINES_MAX,
     )
     assert params.CHOOSE_OUTCOMES == operations.CHOOSE_OUTCOMES
+
+
+@pytest.mark.parametrize(
+    ("validate", "arguments"),
+    [
+        (V.validate_send, {"message": "hi", "targets": ["a@p"], "request_id": "r"}),
+        (V.validate_send, {"message": "hi", "broadcast": True}),
+        (V.validate_raww, {"target_session": " a@p ", "text": "ls", "no_enter": True}),
+        (V.validate_look, {"target_session": "a@p", "lines": 5}),
+        (V.validate_choose, {"choice_request_id": "c", "outcome": "selected", "option_id": "o"}),
+        (V.validate_new, {"command": "peer", "args": {"principal_id": "w@RELAY", "scope": "x"}}),
+        (V.validate_new, {"command": "peer", "args": {"principal_id": "w@p", "output_path": "/f"}}),
+        (V.validate_change, {"command": "psk", "args": {"principal_id": "w@p"}}),
+    ],
+)
+def test_the_relay_reads_back_the_body_the_tools_build(validate: Any, arguments: Any) -> None:
+    """Both ends speak one model per operation (agentmux.operations): what the tools send is
+    what the relay reads, field for field."""
+    built = validate(arguments)
+    assert type(built).read(built.wire()) == built
