@@ -1,11 +1,14 @@
 """Typed request bodies of the relay wire, one model per operation (reference §2.4-§2.6).
 
-Owns: the field names, defaults, constants (`RAWW_MAX_BYTES` is `wire`'s, which tmux.py shares) and request rules of the
-operations both ends speak, and the ONE reader of such a body (`<Model>.read(body)`), with the
-codes and messages of its refusals. The relay tools build with it (`relaytools/validation.py`
-reads the checked tool arguments through `read`; `handlers.py` sends `wire()`), the relay parses
-with it (`relay/behaviour.py` reads `request.body` through `read`): a body is validated once,
-by one set of rules, whichever end meets the flaw first.
+Owns: the field names, defaults, constants and request rules of the operations both ends speak
+(send, raww, look, choices_pick, new_peer, change_psk, drop_peer, change_scope; the raww bound
+`RAWW_MAX_BYTES` is `wire`'s, which the relay's pane writer shares), and the ONE reader of such
+a body (`<Model>.read(body)`), with the codes and messages of its refusals. The relay tools
+build with it (`relaytools/validation.py` reads the checked tool arguments through `read`;
+`handlers.py` sends `wire()`), the relay parses with it (`relay/behaviour.py` and
+`relay/credentials.py` read `request.body` through `read`): a body is validated once, by one
+set of rules, whichever end meets the flaw first. Bodies without fields of their own (list,
+up, down, choices_list, the discovery operations) have no model.
 
 Reading a body:
 - unknown fields are dropped, as the wire says (§2.4; the relay tools refused them already
