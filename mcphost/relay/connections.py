@@ -9,8 +9,9 @@ rotation, §3.3), `send_event` (an event frame, best effort), `live_principals`,
 `claimed`. The server adds and removes connections and takes claims (server.py); the records
 of §5 it makes here go through `inscribe` (`relay.connection.identity_revoked_teardown`).
 
-Must never: read or write a socket itself (a `Conn`'s writer task in server.py does), or
-decide identity (that is `RelayBehaviour.authenticate`, through the server's hello).
+Must never: read or write a socket itself (a `Conn`'s writer task in server.py does), decide
+identity (that is `RelayBehaviour.authenticate`, through the server's hello), or import the
+server or the behaviour's modules, which both stand on it (import-linter, pyproject.toml).
 """
 
 from __future__ import annotations

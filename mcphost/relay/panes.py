@@ -15,8 +15,8 @@ reason code: `target_never_settled` (timeout, output never held still for the qu
 pane showed nothing at all by `prime_timeout_ms`), `delivery_target_unreachable` (session gone
 or its process dead). A settled non-prompt frame is never a failure before the timeout.
 
-Must never: use `send-keys` or call tmux but through `TmuxServer`, or decide what is delivered
-(the relay's `delivery.py` takes the batch).
+Must never: use `send-keys` or call tmux but through `TmuxServer`, decide what is delivered
+(the relay's `delivery.py` takes the batch), or import the behaviour's modules (import-linter).
 """
 
 from __future__ import annotations
