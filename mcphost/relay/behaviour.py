@@ -74,7 +74,8 @@ running or the receipts' queue bound is full; never a receipt for a receipt), ea
 `relay.delivery.receipt` record. Revocation goes through the shared
 registry's `revoke`, which closes every live connection of the principal (a socket-trust one too).
 
-Order (§3.2): request validation, then existence (bundle, member, target), then authorization
+Order (§3.2): request validation (the body's `mcphost.agentmux.operations` model, the one the
+relay tools build it with), then existence (bundle, member, target), then authorization
 (`policy.authorize` with the requester's member policy), then the action. The requester is
 always the connection's principal: a `requester_session` naming anyone else is
 `validation_unknown_sender`.

@@ -44,7 +44,8 @@ to N history lines; trailing lines that are empty or blank (the unused bottom of
 trimmed, then the last N lines are returned, oldest first. Blank lines between text are kept.
 
 Must never: run a shell, use `send-keys`, put an environment value in an argv, wait for a child
-other than through the pidfd or the `watch` given (see below), or kill a session it does not own.
+other than through the pidfd or the `watch` given (see below), kill a session it does not own,
+or import the relay's server or behaviour modules (import-linter).
 
 The supervisor reaps every child with `waitpid(-1)` (kernel.py), which steals the exit status
 of `asyncio.create_subprocess_*` children; so tmux CLI processes are started with `Popen` and
