@@ -130,11 +130,11 @@ async def section(out: list[str]) -> None:
 
     relay = RelayBehaviour([config], state, host, socket_trust=socket_trust)
     server = RelayServer(
-        str(state / "relay.sock"), authenticate=relay.authenticate, handle=relay.handle
+        str(state / "relay.sock"),
+        authenticate=relay.authenticate,
+        handle=relay.handle,
+        registry=relay.connections,
     )
-    relay.revoke = server.revoke
-    relay.send_event = server.send_event
-    relay.live_principals = server.live_principals
     tools: RawMcp | None = None
     load_before = os.getloadavg()
     quiet = contextlib.ExitStack()  # the relay's event records go to a file, off the report

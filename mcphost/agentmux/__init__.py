@@ -4,6 +4,7 @@
 - `layers`       the configuration layers and state root, and the ONE reader of their TOML files
 - `settings`     `AgentmuxSettings`: flags > `AGENTMUX_*` (pydantic-settings, imported lazily)
 - `wire`         the relay wire protocol: frames, `RelayError`, principal ids, constants
+- `operations`   typed request bodies per operation (pydantic): the one reader both ends use
 - `inscriptions` the JSON-lines record writer (`mcp.log`, `relay.log`)
 
 Must never: import `mcphost.relay` or `mcphost.relaytools` (checked by import-linter,

@@ -3,7 +3,7 @@
 Owns: parsing one client line into a `Hello` or a `Request` (`parse_frame`; an in-process
 client's request dict: `parse_request`), building the
 relay's frames (`hello_ack`, `response`, `error_response`, `event`) and their bytes (`encode`:
-compact JSON + "\\n"), the §2.8 error shape (`RelayError.wire`), and principal ids
+compact JSON + "\\n"), the §2.8 error shape (`RelayError.wire`), the raww size bound (`RAWW_MAX_BYTES`), and principal ids
 (`parse_principal`: split at the last "@", the namespace classifies the kind).
 
 Bounds, and why these: a frame line is at most `MAX_FRAME_BYTES` (1 MiB, the newline not
@@ -46,6 +46,7 @@ MAX_FRAME_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_PRINCIPAL_ID_CHARS = 256
 SOCKET_TRUST = "socket-trust"
+RAWW_MAX_BYTES = 32 * 1024  # a raww text, in bytes of UTF-8 (operations.RawwRequest, tmux)
 
 PARSE_FAILED = "failed to parse relay request"
 
@@ -108,6 +109,32 @@ class Principal:
     namespace: str  # "party" | "GLOBAL" | "EXTERNAL" | "RELAY"
     kind: Kind
     verified: bool = False  # PSK-backed (set by authentication, never by parsing)
+
+
+def raww_text_too_large(size: int) -> RelayError:
+    """raww text over `RAWW_MAX_BYTES` of UTF-8."""
+    return RelayError(
+        "validation_invalid_params",
+        f"text must be at most {RAWW_MAX_BYTES} bytes of UTF-8 (got {size})",
+        {"max_bytes": RAWW_MAX_BYTES, "bytes": size},
+    )
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a parsed value ("null", "boolean", "number", ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
 
 
 def parse_principal(text: str) -> Principal:

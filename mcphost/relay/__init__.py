@@ -5,12 +5,15 @@ The module contracts are pinned in docs/relay-internals.md; the protocol is refe
 bodies), the configuration layers' reader and the inscriptions writer are agentmux's
 conventions, shared with the relay tools, in `mcphost.agentmux`. Modules:
 - `server`: `RelayServer`: the Unix socket (0600), pre-hello timeout, hello handshake, identity
-  claims, one response per request, write timeout, connection cap, revocation.
+  claims, one response per request, write timeout, connection cap.
+- `connections`: the live connections and their identity claims, one registry shared by the
+  server and the behaviour (revocation, events, who is connected).
 - `principals`: the principal store (PSKs: mint, rotate, constant-time lookup).
 - `policy`: policies and deny-by-default authorization (pure).
 - `bundles`: bundle, coder, users and relay configuration for the relay.
 - `envelope`: the pane envelope of §3.4 (pure).
-- `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, readiness.
+- `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, a pane's exit.
+- `panes`: the readiness gate and delivery into one pane (deliver, raw_write, outcomes).
 - `hosting`: `BundleHost` / `MemberHealth`, what the relay asks of the supervisor.
 - `requester`: who is asking, about whom: the membership rule, targets, the transport check.
 - `delivery`: per-target queues, readiness gate, batching, paste-and-submit, outcomes, receipts.

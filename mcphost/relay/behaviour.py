@@ -29,7 +29,7 @@ Operations and what each answers:
   coder's readiness gate (coders.toml `prompt-regex` etc.), takes the contiguous envelopes that
   fit one batch (envelope.take_batch) and pastes them bracketed, then a separate "\\r". The
   response is `queued` at once. A `@GLOBAL` target gets an `incoming_message` event on its live
-  connections (through the `send_event` hook) instead. Explicit targets of an unsupported
+  connections (`connections.send_event`) instead. Explicit targets of an unsupported
   transport (acp, pty, ui, pubsub members) fail the request with
   `runtime_session_type_not_implemented` before anything is queued; in a broadcast such a member
   gets a result with outcome `not_submitted` and that reason code. Every envelope is text,
@@ -51,8 +51,8 @@ Operations and what each answers:
   `response` (the PSK in this response only), `config` (a session principal's `identity.psk`
   under the state root; `validation_config_destination_unsupported` for other types), `path`
   (absolute, checked before the store changes, written without following a symlink).
-  `change_psk` and `drop_peer` then revoke the principal's live connections through the
-  `revoke` hook (`runtime_identity_revoked`), except when the requester rotates its own.
+  `change_psk` and `drop_peer` then revoke the principal's live connections
+  (`connections.revoke`: `runtime_identity_revoked`), except when the requester rotates its own.
   Capabilities `new.peer`, `change.psk`, `drop.peer`.
 - `choices_list` -> empty `pending_requests`; `choices_pick` -> `runtime_choices_request_not_found`:
   this relay hosts no ACP sessions, so there is never a pending choice. Capability `choose`.
@@ -71,10 +71,11 @@ message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also g
 send or raww but `delivered`, the terminal-outcome receipt: an envelope from `relay@RELAY`
 (envelope.receipt_body) queued to its own pane, best-effort (dropped when the sender is not
 running or the receipts' queue bound is full; never a receipt for a receipt), each one a
-`relay.delivery.receipt` record. Revocation goes through the server's
-`revoke`, which closes every live connection of the principal (a socket-trust one too).
+`relay.delivery.receipt` record. Revocation goes through the shared
+registry's `revoke`, which closes every live connection of the principal (a socket-trust one too).
 
-Order (§3.2): request validation, then existence (bundle, member, target), then authorization
+Order (§3.2): request validation (the body's `mcphost.agentmux.operations` model, the one the
+relay tools build it with), then existence (bundle, member, target), then authorization
 (`policy.authorize` with the requester's member policy), then the action. The requester is
 always the connection's principal: a `requester_session` naming anyone else is
 `validation_unknown_sender`.
@@ -107,11 +108,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mcphost.agentmux.operations import (
+    ChoicesPickRequest,
+    LookRequest,
+    RawwRequest,
+    SendRequest,
+)
 from mcphost.agentmux.wire import (
     SCHEMA_VERSION,
     SOCKET_TRUST,
@@ -127,9 +134,10 @@ from mcphost.relay import admission
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle, Users, bundle_ids, load_relay_settings, load_users
+from mcphost.relay.connections import Connections
 from mcphost.relay.credentials import Credentials
 from mcphost.relay.delivery import Delivery, _Item, _Worker
-from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, Revoke, SendEvent, SocketTrust
+from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
 from mcphost.relay.policy import authorize, load_policies, member_policy
 from mcphost.relay.principals import (
@@ -137,13 +145,12 @@ from mcphost.relay.principals import (
     check_expiry,
 )
 from mcphost.relay.requester import (
+    GLOBAL,
     Resolution,
     _bad,
     _cross_relay,
     _fail_stopped,
     _not_implemented,
-    _opt_bool,
-    _opt_int,
     _opt_str,
     _session_type,
     _Target,
@@ -152,14 +159,7 @@ from mcphost.relay.requester import (
 
 __all__ = ["BundleHost", "MemberHealth", "RelayBehaviour"]
 
-GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
 DEFAULT_QUIET_MS = 750
-OUTCOMES_KEPT = 4096
-REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
-DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
-FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 # -- the behaviour -----------------------------------------------------------------------------
@@ -169,11 +169,14 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
     """The relay's operations over the configuration, the principal store and a `BundleHost`.
 
     `socket_trust` decides whether the kernel vouches for a socket-trust hello (None: refuse
-    every socket-trust hello). `revoke(principal_id, code, message)` tears down a principal's
-    live connections (`RelayServer.revoke`); `send_event(principal_id, frame)` queues an event
-    (`RelayServer.send_event`); `live_principals()` lists the principal ids with a live
-    connection (for the GLOBAL view). Hooks may be set after construction (the server is
-    built with this object's methods). `quiet_ms` is the readiness gate's quiet window.
+    every socket-trust hello). `connections` is the relay's live connections (connections.py):
+    revocation tears a principal's down, `@GLOBAL` deliveries and outcomes are events on them,
+    and the GLOBAL view lists who is connected. One registry is shared with the server, so
+    neither is patched after construction: by default the behaviour builds it (with its
+    inscriptions) and the server is handed `registry=behaviour.connections` (and
+    `admit=behaviour.admit` for in-process sessions, which the registry holds too). `bundles` is
+    the host's in-memory bundle layer, read before the file layers (`Resolution._bundle`).
+    `quiet_ms` is the readiness gate's quiet window.
     """
 
     def __init__(
@@ -183,9 +186,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         host: BundleHost,
         *,
         socket_trust: SocketTrust | None = None,
-        revoke: Revoke | None = None,
-        send_event: SendEvent | None = None,
-        live_principals: Callable[[], Iterable[str]] | None = None,
+        connections: Connections | None = None,
         bundles: Bundles | None = None,
         quiet_ms: int = DEFAULT_QUIET_MS,
         poll_ms: int = 50,
@@ -196,9 +197,6 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self.state_root = Path(state_root).absolute()
         self.host = host
         self.socket_trust = socket_trust
-        self.revoke = revoke
-        self.send_event = send_event
-        self.live_principals = live_principals
         self.bundles = bundles
         self.quiet_ms = quiet_ms
         self.poll_ms = poll_ms
@@ -207,6 +205,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self.inscribe = RelayInscriptions(
             inscriptions if inscriptions is not None else inscriptions_root(self.state_root)
         )
+        self.connections = connections if connections is not None else Connections(self.inscribe)
         self._admin = asyncio.Lock()
         self._workers: dict[tuple[str, str], _Worker] = {}
         self.queue_bounds = admission.Ledger()
@@ -280,24 +279,11 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         return self._existing(parse_principal(principal_id), False)
 
     def _existing(self, principal: Principal, verified: bool) -> Principal:
-        """`principal` if it exists (a member of a configured bundle, or a users.toml user with
-        a known policy), marked `verified`; else `validation_unknown_sender` (§2.2)."""
-        if principal.kind == "session":
-            bundle = self._bundle(principal.namespace)
-            if bundle.member(principal.name) is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "hello session_id is not configured in associated bundle",
-                    {"principal_id": principal.id},
-                )
-        elif principal.kind == "user":
-            user = load_users(self.roots).get(principal.id)
-            if user is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "hello principal is not configured in users.toml",
-                    {"principal_id": principal.id},
-                )
+        """`principal` if it exists (`member_of` for a hello: a member of a configured bundle,
+        or a users.toml user with a known policy), marked `verified`; else
+        `validation_unknown_sender` (§2.2)."""
+        _member, user = self.member_of(principal, "hello")
+        if user is not None:
             member_policy(load_policies(self.roots), user)  # validation_unknown_policy
         return Principal(
             principal.id, principal.name, principal.namespace, principal.kind, verified
@@ -414,17 +400,8 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _look(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        raw_target = body.get("target_session")
-        if not isinstance(raw_target, str) or not raw_target.strip():
-            raise RelayError("validation_unknown_target", "target_session must be non-empty")
-        lines = _opt_int(body, "lines")
-        if lines is not None and not 1 <= lines <= tm.MAX_LOOK_LINES:
-            raise RelayError(
-                "validation_invalid_lines",
-                f"lines must be between 1 and {tm.MAX_LOOK_LINES}",
-                {"lines": lines, "min": 1, "max": tm.MAX_LOOK_LINES},
-            )
-        offset = _opt_int(body, "offset")
+        look = LookRequest.read(body)
+        raw_target, lines, offset = look.target_session, look.lines, look.offset
         target = self._target(raw_target, operation="look")
         bundle, session = target.bundle, target.session
         assert bundle is not None and session is not None
@@ -470,22 +447,8 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _send(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        message = body.get("message")
-        if not isinstance(message, str) or not message.strip():
-            raise _bad("message must be non-empty")
-        raw_targets = body.get("targets") or []
-        if not isinstance(raw_targets, list):
-            raise _bad("targets must be an array of strings", {"field": "targets"})
-        broadcast = _opt_bool(body, "broadcast", False)
-        client_request_id = _opt_str(body, "request_id")
-        if broadcast and raw_targets:
-            raise RelayError(
-                "validation_conflicting_targets", "targets must be empty when broadcast=true"
-            )
-        if not broadcast and not raw_targets:
-            raise RelayError(
-                "validation_empty_targets", "provide at least one target or set broadcast=true"
-            )
+        send = SendRequest.read(body)
+        message, broadcast, client_request_id = send.message, send.broadcast, send.request_id
         if broadcast and principal.kind != "session":
             raise _bad("broadcast requires a bundle-bound sender")
 
@@ -505,7 +468,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         else:
             users = load_users(self.roots)
             seen: set[str] = set()
-            for raw in raw_targets:
+            for raw in send.targets:
                 target = self._target(raw, operation="send", users=users)
                 if target.principal.id in seen:
                     continue
@@ -606,20 +569,9 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _raww(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        raw_target = body.get("target_session")
-        if not isinstance(raw_target, str) or not raw_target.strip():
-            raise RelayError("validation_unknown_target", "target_session must be non-empty")
-        text = body.get("text")
-        if not isinstance(text, str):
-            raise RelayError(
-                "validation_invalid_params", "text must be a string", {"field": "text"}
-            )
-        try:
-            tm.check_raw_text(text)
-        except tm.RawTextTooLarge as exc:
-            raise RelayError(exc.code, exc.message, exc.details) from None
-        no_enter = _opt_bool(body, "no_enter", False)
-        client_request_id = _opt_str(body, "request_id")
+        raww = RawwRequest.read(body)
+        raw_target, text, no_enter = raww.target_session, raww.raw_text, raww.no_enter
+        client_request_id = raww.request_id
         target = self._target(raw_target, operation="raww")
         assert target.bundle is not None and target.session is not None
         self._check_transport(target.bundle, target.session, "raww")
@@ -712,34 +664,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
 
     async def _choices_pick(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        choice_id = body.get("choice_request_id")
-        if not isinstance(choice_id, str) or not choice_id.strip():
-            raise RelayError(
-                "validation_invalid_params",
-                "choice_request_id must be a non-empty string",
-                {"field": "choice_request_id"},
-            )
-        outcome = body.get("outcome")
-        if outcome not in ("selected", "cancelled"):
-            details: dict[str, Any] = {"field": "outcome"}
-            if outcome is not None:
-                details["value"] = outcome
-            raise RelayError(
-                "validation_invalid_params", 'outcome must be "selected" or "cancelled"', details
-            )
-        option_id = body.get("option_id")
-        if outcome == "selected" and (not isinstance(option_id, str) or not option_id.strip()):
-            raise RelayError(
-                "validation_invalid_params",
-                "selected outcome requires explicit non-empty option_id",
-                {"field": "option_id", "outcome": "selected"},
-            )
-        if outcome == "cancelled" and option_id is not None:
-            raise RelayError(
-                "validation_invalid_params",
-                "cancelled outcome must omit option_id",
-                {"field": "option_id", "outcome": "cancelled"},
-            )
+        choice_id = ChoicesPickRequest.read(body).choice_request_id
         bundle = self._bundle(self._subject(principal, request))
         requester = self._requester(principal, body)
         authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)

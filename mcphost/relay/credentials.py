@@ -11,10 +11,17 @@ Must never: log, store or return a PSK except in a `response`-destination answer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from mcphost.agentmux.operations import (
+    ChangePskRequest,
+    ChangeScopeRequest,
+    CredentialRequest,
+    DropPeerRequest,
+    NewPeerRequest,
+)
 from mcphost.agentmux.wire import (
     SCHEMA_VERSION,
     Principal,
@@ -22,7 +29,8 @@ from mcphost.agentmux.wire import (
     Request,
     parse_principal,
 )
-from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.connections import Connections
+from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.policy import authorize
 from mcphost.relay.principals import (
@@ -35,16 +43,13 @@ from mcphost.relay.principals import (
     write_credential,
     write_session_credential,
 )
-from mcphost.relay.requester import _bad, _not_implemented, _opt_str, _Requester
+from mcphost.relay.requester import _not_implemented, _Requester
 
-GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
-DEFAULT_QUIET_MS = 750
-OUTCOMES_KEPT = 4096
 REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
 DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
-FAIL_STOPPED = "delivery_target_fail_stopped"
+
+
+C = TypeVar("C", bound=CredentialRequest)
 
 
 class Credentials:
@@ -55,9 +60,7 @@ class Credentials:
     state_root: Path
     host: BundleHost
     inscribe: RelayInscriptions
-    send_event: SendEvent | None
-    revoke: Revoke | None
-    live_principals: Callable[[], Iterable[str]] | None
+    connections: Connections
     store: PrincipalStore
     _admin: asyncio.Lock
 
@@ -67,51 +70,31 @@ class Credentials:
 
     # -- identity administration ---------------------------------------------------------------
 
-    def _admin_target(self, body: dict[str, Any], operation: str) -> tuple[str, str]:
-        principal_id = body.get("principal_id")
-        if not isinstance(principal_id, str) or not principal_id:
-            raise RelayError(
-                "validation_invalid_principal_id",
-                f"principal_id is required for {operation}",
-                {"principal_id": principal_id if isinstance(principal_id, str) else None},
-            )
-        return principal_id, principal_type(principal_id)
+    def _admin_target(self, body: dict[str, Any], model: type[C]) -> tuple[C, str, str]:
+        """The body read by its wire model; its principal id and that principal's type."""
+        request = model.read(body)
+        return request, request.principal, principal_type(request.principal)
 
     def _destination(
-        self, body: dict[str, Any], principal_id: str, kind: str
+        self, request: NewPeerRequest | ChangePskRequest, kind: str
     ) -> tuple[str, Path | None]:
         """(`response` | `config` | `path`, the file for the file destinations), checked
-        before anything changes."""
-        raw = body.get("destination")
-        if raw is None:
+        before anything changes (the destination's shape was checked by its wire model)."""
+        raw = request.destination
+        if raw is None or raw["kind"] == "response":
             return "response", None
-        if not isinstance(raw, dict) or raw.get("kind") not in ("response", "config", "path"):
-            raise _bad(
-                'destination must be {"kind": "response" | "config" | "path"}',
-                {"field": "destination"},
-            )
-        dest = raw["kind"]
-        if dest == "response":
-            return dest, None
-        if dest == "config":
+        if raw["kind"] == "config":
             if kind != "session":
                 raise RelayError(
                     "validation_config_destination_unsupported",
                     "the config destination is only for session principals",
-                    {"principal_id": principal_id, "principal_type": kind},
+                    {"principal_id": request.principal, "principal_type": kind},
                 )
-            principal = parse_principal(principal_id)
-            return dest, session_credential_path(
+            principal = parse_principal(request.principal)
+            return "config", session_credential_path(
                 self.state_root, principal.namespace, principal.name
             )
-        path = raw.get("path")
-        if not isinstance(path, str):
-            raise RelayError(
-                "validation_invalid_output_path",
-                "output_path must be an absolute path",
-                {"path": path},
-            )
-        return dest, check_destination(path)
+        return "path", check_destination(raw["path"])
 
     def _deliverer(
         self, dest: str, principal_id: str, path: Path | None
@@ -157,9 +140,9 @@ class Credentials:
 
     async def _new_peer(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        principal_id, kind = self._admin_target(body, "new peer")
-        scope = _opt_str(body, "scope")
-        dest, path = self._destination(body, principal_id, kind)
+        new, principal_id, kind = self._admin_target(body, NewPeerRequest)
+        scope = new.scope
+        dest, path = self._destination(new, kind)
         self._admin_requester(principal, body, "new.peer")
         async with self._admin:
             psk = self.store.mint(
@@ -184,15 +167,15 @@ class Credentials:
 
     async def _change_psk(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        principal_id, kind = self._admin_target(body, "change psk")
-        dest, path = self._destination(body, principal_id, kind)
+        change, principal_id, kind = self._admin_target(body, ChangePskRequest)
+        dest, path = self._destination(change, kind)
         self._admin_requester(principal, body, "change.psk")
         async with self._admin:
             psk = self.store.rotate(principal_id, deliver=self._deliverer(dest, principal_id, path))
         revoked = 0
-        if principal_id != principal.id and self.revoke is not None:
-            revoked = int(
-                self.revoke(principal_id, "runtime_identity_revoked", REVOKED_MESSAGE) or 0
+        if principal_id != principal.id:
+            revoked = self.connections.revoke(
+                principal_id, "runtime_identity_revoked", REVOKED_MESSAGE
             )
         self.inscribe(
             "relay.identity.psk_rotated",
@@ -210,7 +193,7 @@ class Credentials:
 
     async def _drop_peer(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        principal_id, kind = self._admin_target(body, "drop peer")
+        _, principal_id, kind = self._admin_target(body, DropPeerRequest)
         if principal_id == principal.id:
             raise RelayError(
                 "validation_self_drop_forbidden",
@@ -222,8 +205,7 @@ class Credentials:
             record: StoredPrincipal | None = self.store.get(principal_id)
             if record is None or not self.store.drop(principal_id):
                 raise unknown_principal(principal_id)
-        if self.revoke is not None:
-            self.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
+        self.connections.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
         self.inscribe(
             "relay.identity.principal_dropped",
             requester_session=principal.id,
@@ -243,7 +225,7 @@ class Credentials:
         return out
 
     async def _change_scope(self, principal: Principal, request: Request) -> dict[str, Any]:
-        principal_id, kind = self._admin_target(request.body, "change scope")
+        _, principal_id, kind = self._admin_target(request.body, ChangeScopeRequest)
         if kind != "relay":
             raise RelayError(
                 "validation_invalid_principal_id",

@@ -2,7 +2,7 @@
 
 Owns: the per-target delivery workers of `RelayBehaviour` (FIFO, one asyncio task per target
 with something queued; a raww is a batch barrier), the readiness gate built from the coder
-(`_gate`), the batch taken once the gate settles and pasted through `tmux.deliver` (the one
+(`_gate`), the batch taken once the gate settles and pasted through `panes.deliver` (the one
 paste-and-submit, which the tests drive too), the queue bounds' ledger entries (admission.py),
 the recent outcomes (`outcomes`, the last `OUTCOMES_KEPT`), the `@GLOBAL` events
 (`incoming_message`, `delivery_outcome`), and the terminal-outcome receipts to a coder-backed
@@ -19,7 +19,6 @@ import itertools
 import traceback
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,7 @@ from mcphost.agentmux.wire import (
     RelayError,
     parse_principal,
 )
-from mcphost.relay import admission
+from mcphost.relay import admission, panes
 from mcphost.relay import envelope as env
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import (
@@ -39,18 +38,12 @@ from mcphost.relay.bundles import (
     Session,
     TmuxCoder,
 )
-from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.connections import Connections
+from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
-from mcphost.relay.requester import _Target, _unavailable
+from mcphost.relay.requester import GLOBAL, _Target, _unavailable
 
-GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
-DEFAULT_QUIET_MS = 750
 OUTCOMES_KEPT = 4096
-REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
-DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
-FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 @dataclass(slots=True)
@@ -82,9 +75,7 @@ class Delivery:
     state_root: Path
     host: BundleHost
     inscribe: RelayInscriptions
-    send_event: SendEvent | None
-    revoke: Revoke | None
-    live_principals: Callable[[], Iterable[str]] | None
+    connections: Connections
     quiet_ms: int
     poll_ms: int
     queue_bounds: admission.Ledger
@@ -102,19 +93,17 @@ class Delivery:
 
     def _deliver_event(self, item: _Item, body: str) -> None:
         """A `@GLOBAL` recipient: an `incoming_message` event on its live connections."""
-        sent = 0
-        if self.send_event is not None:
-            payload = {"message_id": item.message_id, "sender_session": item.sender, "body": body}
-            sent = self.send_event(
-                item.target, wire.event("incoming_message", item.target, payload)
-            )
+        payload = {"message_id": item.message_id, "sender_session": item.sender, "body": body}
+        sent = self.connections.send_event(
+            item.target, wire.event("incoming_message", item.target, payload)
+        )
         if sent:
             self._record(item.message_id, item.sender, item.target, "delivered", None)
         else:
             self._record_delivery(
                 item,
-                tm.Delivery(
-                    "not_submitted", tm.UNREACHABLE, "the recipient has no live connection"
+                panes.Delivery(
+                    "not_submitted", panes.UNREACHABLE, "the recipient has no live connection"
                 ),
             )
 
@@ -123,7 +112,7 @@ class Delivery:
     def _enqueue(self, bundle_id: str, session_id: str, item: _Item) -> None:
         if self._closed:
             self._record_delivery(
-                item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+                item, panes.Delivery("failed", "dropped_on_shutdown", "relay shut down")
             )
             return
         key = (bundle_id, session_id)
@@ -148,7 +137,7 @@ class Delivery:
                 except asyncio.CancelledError:
                     for item in batch:
                         self._record_delivery(
-                            item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+                            item, panes.Delivery("failed", "dropped_on_shutdown", "relay shut down")
                         )
                     raise
                 except Exception as exc:  # one bad delivery must not stop the queue
@@ -160,7 +149,7 @@ class Delivery:
                     )
                     if not batch and worker.queue:
                         batch.append(worker.queue.popleft())
-                    result = tm.Delivery(
+                    result = panes.Delivery(
                         "submission_unknown", "internal_unexpected_failure", type(exc).__name__
                     )
                 for item in batch:
@@ -168,8 +157,8 @@ class Delivery:
         finally:
             worker.task = None
 
-    def _gate(self, coder: TmuxCoder) -> tm.Gate:
-        return tm.Gate(
+    def _gate(self, coder: TmuxCoder) -> panes.Gate:
+        return panes.Gate(
             quiet_ms=self.quiet_ms,
             prompt_regex=coder.prompt_regex,
             inspect_lines=coder.prompt_inspect_lines,
@@ -179,7 +168,7 @@ class Delivery:
             poll_ms=self.poll_ms,
         )
 
-    async def _deliver_next(self, worker: _Worker, batch: list[_Item]) -> tm.Delivery:
+    async def _deliver_next(self, worker: _Worker, batch: list[_Item]) -> panes.Delivery:
         """Deliver the head of the queue (a raww, or the envelopes that fit one batch), moving
         the delivered items into `batch`; their outcome."""
         head = worker.queue[0]
@@ -191,18 +180,18 @@ class Delivery:
             coder = self._check_transport(bundle, session, head.kind)
         except RelayError as err:
             batch.append(worker.queue.popleft())
-            return tm.Delivery("not_submitted", err.code, err.message)
+            return panes.Delivery("not_submitted", err.code, err.message)
         server = self.host.tmux(bundle)
         name = self.host.session_name(bundle, session.id)
         if server is None:
             batch.append(worker.queue.popleft())
-            return tm.Delivery("not_submitted", tm.UNREACHABLE, "the bundle is not hosted")
+            return panes.Delivery("not_submitted", panes.UNREACHABLE, "the bundle is not hosted")
         if head.kind == "raww":
             batch.append(worker.queue.popleft())
             try:
-                return await tm.raw_write(server, name, head.text, head.no_enter)
+                return await panes.raw_write(server, name, head.text, head.no_enter)
             except tm.TmuxError as exc:
-                return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
+                return panes.Delivery("not_submitted", panes.UNREACHABLE, exc.message)
 
         def take() -> str:
             envelopes = list(itertools.takewhile(lambda i: i.kind == "envelope", worker.queue))
@@ -212,9 +201,9 @@ class Delivery:
             # here without `envelope.render`
             return env.neutralise(env.join_batch([i.text for i in batch]))
 
-        return await tm.deliver(server, name, self._gate(coder), take)
+        return await panes.deliver(server, name, self._gate(coder), take)
 
-    def _record_delivery(self, item: _Item, result: tm.Delivery) -> None:
+    def _record_delivery(self, item: _Item, result: panes.Delivery) -> None:
         if item.admitted:  # its outcome frees its place in the queue bounds
             item.admitted = False
             self.queue_bounds.release(item.sender, item.target, item.size)
@@ -230,7 +219,7 @@ class Delivery:
             return False
         return self.host.member_state(target.bundle, target.session.id)[1].stopped
 
-    def _receipt(self, item: _Item, result: tm.Delivery) -> None:
+    def _receipt(self, item: _Item, result: panes.Delivery) -> None:
         """The terminal-outcome receipt (§3.4) for a queued item that was not delivered, to its
         sender when that is a coder-backed member: an envelope from `relay@RELAY`
         (envelope.receipt_body) queued to the sender's pane like any message. Best-effort: a
@@ -306,7 +295,7 @@ class Delivery:
             outcome=outcome,
             reason_code=reason_code,
         )
-        if self.send_event is not None and sender.endswith("@" + GLOBAL):
+        if sender.endswith("@" + GLOBAL):
             payload: dict[str, Any] = {
                 "message_id": message_id,
                 "phase": "failed" if outcome == "timeout" else outcome,
@@ -317,7 +306,7 @@ class Delivery:
             if reason is not None:
                 payload["reason"] = reason
             with contextlib.suppress(Exception):
-                self.send_event(sender, wire.event("delivery_outcome", sender, payload))
+                self.connections.send_event(sender, wire.event("delivery_outcome", sender, payload))
 
     async def drain(self) -> None:
         """Wait until every queued delivery has an outcome (tests and shutdown)."""
@@ -338,6 +327,6 @@ class Delivery:
             while worker.queue:
                 item = worker.queue.popleft()
                 self._record_delivery(
-                    item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+                    item, panes.Delivery("failed", "dropped_on_shutdown", "relay shut down")
                 )
         self.inscribe.close()

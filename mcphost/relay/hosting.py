@@ -1,7 +1,8 @@
 """What the relay asks of its host: `BundleHost` (implemented by the supervisor) and `MemberHealth`.
 
-Owns: the hosting contract and the hook types the relay is wired with (`SocketTrust`, `Revoke`,
-`SendEvent`, `Bundles`: the host's in-memory bundle layer). The relay never starts or stops a process itself; `up` / `down` ask the host.
+Owns: the hosting contract and the hook types the relay is wired with (`SocketTrust`, `Bundles`:
+the host's in-memory bundle layer; the live connections are `connections.Connections`, shared
+with the server). The relay never starts or stops a process itself; `up` / `down` ask the host.
 
 Must never: import `mcphost.supervisor` (the supervisor implements this) or do I/O.
 """
@@ -66,5 +67,3 @@ SocketTrust = Callable[[str, PeerCred | None], bool]
 # The host's in-memory configuration layer: bundles by id, read before the file layers (the
 # supervisor's fleet bundles; a file of the same id in any layer is shadowed).
 Bundles = Callable[[], Mapping[str, Bundle]]
-Revoke = Callable[[str, str, str], int]
-SendEvent = Callable[[str, dict[str, Any]], int]

@@ -1,7 +1,9 @@
 """Requester and target resolution for the relay's operations: who is asking, about whom.
 
-Owns: the membership rule (a session principal is a member of its configured bundle, a user
-principal a users.toml user; `member_of`), the requester with its policy (`_requester`: a
+Owns: bundle lookup (`_bundle`: the host's in-memory layer, then the file layers), the
+membership rule (a session principal is a member of its configured bundle, a user principal a
+users.toml user: `member_of`, the one place it is written, used by the hello's `authenticate`,
+an in-process session's `admit` and every request), the requester with its policy (`_requester`: a
 `requester_session` naming anyone but the connection's principal is `validation_unknown_sender`),
 the routing namespace of a bundle-subject request (`_subject`, §2.3), target resolution
 (`_target`: fully qualified, existing; validation and existence errors only), the transport check
@@ -12,10 +14,9 @@ Must never: authorize (that is `policy.authorize`, called by the operations), or
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mcphost.agentmux.wire import (
     Principal,
@@ -32,17 +33,12 @@ from mcphost.relay.bundles import (
     load_users,
     require_bundle,
 )
-from mcphost.relay.hosting import BundleHost, Bundles, Revoke, SendEvent
+from mcphost.relay.connections import Connections
+from mcphost.relay.hosting import BundleHost, Bundles
 from mcphost.relay.inscriptions import RelayInscriptions
 from mcphost.relay.policy import Policy, load_policies, member_policy
 
 GLOBAL = "GLOBAL"
-RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
-DEFAULT_QUIET_MS = 750
-OUTCOMES_KEPT = 4096
-REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
-DROPPED_MESSAGE = "identity credential was dropped"
-TMUX_ONLY = ("tmux",)
 FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
@@ -58,24 +54,6 @@ def _opt_str(body: dict[str, Any], name: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise _bad(f"{name} must be a string", {"field": name})
-
-
-def _opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    raise _bad(f"{name} must be a boolean", {"field": name})
-
-
-def _opt_int(body: dict[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _bad(f"{name} must be an integer", {"field": name})
 
 
 def _not_implemented(operation: str, why: str) -> RelayError:
@@ -111,6 +89,21 @@ def _session_type(bundle: Bundle, session: Session) -> RelayError:
         "(tmux sessions only)",
         {"target_session": session.principal_id(bundle.id), "transport": session.transport},
     )
+
+
+_NOT_A_MEMBER = {
+    "hello": "hello session_id is not configured in associated bundle",
+    "request": "requester session is not configured in its bundle",
+}
+_NOT_A_USER = {
+    "hello": "hello principal is not configured in users.toml",
+    "request": "requester is not configured in users.toml",
+}
+
+
+def _unknown_sender(principal: Principal, when: str, message: str) -> RelayError:
+    key = "principal_id" if when == "hello" else "requester_session"
+    return RelayError("validation_unknown_sender", message, {key: principal.id})
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +144,7 @@ class Resolution:
     state_root: Path
     host: BundleHost
     inscribe: RelayInscriptions
-    send_event: SendEvent | None
-    revoke: Revoke | None
-    live_principals: Callable[[], Iterable[str]] | None
+    connections: Connections
     bundles: Bundles | None
 
     def _bundle(self, bundle_id: str) -> Bundle:
@@ -177,28 +168,29 @@ class Resolution:
                     "requester_session does not name this connection's principal",
                     {"requester_session": claimed, "principal_id": principal.id},
                 )
+        member, user = self.member_of(principal, "request")
         policies = load_policies(self.roots)
+        # application / relay principals (neither): authorize() refuses them everything
+        return _Requester(principal, member_policy(policies, member or user), member, user)
+
+    def member_of(
+        self, principal: Principal, when: Literal["hello", "request"]
+    ) -> tuple[Session | None, User | None]:
+        """The membership rule, the one place it is written: a session principal must be a
+        member of its configured bundle (`validation_unknown_bundle` when the bundle is not),
+        a user principal a users.toml user; else `validation_unknown_sender`, worded for the
+        hello or the request it refuses. Application and relay principals are neither."""
         if principal.kind == "session":
-            bundle = self._bundle(principal.namespace)
-            member = bundle.member(principal.name)
+            member = self._bundle(principal.namespace).member(principal.name)
             if member is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester session is not configured in its bundle",
-                    {"requester_session": principal.id},
-                )
-            return _Requester(principal, member_policy(policies, member), member, None)
+                raise _unknown_sender(principal, when, _NOT_A_MEMBER[when])
+            return member, None
         if principal.kind == "user":
             user = load_users(self.roots).get(principal.id)
             if user is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester is not configured in users.toml",
-                    {"requester_session": principal.id},
-                )
-            return _Requester(principal, member_policy(policies, user), None, user)
-        # application / relay principals: authorize() refuses them everything
-        return _Requester(principal, member_policy(policies, None), None, None)
+                raise _unknown_sender(principal, when, _NOT_A_USER[when])
+            return None, user
+        return None, None
 
     def _subject(self, principal: Principal, request: Request) -> str:
         """The routing namespace of a bundle-subject request (§2.3)."""
@@ -265,7 +257,7 @@ class Resolution:
         return _Target(target, bundle, session, session.name)
 
     def _live(self) -> set[str]:
-        return set(self.live_principals()) if self.live_principals is not None else set()
+        return set(self.connections.live_principals())
 
     def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
         """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and

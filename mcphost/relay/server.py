@@ -2,8 +2,9 @@
 
 Owns: the listening socket at `path` (its parent must exist, be a directory owned by this user and
 writable by no one else; mode 0600 set before the socket listens; a stale socket file is replaced
-only when nothing listens on it, anything else there is refused: `mcphost.unixsock`), the live
-connections (one asyncio task each, plus one writer task each), the identity claim registry and the
+only when nothing listens on it, anything else there is refused: `mcphost.unixsock`), serving the
+connections (one asyncio task each, plus one writer task each; who they are and their identity
+claims are `registry`, a `connections.Connections` shared with the behaviour) and the
 connection cap. Per connection (§2.1, §2.2):
 1. over `max_connections` live connections: one `runtime_connection_limit_reached` error frame,
    then close;
@@ -34,10 +35,9 @@ is written), at most `EVENT_BACKLOG` queued events (more are dropped: events are
 and the transport's write buffer (drained before each next frame). At the 512-connection cap
 that is a few GiB only if every client sends megabyte lines; real frames are small.
 
-`revoke(principal_id, code, message)` writes that error frame to the principal's live
-connections and closes them (PSK rotation, §3.3); `send_event` queues an event frame for a
-principal's connections; `live_principals` lists who is connected; `aclose` stops listening,
-closes every connection and unlinks the socket (only if it is still the file this server bound).
+`revoke`, `send_event`, `live_principals`, `connections`, `local_sessions` and `claimed` are
+the registry's (connections.py); `aclose` stops listening, closes every connection and
+in-process session and unlinks the socket (only if it is still the file this server bound).
 `inscribe` (inscriptions.py; default: the event log only) takes the connection records of §5:
 `relay.stream.stale_claim_reclaimed`, `relay.connection.write_timeout`,
 `relay.connection.identity_revoked_teardown`.
@@ -45,7 +45,8 @@ closes every connection and unlinks the socket (only if it is still the file thi
 In-process sessions (`local_session`, `LocalSession`): for a host running the relay in its own
 process, a principal it established itself (the supervisor: the agent its attach hub identified
 by the kernel) is served without socket, JSON or hello; `admit` checks only that the principal
-exists; the session holds the principal's claim as a connection does (docs/relay-internals.md).
+exists; the session holds the principal's claim in the registry as a connection does, and is
+revoked and sent events there (docs/relay-internals.md).
 
 Must never: take identity from anything but `authenticate` (which sees the kernel's
 credentials) or, for an in-process session, the host's word checked by `admit`; log an
@@ -65,7 +66,6 @@ import os
 import socket
 import stat
 import traceback
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -73,6 +73,8 @@ from mcphost import events, unixsock
 from mcphost.agentmux import wire
 from mcphost.agentmux.wire import Hello, Principal, RelayError, Request
 from mcphost.peer import PeerCred, peer_credentials
+from mcphost.relay.connections import CLAIM_CONFLICT_MESSAGE as CLAIM_CONFLICT_MESSAGE
+from mcphost.relay.connections import Conn, Connections
 from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
 
 Authenticate = Callable[[Hello, PeerCred | None], Principal]
@@ -81,12 +83,9 @@ OnEvent = Callable[[dict[str, Any]], None]
 Handle = Callable[[Principal, Request], Awaitable[dict[str, Any]]]
 
 BACKLOG = 128
-EVENT_BACKLOG = 64
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 1 << 20
 
-CLAIM_CONFLICT_MESSAGE = "stream identity is already claimed by a live connection"
-CLAIM_CONFLICT_REASON = "existing identity owner is still live"
 MISSING_HELLO_MESSAGE = "hello is required before any request on a relay connection"
 UNEXPECTED_MESSAGE = "the relay failed unexpectedly; its event log has the details"
 
@@ -94,60 +93,6 @@ UNEXPECTED_MESSAGE = "the relay failed unexpectedly; its event log has the detai
 class RelayBindError(Exception):
     """The relay socket cannot be bound: the path is in use, not a socket, or its directory
     is missing or not private to this user."""
-
-
-class _Conn:
-    """One client connection: its streams, its principal once hello'd, and its outbox."""
-
-    def __init__(self, cid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.id = cid
-        self.reader = reader
-        self.writer = writer
-        self.principal: Principal | None = None
-        # (bytes, a future resolved once written or None for an event, close after it)
-        self.outbox: deque[tuple[bytes, asyncio.Future[None] | None, bool]] = deque()
-        self.queued_events = 0
-        self.wake = asyncio.Event()
-        self.closing = False  # a last frame is queued, or teardown began: nothing more is sent
-        self.reading_done = asyncio.Event()
-        self.writer_task: asyncio.Task[None] | None = None
-
-    @property
-    def live(self) -> bool:
-        return not self.closing and not self.writer.is_closing()
-
-    def send(self, data: bytes) -> asyncio.Future[None]:
-        """Queue a frame; the future resolves once it is written (or the connection is gone)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.closing:
-            done.set_result(None)
-            return done
-        self.outbox.append((data, done, False))
-        self.wake.set()
-        return done
-
-    def send_event(self, data: bytes) -> bool:
-        if self.closing or self.queued_events >= EVENT_BACKLOG:
-            return False
-        self.queued_events += 1
-        self.outbox.append((data, None, False))
-        self.wake.set()
-        return True
-
-    def finish(self, data: bytes = b"") -> None:
-        """Write `data` (if any) after what is queued, then close. Idempotent."""
-        if self.closing:
-            return
-        self.closing = True
-        self.outbox.append((data, None, True))
-        self.wake.set()
-
-    def abort(self) -> None:
-        self.closing = True
-        transport = self.writer.transport
-        with contextlib.suppress(Exception):
-            transport.abort()
-        self.wake.set()
 
 
 class RelayServer:
@@ -164,9 +109,11 @@ class RelayServer:
         max_connections: int = 512,
         inscribe: Inscribe | None = None,
         admit: Admit | None = None,
+        registry: Connections | None = None,
     ) -> None:
         self.path = path
         self._inscribe: Inscribe = inscribe if inscribe is not None else RelayInscriptions(None)
+        self.registry = registry if registry is not None else Connections(self._inscribe)
         self._authenticate = authenticate
         self._admit = admit
         self._handle = handle
@@ -175,9 +122,6 @@ class RelayServer:
         self.max_connections = max_connections
         self._server: asyncio.AbstractServer | None = None
         self._listening: unixsock.Listening | None = None
-        self._conns: set[_Conn] = set()
-        self._claims: dict[str, _Conn | LocalSession] = {}
-        self._locals: set[LocalSession] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self._closing = False
@@ -202,9 +146,9 @@ class RelayServer:
             self._server.close()
         if self._listening is not None:
             self._listening.unlink()  # only while it is still the socket file bound here
-        for conn in list(self._conns):
+        for conn in list(self.registry.conns):
             conn.abort()
-        for session in list(self._locals):
+        for session in list(self.registry.locals):
             session.close()
         tasks = set(self._tasks)
         for task in tasks:
@@ -215,94 +159,26 @@ class RelayServer:
                 await asyncio.wait_for(self._server.wait_closed(), self.write_timeout)
             self._server = None
 
-    # -- the registry -----------------------------------------------------------------------
+    # -- the registry (connections.py) ----------------------------------------------------
     def connections(self, principal_id: str | None = None) -> int:
         """Live socket connections (of `principal_id`, when given; hello'd or not when None).
         In-process sessions are not connections: `local_sessions` counts them."""
-        return sum(
-            1
-            for c in self._conns
-            if c.live
-            and (
-                principal_id is None or (c.principal is not None and c.principal.id == principal_id)
-            )
-        )
+        return self.registry.count(principal_id)
 
     def local_sessions(self, principal_id: str | None = None) -> int:
-        """Open in-process sessions holding a claim (of `principal_id`, when given)."""
-        return sum(
-            1
-            for s in self._locals
-            if s.live and (principal_id is None or s.principal_id == principal_id)
-        )
+        return self.registry.local_count(principal_id)
 
     def live_principals(self) -> list[str]:
-        """The principal ids with a live hello'd connection or claiming in-process session,
-        sorted (for `list` readiness)."""
-        holders: list[_Conn | LocalSession] = [*self._conns, *self._locals]
-        return sorted({c.principal.id for c in holders if c.principal is not None and c.live})
+        return self.registry.live_principals()
 
     def claimed(self, principal_id: str) -> bool:
-        """Whether a live connection holds `principal_id`'s identity claim."""
-        owner = self._claims.get(principal_id)
-        return owner is not None and owner.live
+        return self.registry.claimed(principal_id)
 
     def revoke(self, principal_id: str, code: str, message: str) -> int:
-        """Write `{code, message}` as an error frame to the principal's live connections and
-        close them; how many. Their claim is released at once, so a reconnect is not refused."""
-        frame = wire.encode(wire.error_response(None, RelayError(code, message)))
-        hit = [c for c in self._conns if c.principal is not None and c.principal.id == principal_id]
-        count = 0
-        for conn in hit:
-            if self._claims.get(principal_id) is conn:
-                del self._claims[principal_id]
-            if conn.closing:
-                continue
-            conn.finish(frame)
-            count += 1
-            self._inscribe(
-                "relay.connection.identity_revoked_teardown",
-                connection_id=conn.id,
-                principal_id=principal_id,
-                code=code,
-            )
-        for session in [s for s in self._locals if s.live and s.principal_id == principal_id]:
-            session.revoked()  # its next request claims the identity afresh, as a reconnect
-            count += 1
-            self._inscribe(
-                "relay.connection.identity_revoked_teardown",
-                connection_id=session.id,
-                principal_id=principal_id,
-                code=code,
-            )
-        return count
+        return self.registry.revoke(principal_id, code, message)
 
     def send_event(self, principal_id: str, frame: dict[str, Any]) -> int:
-        """Queue an event frame (`wire.event(...)`) to the principal's live connections, best
-        effort: a connection with `EVENT_BACKLOG` events unwritten misses it. How many got it."""
-        try:
-            data = wire.encode(frame)
-        except ValueError:
-            events.emit("relay.event.unencodable", level="error", principal_id=principal_id)
-            return 0
-        count = 0
-        for conn in list(self._conns):
-            if conn.principal is None or conn.principal.id != principal_id or not conn.live:
-                continue
-            if conn.send_event(data):
-                count += 1
-            else:
-                events.emit(
-                    "relay.connection.event_dropped",
-                    level="warning",
-                    connection_id=conn.id,
-                    principal_id=principal_id,
-                )
-        for session in list(self._locals):
-            if session.live and session.principal_id == principal_id:
-                session.on_event(frame)
-                count += 1
-        return count
+        return self.registry.send_event(principal_id, frame)
 
     # -- in-process sessions ----------------------------------------------------------------
     def local_session(self, principal_id: str, on_event: OnEvent | None = None) -> LocalSession:
@@ -313,7 +189,7 @@ class RelayServer:
         if self._admit is None:
             raise RuntimeError("this relay server was built without `admit`")
         session = LocalSession(self, next(self._ids), principal_id, on_event)
-        self._locals.add(session)
+        self.registry.locals.add(session)
         return session
 
     def _admit_local(self, principal_id: str) -> Principal:
@@ -338,11 +214,11 @@ class RelayServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Conn(next(self._ids), reader, writer)
+        conn = Conn(next(self._ids), reader, writer)
         conn.writer_task = asyncio.ensure_future(self._write_loop(conn))
         if self._closing:
             conn.abort()
-        elif sum(1 for c in self._conns if not c.closing) >= self.max_connections:
+        elif sum(1 for c in self.registry.conns if not c.closing) >= self.max_connections:
             events.emit(
                 "relay.connection.limit_reached",
                 level="warning",
@@ -355,14 +231,14 @@ class RelayServer:
             )
             conn.finish(wire.encode(wire.error_response(None, limit)))
         else:
-            self._conns.add(conn)
+            self.registry.conns.add(conn)
         try:
             await self._read_loop(conn)
         finally:
             conn.reading_done.set()
-            self._conns.discard(conn)
+            self.registry.conns.discard(conn)
             if conn.principal is not None:
-                self._release(conn, conn.principal.id)
+                self.registry.release(conn, conn.principal.id)
             conn.finish()
             try:
                 await conn.writer_task
@@ -371,7 +247,7 @@ class RelayServer:
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
 
-    async def _read_loop(self, conn: _Conn) -> None:
+    async def _read_loop(self, conn: Conn) -> None:
         discarded = 0
         loop = asyncio.get_running_loop()
         hello_deadline = loop.time() + self.pre_hello_timeout  # from the accept, never extended
@@ -414,7 +290,7 @@ class RelayServer:
                 return  # EOF in the middle of a frame
             await self._on_line(conn, line)
 
-    async def _on_line(self, conn: _Conn, line: bytes) -> None:
+    async def _on_line(self, conn: Conn, line: bytes) -> None:
         try:
             frame = wire.parse_frame(line)
         except RelayError as err:
@@ -451,7 +327,7 @@ class RelayServer:
             data = wire.encode(wire.response(frame.request_id, _unexpected()))
         await conn.send(data)  # the next request is read once this is written
 
-    async def _hello(self, conn: _Conn, hello: Hello) -> None:
+    async def _hello(self, conn: Conn, hello: Hello) -> None:
         try:
             principal = self._authenticate_peer(conn, hello)
             if principal.id != hello.principal_id:
@@ -468,7 +344,7 @@ class RelayServer:
             conn.finish(wire.encode(wire.error_response(None, err)))
             return
         try:
-            self._claim(conn, principal)
+            self.registry.claim(conn, principal)
         except RelayError as conflict:
             self._refused(conn, conflict)
             conn.finish(wire.encode(wire.error_response(None, conflict)))
@@ -484,30 +360,7 @@ class RelayServer:
         )
         await conn.send(wire.encode(wire.hello_ack(principal.id)))
 
-    def _claim(self, holder: _Conn | LocalSession, principal: Principal) -> None:
-        """Give `holder` the principal's identity claim; `runtime_identity_claim_conflict` while
-        another live holder has it (a stale one is reclaimed)."""
-        owner = self._claims.get(principal.id)
-        if owner is not None and owner is not holder:
-            if owner.live:
-                raise RelayError(
-                    "runtime_identity_claim_conflict",
-                    CLAIM_CONFLICT_MESSAGE,
-                    {"principal_id": principal.id, "reason": CLAIM_CONFLICT_REASON},
-                )
-            self._inscribe(
-                "relay.stream.stale_claim_reclaimed",
-                connection_id=holder.id,
-                stale_connection_id=owner.id,
-                principal_id=principal.id,
-            )
-        self._claims[principal.id] = holder
-
-    def _release(self, holder: _Conn | LocalSession, principal_id: str) -> None:
-        if self._claims.get(principal_id) is holder:
-            del self._claims[principal_id]
-
-    def _authenticate_peer(self, conn: _Conn, hello: Hello) -> Principal:
+    def _authenticate_peer(self, conn: Conn, hello: Hello) -> Principal:
         """`authenticate(hello, the kernel's credentials)`, closing any pidfd afterwards."""
         cred: PeerCred | None = None
         sock = conn.writer.get_extra_info("socket")
@@ -532,7 +385,7 @@ class RelayServer:
                 with contextlib.suppress(OSError):
                     os.close(cred.pidfd)
 
-    def _refused(self, conn: _Conn, err: RelayError) -> None:
+    def _refused(self, conn: Conn, err: RelayError) -> None:
         events.emit("relay.hello.refused", level="warning", connection_id=conn.id, code=err.code)
 
     async def _run(self, principal: Principal, request: Request) -> dict[str, Any]:
@@ -560,7 +413,7 @@ class RelayServer:
             return _unexpected()
         return body
 
-    async def _write_loop(self, conn: _Conn) -> None:
+    async def _write_loop(self, conn: Conn) -> None:
         """Write the outbox in order, each frame drained within `write_timeout`; after a last
         frame shut the write side and linger; on any failure abort. Closes the transport."""
         try:
@@ -644,7 +497,7 @@ class LocalSession:
             principal = self.principal
             if principal is None:
                 principal = self._server._admit_local(self.principal_id)
-                self._server._claim(self, principal)
+                self._server.registry.claim(self, principal)
                 self.principal = principal
                 events.emit(
                     "relay.session.claimed",
@@ -657,14 +510,14 @@ class LocalSession:
     def revoked(self) -> None:
         """The identity was revoked: release the claim; the next request claims it afresh."""
         if self.principal is not None:
-            self._server._release(self, self.principal.id)
+            self._server.registry.release(self, self.principal.id)
             self.principal = None
 
     def close(self) -> None:
         """Release the claim for good; a later request is refused."""
         self.revoked()
         self.closing = True
-        self._server._locals.discard(self)
+        self._server.registry.locals.discard(self)
 
 
 def _drop_event(frame: dict[str, Any]) -> None:

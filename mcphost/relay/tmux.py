@@ -1,9 +1,15 @@
-"""One tmux server per bundle, and delivery into its panes (reference §3.4, §3.7).
+"""One tmux server per bundle (reference §3.4, §3.7).
 
 Owns: the tmux CLI, run as `tmux -u -f /dev/null -S <socket> ...` with an argv (no shell),
 from the bundle runtime directory (0700, owned by us); the sessions it hosts (one per agent, one
-window, one pane; the pane's process *is* the agent); capture; bracketed paste and submit; the
-readiness gate; watching a pane's process exit with a pidfd.
+window, one pane; the pane's process *is* the agent); capture; bracketed paste and submit (the
+mechanics below; the readiness gate and a delivery's outcome are `panes.py`'s); watching a pane's
+process exit with a pidfd.
+
+Paste: the text goes through `load-buffer -` (stdin, a unique buffer name) and
+`paste-buffer -p -d` (bracketed: tmux adds the markers only when the application enabled
+bracketed paste, as a terminal does; LF becomes CR, as a terminal pastes), then the submit is a
+separate unbracketed `paste-buffer` of "\\r". Never `send-keys` (copy mode would eat it).
 
 The server, as chosen (`tmux -u`: UTF-8 output whatever the client's environment):
 - `start()` starts it with an *empty* environment and sets `exit-empty off`, `remain-on-exit
@@ -37,22 +43,9 @@ Capture: `capture-pane -p` (no escapes, wrapped lines not joined) of the visible
 to N history lines; trailing lines that are empty or blank (the unused bottom of the screen) are
 trimmed, then the last N lines are returned, oldest first. Blank lines between text are kept.
 
-Delivery: the text goes through `load-buffer -` (stdin, a unique buffer name) and
-`paste-buffer -p -d` (bracketed: tmux adds the markers only when the application enabled
-bracketed paste, as a terminal does; LF becomes CR, as a terminal pastes), then the submit is a
-separate unbracketed `paste-buffer` of "\\r". Never `send-keys` (copy mode would eat it).
-
-Readiness gate (`wait_ready`): poll the pane (screen, cursor, liveness in one tmux call) every
-`poll_ms`; once nothing changed for `quiet_ms`, the prompt regex (`re.search`, no flags: write
-`(?ms)` as agentmux's presets do) must match the last `inspect_lines` non-empty lines joined
-with "\\n", and the cursor column must equal `idle_column` when set. Outcomes: "ready", or a
-reason code: `target_never_settled` (timeout, output never held still for the quiet window),
-`target_not_ready` (timeout, it settled but never on a prompt), `target_unresponsive` (the
-pane showed nothing at all by `prime_timeout_ms`), `delivery_target_unreachable` (session gone
-or its process dead). A settled non-prompt frame is never a failure before the timeout.
-
 Must never: run a shell, use `send-keys`, put an environment value in an argv, wait for a child
-other than through the pidfd or the `watch` given (see below), or kill a session it does not own.
+other than through the pidfd or the `watch` given (see below), kill a session it does not own,
+or import the relay's server or behaviour modules (import-linter).
 
 The supervisor reaps every child with `waitpid(-1)` (kernel.py), which steals the exit status
 of `asyncio.create_subprocess_*` children; so tmux CLI processes are started with `Popen` and
@@ -83,15 +76,7 @@ from mcphost.errors import CodedFailure
 
 TMUX_SOCKET = "tmux.sock"
 OWNED_OPTION = "@agentmux_owned"
-RAWW_MAX_BYTES = 32 * 1024
 DEFAULT_LOOK_LINES = 120
-MAX_LOOK_LINES = 1000
-READY = "ready"
-UNREACHABLE = "delivery_target_unreachable"
-NEVER_SETTLED = "target_never_settled"
-NOT_READY = "target_not_ready"
-UNRESPONSIVE = "target_unresponsive"
-SUBMIT_FAILED = "delivery_submit_failed"
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -118,17 +103,6 @@ class NoSuchSession(TmuxError):
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__("tmux_no_session", message, details)
-
-
-class RawTextTooLarge(TmuxError):
-    """raww text over 32 KiB of UTF-8: the relay's `validation_invalid_params`."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(
-            "validation_invalid_params",
-            f"text must be at most {RAWW_MAX_BYTES} bytes of UTF-8 (got {size})",
-            {"max_bytes": RAWW_MAX_BYTES, "bytes": size},
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,35 +138,10 @@ def _pane_state(info: str) -> PaneState:
     return PaneState(int(pid), dead == "1" or code is not None, code)
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A terminal outcome (§3.4): `delivered`, `timeout`, `not_submitted`, `submission_unknown`."""
-
-    outcome: str
-    reason_code: str | None = None
-    reason: str | None = None
-
-
-OUTCOME_OF = {
-    NEVER_SETTLED: "timeout",
-    NOT_READY: "timeout",
-    UNRESPONSIVE: "timeout",
-    UNREACHABLE: "not_submitted",
-}
-
-
 def check_session_name(name: str) -> str:
     if not SESSION_NAME.fullmatch(name):
         raise ValueError(f"tmux session name {name!r}: expected {SESSION_NAME.pattern}")
     return name
-
-
-def check_raw_text(text: str) -> int:
-    """The UTF-8 size of a raww text; RawTextTooLarge over 32 KiB (32768 bytes are fine)."""
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if size > RAWW_MAX_BYTES:
-        raise RawTextTooLarge(size)
-    return size
 
 
 def _escape(arg: str) -> str:
@@ -580,147 +529,6 @@ class TmuxServer:
             raise TmuxError("tmux_failed", "tmux returned no pane state")
         x, y, dead = lines.pop().split(" ")
         return lines, int(x), int(y), dead != "0"  # "0" alone: running, not yet reaped
-
-
-# -- readiness and delivery -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Gate:
-    """A coder's readiness bounds (`prompt-regex`, `prompt-inspect-lines`, ...), in ms."""
-
-    quiet_ms: int = 750
-    prompt_regex: str | None = None
-    inspect_lines: int = 1
-    idle_column: int | None = None
-    timeout_ms: int = 900_000
-    prime_timeout_ms: int | None = None
-    poll_ms: int = 50
-
-    def __post_init__(self) -> None:
-        if self.quiet_ms < 0 or self.timeout_ms < 0 or self.poll_ms <= 0:
-            raise ValueError("quiet_ms and timeout_ms must be >= 0, poll_ms > 0")
-        if self.inspect_lines < 1:
-            raise ValueError("inspect_lines must be >= 1")
-        if self.prime_timeout_ms is not None and self.prime_timeout_ms < 0:
-            raise ValueError("prime_timeout_ms must be >= 0")
-        if self.prompt_regex is not None:
-            try:
-                re.compile(self.prompt_regex)
-            except re.error as exc:
-                raise ValueError(f"prompt regex {self.prompt_regex!r}: {exc}") from None
-
-    async def wait(self, server: TmuxServer, name: str) -> str:
-        return await wait_ready(
-            server,
-            name,
-            quiet_ms=self.quiet_ms,
-            prompt_regex=self.prompt_regex,
-            inspect_lines=self.inspect_lines,
-            idle_column=self.idle_column,
-            timeout_ms=self.timeout_ms,
-            prime_timeout_ms=self.prime_timeout_ms,
-            poll_ms=self.poll_ms,
-        )
-
-
-def prompt_text(lines: Sequence[str], inspect_lines: int) -> str:
-    """The last `inspect_lines` non-empty lines, joined with "\\n": what the regex sees."""
-    filled = [line for line in lines if line.strip()]
-    return "\n".join(filled[-inspect_lines:]) if inspect_lines > 0 else ""
-
-
-async def wait_ready(
-    server: TmuxServer,
-    name: str,
-    *,
-    quiet_ms: int = 750,
-    prompt_regex: str | re.Pattern[str] | None = None,
-    inspect_lines: int = 1,
-    idle_column: int | None = None,
-    timeout_ms: int = 900_000,
-    prime_timeout_ms: int | None = None,
-    poll_ms: int = 50,
-) -> str:
-    """Return "ready", or the reason code of a timeout or an unreachable target (module doc)."""
-    pattern = re.compile(prompt_regex) if isinstance(prompt_regex, str) else prompt_regex
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    deadline = start + timeout_ms / 1000
-    prime_deadline = None if prime_timeout_ms is None else start + prime_timeout_ms / 1000
-    last: tuple[tuple[str, ...], int, int] | None = None
-    changed_at = start
-    settled = False
-    seen_output = False
-    while True:
-        try:
-            lines, x, y, dead = await server.snapshot(name, inspect_lines)
-        except NoSuchSession:
-            return UNREACHABLE
-        if dead:
-            return UNREACHABLE
-        now = loop.time()
-        key = (tuple(lines), x, y)
-        seen_output = seen_output or any(line.strip() for line in lines)
-        if key != last:
-            last, changed_at = key, now
-        elif now - changed_at >= quiet_ms / 1000:
-            settled = True
-            prompt_ok = pattern is None or pattern.search(prompt_text(lines, inspect_lines))
-            if prompt_ok and (idle_column is None or x == idle_column):
-                return READY
-        if prime_deadline is not None and not seen_output and now >= prime_deadline:
-            return UNRESPONSIVE
-        if now >= deadline:
-            return NOT_READY if settled else NEVER_SETTLED
-        await asyncio.sleep(poll_ms / 1000)
-
-
-async def deliver(server: TmuxServer, name: str, gate: Gate, take: Callable[[], str]) -> Delivery:
-    """Gate, then `take()` the batch text (what is queued once the gate has settled, so
-    messages that arrived while it waited join the batch; taken on failure too, the items sharing
-    the outcome), then one bracketed paste and the separate "\\r" paste. The relay's delivery
-    workers and the tests both deliver through here."""
-    try:
-        state, reason = await gate.wait(server, name), None
-    except TmuxError as exc:
-        state, reason = UNREACHABLE, exc.message
-    text = take()
-    if state != READY:
-        return Delivery(OUTCOME_OF.get(state, "timeout"), state, reason)
-    try:
-        await server.paste(name, text, bracketed=True)
-    except TmuxError as exc:
-        return Delivery("not_submitted", UNREACHABLE, exc.message)
-    try:
-        await server.submit(name)
-    except TmuxError as exc:
-        return Delivery("submission_unknown", SUBMIT_FAILED, exc.message)
-    return Delivery("delivered")
-
-
-async def raw_write(server: TmuxServer, name: str, text: str, no_enter: bool = False) -> Delivery:
-    """raww: no gate, no envelope; bracketed text, then "\\r" unless `no_enter`.
-
-    Raises RawTextTooLarge (code `validation_invalid_params`) over 32 KiB of UTF-8, before any
-    tmux call; the relay checks with `check_raw_text` when it accepts the request, too.
-    """
-    check_raw_text(text)
-    try:
-        if (await server.pane_state(name)).dead:
-            return Delivery("not_submitted", UNREACHABLE, f"the process in {name!r} has exited")
-    except NoSuchSession as exc:
-        return Delivery("not_submitted", UNREACHABLE, exc.message)
-    try:
-        await server.paste(name, text, bracketed=True)
-    except TmuxError as exc:
-        return Delivery("not_submitted", UNREACHABLE, exc.message)
-    if not no_enter:
-        try:
-            await server.submit(name)
-        except TmuxError as exc:
-            return Delivery("submission_unknown", SUBMIT_FAILED, exc.message)
-    return Delivery("delivered")
 
 
 async def watch_exit(server: TmuxServer, name: str, pane_pid: int) -> int | None:

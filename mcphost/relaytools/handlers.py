@@ -1,7 +1,7 @@
 """Per-tool relay work: validated request -> relay request frame(s) -> MCP payload.
 
 Owns: the relay request bodies (exact field names; `null` where upstream sends null, omitted where
-it omits), which `namespace` each frame carries, the expected response `kind` per operation, the
+it omits; every body with fields is an `mcphost.agentmux.operations` model, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
 pass-through of success payloads (only the `kind` tag is dropped), the `list principals`
 algorithm (fan-out, the appended GLOBAL view, the synthesized down bundles), and the
 `mcp.tool.<name>.<phase>` inscriptions around every relay call.
@@ -17,6 +17,14 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from mcphost.agentmux.operations import (
+    ChangePskRequest,
+    ChoicesPickRequest,
+    LookRequest,
+    NewPeerRequest,
+    RawwRequest,
+    SendRequest,
+)
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import (
     UNAVAILABLE_KINDS,
@@ -206,7 +214,7 @@ class Handlers:
 
     # -- plain tools ------------------------------------------------------------------------
 
-    async def send(self, req: V.Send) -> dict[str, Any]:
+    async def send(self, req: SendRequest) -> dict[str, Any]:
         targets = [V.qualify_target(t.strip(), self.bundle) for t in req.targets]
         event = "mcp.tool.send"
         self.inscribe(
@@ -217,22 +225,15 @@ class Handlers:
             broadcast=req.broadcast,
             message_length=len(req.message),
         )
-        body = {
-            "operation": "send",
-            "request_id": req.request_id,
-            "requester_session": self.session,
-            "message": req.message,
-            "targets": targets,
-            "broadcast": req.broadcast,
-        }
-        payload = await self._call(event, body, "send")
+        body = req.model_copy(update={"requester_session": self.session, "targets": targets})
+        payload = await self._call(event, body.wire(), "send")
         results = payload.get("results")
         self.inscribe(
             f"{event}.success", result_count=len(results) if isinstance(results, list) else 0
         )
         return payload
 
-    async def look(self, req: V.Look) -> dict[str, Any]:
+    async def look(self, req: LookRequest) -> dict[str, Any]:
         event = "mcp.tool.look"
         self.inscribe(
             f"{event}.request",
@@ -242,15 +243,7 @@ class Handlers:
             lines=req.lines,
             offset=req.offset,
         )
-        body: dict[str, Any] = {
-            "operation": "look",
-            "requester_session": self.session,
-            "target_session": req.target_session,
-        }
-        if req.lines is not None:
-            body["lines"] = req.lines
-        if req.offset is not None:
-            body["offset"] = req.offset
+        body = req.model_copy(update={"requester_session": self.session}).wire()
         payload = await self._call(event, body, "look")
         snapshot = payload.get("snapshot_lines", payload.get("snapshot_entries"))
         self._succeeded(
@@ -261,31 +254,24 @@ class Handlers:
         )
         return payload
 
-    async def raww(self, req: V.Raww) -> dict[str, Any]:
+    async def raww(self, req: RawwRequest) -> dict[str, Any]:
         event = "mcp.tool.raww"
         self.inscribe(
             f"{event}.request",
             namespace=self.bundle,
             request_id=req.request_id,
             target_session=req.target_session,
-            text_length=len(req.text),
+            text_length=len(req.raw_text),
             no_enter=req.no_enter,
         )
-        body = {
-            "operation": "raww",
-            "request_id": req.request_id,
-            "requester_session": self.session,
-            "target_session": req.target_session,
-            "text": req.text,
-            "no_enter": req.no_enter,
-        }
-        payload = await self._call(event, body, "raww")
+        body = req.model_copy(update={"requester_session": self.session})
+        payload = await self._call(event, body.wire(), "raww")
         self._succeeded(
             event, payload, ("status", "target_session", "transport"), namespace=self.bundle
         )
         return payload
 
-    async def choose(self, req: V.Choose) -> dict[str, Any]:
+    async def choose(self, req: ChoicesPickRequest) -> dict[str, Any]:
         event = "mcp.tool.choose"
         self.inscribe(
             f"{event}.request",
@@ -294,14 +280,7 @@ class Handlers:
             outcome=req.outcome,
             has_option_id=req.option_id is not None,
         )
-        body: dict[str, Any] = {
-            "operation": "choices_pick",
-            "choice_request_id": req.choice_request_id,
-            "outcome": req.outcome,
-        }
-        if req.option_id is not None:
-            body["option_id"] = req.option_id
-        payload = await self._call(event, body, "choices_pick")
+        payload = await self._call(event, req.wire(), "choices_pick")
         self._succeeded(
             event, payload, ("choice_request_id", "status", "outcome"), namespace=self.bundle
         )
@@ -321,7 +300,7 @@ class Handlers:
         )
         return payload
 
-    async def new_peer(self, req: V.NewPeer) -> dict[str, Any]:
+    async def new_peer(self, req: NewPeerRequest) -> dict[str, Any]:
         event = "mcp.tool.new.peer"
         self.inscribe(
             f"{event}.request",
@@ -329,26 +308,15 @@ class Handlers:
             principal_id=req.principal_id,
             has_output=req.destination["kind"] != "response",
         )
-        body = {
-            "operation": "new_peer",
-            "principal_id": req.principal_id,
-            "scope": req.scope,
-            "destination": req.destination,
-        }
-        payload = await self._call(event, body, "new_peer")
+        payload = await self._call(event, req.wire(), "new_peer")
         self._succeeded(
             event, payload, ("principal_id", "principal_type"), written="written_path" in payload
         )
         return payload
 
-    async def change_psk(self, req: V.ChangePsk) -> dict[str, Any]:
+    async def change_psk(self, req: ChangePskRequest) -> dict[str, Any]:
         event = "mcp.tool.change.psk"
         self.inscribe(f"{event}.request", principal_id=req.principal_id)
-        body = {
-            "operation": "change_psk",
-            "principal_id": req.principal_id,
-            "destination": req.destination,
-        }
-        payload = await self._call(event, body, "change_psk")
+        payload = await self._call(event, req.wire(), "change_psk")
         self._succeeded(event, payload, ("principal_id",))
         return payload

@@ -11,6 +11,10 @@ Rules every schema here keeps (upstream's "MiMo compatibility" and strictness ru
 - meta-tool `command` fields are flat string enums (an unsupported value still reaches
   validation and gets `validation_invalid_params`).
 
+The look bounds and choose outcomes restate `mcphost.agentmux.operations`' own (this module may
+import nothing of mcphost; `test_relaytools_pure.py::test_the_schemas_state_the_wire_bounds`
+holds them equal).
+
 Must never: do I/O or import anything but the standard library.
 """
 

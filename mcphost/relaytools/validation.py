@@ -1,7 +1,9 @@
 """Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
 
 Owns: the upstream validation order for every tool (size bounds -> unknown fields -> JSON
-types -> per-tool rules), the exact codes, messages and details, the meta-tool `args` parsing
+types -> per-tool rules), the exact codes, messages and details (for `send`, `raww`, `look`,
+`choose`, `new` and `change` the body's rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
+same bodies with, so they are written once), the meta-tool `args` parsing
 rules, the `new`/`change` destination mapping, and `send` target qualification.
 
 Size bounds come first (`mcphost.argbounds`, shared with the center-tools host): an arguments
@@ -25,6 +27,16 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
 
+from mcphost.agentmux.operations import (
+    ChangePskRequest,
+    ChoicesPickRequest,
+    LookRequest,
+    NewPeerRequest,
+    RawwRequest,
+    SendRequest,
+    WireRequest,
+)
+from mcphost.agentmux.wire import RelayError, json_type
 from mcphost.argbounds import Oversize, oversize, report_names
 from mcphost.names import is_bundle_name
 from mcphost.relaytools import params as P
@@ -36,6 +48,7 @@ from mcphost.relaytools.errors import (
 )
 
 R = TypeVar("R")
+W = TypeVar("W", bound=WireRequest)
 
 # -- typed requests --------------------------------------------------------------------------
 
@@ -51,51 +64,8 @@ class ListDecisions:
 
 
 @dataclass(frozen=True, slots=True)
-class Send:
-    message: str
-    targets: tuple[str, ...]
-    broadcast: bool
-    request_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Look:
-    target_session: str
-    lines: int | None
-    offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Raww:
-    target_session: str
-    text: str
-    no_enter: bool
-    request_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Choose:
-    choice_request_id: str
-    outcome: str
-    option_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class Updown:
     command: str
-
-
-@dataclass(frozen=True, slots=True)
-class NewPeer:
-    principal_id: str
-    scope: str | None
-    destination: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ChangePsk:
-    principal_id: str
-    destination: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,22 +115,6 @@ def unknown(context: str, extra: list[str]) -> ToolFailure:
         message += f" and {omitted} more"
         details["omitted_fields"] = omitted
     return invalid_params(message, details)
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 _EXPECTED = {
@@ -292,97 +246,52 @@ def validate_help(arguments: Mapping[str, Any]) -> Help:
     return Help(query.strip() if isinstance(query, str) else "")
 
 
+def wire_request(model: type[W], fields: Mapping[str, Any]) -> W:
+    """Checked tool arguments as the operation's wire body, by agentmux's one reader (its rules,
+    codes and messages are the relay's too); a refusal is carried as a ToolFailure unchanged."""
+    try:
+        return model.read(fields)
+    except RelayError as err:
+        raise ToolFailure(err.code, err.message, err.details) from None
+
+
 @bounded("send")
-def validate_send(arguments: Mapping[str, Any]) -> Send:
+def validate_send(arguments: Mapping[str, Any]) -> SendRequest:
     check_fields(arguments, "send")
-    message = arguments.get("message")
-    if _blank(message):
-        raise ToolFailure("validation_invalid_arguments", "message must be non-empty")
-    targets = tuple(arguments.get("targets") or ())
-    broadcast = bool(arguments.get("broadcast") or False)
-    if broadcast and targets:
-        raise ToolFailure(
-            "validation_conflicting_targets", "targets must be empty when broadcast=true"
-        )
-    if not broadcast and not targets:
-        raise ToolFailure(
-            "validation_empty_targets", "provide at least one target or set broadcast=true"
-        )
-    for target in targets:
-        if not target.strip():
-            raise ToolFailure(
-                "validation_unknown_target", "each target must be non-empty", {"target": target}
-            )
-    request_id = arguments.get("request_id")
-    assert isinstance(message, str)
-    return Send(message, targets, broadcast, request_id)
+    return wire_request(SendRequest, arguments)
 
 
-def _target(arguments: Mapping[str, Any]) -> str:
-    target = arguments.get("target_session")
-    if _blank(target):
-        raise ToolFailure("validation_unknown_target", "target_session must be non-empty")
-    assert isinstance(target, str)
-    return target.strip()
+def _stripped(arguments: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    """The arguments with these string fields trimmed: the tools are lenient with whitespace."""
+    fields = dict(arguments)
+    for name in names:
+        if isinstance(fields.get(name), str):
+            fields[name] = fields[name].strip()
+    return fields
 
 
 @bounded("look")
-def validate_look(arguments: Mapping[str, Any]) -> Look:
+def validate_look(arguments: Mapping[str, Any]) -> LookRequest:
     check_fields(arguments, "look")
-    target = _target(arguments)
-    lines = arguments.get("lines")
-    if lines is not None and not (P.LOOK_LINES_MIN <= lines <= P.LOOK_LINES_MAX):
-        raise ToolFailure(
-            "validation_invalid_lines",
-            f"lines must be between {P.LOOK_LINES_MIN} and {P.LOOK_LINES_MAX}",
-            {"lines": lines, "min": P.LOOK_LINES_MIN, "max": P.LOOK_LINES_MAX},
-        )
-    offset = arguments.get("offset")
-    if offset is not None and offset < 0:
-        raise invalid_params(
-            "offset must be a non-negative integer", {"field": "offset", "offset": offset}
-        )
-    return Look(target, lines, offset)
+    return wire_request(LookRequest, _stripped(arguments, "target_session"))
 
 
 @bounded("raww")
-def validate_raww(arguments: Mapping[str, Any]) -> Raww:
+def validate_raww(arguments: Mapping[str, Any]) -> RawwRequest:
     check_fields(arguments, "raww")
-    target = _target(arguments)
-    text = arguments.get("text")
-    if not isinstance(text, str):
-        raise invalid_params("text is required", {"field": "text"})
-    return Raww(target, text, bool(arguments.get("no_enter") or False), arguments.get("request_id"))
+    return wire_request(RawwRequest, _stripped(arguments, "target_session"))
 
 
 @bounded("choose")
-def validate_choose(arguments: Mapping[str, Any]) -> Choose:
+def validate_choose(arguments: Mapping[str, Any]) -> ChoicesPickRequest:
+    """The tool trims what it is given (an outcome only when that makes it valid, so a refusal
+    still shows the value as passed); the rules are the wire's."""
     check_fields(arguments, "choose")
-    choice = arguments.get("choice_request_id")
-    if _blank(choice):
-        raise invalid_params(
-            "choice_request_id must be a non-empty string", {"field": "choice_request_id"}
-        )
-    outcome_message = 'outcome must be "selected" or "cancelled"'
-    raw_outcome = arguments.get("outcome")
-    if raw_outcome is None:
-        raise invalid_params(outcome_message, {"field": "outcome"})
-    outcome = raw_outcome.strip()
-    if outcome not in P.CHOOSE_OUTCOMES:
-        raise invalid_params(outcome_message, {"field": "outcome", "value": raw_outcome})
-    option = arguments.get("option_id")
-    if outcome == "selected" and _blank(option):
-        raise invalid_params(
-            "selected outcome requires explicit non-empty option_id",
-            {"field": "option_id", "outcome": "selected"},
-        )
-    if outcome == "cancelled" and option is not None:
-        raise invalid_params(
-            "cancelled outcome must omit option_id",
-            {"field": "option_id", "outcome": "cancelled"},
-        )
-    assert isinstance(choice, str)
-    return Choose(choice.strip(), outcome, option.strip() if isinstance(option, str) else None)
+    fields = _stripped(arguments, "choice_request_id", "option_id")
+    outcome = fields.get("outcome")
+    if isinstance(outcome, str) and outcome.strip() in P.CHOOSE_OUTCOMES:
+        fields["outcome"] = outcome.strip()
+    return wire_request(ChoicesPickRequest, fields)
 
 
 @bounded("updown")
@@ -428,7 +337,7 @@ def _principal(args: Mapping[str, Any], command: str) -> str:
 
 
 @bounded("new")
-def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
+def validate_new(arguments: Mapping[str, Any]) -> NewPeerRequest:
     extra = [k for k in arguments if k not in P.NEW_PARAMS["properties"]]
     if extra:
         raise unknown("new request", extra)
@@ -437,12 +346,16 @@ def validate_new(arguments: Mapping[str, Any]) -> NewPeer:
         arguments.get("args"), P.NEW_PEER_ARGS, "new peer command", "new peer", "new.peer"
     )
     principal = _principal(args, "new peer")
-    target = destination(args)
-    return NewPeer(principal, args.get("scope"), target)
+    fields = {
+        "principal_id": principal,
+        "scope": args.get("scope"),
+        "destination": destination(args),
+    }
+    return wire_request(NewPeerRequest, fields)
 
 
 @bounded("change")
-def validate_change(arguments: Mapping[str, Any]) -> ChangePsk:
+def validate_change(arguments: Mapping[str, Any]) -> ChangePskRequest:
     extra = [k for k in arguments if k not in P.CHANGE_PARAMS["properties"]]
     if extra:
         raise unknown("change request", extra)
@@ -451,7 +364,9 @@ def validate_change(arguments: Mapping[str, Any]) -> ChangePsk:
         arguments.get("args"), P.CHANGE_PSK_ARGS, "change psk command", "change psk", "change.psk"
     )
     principal = _principal(args, "change psk")
-    return ChangePsk(principal, destination(args))
+    return wire_request(
+        ChangePskRequest, {"principal_id": principal, "destination": destination(args)}
+    )
 
 
 # -- target qualification --------------------------------------------------------------------

@@ -341,10 +341,8 @@ class RelayHost:
             handle=behaviour.handle,
             inscribe=behaviour.inscribe,
             admit=behaviour.admit,
+            registry=behaviour.connections,
         )
-        behaviour.revoke = server.revoke
-        behaviour.send_event = server.send_event
-        behaviour.live_principals = server.live_principals
         await server.start()
         self.behaviour, self.server = behaviour, server
         events.emit("supervisor.relay_serving", socket=server.path)

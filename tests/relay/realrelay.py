@@ -248,11 +248,9 @@ class RealRelay:
             authenticate=self._authenticate,
             handle=self._handle,
             inscribe=behaviour.inscribe,
+            registry=behaviour.connections,
             pre_hello_timeout=GUARD,
         )
-        behaviour.revoke = server.revoke
-        behaviour.send_event = server.send_event
-        behaviour.live_principals = server.live_principals
         self.behaviour, self.server = behaviour, server
         for bundle_id in self.hosted:
             await self.host.up(require_bundle([self.config], bundle_id))

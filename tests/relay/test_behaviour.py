@@ -30,8 +30,11 @@ from mcphost.agentmux.wire import Hello, Principal, RelayError, Request, parse_p
 from mcphost.peer import PeerCred
 from mcphost.relay import admission
 from mcphost.relay.behaviour import BundleHost, RelayBehaviour
+from mcphost.relay.connections import Connections
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
+from mcphost.relaytools import validation as V
+from mcphost.relaytools.errors import ToolFailure
 from mcphost.relaytools.stream import RelayStream
 from tests.relay.realrelay import TmuxHost, config_tree
 
@@ -43,6 +46,23 @@ pytestmark = [
 GUARD = 30.0
 
 
+class Recording(Connections):
+    """The relay's real registry, recording the revocations asked of it; `also_live` counts as
+    connected too (the GLOBAL view without a socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.revoked: list[tuple[str, str, str]] = []
+        self.also_live: set[str] = set()
+
+    def revoke(self, principal_id: str, code: str, message: str) -> int:
+        self.revoked.append((principal_id, code, message))
+        return super().revoke(principal_id, code, message)
+
+    def live_principals(self) -> list[str]:
+        return sorted(set(super().live_principals()) | self.also_live)
+
+
 @dataclass
 class World:
     config: Path
@@ -51,6 +71,7 @@ class World:
     relay: RelayBehaviour
     revoked: list[tuple[str, str, str]]
     trusted: set[str]
+    connections: Recording
 
     def principal(self, pid: str) -> Principal:
         return parse_principal(pid)
@@ -95,21 +116,17 @@ def root() -> Iterator[Path]:
 async def world(root: Path) -> AsyncIterator[World]:
     config, state = config_tree(root)
     host = TmuxHost(state)
-    revoked: list[tuple[str, str, str]] = []
+    connections = Recording()
     trusted: set[str] = {"alpha@party", "bravo@party", "charlie@party", "op@GLOBAL"}
-
-    def revoke(principal_id: str, code: str, message: str) -> int:
-        revoked.append((principal_id, code, message))
-        return 1
 
     def socket_trust(principal_id: str, cred: PeerCred | None) -> bool:
         return principal_id in trusted
 
     relay = RelayBehaviour(
-        [config], state, host, socket_trust=socket_trust, revoke=revoke, quiet_ms=150,
+        [config], state, host, socket_trust=socket_trust, connections=connections, quiet_ms=150,
         poll_ms=20, environ={},
     )  # fmt: skip
-    w = World(config, state, host, relay, revoked, trusted)
+    w = World(config, state, host, relay, connections.revoked, trusted, connections)
     up = await w.call("alpha@party", "up", "party")
     assert up["bundles"][0]["outcome"] == "hosted"
     try:
@@ -156,8 +173,7 @@ async def test_list_shows_every_member_ready(world: World) -> None:
 
 
 async def test_list_global_view_and_its_refusals(world: World) -> None:
-    live: set[str] = set()
-    world.relay.live_principals = lambda: live
+    live = world.connections.also_live
     response = await world.call("alpha@party", "list", "GLOBAL", requester_session="alpha")
     assert response["bundle"] == {
         "id": "GLOBAL",
@@ -256,6 +272,57 @@ async def test_send_validation_comes_before_authorization(world: World) -> None:
         err = await world.refused("bravo@party", "send", requester_session="bravo", **body)
         assert err.code == code, (body, err)
     assert not world.relay.outcomes
+
+
+async def test_request_bodies_are_refused_as_the_relay_tools_refuse_them(
+    world: World,
+) -> None:
+    """One reader of a send/raww/look/choices_pick body (agentmux.operations) on both ends: a
+    flawed body gets the same code, message and details from the relay as from the relay
+    tools, and the relay ignores unknown fields (reference §2.4)."""
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("send", {"message": "x", "targets": ["bravo@party", " "]}),
+        ("send", {"message": "x", "targets": "bravo@party"}),
+        ("send", {"message": 5, "targets": ["bravo@party"]}),
+        ("send", {"message": "x", "targets": ["bravo@party", 3]}),
+        ("send", {"message": "x", "targets": ["bravo@party"], "broadcast": "yes"}),
+        ("send", {"message": "x", "targets": ["bravo@party"], "request_id": 9}),
+        ("raww", {"target_session": "  "}),
+        ("raww", {"target_session": "bravo@party"}),
+        ("raww", {"target_session": "bravo@party", "text": 7}),
+        ("raww", {"target_session": "bravo@party", "text": "x", "no_enter": 1}),
+        ("raww", {"target_session": "bravo@party", "text": "é" * (16 * 1024) + "x"}),
+        ("look", {"target_session": " "}),
+        ("look", {"target_session": "bravo@party", "lines": 0}),
+        ("look", {"target_session": "bravo@party", "lines": True}),
+        ("look", {"target_session": "bravo@party", "offset": -1}),
+        ("choices_pick", {"outcome": "cancelled"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": "maybe"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": "selected"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": "cancelled", "option_id": "x"}),
+        ("choices_pick", {"choice_request_id": "c", "outcome": 3}),
+    ]
+    tools = {
+        "send": V.validate_send,
+        "raww": V.validate_raww,
+        "look": V.validate_look,
+        "choices_pick": V.validate_choose,
+    }
+    for operation, body in cases:
+        tool = tools[operation]
+        with pytest.raises(ToolFailure) as caught:
+            tool(body)
+        err = await world.refused("alpha@party", operation, **body)
+        assert (err.code, err.message, err.details) == (
+            caught.value.code,
+            caught.value.message,
+            caught.value.details,
+        ), (operation, body)
+    assert not world.relay.outcomes
+    response = await world.call(
+        "alpha@party", "raww", target_session="bravo@party", text="x", future_field={"a": [1]}
+    )
+    assert response["status"] == "queued"
 
 
 # -- raww and look ----------------------------------------------------------------------------
@@ -717,10 +784,12 @@ async def test_choices_and_unimplemented_operations(world: World) -> None:
 
 async def test_list_and_send_through_a_relay_server(world: World, root: Path) -> None:
     path = str(root / "relay.sock")
-    server = RelayServer(path, authenticate=world.relay.authenticate, handle=world.relay.handle)
-    world.relay.revoke = server.revoke
-    world.relay.send_event = server.send_event
-    world.relay.live_principals = server.live_principals
+    server = RelayServer(
+        path,
+        authenticate=world.relay.authenticate,
+        handle=world.relay.handle,
+        registry=world.relay.connections,
+    )
     vouched: list[str] = []
 
     def kernel_says(principal_id: str, cred: PeerCred | None) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from mcphost.relay.envelope import Address, Envelope, join_batch, render
-from mcphost.relay.tmux import (
+from mcphost.relay.panes import (
     NEVER_SETTLED,
     NOT_READY,
     RAWW_MAX_BYTES,
@@ -35,16 +35,14 @@ from mcphost.relay.tmux import (
     UNREACHABLE,
     UNRESPONSIVE,
     Gate,
-    NoSuchSession,
     RawTextTooLarge,
-    TmuxServer,
     check_raw_text,
     deliver,
     prompt_text,
     raw_write,
     wait_ready,
-    watch_exit,
 )
+from mcphost.relay.tmux import NoSuchSession, TmuxServer, watch_exit
 from mcphost.unixsock import SUN_PATH_MAX
 
 pytestmark = [

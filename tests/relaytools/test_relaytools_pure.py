@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from relayharness import Env
 
 from mcphost.agentmux.inscriptions import Inscriptions, log_path, sanitize
+from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest
 from mcphost.relaytools import errors, help, layout, params, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
@@ -105,8 +106,8 @@ def test_look_target_checked_before_lines() -> None:
         "target_session must be non-empty",
         None,
     )
-    assert V.validate_look({"target_session": "b@p", "lines": 1000, "offset": 3}) == V.Look(
-        "b@p", 1000, 3
+    assert V.validate_look({"target_session": "b@p", "lines": 1000, "offset": 3}) == LookRequest(
+        target_session="b@p", lines=1000, offset=3
     )
 
 
@@ -159,7 +160,7 @@ def test_choose_trims_and_refuses_identity_fields() -> None:
     ok = V.validate_choose(
         {"choice_request_id": " c-1 ", "outcome": " selected", "option_id": " a "}
     )
-    assert ok == V.Choose("c-1", "selected", "a")
+    assert ok == ChoicesPickRequest(choice_request_id="c-1", outcome="selected", option_id="a")
     for field in ("decided_by", "ui_session_id", "operator_session_id", "bundle_name"):
         f = fails(V.validate_choose, {"choice_request_id": "c", "outcome": "cancelled", field: "x"})
         assert f.details == {"fields": [field]}
@@ -444,3 +445,35 @@ def test_validation_only_ever_raises_tool_failures(
     except ToolFailure as failure:
         assert failure.rpc_code == -32602
         assert failure.details is None or isinstance(failure.details, dict)
+
+
+def test_the_schemas_state_the_wire_bounds() -> None:
+    """params.py is standard library only (import-linter), so it restates the wire's bounds
+    for the schemas it advertises: they must be agentmux.operations' own."""
+    from mcphost.agentmux import operations
+
+    assert (params.LOOK_LINES_MIN, params.LOOK_LINES_MAX) == (
+        operations.LOOK_LINES_MIN,
+        operations.LOOK_LINES_MAX,
+    )
+    assert params.CHOOSE_OUTCOMES == operations.CHOOSE_OUTCOMES
+
+
+@pytest.mark.parametrize(
+    ("validate", "arguments"),
+    [
+        (V.validate_send, {"message": "hi", "targets": ["a@p"], "request_id": "r"}),
+        (V.validate_send, {"message": "hi", "broadcast": True}),
+        (V.validate_raww, {"target_session": " a@p ", "text": "ls", "no_enter": True}),
+        (V.validate_look, {"target_session": "a@p", "lines": 5}),
+        (V.validate_choose, {"choice_request_id": "c", "outcome": "selected", "option_id": "o"}),
+        (V.validate_new, {"command": "peer", "args": {"principal_id": "w@RELAY", "scope": "x"}}),
+        (V.validate_new, {"command": "peer", "args": {"principal_id": "w@p", "output_path": "/f"}}),
+        (V.validate_change, {"command": "psk", "args": {"principal_id": "w@p"}}),
+    ],
+)
+def test_the_relay_reads_back_the_body_the_tools_build(validate: Any, arguments: Any) -> None:
+    """Both ends speak one model per operation (agentmux.operations): what the tools send is
+    what the relay reads, field for field."""
+    built = validate(arguments)
+    assert type(built).read(built.wire()) == built
