@@ -57,10 +57,12 @@ from typing import TYPE_CHECKING, Any
 
 from mcphost import events, peer
 from mcphost.settings import SettingError
+from mcphost.supervisor import fence as fences
 from mcphost.supervisor import kernel
 from mcphost.supervisor.control import ControlError, ControlInUse, ControlServer, take_lock
 from mcphost.supervisor.execs import Execution
-from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
+from mcphost.supervisor.fence import Fence
+from mcphost.supervisor.fleet import AgentPlan, Fleet, check_sandbox, check_users, load_fleet
 from mcphost.supervisor.homes import (
     AttachPoints,
     HeldWorkspace,
@@ -111,6 +113,7 @@ class Slot:
     roots: set[tuple[int, int]] = field(default_factory=set)
     fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
     fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
+    sandbox: Fence | None = None  # the agent's fence (fence.py); None: `sandbox = "none"`
 
 
 def attach_script() -> str:
@@ -209,13 +212,16 @@ class Supervisor:
             self._release_lock()
             return EXIT_STATE_IN_USE if in_use else 2
         loop = asyncio.get_running_loop()
+        fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
         self.store = StateStore(self.path("state.sqlite3"))
         self.reaper = kernel.Reaper()
         self.reaper.install(loop)
         await self._end_leftovers()  # what a crashed supervisor left running, before any spawn
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
-        self.control = ControlServer(self.path("control.sock"), Control(self), locked=True)
+        self.control = ControlServer(
+            self.path("control.sock"), Control(self), locked=True, refuse_descendants=True
+        )
         await self.control.start()
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
@@ -548,7 +554,34 @@ class Supervisor:
                 cwd=workspace.cwd,
             )
         runner.reserve = self._reserve_generation
-        return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user), workspace=workspace)
+        runner.fence = sandbox = self._fence(plan, home)
+        return Slot(
+            plan=plan,
+            home=home,
+            runner=runner,
+            uid=uid_of(plan.user),
+            workspace=workspace,
+            sandbox=sandbox,
+        )
+
+    def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
+        """The agent's fence (fence.py): its home and attach sockets visible, the state, the
+        token and fleet files and the user's runtime directory hidden; None with
+        `sandbox = "none"`. `check_sandbox` refused "auto" at load where it cannot be built."""
+        if plan.sandbox == "none":
+            return None
+        attach = self.attach_points()
+        env = dict(plan.env)
+        runtime = f"/run/user/{uid_of(plan.user)}"
+        plan_ = fences.plan(
+            state_dir=self.state_dir,
+            home=home.root,
+            sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
+            secrets=(self.fleet.center.token_file, self.fleet.path),
+            given=tuple(env[k] for k in ("HOME", "CLAUDE_CONFIG_DIR") if k in env),
+            hidden=(runtime,) if os.path.isdir(runtime) else (),
+        )
+        return Fence(plan_, fences.probe().landlock_abi)
 
     async def _reserve_generation(self, agent_id: str, local: int) -> int:
         """The generation of the agent's next spawn: the center's reservation (above every
@@ -635,6 +668,7 @@ class Supervisor:
             try:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
+                check_sandbox(fleet, fences.probe().missing())
             except SettingError as exc:
                 raise ControlError(
                     "reload_failed",
@@ -948,6 +982,7 @@ class Supervisor:
                     "last_reason": status.last_reason,
                     "sessions": sum(hub.count(agent_id) for hub in self.hubs.values()),
                     "fenced": slot.fenced,
+                    "sandbox": "none" if slot.sandbox is None else slot.sandbox.name,
                 }
             )
         for agent_id, reason in sorted(self.unstarted.items()):
@@ -963,6 +998,7 @@ class Supervisor:
                     "last_reason": reason,
                     "sessions": 0,
                     "fenced": None,
+                    "sandbox": None,
                 }
             )
         return rows
@@ -1035,6 +1071,7 @@ class Supervisor:
             cwd=slot.workspace.cwd,
             env=agent_env(self.env, slot.plan, slot.home),
             creds=resolve_user(slot.plan.user),
+            fence=slot.sandbox,
             reaper=self.reaper,
             agent_id=agent_id,
             generation=status.generation,
