@@ -68,6 +68,7 @@ DEEP = {
     "relaytools/test_relaytools_member_ids.py": "hostile member ids through the relay tools",
     "relaytools/test_relaytools_realrelay.py": "the relay tools against the real relay",
     "supervisor/test_demo_fleet.py": "`mcphost demo fleet` twice, whole (~4 s of CPU each)",
+    "supervisor/test_fence.py": "five supervisors (root and nobody) with hostile fenced agents",
     "supervisor/test_exec.py": "ctl exec, including Claude Code's mcp list",
     "supervisor/test_lifecycle.py": "restart policies and backoff of real processes",
     "supervisor/test_relay_send_bounds.py": "send's text-only paste and a 300 MiB send flood",

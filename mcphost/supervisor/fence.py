@@ -59,6 +59,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
@@ -315,11 +316,22 @@ def _write(path: str, data: str) -> None:
 
 
 def _enter_namespaces() -> None:
+    """The namespaces and the 1:1 maps. A child of the (non-dumpable) supervisor has its /proc
+    files owned by root, so it could not write its own maps: it is dumpable for exactly these
+    writes, then not again until `execve` (only an unfenced process of the same uid could attach
+    in that window, and such a process can read the token file anyway)."""
     uid, gid = os.geteuid(), os.getegid()
-    _check(_libc.unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)), "unshare")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    dumpable = _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
+    if dumpable != 1:
+        _check(_libc.prctl(PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0), "set_dumpable")
+    try:
+        _check(_libc.unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)), "unshare")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    finally:
+        if dumpable != 1:
+            _libc.prctl(PR_SET_DUMPABLE, ctypes.c_ulong(0), 0, 0, 0)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
