@@ -34,10 +34,13 @@ demo-host: $(STAMP)
 # Both, the fleet first: together well under a minute.
 demo: demo-fleet demo-host
 
+# ruff, mypy, and the import rules (import-linter's contracts in pyproject.toml: the floors and
+# every "must never import" a module docstring states; a forbidden import fails `make test`).
 lint: $(STAMP)
 	@$(VENV)/bin/ruff check mcphost configgen tests bench tools/loaded_runs.py
 	@$(VENV)/bin/ruff format --check mcphost configgen tests bench tools/loaded_runs.py
 	@$(VENV)/bin/mypy
+	@out=$$($(VENV)/bin/lint-imports --no-cache --no-logo 2>&1) || { echo "$$out"; exit 1; }
 
 # The suite to run before every commit: lint, then pytest in parallel without the `slow` and
 # `deep` tests (tests/conftest.py says which run where).

@@ -10,7 +10,8 @@ Two rules, both about secrets typed on a command line:
 - an argument the parser does not know is named, never echoed: an option is shown by its name
   alone (`--token`, `--token=...` -> `--token`) and any other word only counted, since the word
   after a mistyped option is as likely a token as anything else. The same goes for an invalid
-  choice of a positional argument.
+  choice of a positional argument: the message lists the choices (and the closest one), never
+  the value given.
 
 Must never: print a value the parser did not recognise. (`mcphost host`, whose start-up time is
 multiplied by the agents on a worker, imports this module only on its error path.)
@@ -19,12 +20,14 @@ multiplied by the agents on a worker, imports this module only on its error path
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 _OPTION_NAME = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]{0,39}")
-_INVALID_CHOICE = re.compile(r"invalid choice: .*? \(choose from", re.DOTALL)
+# greedy: a value that itself contains " (choose from" is taken out whole
+_INVALID_CHOICE = re.compile(r"invalid choice: .* \(choose from", re.DOTALL)
 
 
 def describe_unexpected(words: Sequence[str]) -> str:
@@ -65,6 +68,18 @@ class Parser(argparse.ArgumentParser):
         if extras:
             self.error(describe_unexpected(extras))
         return parsed
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """An invalid choice: the choices (and the closest one), never the value given."""
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        names = [str(choice) for choice in choices]
+        close = difflib.get_close_matches(str(value), names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise argparse.ArgumentError(
+            action, f"invalid choice (value not shown; {hint}choose from {', '.join(names)})"
+        )
 
     def error(self, message: str) -> NoReturn:
         super().error(redact(message))

@@ -20,26 +20,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from mcphost.transcript import Transcript
+
 
 def _short(text: str, width: int = 96) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-class Transcript:
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    def say(self, text: str) -> None:
-        print(text, flush=True)
-
-    def step(self, title: str) -> None:
-        self.say(f"\n== {title}")
-
-    def expect(self, ok: bool, what: str) -> None:
-        self.say(f"   {'ok ' if ok else 'FAIL'} {what}")
-        if not ok:
-            self.failures.append(what)
 
 
 async def _drive(center: Any, out: Transcript) -> None:

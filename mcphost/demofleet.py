@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mcphost.demo import Transcript
+from mcphost.transcript import Transcript
 
 T = TypeVar("T")
 BUNDLE = "party"

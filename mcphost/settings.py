@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn, Self
@@ -199,6 +200,13 @@ class Settings(BaseSettings):
         except (OSError, ValueError) as exc:  # an unreadable or malformed settings file
             if file is None or isinstance(exc, SettingError):
                 raise
+            if isinstance(exc, tomllib.TOMLDecodeError):
+                raise cls.error_class(
+                    file,
+                    repr(file),
+                    "valid TOML (fix it at the line and column given)",
+                    problem=f"is not valid TOML: {exc}",
+                ) from None
             raise cls.error_class(
                 file, repr(file), "a readable TOML settings file", problem=f"is unreadable: {exc}"
             ) from None

@@ -78,6 +78,7 @@ DEEP = {
     "supervisor/test_supervise_rotation.py": "token rotations with calls in flight",
     "supervisor/test_supervise_lifecycle.py": "restarts, reloads and generations over time",
     "supervisor/test_supervise_relay.py": "the relay tools through the supervisor",
+    "supervisor/test_supervise_shares.py": "one agent's flood and slow calls against a supervisor",
     "supervisor/test_supervise_user.py": "agents under another user",
 }
 TESTS = Path(__file__).parent

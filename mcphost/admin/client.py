@@ -31,10 +31,14 @@ are SHA-256 over the leaf certificate's DER; a pinned certificate outside its va
 JSON tools, the runtime socket, transfers): a 3xx is `admin_redirect_refused` and nothing is sent
 to its Location, which would otherwise be reached without the pin.
 
-Concurrency: at most `POOL_SIZE` exchanges are in flight per client; further calls wait in a
-FIFO (`_Slots`) before any connection is taken, bounded by `queue_timeout` (default: four call
-timeouts, since waiting sends nothing and a healthy center drains a burst steadily; the
-exchange then has its own budget). aiohttp's own connector limit is off, so waiting for a slot
+Concurrency: at most `POOL_SIZE` exchanges are in flight per client, and at most `per_lane` of
+them for one lane (`AdminRequest.lane`, the agent whose share the exchange spends; unset, a lane
+may use the whole pool); further calls wait before any connection is taken, served round-robin
+between lanes and in arrival order within one (`mcphost.admin.slots`), bounded by
+`queue_timeout` (default: four call timeouts, since waiting sends nothing and a healthy center
+drains a burst steadily; the exchange then has its own budget). A standalone host has one lane:
+a plain FIFO. The supervisor's shared client caps each agent, so one agent's slow calls never
+hold the slots another agent's calls need. aiohttp's own connector limit is off, so waiting for a slot
 never counts against the connect timeout. `admin_timeout` phase `queue`: nothing was sent;
 phase `connect`: the connection (TCP, TLS, pin) was not established within `connect_timeout`,
 so nothing was sent; phase `reply`: the request may have taken effect.
@@ -48,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -58,6 +61,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mcphost import __version__
 from mcphost.admin.pinning import format_pin
+from mcphost.admin.slots import Slots
 from mcphost.admin.target import AdminTarget
 from mcphost.errors import (
     AdminFailure,
@@ -74,7 +78,7 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 5.0
 CALL_TIMEOUT = 30.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
-POOL_SIZE = 64  # exchanges in flight per client; the rest wait in FIFO order
+POOL_SIZE = 64  # exchanges in flight per client; the rest wait, round-robin between lanes
 QUEUE_TIMEOUTS = 4  # a call may wait this many call timeouts for a slot before giving up
 
 
@@ -97,13 +101,15 @@ class AdminAccess:
 @dataclass(frozen=True, slots=True)
 class AdminRequest:
     """One request to the center (or the runtime socket), complete: the client sends exactly
-    this. `body` is a JSON object, or None (a GET, or a byte stream handed to `stream`)."""
+    this. `body` is a JSON object, or None (a GET, or a byte stream handed to `stream`).
+    `lane` is whose share of the client's slots it spends (never sent)."""
 
     method: str
     route: str
     body: Mapping[str, Any] | None = None
     query: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    lane: str = ""
 
     def __post_init__(self) -> None:
         for name in ("query", "headers"):
@@ -176,48 +182,6 @@ def _pin_classes() -> _PinClasses:
     return _PinClasses(PinSet, PinnedCertificateNotValid)
 
 
-class _Slots:
-    """A FIFO of request slots: at most `size` exchanges in flight, waiters served in order.
-
-    A released slot is handed straight to the oldest live waiter, so a newcomer never overtakes
-    the queue (a new caller takes a free slot only when no live waiter exists). A waiter that
-    gives up (timeout, cancellation) after being handed a slot passes it on.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._free = size
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def waiting(self) -> int:
-        return sum(1 for fut in self._waiters if not fut.done())
-
-    async def acquire(self, timeout: float | None) -> None:
-        if self._free > 0:  # free slots imply no live waiter (see release)
-            self._free -= 1
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            async with asyncio.timeout(timeout):
-                await fut
-        except BaseException:
-            if fut.done() and not fut.cancelled():
-                self.release()  # handed a slot just as we gave up: pass it on
-            else:
-                fut.cancel()
-            raise
-
-    def release(self) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self._free += 1
-
-
 class AdminClient:
     """Talks HTTP to one target. Create once per process; `aclose()` at shutdown."""
 
@@ -231,6 +195,7 @@ class AdminClient:
         call_timeout: float = CALL_TIMEOUT,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         pool_size: int = POOL_SIZE,
+        per_lane: int | None = None,
         queue_timeout: float | None = None,
         on_unauthorized: Callable[[str], Awaitable[bool]] | None = None,
         on_failure: Callable[[ToolFailure], ToolFailure] | None = None,
@@ -244,7 +209,7 @@ class AdminClient:
         self.queue_timeout = (
             QUEUE_TIMEOUTS * call_timeout if queue_timeout is None else queue_timeout
         )
-        self._slots = _Slots(pool_size)
+        self._slots = Slots(pool_size, per_lane)
         self._session: aiohttp.ClientSession | None = None
         self._session_access: AdminAccess | None = None  # the target and pins it was built for
         self._in_use: dict[aiohttp.ClientSession, int] = {}  # exchanges per pool
@@ -358,9 +323,11 @@ class AdminClient:
             sock_read=None if timeout else self.call_timeout,
         )
         try:
-            await self._slots.acquire(self.queue_timeout)
+            await self._slots.acquire(request.lane, self.queue_timeout)
         except TimeoutError:
-            raise self._seen(queue_failure(self.target, self.queue_timeout, self._slots)) from None
+            raise self._seen(
+                queue_failure(self.target, self.queue_timeout, self._slots, request.lane)
+            ) from None
         headers = dict(request.headers)
         if data is None and request.body is not None:
             data = json.dumps(dict(request.body), ensure_ascii=False, separators=(",", ":"))
@@ -418,7 +385,7 @@ class AdminClient:
                 )
             ) from None
         finally:
-            self._slots.release()
+            self._slots.release(request.lane)
 
     async def _fresh_token(self, refused: AdminAccess) -> bool:
         """After a 401: whether `on_unauthorized` put a token other than `refused`'s in place."""
@@ -530,19 +497,24 @@ def redirect_failure(
     )
 
 
-def queue_failure(target: AdminTarget, waited: float | None, slots: _Slots) -> AdminFailure:
+def queue_failure(
+    target: AdminTarget, waited: float | None, slots: Slots, lane: str = ""
+) -> AdminFailure:
     """Gave up waiting for a free request slot: nothing was sent."""
     where = str(target)
+    mine = slots.held(lane)
     return AdminFailure(
         "admin_timeout",
-        f"no connection to the center at {where} became free within {waited} s ({slots.size} "
-        "calls were in flight, more were waiting); nothing was sent, so the call did not take "
-        "effect. Retry it, ideally with fewer calls at once",
+        f"no connection to the center at {where} became free within {waited} s ({mine} of "
+        f"this caller's calls were in flight, at most {slots.per_lane} at once, and more were "
+        "waiting); nothing was sent, so the call did not take effect. Retry it, ideally with "
+        "fewer calls at once",
         {
             "target": where,
             "phase": "queue",
             "timeout_seconds": waited,
-            "in_flight": slots.size,
+            "in_flight": mine,
+            "per_caller": slots.per_lane,
             "waiting": slots.waiting,
         },
     )

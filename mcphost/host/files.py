@@ -187,6 +187,7 @@ class FileTools:
                 except CenterRefusal as refusal:
                     raise _download_failure(refusal, file_id) from None
                 await jobs.submit(os.fsync, temp_fd)
+                w.give_away(temp_fd)  # the agent's, before its name appears
                 place(w, resolved, temp, overwrite=params.overwrite)  # still locked: create_temp
                 kept = True
                 with suppress(OSError):

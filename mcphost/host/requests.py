@@ -5,7 +5,8 @@ catalog tools (to the center or the runtime socket; the route is `ToolDecl.route
 upload steps and the download of the file tools, and `mcphost check`'s probe. It is the only
 writer of identity: `agent_id` (set last in every JSON body, so nothing can overwrite it; in the
 query of the two byte transfers, whose bodies are bytes) and `X-AC-MCP-Generation` (in the
-headers of every request, the runtime socket's included). It also checks the one center-given
+headers of every request, the runtime socket's included), and the agent is each request's `lane`
+(whose share of a shared client's slots it spends). It also checks the one center-given
 value that becomes part of a route (the upload's `transfer_id`, `transfer_segment`).
 
 Why in `mcphost.host` and not `mcphost.admin`: it is built from an `AgentBinding`, and
@@ -83,6 +84,7 @@ class RequestBuilder:
                 "Content-Type": "application/octet-stream",
                 "Content-Length": str(size),
             },
+            lane=self._agent_id,
         )
 
     def download(self, file_id: str) -> AdminRequest:
@@ -92,11 +94,16 @@ class RequestBuilder:
             f"/admin/files/{quote(file_id, safe='')}",
             query={"agent_id": self._agent_id},
             headers={**self._headers, "Accept": "*/*"},
+            lane=self._agent_id,
         )
 
     def _post(self, route: str, body: Mapping[str, Any]) -> AdminRequest:
         return AdminRequest(
-            "POST", route, body={**body, "agent_id": self._agent_id}, headers=self._headers
+            "POST",
+            route,
+            body={**body, "agent_id": self._agent_id},
+            headers=self._headers,
+            lane=self._agent_id,
         )
 
 

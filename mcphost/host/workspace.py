@@ -35,7 +35,10 @@ A path is never handed to the kernel as a string to resolve. Instead:
 4. Every directory opened and the upload leaf must be on the root's file system (`st_dev`),
    else `path_other_filesystem` (unless `MCPHOST_ALLOW_OTHER_FILESYSTEMS=1`); an upload leaf
    with more than one hard link is `path_hard_linked` (the other name may be outside).
-5. The walk holds only the root, the directory it is in and, when a download creates parents,
+5. What a download creates (parents, then the file) belongs to the root's owner: a host running
+   as root on a root another uid owns (the supervisor serving a `user = ...` agent) `fchown`s
+   each on its open descriptor (`HeldRoot.owner`, `Walker.give_away`).
+6. The walk holds only the root, the directory it is in and, when a download creates parents,
    the directory the first one was made in: depth costs no descriptors. Undoing created
    parents climbs by `..`, accepting each parent only if it is the directory (dev, inode) made.
 
@@ -187,6 +190,7 @@ class HeldRoot:
         self.fd = -1
         self.real = self.path  # the symlink-free spelling, as the kernel saw it at open
         self.dev = 0
+        self.owner: tuple[int, int] | None = None  # see `_hold`
         self.failure: FileFailure | None = None
         self.by_path = fd is None  # False: the root is the descriptor given, never reopened
         if fd is None:
@@ -204,7 +208,11 @@ class HeldRoot:
 
     def _hold(self, fd: int) -> None:
         self.fd, self.failure = fd, None
-        self.dev = os.fstat(fd).st_dev
+        info = os.fstat(fd)
+        self.dev = info.st_dev
+        # A root host serving a workspace another uid owns (the supervisor, for a `user = ...`
+        # agent) gives what a download creates there to that owner; None: keep our own.
+        self.owner = (info.st_uid, info.st_gid) if os.geteuid() == 0 and info.st_uid != 0 else None
         try:
             self.real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
@@ -568,10 +576,17 @@ class Walker:
             if made:
                 info = os.fstat(child)
                 resolved.made.append((name, info.st_dev, info.st_ino))
+                self.give_away(child)
             self.release(fd, resolved.anchor_fd)
             resolved.parent_fd = fd = child
             depth.append(name)
         resolved.missing = []
+
+    def give_away(self, fd: int) -> None:
+        """`fchown` what this walk created (open as `fd`) to the root's owner, when the root
+        is another uid's (`HeldRoot.owner`); nothing otherwise."""
+        if self.held.owner is not None:
+            os.fchown(fd, *self.held.owner)
 
     def undo_made(self, resolved: Resolved) -> None:
         """Remove the directories this call made, deepest first, without holding one

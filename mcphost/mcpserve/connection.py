@@ -25,7 +25,11 @@ most `max_active_calls` tool calls and `max_active_other` other requests are wit
 once (handed over, not yet answered, nor cancelled), holding at most `max_held_bytes` of request
 lines; further lines wait, unparsed, in arrival order. When `max_queued` lines (or
 `max_held_bytes` bytes) wait, the source is no longer read (`pause_reading`) until the queue is
-half empty again. The wire is written one message at a time, each waiting for the carrier to
+half empty again. A session may also hold a share of a byte budget shared with other sessions
+(`mcphost.mcpserve.budget`; the supervisor's: one per agent): every request byte it holds (the
+line being read, lines waiting, the line being parsed, requests owed) is counted there, and the
+source is not read while the budget is spent (asked after every line and after a read that ends
+inside one). The wire is written one message at a time, each waiting for the carrier to
 take the previous one, so an unread peer stalls the SDK's writers, then its handlers, then the
 reading of the source.
 
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
     from mcp.shared.message import SessionMessage
 
+    from mcphost.mcpserve.budget import Share
     from mcphost.surface import Surface
 
 PARSE_ERROR = -32700
@@ -113,10 +118,12 @@ def _is_request_id(value: Any) -> bool:
 class LineReader(asyncio.Protocol):
     """Incoming half: splits the byte stream into lines, enforcing the cap `max_line`.
 
-    After each line it asks `saturated()`; if so it stops splitting, keeps the rest of the
-    current read (at most one read's worth) and pauses the source until `resume()`.
-    `on_overlong` gets the first `ID_SCAN_BYTES` of a line over the cap; the rest of that line
-    is skipped as it arrives, never stored.
+    After each line, and after each read that ends inside a line, it asks `saturated()`; if
+    so it stops splitting, keeps the rest of the current read (at most one read's worth) and
+    pauses the source until `resume()` (which asks again first). `on_partial` gets the change in
+    size of the line being read (kept until its newline). `on_overlong` gets the first
+    `ID_SCAN_BYTES` of a line over the cap; the rest of that line is skipped as it arrives,
+    never stored.
     """
 
     def __init__(
@@ -126,6 +133,7 @@ class LineReader(asyncio.Protocol):
         saturated: Callable[[], bool] = lambda: False,
         *,
         max_line: int = MAX_LINE_BYTES,
+        on_partial: Callable[[int], None] = lambda delta: None,
     ) -> None:
         self._max_line = max_line
         self._buf = bytearray()
@@ -137,6 +145,7 @@ class LineReader(asyncio.Protocol):
         self._on_line = on_line
         self._on_overlong = on_overlong
         self._saturated = saturated
+        self._on_partial = on_partial
         self.eof = asyncio.Event()
         self.room = threading.Event()  # set while a reading thread may read the next chunk
         self.room.set()
@@ -176,11 +185,20 @@ class LineReader(asyncio.Protocol):
         if self._discarding or not rest:
             return
         self._buf += rest
+        self._on_partial(len(rest))
         if len(self._buf) > self._max_line:
             prefix = bytes(self._buf[:ID_SCAN_BYTES])
-            self._buf = bytearray()
+            self._drop_partial()
             self._discarding = True
             self._on_overlong(prefix)
+        elif self._saturated():  # stopped inside a line: the rest of it waits in the source
+            self._pause()
+
+    def _drop_partial(self) -> None:
+        size = len(self._buf)
+        self._buf = bytearray()
+        if size:
+            self._on_partial(-size)
 
     def _end_line(self, data: bytes, start: int, nl: int) -> None:
         if self._discarding:
@@ -189,12 +207,12 @@ class LineReader(asyncio.Protocol):
         if len(self._buf) + (nl - start) > self._max_line:
             head = bytes(self._buf[:ID_SCAN_BYTES])
             prefix = head + data[start : min(nl, start + ID_SCAN_BYTES - len(head))]
-            self._buf = bytearray()
+            self._drop_partial()
             self._on_overlong(prefix)
             return
         if self._buf:
-            self._buf += data[start:nl]
-            line, self._buf = bytes(self._buf), bytearray()
+            line = bytes(self._buf) + data[start:nl]
+            self._drop_partial()
         else:
             line = data[start:nl]
         if line.strip():
@@ -208,7 +226,7 @@ class LineReader(asyncio.Protocol):
 
     def resume(self) -> None:
         """There is room again: split what was held back, then read on (unless it filled up)."""
-        if not self._paused:
+        if not self._paused or self._saturated():
             return
         self._paused = False
         held, self._held = self._held, b""
@@ -230,9 +248,10 @@ class LineReader(asyncio.Protocol):
         return False
 
     def _finish(self) -> None:
-        if self._buf.strip() and not self._discarding:
-            self._on_line(bytes(self._buf))
-        self._buf = bytearray()
+        line = bytes(self._buf)
+        self._drop_partial()
+        if line.strip() and not self._discarding:
+            self._on_line(line)
         self.eof.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -358,11 +377,24 @@ class _Owed:
 
 
 class LineTransport:
-    """Lines in, `SessionMessage`s to the SDK; the SDK's messages out; flow control between."""
+    """Lines in, `SessionMessage`s to the SDK; the SDK's messages out; flow control between.
 
-    def __init__(self, wire: Wire, limits: Limits | None = None) -> None:
+    With a `share` of a byte budget (`mcphost.mcpserve.budget`), every request byte the session
+    holds (the line being read, lines waiting, the line being parsed, requests with the SDK) is
+    counted there too, and the source is not read while the budget says so.
+    """
+
+    def __init__(
+        self, wire: Wire, limits: Limits | None = None, share: Share | None = None
+    ) -> None:
         self.wire = wire
         self.limits = limits = limits or Limits()
+        self._share = share
+        self._partial = 0  # bytes of the line being read
+        self._parsing = 0  # bytes of the line taken from the queue, not yet owed or dropped
+        if share is not None:
+            loop = asyncio.get_running_loop()
+            share.wake = lambda: loop.call_soon(self.on_room)
         self.on_room: Callable[[], None] = lambda: None
         self.on_first_answer: Callable[[], None] = lambda: None
         self._lines: deque[tuple[Any, bytes]] = deque()
@@ -384,6 +416,16 @@ class LineTransport:
     def on_overlong(self, prefix: bytes) -> None:
         self._push(_OVERLONG, prefix)
 
+    def on_partial(self, delta: int) -> None:
+        self._partial += delta
+        self._count()
+
+    def _count(self) -> None:
+        """Tell the budget what this session holds now."""
+        if self._share is not None:
+            held = self._queued_bytes + self._parsing + self._owed_bytes + self._partial
+            self._share.set(held, self._partial > 0)
+
     def on_eof(self) -> None:
         self._eof = True
         self._arrived.set()
@@ -391,12 +433,18 @@ class LineTransport:
     def _push(self, kind: Any, data: bytes) -> None:
         self._lines.append((kind, data))
         self._queued_bytes += len(data)
+        self._count()
         self._arrived.set()
 
     def saturated(self) -> bool:
-        """True when the source should not be read: too many lines or bytes wait."""
+        """True when the source should not be read: too many lines or bytes wait, or the
+        budget this session shares is spent."""
         limits = self.limits
-        return len(self._lines) >= limits.max_queued or self._queued_bytes >= limits.max_held_bytes
+        return (
+            len(self._lines) >= limits.max_queued
+            or self._queued_bytes >= limits.max_held_bytes
+            or (self._share is not None and self._share.blocks())
+        )
 
     # -- feeding the SDK ------------------------------------------------------------------
     async def feed(self, sdk: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
@@ -415,16 +463,21 @@ class LineTransport:
                         continue
                     kind, data = self._lines.popleft()
                     self._queued_bytes -= len(data)
+                    self._parsing = len(data)
                     if len(self._lines) <= self.limits.max_queued // 2 and (
                         self._queued_bytes <= self.limits.max_held_bytes // 2
                     ):
                         self.on_room()
-                    if kind is _OVERLONG:
-                        await self._refuse_overlong(data)
-                        continue
-                    message = await self._parse(data)
-                    if message is not None:
-                        await sdk.send(SessionMessage(message))
+                    try:
+                        if kind is _OVERLONG:
+                            await self._refuse_overlong(data)
+                            continue
+                        message = await self._parse(data)
+                        if message is not None:
+                            await sdk.send(SessionMessage(message))
+                    finally:
+                        self._parsing = 0
+                        self._count()
                 # EOF: what was handed over may finish (briefly) before the session ends
                 with anyio.move_on_after(self.limits.eof_grace):
                     while self._owed:
@@ -502,6 +555,7 @@ class LineTransport:
             await self._settled.wait()
         self._owed[request_id] = _Owed(calls, size)
         self._owed_bytes += size
+        self._parsing = 0  # the line's bytes are owed now
         if calls:
             self._active_calls += 1
         else:
@@ -516,6 +570,7 @@ class LineTransport:
             self._active_calls -= 1
         else:
             self._active_other -= 1
+        self._count()
         self._settled.set()
 
     async def _refuse_overlong(self, prefix: bytes) -> None:

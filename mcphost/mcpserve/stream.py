@@ -5,8 +5,9 @@ Owns: the socket side of one supervisor session. The session is the shared core
 answers, backpressure, EOF grace and stop), so a pump attached over a Unix socket sees the bytes
 a standalone host would write on stdout. This module gives the core its carrier:
 - reading: the core's `LineReader` is the protocol of an asyncio socket transport; while the
-  session is saturated the reader pauses the transport (`pause_reading`), so the kernel's
-  socket buffers, not this process, hold what a flooding client sends;
+  session is saturated (its own bounds, or the byte budget it shares with its peer's other
+  sessions, `mcphost.mcpserve.budget`) the reader pauses the transport (`pause_reading`), so
+  the kernel's socket buffers, not this process, hold what a flooding client sends;
 - writing (`SocketWire`): one message at a time through the same transport; a sender waits
   until the transport's buffer is below its high-water mark (`pause_writing` /
   `resume_writing`), so a client that stops reading stalls the SDK's writers, then its
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from mcphost.mcpserve.connection import Limits, LineReader, LineTransport, _dumps, serve_connection
 
 if TYPE_CHECKING:
+    from mcphost.mcpserve.budget import Share
     from mcphost.surface import Surface
 
 
@@ -102,7 +104,11 @@ class _SocketProtocol(LineReader):
 
     def __init__(self, transport: LineTransport, wire: SocketWire, max_line: int) -> None:
         super().__init__(
-            transport.on_line, transport.on_overlong, transport.saturated, max_line=max_line
+            transport.on_line,
+            transport.on_overlong,
+            transport.saturated,
+            max_line=max_line,
+            on_partial=transport.on_partial,
         )
         self._wire = wire
 
@@ -132,16 +138,18 @@ async def serve_socket(
     *,
     stop: asyncio.Event,
     limits: Limits | None = None,
+    share: Share | None = None,
 ) -> str:
     """Serve one session of `surface` on the connected `sock` until EOF or `stop`; close `sock`.
 
     Returns why the session ended: "eof" (the peer half-closed or went away) or "stop". The
-    surface is left open for its owner to close.
+    surface is left open for its owner to close, and `share` (this session's part of a byte
+    budget shared with other sessions) for its owner to close.
     """
     limits = limits or Limits()
     loop = asyncio.get_running_loop()
     wire = SocketWire()
-    transport = LineTransport(wire, limits)
+    transport = LineTransport(wire, limits, share)
     reader = _SocketProtocol(transport, wire, limits.max_line_bytes)
     transport.on_room = reader.resume
     try:

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mcphost.relay.wire import RelayError
+from mcphost.agentmux.wire import RelayError
 
 MAX_QUEUED_PER_TARGET = 64
 MAX_QUEUED_BYTES_PER_TARGET = 4 << 20

@@ -2,8 +2,11 @@
 
 Owns: `RelayBehaviour`, what `RelayServer` calls: `authenticate(hello, peer_cred)` (the hello's
 identity, §2.2) and `handle(principal, request)` (one request's response body `{"kind": ...}`,
-or a `RelayError`); the per-target delivery workers (FIFO, one asyncio task per target with
-something queued); the recent delivery outcomes. It reads the configuration layers (bundles,
+or a `RelayError`), through the operation table. Split along agentmux's seams, each a mixin
+over this object's state in its own module: requester and target resolution (`requester.py`),
+delivery (`delivery.py`: per-target workers, readiness gate, batching, paste-and-submit,
+outcomes, receipts), credentials (`credentials.py`: new_peer, change_psk, drop_peer); the
+hosting contract is `hosting.py`. It reads the configuration layers (bundles,
 coders, users, policies, relay.toml) afresh for every request (no watcher: an edit applies to the
 next request) and keeps the principal store (`<state>/identity/principals.json`).
 
@@ -32,11 +35,15 @@ Operations and what each answers:
   gets a result with outcome `not_submitted` and that reason code. Every envelope is text,
   never keys (envelope.neutralise). The queue is bounded per target, per sender and in all
   (admission.py): a request that would go over is refused whole, `runtime_delivery_queue_full`,
-  after authorization and before anything is queued. Capability `send.deliver`.
+  after authorization and before anything is queued. A target the host reports stopped
+  (`MemberHealth.stopped`) refuses the request whole too, after authorization:
+  `delivery_target_fail_stopped`, details `{target_session}` (agentmux's code and shape); in a
+  broadcast a stopped member gets outcome `not_submitted` with that reason code instead.
+  Capability `send.deliver`.
 - `raww`: 32 KiB of UTF-8 at most (`validation_invalid_params`), queued to the same worker as a
   batch barrier (envelopes before it are delivered before it, later ones after it), under the
   same queue bounds; no gate; its text is keys by design (that is what `raww.write` grants).
-  Capability `raww.write`.
+  A stopped target: `delivery_target_fail_stopped`. Capability `raww.write`.
 - `up` / `down`: `bundle_transition` for the subject bundle (namespace, else the requester's);
   skipped `already_hosted` / `already_unhosted`; a host failure is outcome `failed`,
   `runtime_startup_failed` / `runtime_shutdown_failed`. Capability `updown`.
@@ -60,8 +67,11 @@ Operations and what each answers:
 Delivery outcomes (§3.4: `delivered`, `timeout` with the gate's reason code, `not_submitted`,
 `submission_unknown`, `failed` `dropped_on_shutdown`) are kept in `outcomes` (the last 4096, by
 message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
-`delivery_outcome` event. Not done: upstream's receipt message from `relay@RELAY` to a coder
-sender for a non-delivered outcome. Revocation goes through the server's
+`delivery_outcome` event, and a coder-backed (tmux) member sender, for every outcome of a queued
+send or raww but `delivered`, the terminal-outcome receipt: an envelope from `relay@RELAY`
+(envelope.receipt_body) queued to its own pane, best-effort (dropped when the sender is not
+running or the receipts' queue bound is full; never a receipt for a receipt), each one a
+`relay.delivery.receipt` record. Revocation goes through the server's
 `revoke`, which closes every live connection of the principal (a socket-trust one too).
 
 Order (§3.2): request validation, then existence (bundle, member, target), then authorization
@@ -95,47 +105,14 @@ connection's; start a process or a tmux session itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-import traceback
 import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from mcphost import events
-from mcphost.peer import PeerCred
-from mcphost.relay import admission, wire
-from mcphost.relay import envelope as env
-from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import (
-    Bundle,
-    Session,
-    TmuxCoder,
-    User,
-    Users,
-    bundle_ids,
-    load_relay_settings,
-    load_users,
-    require_bundle,
-)
-from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
-from mcphost.relay.policy import Policy, authorize, load_policies, member_policy
-from mcphost.relay.principals import (
-    PrincipalStore,
-    StoredPrincipal,
-    check_destination,
-    check_expiry,
-    principal_type,
-    session_credential_path,
-    unknown_principal,
-    write_credential,
-    write_session_credential,
-)
-from mcphost.relay.wire import (
+from mcphost.agentmux.wire import (
     SCHEMA_VERSION,
     SOCKET_TRUST,
     Hello,
@@ -145,6 +122,42 @@ from mcphost.relay.wire import (
     parse_principal,
     utc_now,
 )
+from mcphost.peer import PeerCred
+from mcphost.relay import admission
+from mcphost.relay import envelope as env
+from mcphost.relay import tmux as tm
+from mcphost.relay.bundles import (
+    Bundle,
+    Users,
+    bundle_ids,
+    load_relay_settings,
+    load_users,
+    require_bundle,
+)
+from mcphost.relay.credentials import Credentials
+from mcphost.relay.delivery import Delivery, _Item, _Worker
+from mcphost.relay.hosting import BundleHost, MemberHealth, Revoke, SendEvent, SocketTrust
+from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
+from mcphost.relay.policy import authorize, load_policies, member_policy
+from mcphost.relay.principals import (
+    PrincipalStore,
+    check_expiry,
+)
+from mcphost.relay.requester import (
+    Resolution,
+    _bad,
+    _cross_relay,
+    _fail_stopped,
+    _not_implemented,
+    _opt_bool,
+    _opt_int,
+    _opt_str,
+    _session_type,
+    _Target,
+    _unavailable,
+)
+
+__all__ = ["BundleHost", "MemberHealth", "RelayBehaviour"]
 
 GLOBAL = "GLOBAL"
 RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
@@ -153,156 +166,13 @@ OUTCOMES_KEPT = 4096
 REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
 DROPPED_MESSAGE = "identity credential was dropped"
 TMUX_ONLY = ("tmux",)
-
-
-@dataclass(frozen=True, slots=True)
-class MemberHealth:
-    """What `BundleHost.member_state` may report besides readiness (all optional)."""
-
-    startup_failure_count: int = 0
-    recent_startup_failures: tuple[dict[str, Any], ...] = ()
-
-
-class BundleHost(Protocol):
-    """What the supervisor implements so the relay can host bundles (one per relay).
-
-    - `hosted(bundle)`: whether the bundle's hosting intent is "run" (after `up`, or autostart),
-      whatever its members' current state.
-    - `up(bundle)`: start every tmux member of the bundle (its tmux server, one session per
-      member, restarted by the supervisor like a plain process) and return once they are
-      started (not necessarily ready); raise to report a failure (the transition is `failed`).
-    - `down(bundle)`: stop every member and the bundle's tmux server; return once they are gone.
-    - `tmux(bundle)`: the bundle's `TmuxServer`, or None while it is not hosted.
-    - `session_name(bundle, session_id)`: the tmux session name of that member.
-    - `member_state(bundle, session_id)`: `(ready, MemberHealth)`; ready means the member's
-      session exists and its process runs (the relay's §1.3 readiness); the health carries the
-      member's startup failure count and recent failure records (`{session_id, transport, code,
-      reason, timestamp, sequence, details?}`). Cheap and synchronous: called for every member
-      on each `list`.
-    `bundle` is always the relay's freshly read `bundles.Bundle` (use `bundle.id`).
-    """
-
-    def hosted(self, bundle: Bundle) -> bool: ...
-
-    async def up(self, bundle: Bundle) -> None: ...
-
-    async def down(self, bundle: Bundle) -> None: ...
-
-    def tmux(self, bundle: Bundle) -> tm.TmuxServer | None: ...
-
-    def session_name(self, bundle: Bundle, session_id: str) -> str: ...
-
-    def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]: ...
-
-
-SocketTrust = Callable[[str, PeerCred | None], bool]
-Revoke = Callable[[str, str, str], int]
-SendEvent = Callable[[str, dict[str, Any]], int]
-
-
-# -- small helpers -----------------------------------------------------------------------------
-
-
-def _bad(message: str, details: dict[str, Any] | None = None) -> RelayError:
-    return RelayError("validation_invalid_arguments", message, details)
-
-
-def _opt_str(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise _bad(f"{name} must be a string", {"field": name})
-
-
-def _opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    raise _bad(f"{name} must be a boolean", {"field": name})
-
-
-def _opt_int(body: dict[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _bad(f"{name} must be an integer", {"field": name})
-
-
-def _not_implemented(operation: str, why: str) -> RelayError:
-    return RelayError(
-        "runtime_operation_not_implemented",
-        f"{operation} is not implemented by this relay: {why}",
-        {"operation": operation},
-    )
-
-
-def _cross_relay(target: str) -> RelayError:
-    return RelayError(
-        "runtime_cross_relay_unavailable",
-        "cross-relay routing is not available on this relay (no peer relays)",
-        {"target": target},
-    )
-
-
-def _session_type(bundle: Bundle, session: Session) -> RelayError:
-    return RelayError(
-        "runtime_session_type_not_implemented",
-        f"session transport {session.transport!r} is not implemented by this relay "
-        "(tmux sessions only)",
-        {"target_session": session.principal_id(bundle.id), "transport": session.transport},
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Requester:
-    principal: Principal
-    policy: Policy
-    member: Session | None  # a session principal's bundle member
-    user: User | None  # a user principal's users.toml entry
-
-    @property
-    def display_name(self) -> str | None:
-        if self.member is not None:
-            return self.member.name
-        return self.user.name if self.user is not None else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    principal: Principal
-    bundle: Bundle | None  # None for @GLOBAL
-    session: Session | None
-    display_name: str | None
-
-
-@dataclass(slots=True)
-class _Item:
-    message_id: str
-    kind: str  # "envelope" | "raww"
-    text: str = field(repr=False)
-    sender: str
-    target: str
-    no_enter: bool = False
-    size: int = 0  # UTF-8 bytes of `text`, what the queue bounds count (admission.py)
-    admitted: bool = False  # counted in the ledger until its outcome is recorded
-
-
-@dataclass(slots=True)
-class _Worker:
-    bundle_id: str
-    session_id: str
-    queue: deque[_Item] = field(default_factory=deque)
-    task: asyncio.Task[None] | None = None
+FAIL_STOPPED = "delivery_target_fail_stopped"
 
 
 # -- the behaviour -----------------------------------------------------------------------------
 
 
-class RelayBehaviour:
+class RelayBehaviour(Resolution, Delivery, Credentials):
     """The relay's operations over the configuration, the principal store and a `BundleHost`.
 
     `socket_trust` decides whether the kernel vouches for a socket-trust hello (None: refuse
@@ -448,108 +318,6 @@ class RelayBehaviour:
             raise
         return result
 
-    def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:
-        """The connection's principal with its policy; a `requester_session` naming anyone
-        else is `validation_unknown_sender`."""
-        claimed = _opt_str(body, "requester_session")
-        if claimed is not None:
-            bare = claimed.removesuffix("@" + principal.namespace)
-            if bare != principal.name:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester_session does not name this connection's principal",
-                    {"requester_session": claimed, "principal_id": principal.id},
-                )
-        policies = load_policies(self.roots)
-        if principal.kind == "session":
-            bundle = require_bundle(self.roots, principal.namespace)
-            member = bundle.member(principal.name)
-            if member is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester session is not configured in its bundle",
-                    {"requester_session": principal.id},
-                )
-            return _Requester(principal, member_policy(policies, member), member, None)
-        if principal.kind == "user":
-            user = load_users(self.roots).get(principal.id)
-            if user is None:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester is not configured in users.toml",
-                    {"requester_session": principal.id},
-                )
-            return _Requester(principal, member_policy(policies, user), None, user)
-        # application / relay principals: authorize() refuses them everything
-        return _Requester(principal, member_policy(policies, None), None, None)
-
-    def _subject(self, principal: Principal, request: Request) -> str:
-        """The routing namespace of a bundle-subject request (§2.3)."""
-        namespace = request.namespace
-        if namespace is None:
-            if principal.kind != "session":
-                raise RelayError(
-                    "validation_missing_routing_namespace",
-                    "a relay-wide principal must name the namespace of this request",
-                    {"operation": request.operation},
-                )
-            return principal.namespace
-        if namespace in ("EXTERNAL", "RELAY"):
-            raise RelayError(
-                "validation_unsupported_namespace",
-                f"namespace {namespace!r} cannot be routed to",
-                {"namespace": namespace},
-            )
-        return namespace
-
-    def _target(self, raw: Any, *, operation: str, users: Users | None = None) -> _Target:
-        """A fully-qualified target, resolved; validation and existence errors only."""
-        if not isinstance(raw, str) or not raw.strip():
-            raise RelayError("validation_unknown_target", "target_session must be non-empty")
-        if "!" in raw:
-            raise _cross_relay(raw)
-        if "@" not in raw:
-            raise RelayError(
-                "validation_unqualified_target",
-                "target must be a fully-qualified principal id (id@namespace)",
-                {"target": raw},
-            )
-        target = parse_principal(raw)
-        if target.namespace in ("EXTERNAL", "RELAY"):
-            raise RelayError(
-                "validation_unsupported_namespace",
-                f"targets in namespace {target.namespace!r} are not supported",
-                {"target": raw, "namespace": target.namespace},
-            )
-        if target.namespace == GLOBAL:
-            if operation != "send":
-                raise RelayError(
-                    "validation_unsupported_operation",
-                    f"{operation} cannot target a relay-wide principal",
-                    {"target_session": raw},
-                )
-            users = users if users is not None else load_users(self.roots)
-            user = users.get(raw)
-            if user is None and raw not in self._live():
-                raise RelayError(
-                    "validation_unknown_target",
-                    "target is not a configured or connected principal",
-                    {"target_session": raw},
-                )
-            return _Target(target, None, None, user.name if user else None)
-        bundle = require_bundle(self.roots, target.namespace)
-        session = bundle.member(target.name)
-        if session is None:
-            raise RelayError(
-                "validation_unknown_target",
-                "target is not a member of its bundle",
-                {"target_session": raw},
-            )
-        return _Target(target, bundle, session, session.name)
-
-    def _live(self) -> set[str]:
-        return set(self.live_principals()) if self.live_principals is not None else set()
-
     # -- list ----------------------------------------------------------------------------------
 
     async def _list(self, principal: Principal, request: Request) -> dict[str, Any]:
@@ -692,23 +460,6 @@ class RelayBehaviour:
             out["authenticated_identity"] = principal.id
         return out
 
-    def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
-        """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and
-        acp/pty members are not implemented."""
-        if session.transport in ("ui", "pubsub"):
-            raise RelayError(
-                "validation_unsupported_operation",
-                f"{operation} is not supported for a {session.transport} session",
-                {
-                    "target_session": session.principal_id(bundle.id),
-                    "transport": session.transport,
-                },
-            )
-        coder = bundle.coder_for(session)
-        if session.transport != "tmux" or coder is None or coder.tmux is None:
-            raise _session_type(bundle, session)
-        return coder.tmux
-
     # -- send ----------------------------------------------------------------------------------
 
     async def _send(self, principal: Principal, request: Request) -> dict[str, Any]:
@@ -760,10 +511,21 @@ class RelayBehaviour:
         authorize(
             requester.policy, "send.deliver", principal, [t.principal for t in targets + skipped]
         )
+        # a stopped member: an explicit target refuses the request whole; in a broadcast it
+        # gets a not_submitted result, as an unsupported member does
+        unsent = [
+            (t, _session_type(t.bundle, t.session)) for t in skipped if t.bundle and t.session
+        ]
+        stopped = [t for t in targets if self._stopped(t)]
+        if stopped and not broadcast:
+            raise _fail_stopped(stopped[0].principal.id)
+        unsent += [(t, _fail_stopped(t.principal.id)) for t in stopped]
+        everyone_targets = targets + skipped
+        targets = [t for t in targets if t not in stopped]
 
         created = datetime.now(UTC)
         sender = env.Address(principal.id, requester.display_name)
-        everyone = [env.Address(t.principal.id, t.display_name) for t in targets + skipped]
+        everyone = [env.Address(t.principal.id, t.display_name) for t in everyone_targets]
         results: list[dict[str, Any]] = []
         rendered: list[tuple[_Target, _Item, list[env.Address]]] = []
         for target in targets:
@@ -803,9 +565,7 @@ class RelayBehaviour:
                     "outcome": "queued",
                 }
             )
-        for target in skipped:
-            assert target.bundle is not None and target.session is not None
-            err = _session_type(target.bundle, target.session)
+        for target, err in unsent:
             skipped_id = str(uuid.uuid4())
             results.append(
                 {
@@ -821,7 +581,7 @@ class RelayBehaviour:
             "relay.send.request",
             requester_session=principal.id,
             request_id=client_request_id,
-            targets=[t.principal.id for t in targets + skipped],
+            targets=[t.principal.id for t in everyone_targets],
             broadcast=broadcast,
             message_length=len(message),
         )
@@ -835,26 +595,6 @@ class RelayBehaviour:
             out["authenticated_identity"] = principal.id
         out["results"] = results
         return out
-
-    def _deliver_event(self, item: _Item, body: str) -> None:
-        """A `@GLOBAL` recipient: an `incoming_message` event on its live connections."""
-        sent = 0
-        if self.send_event is not None:
-            payload = {"message_id": item.message_id, "sender_session": item.sender, "body": body}
-            sent = self.send_event(
-                item.target, wire.event("incoming_message", item.target, payload)
-            )
-        if sent:
-            self._record(item.message_id, item.sender, item.target, "delivered", None)
-        else:
-            self._record(
-                item.message_id,
-                item.sender,
-                item.target,
-                "not_submitted",
-                tm.UNREACHABLE,
-                "the recipient has no live connection",
-            )
 
     # -- raww ----------------------------------------------------------------------------------
 
@@ -879,6 +619,8 @@ class RelayBehaviour:
         self._check_transport(target.bundle, target.session, "raww")
         requester = self._requester(principal, body)
         authorize(requester.policy, "raww.write", principal, [target.principal])
+        if self._stopped(target):
+            raise _fail_stopped(target.principal.id)
         message_id = str(uuid.uuid4())
         item = _Item(message_id, "raww", text, principal.id, target.principal.id, no_enter)
         item.size = len(text.encode("utf-8", "surrogatepass"))
@@ -903,173 +645,6 @@ class RelayBehaviour:
             out["request_id"] = client_request_id
         out["message_id"] = message_id
         return out
-
-    # -- delivery workers ----------------------------------------------------------------------
-
-    def _enqueue(self, bundle_id: str, session_id: str, item: _Item) -> None:
-        if self._closed:
-            self._record_delivery(
-                item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
-            )
-            return
-        key = (bundle_id, session_id)
-        worker = self._workers.get(key)
-        if worker is None:
-            worker = self._workers[key] = _Worker(bundle_id, session_id)
-        self.queue_bounds.admit(item.sender, item.target, item.size)
-        item.admitted = True
-        worker.queue.append(item)
-        if worker.task is None:
-            worker.task = asyncio.get_running_loop().create_task(self._work(worker))
-
-    async def _work(self, worker: _Worker) -> None:
-        """Drain one target's queue in order; exits when it is empty (a later enqueue starts a
-        new task). Envelopes are coalesced up to a raww barrier; a raww goes alone. Items are
-        taken off the queue into `batch` before they are written, so each gets one outcome."""
-        try:
-            while worker.queue:
-                batch: list[_Item] = []
-                try:
-                    result = await self._deliver_next(worker, batch)
-                except asyncio.CancelledError:
-                    for item in batch:
-                        self._record_delivery(
-                            item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
-                        )
-                    raise
-                except Exception as exc:  # one bad delivery must not stop the queue
-                    events.emit(
-                        "relay.delivery.unexpected_failure",
-                        level="error",
-                        target_session=f"{worker.session_id}@{worker.bundle_id}",
-                        traceback=traceback.format_exc(),
-                    )
-                    if not batch and worker.queue:
-                        batch.append(worker.queue.popleft())
-                    result = tm.Delivery(
-                        "submission_unknown", "internal_unexpected_failure", type(exc).__name__
-                    )
-                for item in batch:
-                    self._record_delivery(item, result)
-        finally:
-            worker.task = None
-
-    def _gate(self, coder: TmuxCoder) -> tm.Gate:
-        return tm.Gate(
-            quiet_ms=self.quiet_ms,
-            prompt_regex=coder.prompt_regex,
-            inspect_lines=coder.prompt_inspect_lines,
-            idle_column=coder.prompt_idle_column,
-            timeout_ms=coder.readiness_timeout_ms,
-            prime_timeout_ms=coder.prime_timeout_ms,
-            poll_ms=self.poll_ms,
-        )
-
-    async def _deliver_next(self, worker: _Worker, batch: list[_Item]) -> tm.Delivery:
-        """Deliver the head of the queue (a raww, or the envelopes that fit one batch), moving
-        the delivered items into `batch`; their outcome."""
-        head = worker.queue[0]
-        try:
-            bundle = require_bundle(self.roots, worker.bundle_id)
-            session = bundle.member(worker.session_id)
-            if session is None:
-                raise _unavailable(head.target, "the target is no longer configured")
-            coder = self._check_transport(bundle, session, head.kind)
-        except RelayError as err:
-            batch.append(worker.queue.popleft())
-            return tm.Delivery("not_submitted", err.code, err.message)
-        server = self.host.tmux(bundle)
-        name = self.host.session_name(bundle, session.id)
-        if server is None:
-            batch.append(worker.queue.popleft())
-            return tm.Delivery("not_submitted", tm.UNREACHABLE, "the bundle is not hosted")
-        if head.kind == "raww":
-            batch.append(worker.queue.popleft())
-            try:
-                return await tm.raw_write(server, name, head.text, head.no_enter)
-            except tm.TmuxError as exc:
-                return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
-        try:
-            state, reason = await self._gate(coder).wait(server, name), None
-        except tm.TmuxError as exc:
-            state, reason = tm.UNREACHABLE, exc.message
-        envelopes = list(itertools.takewhile(lambda i: i.kind == "envelope", worker.queue))
-        count = env.take_batch([i.text for i in envelopes])
-        batch.extend(worker.queue.popleft() for _ in range(count))
-        if state != tm.READY:
-            return tm.Delivery(tm.OUTCOME_OF.get(state, "timeout"), state, reason)
-        return await _paste_and_submit(server, name, env.join_batch([i.text for i in batch]))
-
-    def _record_delivery(self, item: _Item, result: tm.Delivery) -> None:
-        if item.admitted:  # its outcome frees its place in the queue bounds
-            item.admitted = False
-            self.queue_bounds.release(item.sender, item.target, item.size)
-        self._record(
-            item.message_id, item.sender, item.target, result.outcome, result.reason_code,
-            result.reason,
-        )  # fmt: skip
-
-    def _record(
-        self,
-        message_id: str,
-        sender: str,
-        target: str,
-        outcome: str,
-        reason_code: str | None,
-        reason: str | None = None,
-    ) -> None:
-        """Keep the outcome (the last OUTCOMES_KEPT), log it, and tell a `@GLOBAL` sender."""
-        record: dict[str, Any] = {"target_session": target, "outcome": outcome}
-        if reason_code is not None:
-            record["reason_code"] = reason_code
-        if reason is not None:
-            record["reason"] = reason
-        self.outcomes[message_id] = record
-        while len(self.outcomes) > OUTCOMES_KEPT:
-            self.outcomes.popitem(last=False)
-        self.inscribe(
-            "relay.delivery.outcome",
-            message_id=message_id,
-            sender_session=sender,
-            target_session=target,
-            outcome=outcome,
-            reason_code=reason_code,
-        )
-        if self.send_event is not None and sender.endswith("@" + GLOBAL):
-            payload: dict[str, Any] = {
-                "message_id": message_id,
-                "phase": "failed" if outcome == "timeout" else outcome,
-                "outcome": {"delivered": "success", "timeout": "failed"}.get(outcome, outcome),
-            }
-            if reason_code is not None:
-                payload["reason_code"] = reason_code
-            if reason is not None:
-                payload["reason"] = reason
-            with contextlib.suppress(Exception):
-                self.send_event(sender, wire.event("delivery_outcome", sender, payload))
-
-    async def drain(self) -> None:
-        """Wait until every queued delivery has an outcome (tests and shutdown)."""
-        while True:
-            tasks = [w.task for w in self._workers.values() if w.task is not None]
-            if not tasks:
-                return
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def aclose(self) -> None:
-        """Stop the workers; what is still queued is `dropped_on_shutdown`."""
-        self._closed = True
-        tasks = [w.task for w in self._workers.values() if w.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for worker in self._workers.values():
-            while worker.queue:
-                item = worker.queue.popleft()
-                self._record_delivery(
-                    item, tm.Delivery("failed", "dropped_on_shutdown", "relay shut down")
-                )
-        self.inscribe.close()
 
     # -- up / down -----------------------------------------------------------------------------
 
@@ -1120,197 +695,6 @@ class RelayBehaviour:
             "failed_bundle_count": int(entry["outcome"] == "failed"),
             "changed_any": changed,
         }
-
-    # -- identity administration ---------------------------------------------------------------
-
-    def _admin_target(self, body: dict[str, Any], operation: str) -> tuple[str, str]:
-        principal_id = body.get("principal_id")
-        if not isinstance(principal_id, str) or not principal_id:
-            raise RelayError(
-                "validation_invalid_principal_id",
-                f"principal_id is required for {operation}",
-                {"principal_id": principal_id if isinstance(principal_id, str) else None},
-            )
-        return principal_id, principal_type(principal_id)
-
-    def _destination(
-        self, body: dict[str, Any], principal_id: str, kind: str
-    ) -> tuple[str, Path | None]:
-        """(`response` | `config` | `path`, the file for the file destinations), checked
-        before anything changes."""
-        raw = body.get("destination")
-        if raw is None:
-            return "response", None
-        if not isinstance(raw, dict) or raw.get("kind") not in ("response", "config", "path"):
-            raise _bad(
-                'destination must be {"kind": "response" | "config" | "path"}',
-                {"field": "destination"},
-            )
-        dest = raw["kind"]
-        if dest == "response":
-            return dest, None
-        if dest == "config":
-            if kind != "session":
-                raise RelayError(
-                    "validation_config_destination_unsupported",
-                    "the config destination is only for session principals",
-                    {"principal_id": principal_id, "principal_type": kind},
-                )
-            principal = parse_principal(principal_id)
-            return dest, session_credential_path(
-                self.state_root, principal.namespace, principal.name
-            )
-        path = raw.get("path")
-        if not isinstance(path, str):
-            raise RelayError(
-                "validation_invalid_output_path",
-                "output_path must be an absolute path",
-                {"path": path},
-            )
-        return dest, check_destination(path)
-
-    def _deliverer(
-        self, dest: str, principal_id: str, path: Path | None
-    ) -> Callable[[str], object] | None:
-        if dest == "config":
-            principal = parse_principal(principal_id)
-            return lambda psk: write_session_credential(
-                self.state_root, principal.namespace, principal.name, psk
-            )
-        if dest == "path":
-            assert path is not None
-            return lambda psk: write_credential(path, psk)
-        return None
-
-    def _admin_requester(self, principal: Principal, body: dict[str, Any], capability: str) -> None:
-        requester = self._requester(principal, body)
-        authorize(requester.policy, capability, principal)
-
-    @staticmethod
-    def _credential_fields(dest: str, psk: str, path: Path | None) -> dict[str, Any]:
-        if dest == "response":
-            return {"psk": psk}
-        assert path is not None
-        return {"written_path": str(path)}
-
-    def _snippet(self, principal_id: str, kind: str) -> str:
-        principal = parse_principal(principal_id)
-        if kind == "session":
-            path = session_credential_path(self.state_root, principal.namespace, principal.name)
-            return (
-                f"Write the PSK to {path} (mode 0600); the session presents it as "
-                "identity_token at Hello."
-            )
-        if kind == "relay":
-            return (
-                f"Store the PSK at <state>/peers/{principal.name}.psk (mode 0600) on the peer "
-                f"relay; it presents it as identity_token at Hello as {principal_id}."
-            )
-        return (
-            "Store the PSK at an operator-chosen path (mode 0600) and present it as "
-            "identity_token at Hello."
-        )
-
-    async def _new_peer(self, principal: Principal, request: Request) -> dict[str, Any]:
-        body = request.body
-        principal_id, kind = self._admin_target(body, "new peer")
-        scope = _opt_str(body, "scope")
-        dest, path = self._destination(body, principal_id, kind)
-        self._admin_requester(principal, body, "new.peer")
-        async with self._admin:
-            psk = self.store.mint(
-                principal_id, kind, scope=scope, deliver=self._deliverer(dest, principal_id, path)
-            )
-        self.inscribe(
-            "relay.identity.principal_registered",
-            requester_session=principal.id,
-            principal_id=principal_id,
-            principal_type=kind,
-            destination=dest,
-        )
-        out: dict[str, Any] = {
-            "kind": "new_peer",
-            "schema_version": SCHEMA_VERSION,
-            "principal_id": principal_id,
-            "principal_type": kind,
-            **self._credential_fields(dest, psk, path),
-            "config_snippet": self._snippet(principal_id, kind),
-        }
-        return out
-
-    async def _change_psk(self, principal: Principal, request: Request) -> dict[str, Any]:
-        body = request.body
-        principal_id, kind = self._admin_target(body, "change psk")
-        dest, path = self._destination(body, principal_id, kind)
-        self._admin_requester(principal, body, "change.psk")
-        async with self._admin:
-            psk = self.store.rotate(principal_id, deliver=self._deliverer(dest, principal_id, path))
-        revoked = 0
-        if principal_id != principal.id and self.revoke is not None:
-            revoked = int(
-                self.revoke(principal_id, "runtime_identity_revoked", REVOKED_MESSAGE) or 0
-            )
-        self.inscribe(
-            "relay.identity.psk_rotated",
-            requester_session=principal.id,
-            principal_id=principal_id,
-            destination=dest,
-            revoked_connections=revoked,
-        )
-        return {
-            "kind": "change_psk",
-            "schema_version": SCHEMA_VERSION,
-            "principal_id": principal_id,
-            **self._credential_fields(dest, psk, path),
-        }
-
-    async def _drop_peer(self, principal: Principal, request: Request) -> dict[str, Any]:
-        body = request.body
-        principal_id, kind = self._admin_target(body, "drop peer")
-        if principal_id == principal.id:
-            raise RelayError(
-                "validation_self_drop_forbidden",
-                "a principal cannot drop its own credential",
-                {"principal_id": principal_id},
-            )
-        self._admin_requester(principal, body, "drop.peer")
-        async with self._admin:
-            record: StoredPrincipal | None = self.store.get(principal_id)
-            if record is None or not self.store.drop(principal_id):
-                raise unknown_principal(principal_id)
-        if self.revoke is not None:
-            self.revoke(principal_id, "runtime_identity_revoked", DROPPED_MESSAGE)
-        self.inscribe(
-            "relay.identity.principal_dropped",
-            requester_session=principal.id,
-            principal_id=principal_id,
-        )
-        out: dict[str, Any] = {
-            "kind": "drop_peer",
-            "schema_version": SCHEMA_VERSION,
-            "principal_id": principal_id,
-            "principal_type": record.principal_type,
-        }
-        if kind == "session":
-            target = parse_principal(principal_id)
-            out["credential_path"] = str(
-                session_credential_path(self.state_root, target.namespace, target.name)
-            )
-        return out
-
-    async def _change_scope(self, principal: Principal, request: Request) -> dict[str, Any]:
-        principal_id, kind = self._admin_target(request.body, "change scope")
-        if kind != "relay":
-            raise RelayError(
-                "validation_invalid_principal_id",
-                "change scope applies to peer relay principals (<id>@RELAY) only",
-                {"principal_id": principal_id},
-            )
-        self._admin_requester(principal, request.body, "change.scope")
-        raise _not_implemented("change_scope", "peer scopes apply to cross-relay ingress only")
-
-    async def _identity_introspect(self, principal: Principal, request: Request) -> dict[str, Any]:
-        raise _not_implemented("identity_introspect", "this relay has no trusted hosts")
 
     # -- choices (no ACP) ----------------------------------------------------------------------
 
@@ -1399,26 +783,3 @@ class RelayBehaviour:
             "schema_version": SCHEMA_VERSION,
             "bundles": [listed],
         }
-
-
-def _unavailable(target: str, reason: str) -> RelayError:
-    return RelayError(
-        "transport_unavailable",
-        f"target session is unavailable: {reason}",
-        {"target_session": target},
-    )
-
-
-async def _paste_and_submit(server: tm.TmuxServer, name: str, text: str) -> tm.Delivery:
-    """The batch as one bracketed paste, then the separate "\\r" paste (tmux.deliver, after
-    the gate has already passed). Every envelope is text, never keys (envelope.neutralise);
-    this pass keeps it so for anything that ever reaches here without `envelope.render`."""
-    try:
-        await server.paste(name, env.neutralise(text), bracketed=True)
-    except tm.TmuxError as exc:
-        return tm.Delivery("not_submitted", tm.UNREACHABLE, exc.message)
-    try:
-        await server.submit(name)
-    except tm.TmuxError as exc:
-        return tm.Delivery("submission_unknown", tm.SUBMIT_FAILED, exc.message)
-    return tm.Delivery("delivered")

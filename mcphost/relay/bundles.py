@@ -9,11 +9,12 @@ that `policy` uses for `policies.toml` (`first_file`, `Table`); the environment 
 gets (session > bundle > coder, then the relay's `AGENTMUX_*` stamps); the precedence of the two
 relay booleans (flag > `AGENTMUX_RELAY_*` env, exactly `true`/`false` > file > default).
 
-Reused from `mcphost.relaytools.layout` (the relay tools read the same files): TOML loading
-(`_load_toml`), the bundle-id listing across layers (`Layout.configured_bundles`) and the name
-grammars of `mcphost.names`. First layer wins per file; `bundles/` is a union by id (the first
-layer holding `bundles/<id>.toml` wins). The relay tools' own reading (`load_members`) is lenient
-where this one is strict: the relay refuses a file the tools would half-read.
+Read through agentmux's one reader (`mcphost.agentmux.layers`, which the relay tools read the
+same files with): TOML loading (`first_file`), the bundle-id listing across layers (`bundle_ids`)
+and the name grammars of `mcphost.names`. First layer wins per file; `bundles/` is a union by id
+(the first layer holding `bundles/<id>.toml` wins). The relay tools' own reading
+(`relaytools.layout.load_members`) is lenient where this one is strict: the relay refuses a file
+the tools would half-read.
 
 Codes: a malformed file is `validation_invalid_arguments` (layout's code for a bad bundle); an
 unreadable layer `validation_unreadable_configuration_layer`; a bad group name
@@ -37,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcphost.agentmux import layers
+from mcphost.agentmux.wire import RelayError
 from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
-from mcphost.relay.wire import RelayError
-from mcphost.relaytools.layout import ConfigError, Layout, _load_toml
 
 INVALID = "validation_invalid_arguments"
 FORMAT_VERSION = 1
@@ -199,16 +200,12 @@ def _kind(value: Any) -> str:
 
 def first_file(roots: Sequence[Path], relative: str) -> tuple[Path, dict[str, Any]] | None:
     """The first layer's `relative` file, parsed, with its path; None when no layer has it."""
-    for root in roots:
-        path = root / relative
-        try:
-            doc = _load_toml(path)
-        except ConfigError as exc:
-            cause = str(exc.__cause__) if exc.__cause__ is not None else exc.message
-            raise RelayError(exc.code, exc.message, {"path": str(path), "cause": cause}) from None
-        if doc is not None:
-            return path, doc
-    return None
+    try:
+        return layers.first_file(roots, relative)
+    except layers.ConfigError as exc:
+        path = exc.path
+        cause = str(exc.__cause__) if exc.__cause__ is not None else exc.message
+        raise RelayError(exc.code, exc.message, {"path": str(path), "cause": cause}) from None
 
 
 def _open(roots: Sequence[Path], relative: str, label: str) -> Table | None:
@@ -513,11 +510,7 @@ def require_bundle(
 
 def bundle_ids(roots: Sequence[Path]) -> list[str]:
     """Every bundle id across the layers (union by id), sorted: the relay tools' own listing."""
-    anywhere = Path("/")  # configured_bundles reads only the configuration roots
-    layout = Layout(
-        configuration_roots=tuple(roots), state_root=anywhere, inscriptions_root=anywhere
-    )
-    return layout.configured_bundles()
+    return layers.bundle_ids(roots)
 
 
 def load_bundles(roots: Sequence[Path]) -> dict[str, Bundle]:

@@ -43,6 +43,19 @@ Decisions where the reference is silent (pinned by tests/relay/test_envelope.py)
   line, i.e. joined with "\\n" since each ends with a newline) stays within the limit; the head is
   always taken, even alone over the limit: an envelope is never split.
 
+The terminal-outcome receipt (reference §3.4; agentmux's wording): when a queued message ends
+any way but `delivered`, the relay sends its coder-backed sender an ordinary envelope from the
+relay principal `relay@RELAY` (display name `relay`) to the sender, no Cc, no Subject, whose
+body is one line (`receipt_body`):
+
+    Your message <message id> to <target id> was not delivered (<word>). reason_code=<code>: <reason>
+
+`<word>` is `dropped on relay shutdown` for a message dropped at shutdown, else `failed`; the
+` reason_code=...` part is there when the outcome has a reason code, the `: <reason>` part when
+it has a reason. In the pane the receipt's envelope follows one marker line,
+`--- agentmux terminal-outcome receipt ---` (`render_receipt`), so an agent tells a relay notice
+from a peer's message at a glance.
+
 Must never: reorder envelopes, split one, read the clock or the environment, let a control
 character other than LF or TAB into the rendered text, or put machine metadata in the pane (it goes to the `relay.send.envelope.metadata` inscription, not here).
 
@@ -62,6 +75,10 @@ DEFAULT_MAX_TOKENS = 4096
 TOKENIZER_PROFILES = ("characters_0_point_3", "whitespace")
 TEXT_PART_TYPE = "text/plain; charset=utf-8"
 BOUNDARY_PREFIX = "agentmux-"
+RELAY_PRINCIPAL = "relay@RELAY"  # the sender of a terminal-outcome receipt
+RELAY_DISPLAY_NAME = "relay"
+RECEIPT_MARKER = "--- agentmux terminal-outcome receipt ---"
+DROPPED_ON_SHUTDOWN = "dropped_on_shutdown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +138,36 @@ def render(envelope: Envelope) -> str:
     if not body.endswith("\n"):
         body += "\n"
     return "\n".join(lines) + "\n" + body + mark + "--\n"
+
+
+def receipt_body(
+    message_id: str,
+    target: str,
+    outcome: str,
+    reason_code: str | None = None,
+    reason: str | None = None,
+) -> str:
+    """The one-line body of the receipt for a queued message that was not delivered."""
+    dropped = DROPPED_ON_SHUTDOWN in (outcome, reason_code)
+    word = "dropped on relay shutdown" if dropped else "failed"
+    body = f"Your message {message_id} to {target} was not delivered ({word})."
+    if reason_code is not None:
+        body += f" reason_code={reason_code}"
+    if reason is not None:
+        body += f": {reason}"
+    return body
+
+
+def receipt(message_id: uuid.UUID, created_at: datetime, sender: Address, body: str) -> Envelope:
+    """The receipt's envelope: from `relay@RELAY` to the original sender, nobody in Cc."""
+    return Envelope(
+        message_id, created_at, Address(RELAY_PRINCIPAL, RELAY_DISPLAY_NAME), sender, body
+    )
+
+
+def render_receipt(envelope: Envelope) -> str:
+    """A receipt as the pane gets it: the marker line, then the envelope."""
+    return RECEIPT_MARKER + "\n" + render(envelope)
 
 
 def count_lines(text: str) -> int:

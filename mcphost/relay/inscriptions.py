@@ -4,7 +4,7 @@ Owns: `RelayInscriptions`, the relay's sink for its requests and outcomes. Each 
 the supervisor's event log (`mcphost.events`, as before) and to `<root>/relay.log`, where `root`
 is the relay's inscriptions root, `<relay state root>/inscriptions` by default: the root the
 relay tools write their `mcp.log` files under, so the relay's records sit beside the MCP ones.
-The file is written by the relay tools' writer (`mcphost.relaytools.inscriptions.Inscriptions`:
+The file is written by agentmux's inscriptions writer (`mcphost.agentmux.inscriptions.Inscriptions`, the relay tools' too:
 the record `{"timestamp", "pid", "event", "details"}`, one O_APPEND write per record,
 directories 0700, the file 0600, opened lazily, never raising).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mcphost import events
-from mcphost.relaytools.inscriptions import Inscriptions
+from mcphost.agentmux.inscriptions import Inscriptions
 
 RELAY_LOG = "relay.log"
 INSCRIPTIONS_DIR = "inscriptions"

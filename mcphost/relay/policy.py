@@ -50,8 +50,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from mcphost.agentmux.wire import Principal, RelayError
 from mcphost.relay.bundles import Source, Table, first_file
-from mcphost.relay.wire import Principal, RelayError
 
 SCOPES = ("none", "self", "home", "all")
 RANK = {scope: rank for rank, scope in enumerate(SCOPES)}

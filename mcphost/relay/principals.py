@@ -30,7 +30,7 @@ Owns: `<state>/identity/principals.json` (directory 0700, file 0600):
   parent directory, not a symlink or a directory: `validation_invalid_output_path` `{path}`; a
   symlinked parent directory: `validation_invalid_credential_path` `{component}`),
   `write_credential` (same atomic write, 0600, `internal_credential_write` on I/O failure) and the
-  session credential `<state>/bundles/<b>/sessions/<s>/identity.psk` (`Layout.psk_path`, whose
+  session credential `<state>/bundles/<b>/sessions/<s>/identity.psk` (`agentmux.layers.session_psk_path`, whose
   directories are made 0700 and must not be symlinks: `validation_invalid_credential_path`
   `{component}`).
 
@@ -57,9 +57,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from mcphost.agentmux.layers import session_psk_path
+from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.names import is_bundle_name, is_session_id
-from mcphost.relay.wire import RelayError, parse_principal
-from mcphost.relaytools.layout import Layout
 
 FORMAT_VERSION = 1
 PSK_BYTES = 32
@@ -498,16 +498,9 @@ def write_credential(path: str | os.PathLike[str], psk: str) -> Path:
 
 
 def session_credential_path(state_root: str | os.PathLike[str], bundle: str, session: str) -> Path:
-    """`<state>/bundles/<b>/sessions/<s>/identity.psk`: the relay tools' `Layout.psk_path`.
-    `validation_invalid_principal_id` when either name is outside its grammar."""
-    root = Path(os.path.abspath(state_root))
-    path = Layout(
-        configuration_roots=(),
-        state_root=root,
-        inscriptions_root=root,
-        bundle=bundle,
-        session=session,
-    ).psk_path()
+    """`<state>/bundles/<b>/sessions/<s>/identity.psk` (agentmux's `layers.session_psk_path`, the
+    relay tools' too). `validation_invalid_principal_id` when either name is outside its grammar."""
+    path = session_psk_path(Path(os.path.abspath(state_root)), bundle, session)
     if path is None:
         raise RelayError(
             "validation_invalid_principal_id",

@@ -64,10 +64,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from mcphost import events, unixsock
+from mcphost.agentmux import wire
+from mcphost.agentmux.wire import Hello, Principal, RelayError, Request
 from mcphost.peer import PeerCred, peer_credentials
-from mcphost.relay import wire
 from mcphost.relay.inscriptions import Inscribe, RelayInscriptions
-from mcphost.relay.wire import Hello, Principal, RelayError, Request
 
 Authenticate = Callable[[Hello, PeerCred | None], Principal]
 Handle = Callable[[Principal, Request], Awaitable[dict[str, Any]]]

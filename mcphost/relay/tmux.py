@@ -691,13 +691,20 @@ async def wait_ready(
         await asyncio.sleep(poll_ms / 1000)
 
 
-async def deliver(server: TmuxServer, name: str, batch_text: str, gate: Gate) -> Delivery:
-    """Gate, then the batch as one bracketed paste, then the separate "\\r" paste."""
-    state = await gate.wait(server, name)
-    if state != READY:
-        return Delivery(OUTCOME_OF.get(state, "timeout"), state)
+async def deliver(server: TmuxServer, name: str, gate: Gate, take: Callable[[], str]) -> Delivery:
+    """Gate, then `take()` the batch text (what is queued once the gate has settled, so
+    messages that arrived while it waited join the batch; taken on failure too, the items sharing
+    the outcome), then one bracketed paste and the separate "\\r" paste. The relay's delivery
+    workers and the tests both deliver through here."""
     try:
-        await server.paste(name, batch_text, bracketed=True)
+        state, reason = await gate.wait(server, name), None
+    except TmuxError as exc:
+        state, reason = UNREACHABLE, exc.message
+    text = take()
+    if state != READY:
+        return Delivery(OUTCOME_OF.get(state, "timeout"), state, reason)
+    try:
+        await server.paste(name, text, bracketed=True)
     except TmuxError as exc:
         return Delivery("not_submitted", UNREACHABLE, exc.message)
     try:

@@ -1,6 +1,7 @@
 """The agentmux-compatible relay tools: nine MCP tools that speak agentmux's relay wire protocol.
 
-One small module per concern:
+One small module per concern (agentmux's own conventions, shared with the relay: the layers'
+reader, the wire, the inscriptions writer, are `mcphost.agentmux`):
 
 - `layout`       association (flags / env / XDG), bundle TOML membership, socket and PSK paths
 - `errors`       the stable error taxonomy and its JSON-RPC mapping
@@ -10,7 +11,6 @@ One small module per concern:
 - `help`         the `help` tool's documents, composed from the catalog and the schemas
 - `stream`       the one long-lived, multiplexed relay connection
 - `handlers`     relay request building and response mapping, per tool
-- `inscriptions` the `mcp.*` JSON-lines event records
 - `surface`      the MCP `Surface` the protocol core (`mcphost.mcpserve`) serves
 - `cli`          argv -> layout -> `mcpserve.stdio.run`
 

@@ -1,16 +1,12 @@
 """Where things are and who we are: roots, association, bundle membership, socket and PSK paths.
 
-Owns: resolving the configuration layers, the state root and the inscriptions root (flag > env >
-XDG > home), the association (bundle > session precedence, membership check), reading bundle
-TOML for membership and transports (each file parsed once while it stays unchanged), the relay
-socket path, and reading the session PSK.
+Owns: the inscriptions root (flag, else `<state root>/inscriptions`), the association (bundle >
+session precedence, membership check), the lenient reading of bundle TOML for membership and
+transports, and reading the session PSK. The configuration layers, the state root, the TOML
+reader, the socket and PSK paths are agentmux's conventions (`mcphost.agentmux.layers`), shared
+with the relay (the supervisor's relay reads the operator's layers the same way).
 
-Precedence (agentmux's):
-- configuration layers: `--configuration-directory` (repeatable) > `AGENTMUX_CONFIGURATION_DIRECTORY`
-  (`:`-separated) > `$XDG_CONFIG_HOME/agentmux` > `~/.config/agentmux`; first layer wins per file,
-  `bundles/` union by id.
-- state root: `--state-directory` > `AGENTMUX_STATE_DIRECTORY` > `$XDG_STATE_HOME/agentmux` >
-  `~/.local/state/agentmux`.
+Precedence (agentmux's; the roots' in `mcphost.agentmux.layers`):
 - bundle: `--bundle` > `AGENTMUX_BUNDLE` > `mcp.toml` `bundle_name` > `--default-bundle`;
   session: `--session-name` > `AGENTMUX_SESSION` > `mcp.toml` `session_name` > the member whose
   `directory` contains the working directory.
@@ -25,8 +21,8 @@ An association that was asked for explicitly (flag or env) but cannot be built b
 retained *fault*: the server still starts, and relay-backed tools report the fault's code. An
 implicit one that fails leaves the server plainly unassociated.
 
-Flags and `AGENTMUX_*` are read by `mcphost.relaytools.settings.AgentmuxSettings` (pydantic-settings,
-imported lazily by `resolve`); `XDG_*` and `HOME` are only fallbacks and read here.
+Flags and `AGENTMUX_*` are read by `mcphost.agentmux.settings.AgentmuxSettings` (pydantic-settings,
+imported lazily by `resolve` through `layers.settings`).
 
 Must never: log or return the PSK; write anything; import heavy modules at module level (tomllib
 and the settings model are imported only when used).
@@ -35,19 +31,17 @@ and the settings model are imported only when used).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mcphost.agentmux import layers
+from mcphost.agentmux.layers import ConfigError, configuration_roots, state_root
+from mcphost.agentmux.wire import SOCKET_TRUST
 from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
 
-if TYPE_CHECKING:
-    from mcphost.relaytools.settings import AgentmuxSettings
-
-SOCKET_NAME = "relay.sock"
-SOCKET_TRUST = "socket-trust"
+__all__ = ["ConfigError", "Layout", "configuration_roots", "resolve", "state_root"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,20 +79,14 @@ class Layout:
 
     @property
     def socket_path(self) -> Path:
-        return self.state_root / SOCKET_NAME
+        return layers.socket_path(self.state_root)
 
     @property
     def principal_id(self) -> str:
         return f"{self.session}@{self.bundle}"
 
     def psk_path(self) -> Path | None:
-        if self.bundle is None or self.session is None:
-            return None
-        if not is_bundle_name(self.bundle) or not is_session_id(self.session):
-            return None  # never a path built from a name outside the grammar
-        return (
-            self.state_root / "bundles" / self.bundle / "sessions" / self.session / "identity.psk"
-        )
+        return layers.session_psk_path(self.state_root, self.bundle, self.session)
 
     def identity_token(self) -> str:
         """The session PSK (trimmed) if its file exists and is non-empty, else `socket-trust`."""
@@ -113,123 +101,15 @@ class Layout:
 
     def configured_bundles(self) -> list[str]:
         """Every bundle id across the configuration layers, sorted lexicographically."""
-        ids: set[str] = set()
-        for root in self.configuration_roots:
-            directory = root / "bundles"
-            try:
-                names = os.listdir(directory)
-            except OSError:
-                continue
-            for name in names:
-                stem = name[:-5] if name.endswith(".toml") else ""
-                if is_bundle_name(stem):
-                    ids.add(stem)
-        return sorted(ids)
+        return layers.bundle_ids(self.configuration_roots)
 
 
-# -- roots -----------------------------------------------------------------------------------
-
-
-def _settings(env: Mapping[str, str], **flags: Any) -> AgentmuxSettings:
-    """Flags > `AGENTMUX_*`, read by the settings model (imported here: it costs start-up)."""
-    from mcphost.relaytools.settings import AgentmuxSettings
-
-    return AgentmuxSettings.from_env(env, **flags)
-
-
-def configuration_roots(flags: Sequence[str], env: Mapping[str, str]) -> tuple[Path, ...]:
-    return _configuration_roots(_settings(env, configuration_directory=tuple(flags)), env)
-
-
-def state_root(flag: str | None, env: Mapping[str, str]) -> Path:
-    return _state_root(_settings(env, state_directory=flag), env)
-
-
-def _configuration_roots(settings: AgentmuxSettings, env: Mapping[str, str]) -> tuple[Path, ...]:
-    if settings.configuration_directory:
-        return tuple(_absolute(p) for p in settings.configuration_directory)
-    return (_xdg(env, "XDG_CONFIG_HOME", ".config") / "agentmux",)
-
-
-def _state_root(settings: AgentmuxSettings, env: Mapping[str, str]) -> Path:
-    if settings.state_directory:
-        return _absolute(settings.state_directory)
-    return _xdg(env, "XDG_STATE_HOME", ".local/state") / "agentmux"
-
-
-def _xdg(env: Mapping[str, str], name: str, fallback: str) -> Path:
-    value = env.get(name)
-    if value and os.path.isabs(value):
-        return Path(value)
-    home = env.get("HOME") or os.path.expanduser("~")
-    return Path(home) / fallback
-
-
-def _absolute(path: str) -> Path:
-    return Path(os.path.abspath(os.path.expanduser(path)))
-
-
-# -- TOML ------------------------------------------------------------------------------------
-
-
-class ConfigError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-# Parsed TOML by path, with the stamp it was parsed at: the relay reads the same few files on
-# every request, and parsing is most of a request's cost. Bounded: cleared when it grows past
-# `_PARSED_MAX` entries (paths come from configured names, so it rarely holds more than a few).
-_PARSED: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}
-_PARSED_MAX = 256
-# A file changed within this long of its last read may share its mtime with the previous
-# content (coarse file-system clocks), so it is parsed again until it is older than that.
-_SETTLED_NS = 2_000_000_000
-
-
-def _load_toml(path: Path) -> dict[str, Any] | None:
-    """The parsed file, None if it does not exist; `ConfigError` if unreadable or invalid.
-
-    A file read again unchanged (same device, inode, size, mtime and ctime, and settled for
-    `_SETTLED_NS`) is not parsed again: the same document is returned, which callers must not
-    modify. A file replaced by rename (a new inode) or edited in place is parsed afresh."""
-    import tomllib
-
-    try:
-        with open(path, "rb") as file:
-            info = os.fstat(file.fileno())
-            stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-            cached = _PARSED.get(path)
-            if cached is not None and cached[0] == stamp:
-                return cached[1]
-            data = file.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(
-            "validation_unreadable_configuration_layer", f"cannot read {path}: {exc}"
-        ) from exc
-    try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            "validation_invalid_arguments", f"bundle configuration is invalid: {path}: {exc}"
-        ) from exc
-    if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > _SETTLED_NS:
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[path] = (stamp, doc)
-    return doc
+# -- the lenient reading ---------------------------------------------------------------------
 
 
 def _first_file(roots: Sequence[Path], relative: str) -> dict[str, Any] | None:
-    for root in roots:
-        doc = _load_toml(root / relative)
-        if doc is not None:
-            return doc
-    return None
+    found = layers.first_file(roots, relative)
+    return found[1] if found is not None else None
 
 
 def coder_transports(roots: Sequence[Path]) -> dict[str, str]:
@@ -330,16 +210,18 @@ def resolve(
 ) -> Layout:
     """Resolve roots and association. Never raises: failures become a `Fault` or unassociation."""
     env = os.environ if env is None else env
-    settings = _settings(
+    settings = layers.settings(
         env,
         bundle=bundle_flag,
         session=session_flag,
         configuration_directory=tuple(configuration_flags),
         state_directory=state_flag,
     )
-    roots = _configuration_roots(settings, env)
-    state = _state_root(settings, env)
-    inscriptions = _absolute(inscriptions_flag) if inscriptions_flag else state / "inscriptions"
+    roots = layers.roots_of(settings, env)
+    state = layers.state_root_of(settings, env)
+    inscriptions = (
+        layers.absolute(inscriptions_flag) if inscriptions_flag else state / "inscriptions"
+    )
     base = Layout(configuration_roots=roots, state_root=state, inscriptions_root=inscriptions)
 
     overrides = _mcp_overrides(roots)

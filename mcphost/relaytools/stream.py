@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mcphost.agentmux.wire import SCHEMA_VERSION
 from mcphost.relaytools.errors import (
     ClaimConflict,
     RelayIOError,
@@ -53,7 +54,6 @@ from mcphost.relaytools.errors import (
     io_kind,
 )
 
-SCHEMA_VERSION = "1"
 READ_LIMIT = 64 * 1024 * 1024
 SUN_PATH_MAX = 100
 

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from mcphost import __version__
+from mcphost.agentmux.inscriptions import Inscriptions
 from mcphost.relaytools import errors, help, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.handlers import Handlers, Relay
-from mcphost.relaytools.inscriptions import Inscriptions
 from mcphost.relaytools.layout import Layout
 from mcphost.surface import CallContext, RpcError, ToolResult, ToolSpec
 
@@ -65,7 +65,7 @@ class RelayToolsSurface:
         layout: Layout,
         relay_factory: Callable[[Layout, Callable[[int], None], Callable[..., None]], Relay],
     ) -> None:
-        from mcphost.relaytools.inscriptions import log_path
+        from mcphost.agentmux.inscriptions import log_path
 
         self.layout = layout
         self.instructions: str | None = instructions(layout)

@@ -84,9 +84,14 @@ class CenterLink:
         return AdminAccess(self.center.admin_url, self.center.pins, self._token)
 
     def client(
-        self, *, call_timeout: float, on_failure: Callable[[ToolFailure], ToolFailure]
+        self,
+        *,
+        call_timeout: float,
+        on_failure: Callable[[ToolFailure], ToolFailure],
+        per_lane: int | None = None,
     ) -> AdminClient:
-        """The one pooled, pinned client every session shares (built once)."""
+        """The one pooled, pinned client every session shares (built once); `per_lane`: the
+        calls one agent may have in flight on it (`mcphost.admin.slots`)."""
         from mcphost.admin.client import AdminClient
 
         access = self.access()
@@ -97,6 +102,7 @@ class CenterLink:
             call_timeout=call_timeout,
             on_unauthorized=self.on_unauthorized,
             on_failure=on_failure,
+            per_lane=per_lane,
         )
         return self.admin
 

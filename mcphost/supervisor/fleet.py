@@ -13,7 +13,10 @@ read here; `MCPHOST_FLEET` and `MCPHOST_STATE` belong to `mcphost supervise`).
 
 Every problem is a `SettingError` naming the file and key (`/etc/x.toml: agent[2].id`), the
 variable or the flag, the value, and what is expected; all problems of one load are collected
-(`.problems`). TOML syntax errors name the file, line and column. The checks:
+(`.problems`): a value the models refuse never hides the rest, the cross-field checks still run
+on the file with it taken out (a required one stood in for). An unknown key names the known
+ones (and the closest). TOML syntax errors say so and name the file, line and column. The
+checks:
 
 - `[center]`: `admin_url` (`unix:/abs.sock` or `tcp://host:port`), `fingerprint` (one pin or
   several, comma-separated or a list; required for `tcp://`), `token_file` (an absolute path;
@@ -61,7 +64,9 @@ passes `env`), or show a token (none is in the file; a non-absolute `token_file`
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import difflib
 import os
 import re
 import string
@@ -334,7 +339,13 @@ class FleetFile(Settings):
         try:
             model: FleetFile = handler(data)
         except ValidationError as exc:
-            _raise_all([problem for err in exc.errors() for problem in _problems(err)])
+            found = [problem for err in exc.errors() for problem in _problems(err)]
+            # The cross-field checks still run, on the file with the bad values taken out, so
+            # one bad value never hides the file's other problems.
+            rest = _best_effort(data, exc, handler)
+            if rest is not None:
+                found += _unseen(_cross_checks(rest), found)
+            _raise_all(found)
         _raise_all(_cross_checks(model))
         return model
 
@@ -411,13 +422,95 @@ def _problem(loc: tuple[str | int, ...], err: Any) -> SettingError:
     if kind == "missing":
         return SettingError(_name(loc), None, _expected(loc, "a value"))
     if kind == "extra_forbidden":
-        return SettingError(_name(loc), None, "a known key", problem="is not one")
+        return SettingError(_name(loc), None, _known_keys(loc), problem="is not one")
     value = err.get("input")
     shown = _shown(loc, value) if loc else None
     expected = _expected(loc, err.get("msg", "a valid value"))
     if shown is None:
         return SettingError(_name(loc), None, expected, problem="is invalid (not shown)")
     return SettingError(_name(loc), shown, expected)
+
+
+_UNSET = "unset--"  # a stand-in agent id (`unset--2`) for one the file does not give usably
+_STAND_INS: dict[str, Any] = {"admin_url": "unix:/unset.sock", "token_file": "/unset"}
+
+
+def _best_effort(data: Any, exc: ValidationError, handler: Any) -> FleetFile | None:
+    """The file as it validates with every value pydantic refused taken out (a required one
+    replaced by a stand-in), for the cross-field checks; None when it still does not."""
+    if not isinstance(data, Mapping):
+        return None
+    pruned = copy.deepcopy(dict(data))
+    for _ in range(4):
+        for err in exc.errors():
+            _drop(pruned, tuple(err.get("loc") or ()))
+        try:
+            model: FleetFile = handler(pruned)
+            return model
+        except ValidationError as again:
+            exc = again
+    return None
+
+
+def _drop(data: dict[str, Any], loc: tuple[str | int, ...]) -> None:
+    """Take the value at `loc` (cut to its section's field) out of `data`, in place; a required
+    one (missing or refused) gets a stand-in."""
+    if not loc:
+        return
+    section = str(loc[0])
+    if len(loc) == 1:
+        data.pop(section, None)
+        if section == "center":
+            data["center"] = dict(_STAND_INS)
+        return
+    holder: Any = data.get(section)
+    key: str | int = loc[1]
+    if section == "agent":
+        if not isinstance(holder, list) or not isinstance(key, int) or key >= len(holder):
+            data.pop("agent", None)
+            return
+        if len(loc) == 2 or not isinstance(holder[key], dict):
+            holder[key] = {"id": f"{_UNSET}{key}"}
+            return
+        holder, key = holder[key], loc[2]
+    if not isinstance(holder, dict):
+        data.pop(section, None)
+        return
+    holder.pop(key, None)
+    if key == "id" and section == "agent":
+        holder["id"] = f"{_UNSET}{loc[1]}"
+    elif key in _STAND_INS and section == "center":
+        holder[key] = _STAND_INS[key]
+
+
+def _unseen(problems: list[SettingError], seen: list[SettingError]) -> list[SettingError]:
+    """The problems not about a key already reported (or one inside it, or around it), nor about
+    a stand-in."""
+    names = [p.variable for found in seen for p in found.problems]
+
+    def related(a: str, b: str) -> bool:
+        return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
+
+    return [
+        p
+        for problem in problems
+        for p in problem.problems
+        if _UNSET not in str(p) and not any(related(p.variable, name) for name in names)
+    ]
+
+
+def _known_keys(loc: tuple[str | int, ...]) -> str:
+    """`a known key of [[agent]] (the closest: 'restart'): id, client, ...`."""
+    tables = {"center": "[center]", "defaults": "[defaults]", "agent": "[[agent]]"}
+    section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
+    keys = list(section.model_fields) if section else list(tables)
+    if section is AgentSection:
+        keys.insert(0, keys.pop(keys.index("id")))
+    text = f"a known key of {tables[str(loc[0])]}" if section else "a known table"
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    if close:
+        text += f" (the closest: {close[0]!r})"
+    return text + ": " + ", ".join(keys if section else tables.values())
 
 
 def _raise_all(problems: list[SettingError]) -> None:

@@ -3,9 +3,11 @@
 Owns: the agent's process. Each spawn takes a new generation from the StateStore (committed
 first; at least the one the supervisor's `reserve` got from the center, awaited before), starts
 the agent in its own session and process group (`start_new_session`) with its output piped
-into the agent's `RotatingLog`, arms the parent-death signal (after switching user when the
-plan names one, and fencing it: `fence`, fence.py, set by the supervisor), registers the pid
-with the Reaper and calls `on_spawn` -- all with no `await` in between, so the supervisor knows the new identity root before the agent can attach
+into the agent's `RotatingLog` (after a `--- <id>, generation <n>, spawned (<UTC>) ---`
+line), arms the parent-death signal (after switching user when the plan names one, and
+fencing it: `fence`, fence.py, set by the supervisor), registers the pid with the Reaper and
+calls `on_spawn` -- all with no `await` in between, so the supervisor knows the new identity
+root before the agent can attach
 and the exit status cannot be reaped before it is watched. On exit: `on_exit`, then whatever is
 left of the agent's process group is ended (SIGTERM, SIGKILL after `stop_grace`), then the
 policy: `always` | `on-failure` (a non-zero exit, a signal we did not send, or a spawn that
@@ -442,6 +444,13 @@ class AgentRunner:
     def _spawn(self) -> _Run | None:
         """Generation, Popen, watch, on_spawn: synchronous on purpose (see the module doc)."""
         generation = self._new_generation()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:  # a separator before the run's output, as tmux agents have at each exit
+            self._ensure_log().write(
+                f"--- {self.agent_id}, generation {generation}, spawned ({stamp}) ---\n".encode()
+            )
+        except OSError as exc:
+            emit("supervisor.log_write_failed", level="error", error=str(exc))
         try:
             proc = subprocess.Popen(
                 self._argv,

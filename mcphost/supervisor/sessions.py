@@ -10,9 +10,18 @@ reading a byte from it:
 3. `surface_for(attached)` -> the agent's `Surface` (it may refuse too);
 4. the status line, `ok <agent_id> <generation>\\n` or `refused <code> <message>\\n` (one line,
    at most `STATUS_LINE_MAX` bytes; a refused connection is then closed);
-5. the session: `mcphost.mcpserve.stream.serve_socket`, the standalone host's framing, limits
-   and backpressure, bounded per session; then the socket is closed and `surface.aclose()`.
+5. the session: `mcphost.mcpserve.stream.serve_socket`, the standalone host's framing and
+   backpressure, bounded per session (`SESSION_LIMITS`: the standalone host's, with 16 MiB of
+   request lines held instead of 128) and per agent: every session of one agent holds a share
+   of the agent's byte budget (`AGENT_HELD_BYTES` of request bytes read and not yet answered,
+   `mcphost.mcpserve.budget`), and while it is spent no session of that agent is read; then
+   the socket is closed, the share given back and `surface.aclose()`.
 The protocol is pinned in docs/supervisor-internals.md ("Attach handshake").
+
+The budgets are per agent across every generation; the supervisor hands both its hubs (center
+and relay) one `Budgets`, so the budget spans both surfaces. One agent can so make this process
+hold at most `AGENT_HELD_BYTES`, plus one line in progress (the 64 MiB line cap), plus one socket
+read (256 KiB) per session, of its request bytes, whatever it opens.
 
 A session is in the registry from the moment it is identified, so `close_where` (an older
 generation's sessions, when an agent is respawned) also reaches one still in its handshake.
@@ -39,9 +48,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mcphost import events, unixsock
+from mcphost.mcpserve.budget import Budgets
+from mcphost.mcpserve.connection import MAX_HELD_BYTES, Limits
 
 if TYPE_CHECKING:
-    from mcphost.mcpserve.connection import Limits
     from mcphost.peer import PeerCred
     from mcphost.surface import Surface
 
@@ -49,6 +59,10 @@ STATUS_LINE_MAX = 1024  # the pump reads at most this much before it moves any b
 BACKLOG = 128
 ACCEPT_RETRY_SECONDS = 0.1  # after a failed accept (EMFILE, ENFILE, ENOBUFS): retry soon
 _CODE = re.compile(r"[^a-z0-9_]")
+SESSION_HELD_BYTES = 16 * 1024 * 1024  # request lines one session holds before it is not read
+SESSION_LIMITS = Limits(max_held_bytes=SESSION_HELD_BYTES)
+AGENT_HELD_BYTES = 64 * 1024 * 1024  # request bytes one agent's sessions hold, all together
+assert SESSION_HELD_BYTES < AGENT_HELD_BYTES < MAX_HELD_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +110,17 @@ class SessionHub:
         identify: Callable[[PeerCred], Attached],
         surface_for: Callable[[Attached], Surface],
         mode: int = 0o600,
-        limits: Limits | None = None,
+        limits: Limits = SESSION_LIMITS,
+        budgets: Budgets | None = None,
     ) -> None:
+        """`budgets`: the agents' byte budgets, shared with another hub to span both surfaces
+        (by default this hub's own, `AGENT_HELD_BYTES` per agent)."""
         self.path = path
         self.mode = mode
         self._identify = identify
         self._surface_for = surface_for
         self._limits = limits
+        self.budgets = budgets if budgets is not None else Budgets(AGENT_HELD_BYTES)
         self._listening: unixsock.Listening | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._sessions: set[_Session] = set()
@@ -166,7 +184,13 @@ class SessionHub:
             )
             from mcphost.mcpserve.stream import serve_socket
 
-            reason = await serve_socket(surface, conn, stop=session.stop, limits=self._limits)
+            share = self.budgets.share(attached.agent_id)
+            try:
+                reason = await serve_socket(
+                    surface, conn, stop=session.stop, limits=self._limits, share=share
+                )
+            finally:
+                share.close()
             events.emit(
                 "supervisor.session.ended",
                 path=self.path,
@@ -294,9 +318,7 @@ class SessionHub:
             session.stop.set()
         tasks = set(self._tasks)
         if tasks:
-            from mcphost.mcpserve.connection import STOP_GRACE_SECONDS
-
-            grace = (self._limits.stop_grace if self._limits else STOP_GRACE_SECONDS) * 4 + 1
+            grace = self._limits.stop_grace * 4 + 1
             _, pending = await asyncio.wait(tasks, timeout=grace)
             for task in pending:
                 task.cancel()

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcphost import events, peer
+from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
 from mcphost.supervisor import fence as fences
 from mcphost.supervisor import kernel
@@ -74,7 +75,7 @@ from mcphost.supervisor.homes import (
 )
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.relayhost import RelayHost
-from mcphost.supervisor.sessions import Attached, Refused, SessionHub
+from mcphost.supervisor.sessions import AGENT_HELD_BYTES, Attached, Refused, SessionHub
 from mcphost.supervisor.state import ProcessRecord, StateStore
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ MAX_SESSIONS_PER_AGENT = 32
 # How often the supervisor looks for children it did not spawn (escapees reparented to it) to
 # record them: a crash within this long after an escape leaves that escapee unrecorded.
 ADOPTION_SCAN_SECONDS = 1.0
+# Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
+# the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
+CENTER_CALLS_PER_AGENT = 16
 
 
 @dataclass
@@ -223,12 +227,14 @@ class Supervisor:
             self.path("control.sock"), Control(self), locked=True, refuse_descendants=True
         )
         await self.control.start()
+        budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
                 self.path("run", f"{name}.sock"),
                 identify=self._identifier(name),
                 surface_for=self._surface_factory(name),
                 mode=self._socket_mode(),
+                budgets=budgets,
             )
             await self.hubs[name].start()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -370,12 +376,17 @@ class Supervisor:
         center = self.fleet.center
         assert self.link is not None
         self.admin = self.link.client(
-            call_timeout=call_timeout_from_env(), on_failure=self._center_failure
+            call_timeout=call_timeout_from_env(),
+            on_failure=self._center_failure,
+            per_lane=CENTER_CALLS_PER_AGENT,
         )
         self.health = CenterHealth(self.admin)
         self._spawn(self.health.run())
         if center.runtime_socket:
-            self.runtime = AdminClient(AdminTarget(kind="unix", path=center.runtime_socket))
+            self.runtime = AdminClient(
+                AdminTarget(kind="unix", path=center.runtime_socket),
+                per_lane=CENTER_CALLS_PER_AGENT,
+            )
 
     def _center_failure(self, failure: ToolFailure) -> ToolFailure:
         """Every failure of the shared client: named in fleet keys (what an operator of the
@@ -432,8 +443,9 @@ class Supervisor:
                 await stack.enter_async_context(lock)
             yield
 
-    async def _reconcile(self, fleet: Fleet) -> dict[str, list[str]]:
-        """Make the running set match `fleet`: start new, stop removed, restart changed.
+    async def _reconcile(self, fleet: Fleet, *, quiet: bool = False) -> dict[str, list[str]]:
+        """Make the running set match `fleet`: start new, stop removed, restart changed
+        (`quiet`: a reconcile that changes nothing is logged at debug, not info).
 
         Called with `_reload_lock` held (the only writer of `slots`); it holds the lock of every
         agent it touches, so a ctl or relay start / stop / restart of one waits for it (and it
@@ -446,7 +458,7 @@ class Supervisor:
         added = [a for a in wanted if a not in self.slots]
         unchanged = [a for a in wanted if a in self.slots and a not in changed]
         async with self._agents_held(removed + changed + added):
-            return await self._apply(fleet, wanted, removed, changed, added, unchanged)
+            return await self._apply(fleet, wanted, removed, changed, added, unchanged, quiet=quiet)
 
     async def _apply(
         self,
@@ -456,6 +468,8 @@ class Supervisor:
         changed: list[str],
         added: list[str],
         unchanged: list[str],
+        *,
+        quiet: bool = False,
     ) -> dict[str, list[str]]:
         if self.relay is not None:
             await self._configure_relay(fleet)
@@ -492,6 +506,7 @@ class Supervisor:
         outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
         events.emit(
             "supervisor.reconciled",
+            level="debug" if quiet and not (added or removed or changed) else "info",
             added=added,
             removed=removed,
             changed=changed,
@@ -502,8 +517,8 @@ class Supervisor:
     async def _configure_relay(self, fleet: Fleet) -> None:
         """The relay's generated configuration for `fleet` (and serving, once a bundle exists);
         a failure is `reload_failed` (nothing is stopped before this)."""
+        from mcphost.agentmux.wire import RelayError
         from mcphost.relay.server import RelayBindError
-        from mcphost.relay.wire import RelayError
 
         assert self.relay is not None
         try:
@@ -730,17 +745,11 @@ class Supervisor:
             try:
                 await self.reload()
             except ControlError as exc:
-                events.emit(
-                    "supervisor.reload_failed",
-                    level="error",
-                    code=exc.code,
-                    message=exc.message,
-                    details=exc.details,
-                )
+                reload_failed(exc, "sighup")
 
         self._spawn(reload())
 
-    async def _reload_from_center(self) -> dict[str, Any]:
+    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.centerfleet import fetch_fleet
         from mcphost.supervisor.fleet import fleet_with_agents
@@ -763,7 +772,7 @@ class Supervisor:
             ) from None
         for agent_id, generation in assigned.generations.items():
             self._center_saw(agent_id, generation)
-        return await self._reconcile(fleet)
+        return await self._reconcile(fleet, quiet=polled)
 
     def _center_saw(self, agent_id: str, generation: int) -> None:
         if generation > self.center_generations.get(agent_id, 0):
@@ -773,7 +782,7 @@ class Supervisor:
         while True:
             try:
                 async with self._reload_lock:
-                    await self._reload_from_center()
+                    await self._reload_from_center(polled=True)
             except ControlError as exc:
                 events.emit(
                     "supervisor.center_fleet_failed",
@@ -1122,13 +1131,29 @@ class Control:
         return await self.supervisor.restart(agent)
 
     async def reload(self) -> dict[str, Any]:
-        return await self.supervisor.reload()
+        try:
+            return await self.supervisor.reload()
+        except ControlError as exc:
+            reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
+            raise
 
     def logs(self, agent: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
         return self.supervisor.logs(agent, lines, follow)
 
     def exec(self, agent: str, argv: list[str], fds: list[int]) -> Execution:
         return self.supervisor.exec(agent, argv, fds)
+
+
+def reload_failed(exc: ControlError, trigger: str) -> None:
+    """The event of a reload that applied nothing (`trigger`: "sighup" or "ctl")."""
+    events.emit(
+        "supervisor.reload_failed",
+        level="error",
+        trigger=trigger,
+        code=exc.code,
+        message=exc.message,
+        details=exc.details,
+    )
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:

@@ -7,7 +7,8 @@
   real); the bundle `mixed` (a tmux lead, an ACP member, a UI member); `policies.toml`
   (`default`: list, look, send at home; `operator`: everything) and `users.toml` (`op@GLOBAL`).
 - `TmuxHost`: a small real `BundleHost`, one `TmuxServer` per bundle under `<state>/bundles`,
-  as the supervisor's `RelayHost` is.
+  as the supervisor's `RelayHost` is; the members of a bundle it took `down` are stopped
+  (`MemberHealth.stopped`) until it is `up` again, as an operator's stop makes them there.
 - `RealRelay`: the relay on `<state>/relay.sock` with `TmuxHost`, the bundle `party` up, on a
   thread of its own, so a test's blocking calls (or another process, such as the real `mcphost
   relay-tools`) talk to it over the socket. Socket trust is the kernel's word that the peer runs
@@ -30,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mcphost.agentmux.wire import SOCKET_TRUST, Hello, Principal, Request
 from mcphost.peer import PeerCred
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
 from mcphost.relay.bundles import Bundle, require_bundle
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
-from mcphost.relay.wire import SOCKET_TRUST, Hello, Principal, Request
 
 T = TypeVar("T")
 GUARD = 30.0  # only a hang reaches it
@@ -138,6 +139,7 @@ class TmuxHost:
     state_root: Path
     servers: dict[str, TmuxServer] = field(default_factory=dict)
     pids: dict[tuple[str, str], int] = field(default_factory=dict)
+    stopped: set[tuple[str, str]] = field(default_factory=set)
     ups: int = 0
     downs: int = 0
 
@@ -156,6 +158,7 @@ class TmuxHost:
             name = self.session_name(bundle, session.id)
             pid = await server.new_session(name, argv, session.directory, env)
             self.pids[(bundle.id, session.id)] = pid
+            self.stopped.discard((bundle.id, session.id))
 
     async def down(self, bundle: Bundle) -> None:
         self.downs += 1
@@ -163,6 +166,7 @@ class TmuxHost:
         for session in bundle.sessions:
             await server.kill_session(self.session_name(bundle, session.id))
             self.pids.pop((bundle.id, session.id), None)
+            self.stopped.add((bundle.id, session.id))
         await server.kill_server()
 
     def tmux(self, bundle: Bundle) -> TmuxServer | None:
@@ -180,7 +184,7 @@ class TmuxHost:
                 alive = True
             except ProcessLookupError:
                 alive = False
-        return alive, MemberHealth()
+        return alive, MemberHealth(stopped=(bundle.id, session_id) in self.stopped)
 
 
 class RealRelay:

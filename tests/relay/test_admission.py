@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcphost.agentmux.wire import RelayError
 from mcphost.relay import admission
 from mcphost.relay.admission import QUEUE_FULL, Ledger, Limits
-from mcphost.relay.wire import RelayError
 
 SMALL = Limits(per_target=3, bytes_per_target=100, per_sender=5, bytes_per_sender=150,
                total=8, bytes_total=200)  # fmt: skip

@@ -14,6 +14,7 @@ a hang); delivery outcomes are awaited with `drain()`.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import stat
@@ -25,12 +26,12 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.peer import PeerCred
 from mcphost.relay import admission
 from mcphost.relay.behaviour import BundleHost, RelayBehaviour
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
-from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.relaytools.stream import RelayStream
 from tests.relay.realrelay import TmuxHost, config_tree
 
@@ -525,10 +526,12 @@ async def test_down_then_up(world: World) -> None:
     assert {p["ready"] for p in listed["principals"]} == {False}
     skipped = await world.call("alpha@party", "down")
     assert skipped["bundles"][0]["reason_code"] == "already_unhosted"
-    # a send while down is queued and ends not_submitted
-    sent = await world.call("alpha@party", "send", message="m", targets=["bravo@party"])
-    await world.relay.drain()
-    assert world.relay.outcomes[sent["results"][0]["message_id"]]["outcome"] == "not_submitted"
+    # a send while down is refused at admission: its members are stopped
+    err = await world.refused("alpha@party", "send", message="m", targets=["bravo@party"])
+    assert (err.code, err.details) == (
+        "delivery_target_fail_stopped",
+        {"target_session": "bravo@party"},
+    )
     err = await world.refused("alpha@party", "look", target_session="bravo@party")
     assert err.code == "transport_unavailable"
 
@@ -542,6 +545,145 @@ async def test_down_then_up(world: World) -> None:
         "party-charlie",
     ]
     assert (world.host.ups, world.host.downs) == (2, 1)
+
+
+async def test_a_stopped_target_is_refused_at_admission(world: World) -> None:
+    """agentmux's `delivery_target_fail_stopped` (§1.6, §1.13): a target the host reports
+    stopped refuses a send or raww whole, after authorization, with nothing queued; in a
+    broadcast a stopped member gets outcome `not_submitted` with that reason code."""
+    world.host.stopped.add(("party", "bravo"))
+    before = dict(world.relay.outcomes)
+    err = await world.refused(
+        "alpha@party", "send", message="m", targets=["charlie@party", "bravo@party"]
+    )
+    assert (err.code, err.message, err.details) == (
+        "delivery_target_fail_stopped",
+        "target session bravo@party is stopped and accepts no messages; nothing of this request "
+        "was queued: start it again (ctl start, or updown up) and send then",
+        {"target_session": "bravo@party"},
+    )
+    assert world.relay.outcomes == before and world.relay.queue_bounds.count == 0
+    err = await world.refused("alpha@party", "raww", target_session="bravo@party", text="x")
+    assert (err.code, err.details) == (
+        "delivery_target_fail_stopped",
+        {"target_session": "bravo@party"},
+    )
+    # authorization first: a member who may not send across bundles learns nothing of it
+    world.host.stopped.add(("mixed", "lead"))
+    err = await world.refused("bravo@party", "send", message="m", targets=["lead@mixed"])
+    assert err.code == "authorization_forbidden"
+    world.host.stopped.discard(("mixed", "lead"))
+    sent = await world.call("alpha@party", "send", message="to all", broadcast=True)
+    assert [(r["target_session"], r["outcome"], r.get("reason_code")) for r in sent["results"]] == [
+        ("charlie@party", "queued", None),
+        ("bravo@party", "not_submitted", "delivery_target_fail_stopped"),
+    ]
+    # the queued member's envelope still names the stopped one as a co-recipient
+    lines = await world.pane("charlie", "to all")
+    assert any("Cc: bravo@party <session:bravo@party>" in line for line in lines), lines
+    world.host.stopped.clear()
+    sent = await world.call("alpha@party", "send", message="back", targets=["bravo@party"])
+    assert sent["results"][0]["outcome"] == "queued"
+
+
+def _receipts(world: World) -> list[dict[str, Any]]:
+    log = world.state / "inscriptions" / "relay.log"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r["details"] for r in records if r["event"] == "relay.delivery.receipt"]
+
+
+async def test_a_non_delivered_outcome_is_receipted_to_a_coder_sender(world: World) -> None:
+    """§3.4: a queued message that ends any way but `delivered` gets its coder-backed sender
+    a receipt from `relay@RELAY` in its own pane (agentmux's layout and wording); a user sender
+    gets none (its `delivery_outcome` event tells it), a receipt gets none, and a sender that
+    is not running loses its receipt (recorded)."""
+    server = world.server()
+    pasted: dict[str, list[str]] = {}
+    paste = server.paste
+
+    async def recording(name: str, text: str, *, bracketed: bool, submit: bool = False) -> None:
+        pasted.setdefault(name, []).append(text)
+        await paste(name, text, bracketed=bracketed, submit=submit)
+
+    server.paste = recording  # type: ignore[method-assign]
+    await world.call("alpha@party", "raww", target_session="bravo@party", text="hold")
+    await world.pane("bravo", "holding")
+    await world.relay.drain()
+    sent = await world.call("alpha@party", "send", message="lost", targets=["bravo@party"])
+    lost = sent["results"][0]["message_id"]
+    await server.kill_session("party-bravo")  # bravo dies before its gate ever opens
+    await world.pane("alpha", "relay@RELAY")
+    await world.relay.drain()
+    assert world.relay.outcomes[lost] == {
+        "target_session": "bravo@party",
+        "outcome": "not_submitted",
+        "reason_code": "delivery_target_unreachable",
+    }
+    [text] = pasted["party-alpha"]
+    receipt_id = text.split("Message-Id: ", 1)[1].split("\n", 1)[0]
+    date = text.split("Date: ", 1)[1].split("\n", 1)[0]
+    mark = "--agentmux-" + receipt_id.replace("-", "")
+    assert text == (
+        "--- agentmux terminal-outcome receipt ---\n"
+        f"{mark}\n"
+        f"Message-Id: {receipt_id}\n"
+        f"Date: {date}\n"
+        "From: relay <session:relay@RELAY>\n"
+        "To: Alpha <session:alpha@party>\n"
+        "\n"
+        f"{mark}\n"
+        "Content-Type: text/plain; charset=utf-8\n"
+        "\n"
+        f"Your message {lost} to bravo@party was not delivered (failed). "
+        "reason_code=delivery_target_unreachable\n"  # the gate gives no reason text
+        f"{mark}--\n"
+    )
+    assert world.relay.outcomes[receipt_id] == {
+        "target_session": "alpha@party",
+        "outcome": "delivered",
+    }
+    assert _receipts(world) == [
+        {
+            "message_id": lost,
+            "receipt_message_id": receipt_id,
+            "sender_session": "alpha@party",
+            "target_session": "bravo@party",
+            "outcome": "not_submitted",
+            "reason_code": "delivery_target_unreachable",
+            "dropped": None,
+        }
+    ]
+    assert world.relay.queue_bounds.count == 0  # the receipt's place was freed too
+
+    # a user sender: no receipt (it is told by its delivery_outcome event)
+    sent = await world.call("op@GLOBAL", "send", message="lost too", targets=["bravo@party"])
+    await world.relay.drain()
+    assert world.relay.outcomes[sent["results"][0]["message_id"]]["outcome"] == "not_submitted"
+    assert len(_receipts(world)) == 1
+
+    # a receipt whose own delivery fails gets no receipt of its own
+    await world.call("alpha@party", "raww", target_session="charlie@party", text="hold")
+    await world.pane("charlie", "holding")
+    await world.relay.drain()
+    await world.call("charlie@party", "send", message="lost again", targets=["bravo@party"])
+    while len(_receipts(world)) < 2:  # charlie's receipt is queued behind its closed gate
+        await asyncio.sleep(0.02)
+    receipt_id = _receipts(world)[1]["receipt_message_id"]
+    await server.kill_session("party-charlie")
+    await world.relay.drain()
+    assert world.relay.outcomes[receipt_id]["outcome"] == "not_submitted"
+    assert len(_receipts(world)) == 2
+    # ... and a sender that is not running loses its receipt, which is recorded
+    sent = await world.call(
+        "charlie@party", "send", message="from the dead", targets=["bravo@party"]
+    )
+    await world.relay.drain()
+    dropped = _receipts(world)[2]
+    assert dropped["message_id"] == sent["results"][0]["message_id"]
+    assert (dropped["receipt_message_id"], dropped["dropped"]) == (None, "sender_not_running")
+    assert "party-charlie" not in pasted or all(
+        "relay@RELAY" not in t for t in pasted["party-charlie"]
+    )
 
 
 async def test_choices_and_unimplemented_operations(world: World) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mcphost.agentmux.wire import RelayError
 from mcphost.relay import bundles as B
-from mcphost.relay.wire import RelayError
 from mcphost.relaytools.layout import load_members
 from tests.relaytools.relayharness import BUNDLE_PARTY, CODERS
 

@@ -18,7 +18,10 @@ from mcphost.relay.envelope import (
     estimate_tokens,
     join_batch,
     neutralise,
+    receipt,
+    receipt_body,
     render,
+    render_receipt,
     rfc3339,
     take_batch,
 )
@@ -281,3 +284,42 @@ def test_batches_are_greedy_ordered_and_bounded(sizes: list[int], limit: int) ->
             assert estimate_tokens(join_batch(rest[: n + 1])) > limit
         rest = rest[n:]
     assert not rest
+
+
+def test_the_receipt_body_is_agentmuxs_sentence() -> None:
+    lost = "6f1c2d3e-0000-4000-8000-000000000001"
+    assert receipt_body(lost, "bravo@party", "not_submitted", "delivery_target_unreachable") == (
+        f"Your message {lost} to bravo@party was not delivered (failed). "
+        "reason_code=delivery_target_unreachable"
+    )
+    assert receipt_body(lost, "bravo@party", "timeout", "target_never_settled", "gave up") == (
+        f"Your message {lost} to bravo@party was not delivered (failed). "
+        "reason_code=target_never_settled: gave up"
+    )
+    assert receipt_body(lost, "b@p", "failed", "dropped_on_shutdown", "relay shut down") == (
+        f"Your message {lost} to b@p was not delivered (dropped on relay shutdown). "
+        "reason_code=dropped_on_shutdown: relay shut down"
+    )
+    assert receipt_body(lost, "b@p", "submission_unknown") == (
+        f"Your message {lost} to b@p was not delivered (failed)."
+    )
+
+
+def test_the_receipt_is_an_envelope_from_the_relay_after_a_marker_line() -> None:
+    body = receipt_body("m-1", "bravo@party", "timeout", "target_never_settled", "x\x1b[201~y")
+    text = render_receipt(receipt(MID, AT, ALICE, body))
+    assert text == (
+        "--- agentmux terminal-outcome receipt ---\n"
+        f"{B}\n"
+        "Message-Id: 0f8b6c3e-2a41-4d7e-9c55-6b1e2f3a4b5c\n"
+        "Date: 2025-03-04T05:06:07.890Z\n"
+        "From: relay <session:relay@RELAY>\n"
+        "To: Alice <session:alpha@party>\n"
+        "\n"
+        f"{B}\n"
+        "Content-Type: text/plain; charset=utf-8\n"
+        "\n"
+        "Your message m-1 to bravo@party was not delivered (failed). "
+        "reason_code=target_never_settled: x^[[201~y\n"
+        f"{B}--\n"
+    )

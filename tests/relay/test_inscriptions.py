@@ -31,12 +31,12 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux import wire
+from mcphost.agentmux.wire import Hello, Principal, Request, parse_principal
 from mcphost.peer import PeerCred
 from mcphost.relay import server as server_mod
-from mcphost.relay import wire
 from mcphost.relay.inscriptions import RelayInscriptions, relay_log_path
 from mcphost.relay.server import RelayServer
-from mcphost.relay.wire import Hello, Principal, Request, parse_principal
 from mcphost.relaytools.stream import RelayStream
 from tests.relay.realrelay import GUARD, RealRelay, config_tree
 from tests.waiting import until

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcphost.agentmux.wire import RelayError
 from mcphost.relay import principals as PR
 from mcphost.relay.principals import PrincipalStore, StoredPrincipal
-from mcphost.relay.wire import RelayError
 from mcphost.relaytools.layout import Layout
 from tests.thorough import examples
 

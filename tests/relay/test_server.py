@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux import wire
+from mcphost.agentmux.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.peer import PeerCred
-from mcphost.relay import wire
 from mcphost.relay.server import (
     CLAIM_CONFLICT_MESSAGE,
     UNEXPECTED_MESSAGE,
     RelayBindError,
     RelayServer,
 )
-from mcphost.relay.wire import Hello, Principal, RelayError, Request, parse_principal
-from mcphost.relaytools.errors import RelayIOError, ToolFailure
+from mcphost.relaytools.errors import ClaimConflict, ToolFailure
 from mcphost.relaytools.stream import RelayStream
 from tests.relaytools.relayharness import (
     FakeRelay,
@@ -549,14 +549,15 @@ async def test_our_client_rides_out_a_claim_held_by_a_closing_connection(root: P
             await s.aclose()  # the next one connects at once: reclaim or retry, never an error
 
 
-async def test_our_client_gets_a_timeout_when_the_claim_stays_live(root: Path) -> None:
+async def test_our_client_reports_a_claim_that_stays_live_as_a_claim_conflict(root: Path) -> None:
     async with serving(root):
         holder = await Raw.open(root / "relay.sock")
         assert (await holder.hello())["frame"] == "hello_ack"
         s = stream(root, claim_retry=0.2)
-        with pytest.raises(RelayIOError) as caught:
+        with pytest.raises(ClaimConflict) as caught:
             await s.request({"operation": "list"})
-        assert caught.value.kind == "TimedOut" and "claimed" in caught.value.cause
+        assert caught.value.code == "runtime_identity_claim_conflict"
+        assert caught.value.details["retried_for_ms"] == 200
         await s.aclose()
         holder.close()
 

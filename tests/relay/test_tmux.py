@@ -188,7 +188,7 @@ async def test_an_envelope_arrives_intact_as_one_submitted_input(tmp_path: Path)
                 subject="Review",
             )
         )
-        outcome = await deliver(server, "bravo", envelope, prompt_gate(0))
+        outcome = await deliver(server, "bravo", prompt_gate(0), lambda: envelope)
         assert (outcome.outcome, outcome.reason_code) == ("delivered", None)
         assert await prompt_gate(1).wait(server, "bravo") == READY
         assert received(log) == [pasted(envelope)]  # one input: markers, body, then the \r
@@ -208,7 +208,9 @@ async def test_a_batch_of_envelopes_is_one_input(tmp_path: Path) -> None:
             for who, m in (("alpha", "first"), ("carol", "second"))
         ]
         batch = join_batch(envelopes)
-        assert (await deliver(server, "bravo", batch, prompt_gate(0))).outcome == "delivered"
+        assert (
+            await deliver(server, "bravo", prompt_gate(0), lambda: batch)
+        ).outcome == "delivered"
         assert await prompt_gate(1).wait(server, "bravo") == READY
         assert received(log) == [pasted(batch)]
 
@@ -248,12 +250,12 @@ async def test_raww_cap_is_32_kib_of_utf8(tmp_path: Path) -> None:
 async def test_delivery_to_a_missing_or_dead_target_is_not_submitted(tmp_path: Path) -> None:
     async with hosted(tmp_path / "run") as server:
         await server.start()
-        outcome = await deliver(server, "ghost", "x\n", QUICK)
+        outcome = await deliver(server, "ghost", QUICK, lambda: "x\n")
         assert (outcome.outcome, outcome.reason_code) == ("not_submitted", UNREACHABLE)
         assert (await raw_write(server, "ghost", "x")).reason_code == UNREACHABLE
         pid = await server.new_session("quitter", [sys.executable, "-c", "pass"], tmp_path, {})
         assert await watch_exit(server, "quitter", pid) == 0
-        outcome = await deliver(server, "quitter", "x\n", QUICK)
+        outcome = await deliver(server, "quitter", QUICK, lambda: "x\n")
         assert (outcome.outcome, outcome.reason_code) == ("not_submitted", UNREACHABLE)
         assert (await raw_write(server, "quitter", "x")).outcome == "not_submitted"
 
@@ -315,7 +317,7 @@ async def test_a_pane_that_keeps_printing_never_becomes_ready(tmp_path: Path) ->
         assert state == NEVER_SETTLED
         assert loop.time() - started >= 1.0  # it waited its whole bound
         gate = Gate(quiet_ms=300, poll_ms=10, timeout_ms=1000)
-        outcome = await deliver(server, "chatty", "never\n", gate)
+        outcome = await deliver(server, "chatty", gate, lambda: "never\n")
         assert (outcome.outcome, outcome.reason_code) == ("timeout", NEVER_SETTLED)
 
 
@@ -324,7 +326,7 @@ async def test_a_silent_pane_times_out_unresponsive_with_a_prime_bound(tmp_path:
         await server.new_session("mute", ["sleep", "600"], tmp_path, {"PATH": os.defpath})
         gate = Gate(quiet_ms=50, poll_ms=10, prompt_regex=">", prime_timeout_ms=300)
         assert await gate.wait(server, "mute") == UNRESPONSIVE
-        outcome = await deliver(server, "mute", "x\n", gate)
+        outcome = await deliver(server, "mute", gate, lambda: "x\n")
         assert (outcome.outcome, outcome.reason_code) == ("timeout", UNRESPONSIVE)
 
 

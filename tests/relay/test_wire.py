@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcphost.relay import wire
-from mcphost.relay.wire import Hello, RelayError, Request, parse_frame, parse_principal
+from mcphost.agentmux import wire
+from mcphost.agentmux.wire import Hello, RelayError, Request, parse_frame, parse_principal
 from tests.thorough import examples
 
 PARSE = ("validation_invalid_arguments", "failed to parse relay request")

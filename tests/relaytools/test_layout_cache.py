@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.relaytools import layout
-from mcphost.relaytools.layout import ConfigError, _load_toml
+from mcphost.agentmux import layers as layout
+from mcphost.agentmux.layers import ConfigError
+from mcphost.agentmux.layers import load_toml as _load_toml
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from relayharness import Env
 
+from mcphost.agentmux.inscriptions import Inscriptions, log_path, sanitize
 from mcphost.relaytools import errors, help, layout, params, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
-from mcphost.relaytools.inscriptions import Inscriptions, log_path, sanitize
 from tests.thorough import examples
 
 

@@ -315,6 +315,13 @@ def test_no_supervisor_exits_3_naming_the_socket(state: Path) -> None:
         (("--state", "/x", "status", "--js"), "unrecognized arguments: --js"),
         (("--state", "/x", "acat_secret"), "invalid choice (value not shown"),
         (("--sta", "/x", "status"), "invalid choice (value not shown"),
+        # the choices, cleanly, whatever the value holds; the closest one when one is close
+        (
+            ("--state", "/x", "x (choose from acat_secret"),
+            "invalid choice (value not shown; choose from status, start, stop, restart, reload, "
+            "logs, exec)\n",
+        ),
+        (("--state", "/x", "stauts"), "(value not shown; did you mean 'status'? choose from sta"),
     ],
 )
 def test_usage_errors_exit_2_without_echoing(args: tuple[str, ...], says: str) -> None:

@@ -228,7 +228,10 @@ def test_env_and_flags_override_center_only(tmp_path: Path) -> None:
             '[[agent]]\nid = "a"\nrestart_delay = 10\nrestart_max_delay = 5\n',
             "{p}: agent[0].restart_max_delay is 5.0: expected at least restart_delay (10 s)",
         ),
-        ("[surprise]\nx = 1\n", "{p}: surprise is not one: expected a known key"),
+        (
+            "[surprise]\nx = 1\n",
+            "{p}: surprise is not one: expected a known table: [center], [defaults], [[agent]]",
+        ),
         (  # a DEL made the generated coders.toml unreadable for every bundle (issue #18)
             '[[agent]]\nid = "a"\ncommand = ["x", "a\\u007fb"]\n',
             "{p}: agent[0].command[1] is 'a\\x7fb': expected no control characters",
@@ -299,6 +302,60 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     ]
 
 
+def test_a_bad_value_never_hides_the_other_problems(tmp_path: Path) -> None:
+    """A value pydantic refuses (a bad enum) used to end the load before the cross-field checks:
+    now they run on the rest of the file, and every problem comes in the one report."""
+    path = write(
+        tmp_path,
+        '[center]\nadmin_url = "http://c"\ntoken_file = "/t"\nfleet = "both"\n'
+        '[defaults]\nrestart = "sometimes"\n'
+        '[[agent]]\nid = "a"\nclient = "gemini"\n'
+        '[[agent]]\nid = "a"\nrestart_delay = 10\nrestart_max_delay = 5\n'
+        '[[agent]]\nbundle = "p"\n'
+        '[[agent]]\nid = "b"\nclient = "command"\ncommand = ["{foo}"]\n',
+    )
+    lines = problems(path)
+    assert sorted(line.split(" ")[1] for line in lines) == [
+        "agent[0].client",
+        "agent[1].id",  # a duplicate: a cross-field check
+        "agent[1].restart_max_delay",  # below restart_delay: a cross-field check
+        "agent[2].id",  # not set (its stand-in id is never reported)
+        "agent[3].command[0]",  # once: not again as "not set" for client = "command"
+        "center.admin_url",  # a cross-field check
+        "center.fleet",
+        "defaults.restart",
+    ], lines
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "expected"),
+    [
+        (
+            '[[agent]]\nid = "a"\nrestar = "always"\n',
+            "agent[0].restar",
+            "key of [[agent]] (the closest: 'restart'): id, client, restart,",
+        ),
+        (
+            '[[agent]]\nid = "a"\ncolour = "red"\n',
+            "agent[0].colour",
+            "key of [[agent]]: id, client, restart,",
+        ),
+        ("[defaults]\nid = 'a'\n", "defaults.id", "key of [defaults]: client, restart,"),
+        (
+            '[agents]\nid = "a"\n',
+            "agents",
+            "table (the closest: 'agent'): [center], [defaults], [[agent]]",
+        ),
+    ],
+)
+def test_an_unknown_key_names_the_known_ones(
+    tmp_path: Path, body: str, key: str, expected: str
+) -> None:
+    path = write(tmp_path, CENTER + body)
+    lines = problems(path)
+    assert f"{path}: {key} is not one: expected a known {expected}" in "\n".join(lines), lines
+
+
 @pytest.mark.parametrize(
     ("center", "expected"),
     [
@@ -350,7 +407,7 @@ def test_a_token_written_where_the_token_file_belongs_is_never_shown(tmp_path: P
 def test_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     path = write(tmp_path, CENTER + '\n[[agent]]\nid = "a"\ncommand = ["x",\n]]\n[x]\n')
     (line,) = problems(path)
-    assert line.startswith(path) and "(at line 10, column 2)" in line, line
+    assert line.startswith(f"{path} is not valid TOML: ") and "(at line 10, column 2)" in line
     assert problems(str(tmp_path / "missing.toml"))[0].startswith(str(tmp_path / "missing.toml"))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import stat
 import sys
@@ -292,7 +293,8 @@ async def _stop_kills_the_group(directory: str) -> dict[str, Any]:
     await rig.runner.start()
     logs = rig.home.logs
     await until_async(lambda: b"grandchild" in tail(logs, 5) and b"agent" in tail(logs, 5), "pids")
-    pids = {line.split()[0]: int(line.split()[1]) for line in tail(logs, 5).splitlines()}
+    lines = [line for line in tail(logs, 5).splitlines() if not line.startswith(b"--- ")]
+    pids = {line.split()[0]: int(line.split()[1]) for line in lines}
     status = rig.runner.status()
     await rig.runner.stop()
     after = rig.runner.status()
@@ -522,3 +524,28 @@ async def _runs_as_user(directory: str) -> dict[str, Any]:
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching user needs root")
 def test_an_agent_runs_as_its_plans_user(tmp_path: Any) -> None:
     assert isolated(_runs_as_user, str(tmp_path)) == {"uid": b"65534", "exit": "exit 0"}
+
+
+async def _separated_runs(directory: str) -> bytes:
+    rig = Rig(directory, StubPlan(restart="never"), sh("echo output of the run"))
+    await rig.runner.start()
+    await until_async(lambda: len(rig.exits) == 1, "the first run ended")
+    await rig.runner.restart()
+    await until_async(lambda: len(rig.exits) == 2, "the second run ended")
+    await until_async(lambda: tail(rig.home.logs, 1) == b"output of the run\n", "output logged")
+    text = tail(rig.home.logs, 10)
+    await rig.close()
+    return text
+
+
+def test_each_spawn_starts_with_a_separator_naming_its_generation(tmp_path: Any) -> None:
+    """As a tmux agent's pane is framed in its log, a process agent's runs are told apart: a
+    line with the agent, the generation and the UTC time comes before each run's output."""
+    lines = isolated(_separated_runs, str(tmp_path)).decode().splitlines()
+    stamp = r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)"
+    assert len(lines) == 4, lines
+    for index, generation in ((0, 1), (2, 2)):
+        assert re.fullmatch(
+            rf"--- agent-1, generation {generation}, spawned {stamp} ---", lines[index]
+        )
+        assert lines[index + 1] == "output of the run"

@@ -432,3 +432,62 @@ def test_a_planted_logs_symlink_makes_the_supervisor_touch_nothing_there(
     finally:
         supervised.close()
         shutil.rmtree(target, ignore_errors=True)
+
+
+# Run as the agent: upload a file of its own through a new center session, download it again
+# into directories that do not exist yet, print both answers as JSON.
+ROUND_TRIP = (
+    "import json, os, sys\n"
+    "sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+    "from standin_agent import Session\n"
+    "entry = json.load(open(sys.argv[2]))['mcpServers']['agent-center']\n"
+    "session = Session(entry)\n"
+    "session.open()\n"
+    "def call(name, arguments):\n"
+    "    reply = session.request('tools/call', dict(name=name, arguments=arguments))\n"
+    "    return reply.get('result', reply.get('error'))\n"
+    "open('mine.txt', 'w').write('the agent its own bytes')\n"
+    "up = call('upload_file', dict(path='mine.txt'))\n"
+    "uri = up['structuredContent']['file_uri']\n"
+    "down = call('download_file', dict(file=uri, dest_path='new/deeper/got.txt'))\n"
+    "print(json.dumps(dict(upload=up, download=down)))\n"
+)
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+@pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+def test_a_download_lands_as_the_agents_own_file(supervised: Supervised, center: DevCenter):
+    """W5: the file tools of a `user = "nobody"` agent run in the supervisor (root); what a
+    download creates (the file and the parents it makes) is the agent's, so the agent can read
+    it, and stays private (0600 / 0700)."""
+    user = nobody()
+    assert user is not None
+    python = run_as(supervised, user)
+    scripts = readable_dir("mcphost-roundtrip-")
+    try:
+        (scripts / "roundtrip.py").write_text(ROUND_TRIP)
+        (scripts / "roundtrip.py").chmod(0o644)
+        hold = [python, "-c", "import signal; signal.pause()"]
+        supervised.write_fleet([{"id": "agent-1", "user": "nobody", "command": hold}])
+        supervised.start()
+        supervised.wait_running("agent-1")
+        home = supervised.state / "agents" / "agent-1"
+        done = supervised.ctl(
+            "exec", "agent-1", "--", python, str(scripts / "roundtrip.py"), STANDIN,
+            str(home / "mcp.json"),
+        )  # fmt: skip
+        seen = json.loads(done.stdout)
+        assert not seen["download"].get("isError"), seen
+        workspace = supervised.workspace("agent-1")
+        for made, mode in (("new", 0o700), ("new/deeper", 0o700), ("new/deeper/got.txt", 0o600)):
+            info = os.stat(workspace / made)
+            assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (
+                user.pw_uid,
+                user.pw_gid,
+                mode,
+            ), made
+        read = supervised.ctl("exec", "agent-1", "--", "cat", "new/deeper/got.txt", check=False)
+        assert (read.returncode, read.stdout) == (0, "the agent its own bytes"), read
+    finally:
+        supervised.close()
+        shutil.rmtree(scripts, ignore_errors=True)

@@ -11,8 +11,9 @@ import pytest
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from mcphost.agentmux.settings import AgentmuxSettings
 from mcphost.binding import AgentBinding, BindingError
-from mcphost.relaytools.settings import AgentmuxSettings, RelayTimeouts
+from mcphost.relaytools.settings import RelayTimeouts
 from mcphost.settings import SettingError, Settings
 
 

@@ -4,7 +4,9 @@ Proven here: the framing's own answers are stdio's (-32700 without id, an over-c
 under its recovered id with `message_too_large`, the rest of the line discarded); a half-close
 is stdin's EOF (a call in flight still gets its answer, then the socket ends, "eof"); the
 owner's `stop` ends the session at once ("stop"), the client reads the end, and the surface is
-left for its owner to close.
+left for its owner to close. Sessions sharing a byte budget: while one holds it spent, another
+is not read past the line it is in (and is read again once the budget is back to half),
+yet a line larger than the whole budget is still read to its end and answered.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from mcphost.mcpserve.budget import Budget, Share
 from mcphost.mcpserve.connection import Limits
 from mcphost.mcpserve.stream import serve_socket
 from mcphost.surface import CallContext, ToolResult, ToolSpec
@@ -75,12 +78,14 @@ class Peer:
 
 
 async def start(
-    surface: Waiter, limits: Limits | None = None
+    surface: Waiter, limits: Limits | None = None, share: Share | None = None
 ) -> tuple[Peer, asyncio.Event, asyncio.Task[str]]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ours.setblocking(False)
     stop = asyncio.Event()
-    served = asyncio.ensure_future(serve_socket(surface, ours, stop=stop, limits=limits))
+    served = asyncio.ensure_future(
+        serve_socket(surface, ours, stop=stop, limits=limits, share=share)
+    )
     reader, writer = await asyncio.open_connection(sock=theirs)
     peer = Peer(reader, writer)
     await peer.request(0, "initialize", INIT)
@@ -126,3 +131,35 @@ async def test_stop_ends_the_session_at_once() -> None:
     assert all("result" not in m for m in rest), rest
     assert not surface.closed
     peer.writer.close()
+
+
+async def until_true(condition: Any) -> None:
+    """Let the loop run until `condition()` holds (the test's own timeout bounds a hang)."""
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.anyio
+async def test_sessions_sharing_a_spent_budget_stop_reading_but_finish_a_line() -> None:
+    budget = Budget(64 * 1024)
+    holder, other = Waiter(), Waiter()
+    one, stop_one, served_one = await start(holder, share=budget.share())
+    two, stop_two, served_two = await start(other, share=budget.share())
+    # session one spends the budget: a call held with 70 KB of arguments
+    await one.request(1, "tools/call", {"name": "wait", "arguments": {"pad": "x" * 70_000}})
+    await holder.started.wait()
+    assert budget.used >= budget.capacity
+    # a line larger than the whole budget is still read to its end and answered
+    await two.request(2, "ping", {"_meta": {"pad": "y" * 600_000}})
+    assert (await two.answer())["id"] == 2
+    # then, between lines, session two waits for room like session one
+    await until_true(lambda: budget.waiting == 2)
+    await two.request(3, "ping")
+    assert budget.waiting == 2 and budget.used < 70_000 + 1_000, "session two read nothing"
+    holder.release.set()  # the call is answered: the budget is back under half
+    assert (await one.answer())["id"] == 1
+    assert (await two.answer())["id"] == 3
+    for stop, served, peer in ((stop_one, served_one, one), (stop_two, served_two, two)):
+        stop.set()
+        await served
+        peer.writer.close()

@@ -1,0 +1,275 @@
+"""Requester and target resolution for the relay's operations: who is asking, about whom.
+
+Owns: the membership rule (a session principal is a member of its configured bundle, a user
+principal a users.toml user; `member_of`), the requester with its policy (`_requester`: a
+`requester_session` naming anyone but the connection's principal is `validation_unknown_sender`),
+the routing namespace of a bundle-subject request (`_subject`, §2.3), target resolution
+(`_target`: fully qualified, existing; validation and existence errors only), the transport check
+(`_check_transport`), and the small request-body readers and refusals the operations share.
+
+Must never: authorize (that is `policy.authorize`, called by the operations), or act on anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcphost.agentmux.wire import (
+    Principal,
+    RelayError,
+    Request,
+    parse_principal,
+)
+from mcphost.relay.bundles import (
+    Bundle,
+    Session,
+    TmuxCoder,
+    User,
+    Users,
+    load_users,
+    require_bundle,
+)
+from mcphost.relay.hosting import BundleHost, Revoke, SendEvent
+from mcphost.relay.inscriptions import RelayInscriptions
+from mcphost.relay.policy import Policy, load_policies, member_policy
+
+GLOBAL = "GLOBAL"
+RELAY_WIDE = ("GLOBAL", "EXTERNAL", "RELAY")
+DEFAULT_QUIET_MS = 750
+OUTCOMES_KEPT = 4096
+REVOKED_MESSAGE = "identity credential was rotated; reconnect with the new credential"
+DROPPED_MESSAGE = "identity credential was dropped"
+TMUX_ONLY = ("tmux",)
+FAIL_STOPPED = "delivery_target_fail_stopped"
+
+
+# -- small helpers -----------------------------------------------------------------------------
+
+
+def _bad(message: str, details: dict[str, Any] | None = None) -> RelayError:
+    return RelayError("validation_invalid_arguments", message, details)
+
+
+def _opt_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise _bad(f"{name} must be a string", {"field": name})
+
+
+def _opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    raise _bad(f"{name} must be a boolean", {"field": name})
+
+
+def _opt_int(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _bad(f"{name} must be an integer", {"field": name})
+
+
+def _not_implemented(operation: str, why: str) -> RelayError:
+    return RelayError(
+        "runtime_operation_not_implemented",
+        f"{operation} is not implemented by this relay: {why}",
+        {"operation": operation},
+    )
+
+
+def _cross_relay(target: str) -> RelayError:
+    return RelayError(
+        "runtime_cross_relay_unavailable",
+        "cross-relay routing is not available on this relay (no peer relays)",
+        {"target": target},
+    )
+
+
+def _fail_stopped(target: str) -> RelayError:
+    """agentmux's refusal of a target that accepts nothing until an operator acts (§3.4)."""
+    return RelayError(
+        FAIL_STOPPED,
+        f"target session {target} is stopped and accepts no messages; nothing of this request "
+        "was queued: start it again (ctl start, or updown up) and send then",
+        {"target_session": target},
+    )
+
+
+def _session_type(bundle: Bundle, session: Session) -> RelayError:
+    return RelayError(
+        "runtime_session_type_not_implemented",
+        f"session transport {session.transport!r} is not implemented by this relay "
+        "(tmux sessions only)",
+        {"target_session": session.principal_id(bundle.id), "transport": session.transport},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Requester:
+    principal: Principal
+    policy: Policy
+    member: Session | None  # a session principal's bundle member
+    user: User | None  # a user principal's users.toml entry
+
+    @property
+    def display_name(self) -> str | None:
+        if self.member is not None:
+            return self.member.name
+        return self.user.name if self.user is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    principal: Principal
+    bundle: Bundle | None  # None for @GLOBAL
+    session: Session | None
+    display_name: str | None
+
+
+def _unavailable(target: str, reason: str) -> RelayError:
+    return RelayError(
+        "transport_unavailable",
+        f"target session is unavailable: {reason}",
+        {"target_session": target},
+    )
+
+
+class Resolution:
+    """The requester and target resolution of `RelayBehaviour` (a mixin over its state)."""
+
+    # set by RelayBehaviour.__init__
+    roots: tuple[Path, ...]
+    state_root: Path
+    host: BundleHost
+    inscribe: RelayInscriptions
+    send_event: SendEvent | None
+    revoke: Revoke | None
+    live_principals: Callable[[], Iterable[str]] | None
+
+    def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:
+        """The connection's principal with its policy; a `requester_session` naming anyone
+        else is `validation_unknown_sender`."""
+        claimed = _opt_str(body, "requester_session")
+        if claimed is not None:
+            bare = claimed.removesuffix("@" + principal.namespace)
+            if bare != principal.name:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "requester_session does not name this connection's principal",
+                    {"requester_session": claimed, "principal_id": principal.id},
+                )
+        policies = load_policies(self.roots)
+        if principal.kind == "session":
+            bundle = require_bundle(self.roots, principal.namespace)
+            member = bundle.member(principal.name)
+            if member is None:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "requester session is not configured in its bundle",
+                    {"requester_session": principal.id},
+                )
+            return _Requester(principal, member_policy(policies, member), member, None)
+        if principal.kind == "user":
+            user = load_users(self.roots).get(principal.id)
+            if user is None:
+                raise RelayError(
+                    "validation_unknown_sender",
+                    "requester is not configured in users.toml",
+                    {"requester_session": principal.id},
+                )
+            return _Requester(principal, member_policy(policies, user), None, user)
+        # application / relay principals: authorize() refuses them everything
+        return _Requester(principal, member_policy(policies, None), None, None)
+
+    def _subject(self, principal: Principal, request: Request) -> str:
+        """The routing namespace of a bundle-subject request (§2.3)."""
+        namespace = request.namespace
+        if namespace is None:
+            if principal.kind != "session":
+                raise RelayError(
+                    "validation_missing_routing_namespace",
+                    "a relay-wide principal must name the namespace of this request",
+                    {"operation": request.operation},
+                )
+            return principal.namespace
+        if namespace in ("EXTERNAL", "RELAY"):
+            raise RelayError(
+                "validation_unsupported_namespace",
+                f"namespace {namespace!r} cannot be routed to",
+                {"namespace": namespace},
+            )
+        return namespace
+
+    def _target(self, raw: Any, *, operation: str, users: Users | None = None) -> _Target:
+        """A fully-qualified target, resolved; validation and existence errors only."""
+        if not isinstance(raw, str) or not raw.strip():
+            raise RelayError("validation_unknown_target", "target_session must be non-empty")
+        if "!" in raw:
+            raise _cross_relay(raw)
+        if "@" not in raw:
+            raise RelayError(
+                "validation_unqualified_target",
+                "target must be a fully-qualified principal id (id@namespace)",
+                {"target": raw},
+            )
+        target = parse_principal(raw)
+        if target.namespace in ("EXTERNAL", "RELAY"):
+            raise RelayError(
+                "validation_unsupported_namespace",
+                f"targets in namespace {target.namespace!r} are not supported",
+                {"target": raw, "namespace": target.namespace},
+            )
+        if target.namespace == GLOBAL:
+            if operation != "send":
+                raise RelayError(
+                    "validation_unsupported_operation",
+                    f"{operation} cannot target a relay-wide principal",
+                    {"target_session": raw},
+                )
+            users = users if users is not None else load_users(self.roots)
+            user = users.get(raw)
+            if user is None and raw not in self._live():
+                raise RelayError(
+                    "validation_unknown_target",
+                    "target is not a configured or connected principal",
+                    {"target_session": raw},
+                )
+            return _Target(target, None, None, user.name if user else None)
+        bundle = require_bundle(self.roots, target.namespace)
+        session = bundle.member(target.name)
+        if session is None:
+            raise RelayError(
+                "validation_unknown_target",
+                "target is not a member of its bundle",
+                {"target_session": raw},
+            )
+        return _Target(target, bundle, session, session.name)
+
+    def _live(self) -> set[str]:
+        return set(self.live_principals()) if self.live_principals is not None else set()
+
+    def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
+        """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and
+        acp/pty members are not implemented."""
+        if session.transport in ("ui", "pubsub"):
+            raise RelayError(
+                "validation_unsupported_operation",
+                f"{operation} is not supported for a {session.transport} session",
+                {
+                    "target_session": session.principal_id(bundle.id),
+                    "transport": session.transport,
+                },
+            )
+        coder = bundle.coder_for(session)
+        if session.transport != "tmux" or coder is None or coder.tmux is None:
+            raise _session_type(bundle, session)
+        return coder.tmux
