@@ -163,10 +163,8 @@ def relay_fleet(
     supervised.extra_env.update(
         AGENTMUX_CONFIGURATION_DIRECTORY=str(config), AGENTMUX_STATE_DIRECTORY=str(state)
     )
-    no_bundle = base / "relay_without_bundle.py"
-    no_bundle.write_text(RELAY_WITHOUT_BUNDLE)
-    many = base / "many_sessions.py"
-    many.write_text(MANY_SESSIONS)
+    no_bundle = [sys.executable, "-c", RELAY_WITHOUT_BUNDLE]  # inline: agents are fenced
+    many = [sys.executable, "-c", MANY_SESSIONS]
     supervised.write_fleet(
         [
             {
@@ -176,10 +174,10 @@ def relay_fleet(
                     "--relay-call", "list", "--relay-args", '{{"command": "principals"}}', "--hold"
                 ),
             },
-            {"id": "agent-2", "command": [sys.executable, str(no_bundle), "{mcp_config}"]},
+            {"id": "agent-2", "command": [*no_bundle, "{mcp_config}"]},
             {
                 "id": "many",
-                "command": [sys.executable, str(many), "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
+                "command": [*many, "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
             },
         ]
     )
