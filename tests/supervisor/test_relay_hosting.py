@@ -39,7 +39,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.supervisor.test_kernel import isolated, until_async
 from tests.waiting import until
 
@@ -152,9 +152,8 @@ print(json.dumps(out))
 
 
 def echo_agent(name: str) -> list[str]:
-    """The echo agent's command: the script inline, since a fenced agent sees a /tmp of its
-    own, not the test's."""
-    return [sys.executable, "-c", ECHO_AGENT, name]
+    """The echo agent's command (inline: see `inline`)."""
+    return inline(ECHO_AGENT, name)
 
 
 def write_party_fleet(sv: Supervised) -> None:

@@ -19,7 +19,6 @@ Conditions only (`until`), no sleeps.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.supervisor.test_relay_hosting import POLICIES, drive, echo_agent, payload
 from tests.supervisor.test_relay_send_bounds import CLOCK, pane
 from tests.waiting import until
@@ -44,11 +43,10 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     (xdg / "agentmux" / "policies.toml").write_text(POLICIES)
     sv.extra_env["XDG_CONFIG_HOME"] = str(xdg)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = ""  # blank: names no layer
-    py = sys.executable  # the programs inline: a fenced agent's /tmp is its own
     agents = [
         {"id": "A", "command": echo_agent("A"), "policy": "lead"},
         {"id": "B", "command": echo_agent("B")},
-        {"id": "C", "command": [py, "-c", CLOCK]},
+        {"id": "C", "command": inline(CLOCK)},
     ]
     sv.write_fleet(agents, bundle="party", runner="tmux", restart="always")
     try:

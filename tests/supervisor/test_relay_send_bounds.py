@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.supervisor.test_relay_hosting import (
     POLICIES,
     USERS,
@@ -131,12 +131,14 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     (operator / "policies.toml").write_text(POLICIES)
     (operator / "users.toml").write_text(USERS)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    py = sys.executable  # the programs inline, B's record in its workspace: agents are fenced
+    # the programs inline, B's record in its workspace: the agents are fenced
     agents = [
         {"id": "A", "command": echo_agent("A")},
-        {"id": "B", "command": [py, "-c", RECORDER, "{workspace}/B.json"]},
-        {"id": "C", "command": [py, "-c", CLOCK]},
-        {"id": "D", "command": echo_agent("D")},
+        {"id": "B", "command": [*inline(RECORDER), "{workspace}/B.json"]},
+        {"id": "C", "command": inline(CLOCK)},
+        # D floods the relay's own socket (socket trust) in test_the_delivery_queue_is_bounded:
+        # only an unfenced tree can reach it (a fenced agent sends through its relay tools)
+        {"id": "D", "command": echo_agent("D"), "sandbox": "none"},
     ]
     sv.write_fleet(agents, bundle="party", runner="tmux", restart="always")
     try:

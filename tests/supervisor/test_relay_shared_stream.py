@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.supervisor.test_relay_hosting import POLICIES, echo_agent
 from tests.waiting import until
 
@@ -138,7 +138,7 @@ def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
     operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
     (operator / "policies.toml").write_text(POLICIES)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    client = [sys.executable, "-c", CLIENT, "{mcp_config}", "hold"]  # inline: agents are fenced
+    client = [*inline(CLIENT), "{mcp_config}", "hold"]
     echo = echo_agent("B")
     sv.write_fleet(
         [{"id": "A", "command": client}, {"id": "B", "command": echo}],
