@@ -112,7 +112,11 @@ def children_of(pid: int) -> list[int]:
 @pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
 @pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
 @pytest.mark.parametrize(
-    ("sandbox", "token_errno"), [("none", errno.EACCES), ("auto", errno.ENOENT)]
+    ("sandbox", "token_errno"),
+    [
+        pytest.param("none", errno.EACCES, id="unfenced"),
+        pytest.param("auto", errno.ENOENT, id="fenced"),
+    ],
 )
 def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
     supervised: Supervised, center: DevCenter, sandbox: str, token_errno: int
