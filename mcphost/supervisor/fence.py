@@ -14,16 +14,16 @@ Mechanism, in `apply`'s order (every step in the child, after the user switch):
    `HOME`/`CLAUDE_CONFIG_DIR`;
 3. a tmpfs over each hidden directory: the supervisor's state directory (control socket,
    state file, every other home, logs, the relay's store, configuration and inscriptions, tmux
-   sockets), `/tmp` and `/dev/shm` (private to the agent), the user's runtime directory (its
-   systemd and D-Bus sockets would start processes outside the fence); then the kept paths bound
-   back at their own paths from those descriptors, and the token and fleet files (when they are
-   not hidden already) covered by an empty, unreadable, read-only file;
+   sockets), `/tmp`, `/var/tmp` and `/dev/shm` (private to the agent), the user's runtime
+   directory (its systemd and D-Bus sockets would start processes outside the fence); then the
+   kept paths bound back at their own paths from those descriptors, and the token and fleet
+   files (when they are not hidden already) covered by an empty, unreadable, read-only file;
 4. the capability bounding set emptied (an agent running as uid 0 gets no capability back at
    `execve`), `PR_SET_NO_NEW_PRIVS`;
 5. a Landlock domain: writes only beneath the agent's home, its fleet-given paths, `/tmp`,
-   `/dev/shm` and the terminal and null devices; scoped signals and abstract Unix sockets
-   (ABI >= 6), so nothing in the tree can signal or reach what is outside its domain, and (all
-   ABIs) no ptrace of a process outside it. Landlock also refuses every mount operation to a
+   `/var/tmp`, `/dev/shm` and the terminal and null devices; scoped signals and abstract Unix
+   sockets (ABI >= 6), so nothing in the tree can signal or reach what is outside its domain,
+   and (all ABIs) no ptrace of a process outside it. Landlock also refuses every mount operation to a
    sandboxed process, so the covers cannot be unmounted, not even from a nested user namespace.
 Both layers are inherited by every descendant and survive `setsid`, double forks and re-exec;
 nothing (`prctl` included) removes them. Reads elsewhere are not restricted: the system's
@@ -97,7 +97,10 @@ DEVICES = (
     "/dev/ptmx",
     "/dev/pts",
 )
-PRIVATE = ("/tmp", "/dev/shm")  # each fenced tree gets its own, empty
+# Each fenced tree gets its own, empty. /var/tmp too: SQLite (Codex's state database) and other
+# programs take it before /tmp, and Landlock does not answer access(2), so a read-only /var/tmp
+# would look writable and fail only at open.
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")
 BLANK = ".mcphost-fence-blank"
 
 

@@ -151,6 +151,10 @@ def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
         "connect_attach": outcome(connect(f"{state}/run/center.sock")),
         "tcp_loopback": outcome(tcp(int(str(cfg["port"])))),
         "tmp_write": outcome(write(f"/tmp/fence-probe-{os.path.basename(state)}-{cfg['mode']}")),
+        # SQLite (Codex's state database) takes /var/tmp before /tmp: private and writable too
+        "var_tmp_write": outcome(
+            write(f"/var/tmp/fence-probe-{os.path.basename(state)}-{cfg['mode']}")
+        ),
         "tmp_host_marker": outcome(read(str(cfg["marker"]))),
     }
     return out

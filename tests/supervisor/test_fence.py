@@ -39,8 +39,19 @@ FORBIDDEN = (
     "connect_other_tmux", "connect_own_tmux", "kill_supervisor", "kill_other",
     "ptrace_supervisor", "ptrace_other", "supervisor_environ", "undo",
 )  # fmt: skip
+# What the same probes reach without the fence (the control): every forbidden one but the
+# control socket's request (its second wall), the hostile agent's own tmux socket (a process
+# agent has none), ptrace (not tried unfenced: a tracer that stays would freeze its tracee) and
+# `undo` (nothing to undo).
+UNFENCED_THROUGH = tuple(
+    name
+    for name in FORBIDDEN
+    if name
+    not in ("control_status", "connect_own_tmux", "ptrace_supervisor", "ptrace_other", "undo")
+)
 ALLOWED = (
     "write_workspace", "write_home", "run_sh", "connect_attach", "tcp_loopback", "tmp_write",
+    "var_tmp_write",
 )  # fmt: skip
 SUPPORTED = fence.probe().missing() is None
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason=f"no fence here: {fence.probe().missing()}")
@@ -143,9 +154,14 @@ def run_fleet(
             r for r in center.requests(500) if (r.get("body") or {}).get("agent_id") == "hostile"
         ]
         assert heard, "the center never heard the hostile agent"
-        written = Path(f"/tmp/fence-probe-{sv.state.name}-agent")
-        results["tmp"] = {"host_sees_agent_tmp": str(written.exists())}
-        written.unlink(missing_ok=True)
+        written = [
+            Path(f"{tmp}/fence-probe-{sv.state.name}-{mode}")
+            for tmp in ("/tmp", "/var/tmp")
+            for mode in ("agent", "escapee", "exec")
+        ]
+        results["tmp"] = {"host_sees_agent_tmp": str(any(path.exists() for path in written))}
+        for path in written:
+            path.unlink(missing_ok=True)
         return results
     finally:
         sv.close()
@@ -209,13 +225,16 @@ def test_without_the_fence_the_same_probes_get_through(
     sv = AsUser(base, center, None)
     try:
         results = run_fleet(sv, center, "process", "none", loopback, outside)
+        landed = sorted(path.name for path in outside.iterdir())
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(sv.state, ignore_errors=True)
         shutil.rmtree(outside, ignore_errors=True)
-    seen = results["agent"]
-    for name in ("read_token", "read_fleet", "read_state_db", "read_other_home", "kill_other"):
-        assert seen[name] == "ok", (name, seen)
-    # the second wall holds even unfenced: the control socket refuses the supervisor's tree
-    assert seen["connect_control"] == "ok"
-    assert seen["control_status"] in ("EACCES", "EPIPE", "ECONNRESET"), seen  # forbidden_peer
+    for mode in ("agent", "escapee", "exec"):
+        seen = results[mode]
+        refused = {name: seen[name] for name in UNFENCED_THROUGH if seen[name] != "ok"}
+        assert not refused, (mode, refused, seen)
+        assert seen["tmp_host_marker"] == "ok", (mode, seen)  # the host's /tmp
+        # the second wall holds even unfenced: the control socket refuses the supervisor's tree
+        assert seen["control_status"] in ("EACCES", "EPIPE", "ECONNRESET"), seen  # forbidden_peer
+    assert landed == ["planted-agent", "planted-escapee", "planted-exec"], landed

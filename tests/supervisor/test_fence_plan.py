@@ -16,10 +16,10 @@ def test_the_state_is_covered_and_only_the_home_and_attach_sockets_come_back() -
     got = plan(
         state_dir=STATE, home=HOME, sockets=SOCKETS, secrets=("/etc/mcphost/token", "/etc/f.toml")
     )
-    assert set(got.covers) == {"/tmp", STATE, "/dev/shm"}
+    assert set(got.covers) == {"/tmp", "/var/tmp", STATE, "/dev/shm"}
     assert set(got.keeps) == {HOME, *SOCKETS}
     assert got.blanks == ("/etc/mcphost/token", "/etc/f.toml")  # outside every cover
-    assert got.writable[:3] == (HOME, "/tmp", "/dev/shm")
+    assert got.writable[:4] == (HOME, "/tmp", "/var/tmp", "/dev/shm")
     assert "/dev/null" in got.writable and STATE not in got.writable
 
 
@@ -32,7 +32,7 @@ def test_a_state_under_tmp_is_hidden_by_the_private_tmp_and_secrets_there_need_n
         secrets=("/tmp/base/token", f"{state}/token"),
         given=("/tmp/homes/claude", f"{state}/agents/other"),  # the latter: not the agent's
     )
-    assert got.covers == ("/tmp", "/dev/shm")
+    assert got.covers == ("/tmp", "/dev/shm", "/var/tmp")
     assert set(got.keeps) == {f"{state}/agents/a1", f"{state}/run/center.sock", "/tmp/homes/claude"}
     assert got.blanks == ()
     assert f"{state}/agents/other" not in got.writable
