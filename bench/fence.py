@@ -10,12 +10,15 @@ differs. Per round and arm:
   over the agents; and the fleet's wall, from the supervisor's start to the last first call;
 - memory: PSS (`smaps_rollup`) of every process below the supervisor (the agents and their
   pumps), divided by N, read once every agent has called.
-Arms alternate (the order swapped each round); ratios are fenced ÷ unfenced. Targets (the
+Arms alternate (the order swapped each round); ratios are fenced ÷ unfenced. And the fence's
+own price, without the agents' start-up around it: fork + exec of `/bin/true` with the fence
+applied in the child (as the supervisor does) against without, EXECS times each, interleaved. Targets (the
 issue): spawn <= 1.2x, memory <= 1.05x. The kernel's own cost of a mount namespace and its
 tmpfs is not in PSS; MemAvailable before and after would be too noisy on a shared machine.
 
 Run alone with `python -m bench.fence`; `make bench` runs it as a section.
-Env: BENCH_FENCE_SIZES (1,10,100), BENCH_FENCE_ROUNDS (rounds per size, 3,2,1).
+Env: BENCH_FENCE_SIZES (1,10,100), BENCH_FENCE_ROUNDS (rounds per size, 5,3,1),
+BENCH_FENCE_EXECS (200).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from bench.supervisor import avail_mb, children_of, pss_mb, wait_files, wait_gon
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = [int(n) for n in os.environ.get("BENCH_FENCE_SIZES", "1,10,100").split(",")]
-ROUNDS = [int(n) for n in os.environ.get("BENCH_FENCE_ROUNDS", "3,2,1").split(",")]
+ROUNDS = [int(n) for n in os.environ.get("BENCH_FENCE_ROUNDS", "5,3,1").split(",")]
+EXECS = int(os.environ.get("BENCH_FENCE_EXECS", "200"))
 ARMS = ("none", "auto")
 
 
@@ -58,7 +62,9 @@ def run_arm(center: Any, base: Path, n: int, sandbox: str) -> dict[str, float]:
     token = work / "worker.token"
     token.write_text(center.token + "\n")
     token.chmod(0o600)
-    agents = [{"id": f"f-{i:03d}", "command": standin("--hold")} for i in range(n)]
+    agents: list[dict[str, Any]] = [
+        {"id": f"f-{i:03d}", "command": standin("--hold")} for i in range(n)
+    ]
     fleet = work / "fleet.toml"
     fleet.write_text(
         fleet_toml(center, token, agents, client="command", sandbox=sandbox, stop_grace=5)
@@ -79,7 +85,7 @@ def run_arm(center: Any, base: Path, n: int, sandbox: str) -> dict[str, float]:
         done = wait_files(calls, 600, check)
         tree = descendants(proc.pid)
         memory = sum(pss_mb(pid) for pid in tree) / n
-        spawned = {}
+        spawned: dict[str, float] = {}
         for line in err_path.read_text().splitlines():
             if line.startswith("{") and '"supervisor.agent_spawned"' in line:
                 record = json.loads(line)
@@ -94,6 +100,30 @@ def run_arm(center: Any, base: Path, n: int, sandbox: str) -> dict[str, float]:
             proc.kill()
             proc.wait()
         wait_gone(descendants(proc.pid))
+
+
+def section_exec(base: Path, out: list[str]) -> None:
+    """fork + exec of /bin/true, fenced (a real agent's plan) and not, interleaved."""
+    from mcphost.supervisor import fence
+
+    state = base / "exec-state"
+    home = state / "agents" / "x"
+    (home / "workspace").mkdir(parents=True)
+    plan = fence.plan(state_dir=str(state), home=str(home), sockets=(), secrets=())
+    fenced_step = fence.Fence(plan, fence.probe().landlock_abi)
+    times: dict[str, list[float]] = {"none": [], "auto": []}
+    for _ in range(EXECS):
+        for arm, step in (("none", None), ("auto", fenced_step)):
+            start = time.perf_counter()
+            subprocess.run(["/bin/true"], preexec_fn=step, check=True)
+            times[arm].append(time.perf_counter() - start)
+    plain, fenced = (statistics.median(times[arm]) * 1000 for arm in ("none", "auto"))
+    out += [
+        f"fork + exec of `/bin/true` ({EXECS} each, interleaved, medians): unfenced "
+        f"{plain:.2f} ms, fenced {fenced:.2f} ms ({fenced / plain:.2f}×, +{fenced - plain:.2f} ms"
+        " per spawn: namespaces, tmpfs covers, bind mounts, Landlock).",
+        "",
+    ]
 
 
 def section_sizes(center: Any, base: Path, out: list[str]) -> None:
@@ -153,6 +183,8 @@ async def section(out: list[str]) -> None:
                     f"binding the agents failed: {reply.status} {reply.body[:300]!r}"
                 )
             section_sizes(center, base, out)
+        out.append("")
+        section_exec(base, out)
     out.append("")
 
 
