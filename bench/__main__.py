@@ -286,6 +286,7 @@ async def main() -> None:
         "bench.lifecycle",
         "bench.attach",
         "bench.supervisor",
+        "bench.fence",
     ):
         try:
             module = __import__(extra, fromlist=["section"])

@@ -42,6 +42,7 @@ def anyio_backend() -> str:
 DEEP = {
     "blackbox/test_claude_code.py": "the Claude Code CLI (node) against generated configs",
     "blackbox/test_default_agents.py": "the real Claude Code and Codex TUIs kept up 30 s each",
+    "blackbox/test_fenced_claude.py": "the real Claude Code completing a turn inside the fence",
     "blackbox/test_inspector.py": "the MCP Inspector CLI (node), one host per method and era",
     "blackbox/test_process.py": "the host process's own life: bindings, signals, stdout",
     "blackbox/test_ts_sdk.py": "the TypeScript SDK's stdio client (node)",
@@ -68,6 +69,7 @@ DEEP = {
     "relaytools/test_relaytools_member_ids.py": "hostile member ids through the relay tools",
     "relaytools/test_relaytools_realrelay.py": "the relay tools against the real relay",
     "supervisor/test_demo_fleet.py": "`mcphost demo fleet` twice, whole (~4 s of CPU each)",
+    "supervisor/test_fence.py": "five supervisors (root and nobody) with hostile fenced agents",
     "supervisor/test_exec.py": "ctl exec, including Claude Code's mcp list",
     "supervisor/test_lifecycle.py": "restart policies and backoff of real processes",
     "supervisor/test_relay_send_bounds.py": "send's text-only paste and a 300 MiB send flood",

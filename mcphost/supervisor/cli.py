@@ -67,10 +67,15 @@ def main(argv: list[str]) -> int:
     flags = {k: v for k, v in vars(args).items() if v is not None and k != "check"}
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
-        from mcphost.supervisor.fleet import check_users, load_fleet
+        from mcphost.supervisor.fence import probe
+        from mcphost.supervisor.fleet import check_sandbox, check_users, load_fleet
 
         fleet = load_fleet(settings.fleet, env=os.environ)
         check_users(fleet)
+        support = probe()
+        if check:
+            print(f"mcphost supervise --check: fence: {support.describe()}", file=sys.stderr)
+        check_sandbox(fleet, support.missing())
     except SettingError as exc:
         for line in exc.lines():
             print(f"mcphost supervise: {line}", file=sys.stderr)

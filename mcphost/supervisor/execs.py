@@ -1,7 +1,8 @@
 """A command an operator runs *as an agent* (`mcphost ctl exec AGENT -- CMD ...`).
 
 Owns: spawning the command (the operator's stdin, stdout and stderr as 0/1/2, the agent's
-environment, its workspace as cwd, its user, its own session and process group, the
+environment, its workspace as cwd, its user, its fence (fence.py: the agent's own, so the
+command sees and reaches exactly what the agent does), its own session and process group, the
 parent-death signal), watching its exit through the `Reaper`, signalling its process group, and
 ending that group (SIGTERM, SIGKILL after the grace) when asked or once its leader exited.
 
@@ -20,7 +21,7 @@ import asyncio
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mcphost.events import emit
@@ -114,6 +115,7 @@ def spawn(
     cwd: str,
     env: dict[str, str],
     creds: Credentials | None,
+    fence: Callable[[], None] | None = None,
     reaper: Reaper,
     agent_id: str,
     generation: int,
@@ -131,7 +133,7 @@ def spawn(
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=creds),
+            preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=creds, fence=fence),
             close_fds=True,
         )
     except (OSError, subprocess.SubprocessError) as exc:

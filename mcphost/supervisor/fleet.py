@@ -45,6 +45,8 @@ checks:
   refuses an interactive client without a `command` (stdin would be /dev/null: the client
   exits at once). `policy`: the relay policy id of the agent's bundle member (None: the
   policies file's default, else the built-in).
+- `sandbox`: `"auto"` (default: the fence of fence.py) or `"none"` (opt out). `check_sandbox`
+  refuses `"auto"` at load where this machine cannot build the fence (fail closed).
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
 
 Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
@@ -98,6 +100,7 @@ Client = Literal["claude", "codex", "command"]
 Runner = Literal["auto", "process", "tmux"]
 INTERACTIVE: tuple[Client, ...] = ("claude", "codex")  # their default command needs a terminal
 Restart = Literal["always", "on-failure", "never"]
+Sandbox = Literal["auto", "none"]  # the fence (fence.py): on by default, "none" opts out
 FleetSource = Literal["file", "center"]
 
 PLACEHOLDERS = ("mcp_config", "workspace", "home", "agent_id")
@@ -261,6 +264,11 @@ class _Tunable(_Section):
         "for claude or codex without a command, else process)",
     )
     policy: str | None = Field(None, description=_POLICY_EXPECTED)
+    sandbox: Sandbox | None = Field(
+        None,
+        description='"auto" (the fence: namespaces and Landlock) or "none" (no fence: the agent '
+        "can read the token and reach the control socket)",
+    )
     restart_delay: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
     restart_max_delay: float | None = Field(
         None, gt=0, le=86400, description=_SECONDS + " (<= 86400)"
@@ -656,6 +664,7 @@ class AgentDefaults:
     log_keep: int = 3
     runner: Runner = "auto"
     policy: str | None = None
+    sandbox: Sandbox = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,6 +688,7 @@ class AgentPlan:
     log_keep: int
     runner: Runner = "process"  # resolved (`resolve_runner`): "process" or "tmux" (a pane)
     policy: str | None = None  # the relay policy of the agent's bundle member
+    sandbox: Sandbox = "auto"  # "auto": fenced (fence.py); "none": not
 
 
 @dataclass(frozen=True, slots=True)
@@ -842,6 +852,37 @@ def fleet_with_agents(fleet: Fleet, assigned: Iterable[str | Mapping[str, Any]])
         plan = plan_from_center(fleet.defaults, agent_id, bundle=bundle)
         plans.setdefault(plan.agent_id, plan)
     return dataclasses.replace(fleet, agents=tuple(plans.values()))
+
+
+def check_sandbox(fleet: Fleet, missing: str | None) -> None:
+    """Refuse `sandbox = "auto"` (the default) where the fence cannot be built: `missing` is
+    what this machine lacks (`fence.Support.missing()`), None when nothing is. Fails closed with
+    one `SettingError` per key that asks for the fence (`defaults.sandbox` when the agent has
+    the default's)."""
+    if missing is None:
+        return
+    keys: list[str] = []
+    if fleet.defaults.sandbox == "auto" and (
+        fleet.center.fleet == "center" or any(a.sandbox == "auto" for a in fleet.agents)
+    ):
+        keys.append("defaults.sandbox")
+    if fleet.defaults.sandbox != "auto":
+        keys.extend(
+            f"agent[{index}].sandbox"
+            for index, plan in enumerate(fleet.agents)
+            if plan.sandbox == "auto"
+        )
+    _raise_all(
+        [
+            SettingError(
+                f"{fleet.path}: {key}",
+                '"auto"',
+                'sandbox = "none" to run agents unfenced on this machine',
+                problem=f'is "auto" (the default), but this machine lacks {missing}',
+            )
+            for key in keys
+        ]
+    )
 
 
 def check_users(fleet: Fleet) -> None:

@@ -39,7 +39,8 @@ Owns:
 - `agent_env`: the supervisor's environment minus every `AC_MCP_*`, `MCPHOST_*` and
   `AGENTMUX_*` variable (identity, token and settings are the supervisor's) and minus systemd's
   per-service handles (`NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`), plus the plan's `env`, plus
-  `CODEX_HOME` for codex agents.
+  `CODEX_HOME` for codex agents; a fenced agent (fence.py) whose `env` gives no `HOME` gets its
+  home as `HOME` (the fence lets it write only there and where its `env` points).
 
 Must never: write the token, the token file's path or the admin URL into a home or an agent's
 environment (this module is never given them), follow a symlink inside a home, put a file of
@@ -247,6 +248,8 @@ def agent_env(base: Mapping[str, str], plan: AgentPlan, home: Home) -> dict[str,
         and not key.startswith(_SERVICE_ENV_PREFIXES)
     }
     env.update(plan.env)
+    if plan.sandbox != "none" and "HOME" not in dict(plan.env):
+        env["HOME"] = home.root  # behind the fence the supervisor's HOME is read-only
     if plan.client == "codex" and home.codex_home is not None:
         env["CODEX_HOME"] = home.codex_home
     return env

@@ -1,8 +1,8 @@
 """Kernel primitives of the supervisor: prctl wrappers, the child's pre-exec step, and the reaper.
 
 Owns: `prctl` through `ctypes.CDLL(None).prctl` (child subreaper, non-dumpable, parent-death
-signal); the function run in an agent's child between fork and exec (switch user, then set the
-parent-death signal, then check the parent is still alive); and the `Reaper`, the only caller of
+signal); the function run in an agent's child between fork and exec (switch user, then fence
+(fence.py), then set the parent-death signal, then check the parent is still alive); and the `Reaper`, the only caller of
 `waitpid` in the supervisor: a SIGCHLD handler on the event loop that reaps every child (agents
 and the orphans reparented to us as a child subreaper) and resolves the future of a watched pid
 with its raw wait status.
@@ -153,9 +153,14 @@ class ParentGone(Exception):
 
 
 def pdeathsig_preexec(
-    sig: int, *, parent: int | None = None, creds: Credentials | None = None
+    sig: int,
+    *,
+    parent: int | None = None,
+    creds: Credentials | None = None,
+    fence: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
-    """A `preexec_fn`: switch user (if `creds`), arm `sig` on parent death, check the parent.
+    """A `preexec_fn`: switch user (if `creds`), fence (if `fence`: fence.py, as that user),
+    arm `sig` on parent death, check the parent.
 
     Order matters: the kernel clears the parent-death signal on a change of uid/gid, so the
     switch (setgroups, setgid, setuid: groups and gid first, while still root) comes before the
@@ -180,6 +185,8 @@ def pdeathsig_preexec(
             os.setgroups(groups)
             os.setgid(creds.gid)
             os.setuid(creds.uid)
+        if fence is not None:  # namespaces and Landlock change credentials: before the prctl
+            fence()
         if int(_prctl_fn(*args)) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != expected:

@@ -3,9 +3,11 @@
 Owns: the agent's process. Each spawn takes a new generation from the StateStore (committed
 first; at least the one the supervisor's `reserve` got from the center, awaited before), starts
 the agent in its own session and process group (`start_new_session`) with its output piped
-into the agent's `RotatingLog` (after a `--- <id>, generation <n>, spawned (<UTC>) ---` line), arms the parent-death signal (and switches user when the plan
-names one), registers the pid with the Reaper and calls `on_spawn` -- all with no
-`await` in between, so the supervisor knows the new identity root before the agent can attach
+into the agent's `RotatingLog` (after a `--- <id>, generation <n>, spawned (<UTC>) ---`
+line), arms the parent-death signal (after switching user when the plan names one, and
+fencing it: `fence`, fence.py, set by the supervisor), registers the pid with the Reaper and
+calls `on_spawn` -- all with no `await` in between, so the supervisor knows the new identity
+root before the agent can attach
 and the exit status cannot be reaped before it is watched. On exit: `on_exit`, then whatever is
 left of the agent's process group is ended (SIGTERM, SIGKILL after `stop_grace`), then the
 policy: `always` | `on-failure` (a non-zero exit, a signal we did not send, or a spawn that
@@ -43,7 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mcphost.events import emit
 from mcphost.supervisor.kernel import (
@@ -58,6 +60,9 @@ from mcphost.supervisor.kernel import (
 )
 from mcphost.supervisor.logs import RotatingLog
 from mcphost.supervisor.state import StateStore
+
+if TYPE_CHECKING:
+    from mcphost.supervisor.fence import Fence
 
 
 class AgentState(StrEnum):
@@ -270,6 +275,7 @@ class AgentRunner:
         self._argv = list(argv)
         self._env = dict(env)
         self._creds = resolve_user(plan.user)  # KernelError now, not at spawn time
+        self.fence: Fence | None = None  # applied in the child after the user switch (fence.py)
         self._state = AgentState.STOPPED
         self._want = False
         self._closed = False  # `aclose()` began: this runner never spawns again
@@ -454,7 +460,7 @@ class AgentRunner:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=self._creds),
+                preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=self._creds, fence=self.fence),
                 close_fds=True,
             )
         except (OSError, subprocess.SubprocessError) as exc:

@@ -29,6 +29,7 @@ from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.execs import Execution
+    from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.fleet import AgentPlan
     from mcphost.supervisor.kernel import Reaper
     from mcphost.supervisor.records import ProcessRecords
@@ -48,6 +49,8 @@ class Slot(Protocol):
     def workspace(self) -> HeldWorkspace: ...
     @property
     def fenced(self) -> dict[str, Any] | None: ...
+    @property
+    def sandbox(self) -> Fence | None: ...
 
 
 class Supervised(Protocol):
@@ -125,6 +128,7 @@ class Operations:
                     "last_reason": status.last_reason,
                     "sessions": sum(hub.count(agent_id) for hub in supervisor.hubs.values()),
                     "fenced": slot.fenced,
+                    "sandbox": "none" if slot.sandbox is None else slot.sandbox.name,
                 }
             )
         for agent_id, reason in sorted(supervisor.unstarted.items()):
@@ -140,6 +144,7 @@ class Operations:
                     "last_reason": reason,
                     "sessions": 0,
                     "fenced": None,
+                    "sandbox": None,
                 }
             )
         return rows
@@ -213,6 +218,7 @@ class Operations:
             cwd=slot.workspace.cwd,
             env=agent_env(supervisor.env, slot.plan, slot.home),
             creds=resolve_user(slot.plan.user),
+            fence=slot.sandbox,
             reaper=supervisor.reaper,
             agent_id=agent_id,
             generation=status.generation,

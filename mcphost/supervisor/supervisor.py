@@ -46,11 +46,13 @@ from configgen import attach_script
 from mcphost import events, peer
 from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
+from mcphost.supervisor import fence as fences
 from mcphost.supervisor import kernel, startup
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
-from mcphost.supervisor.fleet import AgentPlan, Fleet, check_users, load_fleet
+from mcphost.supervisor.fence import Fence
+from mcphost.supervisor.fleet import AgentPlan, Fleet, check_sandbox, check_users, load_fleet
 from mcphost.supervisor.homes import (
     AttachPoints,
     HeldWorkspace,
@@ -102,6 +104,7 @@ class Slot:
     workspace: HeldWorkspace
     fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
     fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
+    sandbox: Fence | None = None  # the agent's fence (fence.py); None: `sandbox = "none"`
 
 
 def uid_of(user: str | None) -> int:
@@ -173,6 +176,7 @@ class Supervisor:
             print(exc.line, file=sys.stderr)
             return exc.status
         loop = asyncio.get_running_loop()
+        fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
         self.store = StateStore(self.path("state.sqlite3"))
         self.records = ProcessRecords(self.store)
         self.reaper = kernel.Reaper()
@@ -183,7 +187,9 @@ class Supervisor:
         )
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
-        self.control = ControlServer(self.path("control.sock"), self.operations, locked=True)
+        self.control = ControlServer(
+            self.path("control.sock"), self.operations, locked=True, refuse_descendants=True
+        )
         await self.control.start()
         budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
@@ -436,7 +442,34 @@ class Supervisor:
                 cwd=workspace.cwd,
             )
         runner.reserve = self._reserve_generation
-        return Slot(plan=plan, home=home, runner=runner, uid=uid_of(plan.user), workspace=workspace)
+        runner.fence = sandbox = self._fence(plan, home)
+        return Slot(
+            plan=plan,
+            home=home,
+            runner=runner,
+            uid=uid_of(plan.user),
+            workspace=workspace,
+            sandbox=sandbox,
+        )
+
+    def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
+        """The agent's fence (fence.py): its home and attach sockets visible, the state, the
+        token and fleet files and the user's runtime directory hidden; None with
+        `sandbox = "none"`. `check_sandbox` refused "auto" at load where it cannot be built."""
+        if plan.sandbox == "none":
+            return None
+        attach = self.attach_points()
+        env = dict(plan.env)
+        runtime = f"/run/user/{uid_of(plan.user)}"
+        plan_ = fences.plan(
+            state_dir=self.state_dir,
+            home=home.root,
+            sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
+            secrets=(self.fleet.center.token_file, self.fleet.path),
+            given=tuple(env[k] for k in ("HOME", "CLAUDE_CONFIG_DIR") if k in env),
+            hidden=(runtime,) if os.path.isdir(runtime) else (),
+        )
+        return Fence(plan_, fences.probe().landlock_abi)
 
     async def _reserve_generation(self, agent_id: str, local: int) -> int:
         """The generation of the agent's next spawn: the center's reservation (above every
@@ -517,6 +550,7 @@ class Supervisor:
             try:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
+                check_sandbox(fleet, fences.probe().missing())
             except SettingError as exc:
                 raise ControlError.row(
                     R.FLEET_INVALID,

@@ -29,12 +29,15 @@ server when no owned session is left on it (a server of the agent's own: always)
 
 The spawn awaits the tmux CLI (a plain process's `Popen` does not), so the pane would run
 before `on_spawn` registers it, and a pump it started in that window would be refused
-(`not_in_fleet`). So the pane starts *gated*: its command is `python3 -I -S -c GATE <fifo>
-argv...`, which blocks reading one byte from a FIFO under the bundle's runtime directory (0700)
-and then `execvp`s the agent's argv (same pid, same start time: the registered root holds). The
-runner holds the FIFO open read-write from before `new-session` until the run ends, and writes
-the byte right after `on_spawn`: the agent runs only once it is known. EOF instead of the byte
-(the runner gave up) ends the gate with status 1; an argv that cannot be exec'd, with 127.
+(`not_in_fleet`). So the pane starts *gated*: its command is `python3 -I -S fence.py <fifo>
+argv...` (`fence.main`), which blocks reading one line from a FIFO under the bundle's runtime
+directory (0700): the agent's fence (`Fence.message`, or `{}` with `sandbox = "none"`), so the
+pane fences itself exactly as a process agent's child does (and drops `TMUX`/`TMUX_PANE`: the
+agent never reaches a tmux server), then `execvp`s the agent's argv (same pid, same start time:
+the registered root holds). The runner holds the FIFO open read-write from before
+`new-session` until the run ends, and writes the line right after `on_spawn`: the agent runs
+only once it is known. EOF instead of the line (the runner gave up) ends the gate with status 1;
+a fence that cannot be built, with 126; an argv that cannot be exec'd, with 127.
 
 The pane starts in the workspace *path* (the tmux server opens it, not this process, so the
 held workspace descriptor cannot be handed over). That follows whatever the agent put there,
@@ -58,6 +61,7 @@ from collections.abc import Mapping, Sequence
 from mcphost import fsutil
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
+from mcphost.supervisor.fence import NO_FENCE
 from mcphost.supervisor.kernel import Reaper, proc_starttime
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
@@ -72,18 +76,8 @@ from mcphost.supervisor.relayhost import NO_TMUX
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
-GATE = (
-    "import os, sys\n"
-    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
-    "if not os.read(fd, 1):\n"
-    "    os._exit(1)\n"
-    "os.close(fd)\n"
-    "try:\n"
-    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
-    "except OSError as exc:\n"
-    "    sys.stderr.write(f'mcphost: cannot run {sys.argv[2]}: {exc.strerror}\\n')\n"
-    "    os._exit(127)\n"
-)
+# The gate is fence.py run as a script (stdlib only, so `-I -S` is enough): see `main` there.
+GATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fence.py")
 UNKNOWN_STATUS = 255 << 8  # tmux recorded no status (the session vanished): "exit 255"
 TMUX_DIR = "tmux"  # <state>/tmux/<agent id>/: the tmux servers of agents without a bundle
 
@@ -154,7 +148,7 @@ class TmuxRunner(AgentRunner):
         generation = self._new_generation()
         try:
             await self._kill_session()  # a leftover of an earlier run or supervisor
-            gated = [sys.executable, "-I", "-S", "-c", GATE, self._open_gate(), *self._argv]
+            gated = [sys.executable, "-I", "-S", GATE, self._open_gate(), *self._argv]
             pid = await self.server.new_session(
                 self.session, gated, cwd=os.fspath(self.home.workspace), env=self._pane_env
             )
@@ -186,9 +180,11 @@ class TmuxRunner(AgentRunner):
         return self._gate_path
 
     def _release_gate(self) -> None:
+        """Hand the pane its fence (or `{}`: none) as one line: it fences itself, then execs."""
         if self._gate is not None:
+            message = NO_FENCE if self.fence is None else self.fence.message()
             with contextlib.suppress(OSError):
-                os.write(self._gate, b"\x01")
+                os.write(self._gate, message)
 
     def _close_gate(self) -> None:
         if self._gate is not None:

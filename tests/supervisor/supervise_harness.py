@@ -46,6 +46,13 @@ def fleet_toml(
     return base_fleet_toml(center, token_file, agents, center_keys, **{**TEST_DEFAULTS, **defaults})
 
 
+def inline(script: str, *args: str) -> list[str]:
+    """A fleet command running `script` inline (`python -c`): a fenced agent sees a private
+    /tmp, so a script the test wrote there would not be found. Braces are doubled, since a
+    fleet command is a placeholder template."""
+    return [sys.executable, "-c", script.replace("{", "{{").replace("}", "}}"), *args]
+
+
 class Supervised:
     """One supervisor process with its fleet file and state directory."""
 

@@ -14,7 +14,7 @@ import pty
 import subprocess
 import sys
 
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.waiting import until
 
 OSC52 = "\x1b]52;c;ZXZpbA==\x07"  # set the clipboard to "evil"
@@ -59,8 +59,7 @@ def test_ctl_logs_escapes_an_agents_control_characters_on_a_terminal_only(
     supervised: Supervised,
 ) -> None:
     sv = supervised
-    (sv.base / "agent.py").write_text(AGENT)
-    sv.write_fleet([{"id": "A", "command": [sys.executable, str(sv.base / "agent.py")]}])
+    sv.write_fleet([{"id": "A", "command": inline(AGENT)}])
     sv.start()
     until(lambda: "after" in sv.ctl("logs", "A").stdout, 60, "A's output in its log")
 

@@ -135,8 +135,8 @@ def test_an_agent_that_is_not_running_is_refused(sv: Supervised) -> None:
     assert unknown.returncode == 1 and "unknown_agent" in unknown.stderr
 
 
-def test_sigint_to_ctl_reaches_the_command(sv: Supervised, tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
+def test_sigint_to_ctl_reaches_the_command(sv: Supervised) -> None:
+    ready = sv.workspace("agent-1") / "ready"  # where the (fenced) command may write
     script = f'trap "exit 42" INT; touch {ready}; while :; do sleep 0.05; done'
     proc = subprocess.Popen(ctl_exec(sv, "agent-1", "sh", "-c", script), env=sv.env())
     try:
@@ -148,8 +148,8 @@ def test_sigint_to_ctl_reaches_the_command(sv: Supervised, tmp_path: Path) -> No
         proc.wait()
 
 
-def test_killing_ctl_ends_the_command(sv: Supervised, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+def test_killing_ctl_ends_the_command(sv: Supervised) -> None:
+    pid_file = sv.workspace("agent-1") / "pid"  # where the (fenced) command may write
     script = f"import os, signal; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
     script += "signal.signal(signal.SIGTERM, signal.SIG_IGN); signal.pause()"
     proc = subprocess.Popen(ctl_exec(sv, "agent-1", sys.executable, "-c", script), env=sv.env())
@@ -203,16 +203,17 @@ def test_a_new_generation_closes_the_old_exec_session(sv: Supervised) -> None:
 
 
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Claude Code not run")
-def test_claude_mcp_list_shows_the_agents_servers_connected(sv: Supervised, tmp_path: Path) -> None:
+def test_claude_mcp_list_shows_the_agents_servers_connected(sv: Supervised) -> None:
     """The recipe in docs/supervisor.md: add the agent's attach entry to Claude Code's *local*
     scope (keyed by the workspace, which is exec's cwd) from the generated mcp.json, then run
     `claude mcp list` as the agent. (`claude mcp list` takes no --mcp-config; a project
     `.mcp.json` shows "Pending approval" and is not connected to.)"""
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} missing: run `make node` (make test does it)")
-    home = tmp_path / "home"
+    home = sv.workspace("agent-1") / "claude-home"
     (home / ".claude").mkdir(parents=True)
-    # Claude Code's config lives where the agent's HOME says; here a temp dir, set by `env`
+    # Claude Code's config lives where the agent's HOME says; here a fresh directory the
+    # (fenced) agent may write, in its workspace, set by `env`
     claude = [
         "env",
         f"HOME={home}",

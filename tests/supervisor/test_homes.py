@@ -216,10 +216,14 @@ def test_agent_env_scrubs_and_adds(state: Path) -> None:
         "WATCHDOG_USEC": "1000",
         "CODEX_HOME": "/root/.codex",
     }
-    agent = plan(env=(("FOO", "bar"),))
+    agent = plan(env=(("FOO", "bar"),), sandbox="none")
     home = home_paths(str(state), agent.agent_id, agent.client)
     env = agent_env(base, agent, home)
     assert env == {"PATH": "/usr/bin", "HOME": "/root", "FOO": "bar", "CODEX_HOME": "/root/.codex"}
+    # Fenced (the default), the supervisor's HOME would be read-only: the agent's home is HOME,
+    # unless its fleet entry gives one.
+    assert agent_env(base, plan(), home)["HOME"] == home.root
+    assert agent_env(base, plan(env=(("HOME", "/srv/a"),)), home)["HOME"] == "/srv/a"
     codex = plan(client="codex")
     codex_home = home_paths(str(state), codex.agent_id, codex.client)
     env = agent_env(base, codex, codex_home)

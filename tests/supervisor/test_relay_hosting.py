@@ -7,7 +7,9 @@ client on A's own `agentmux` attach entry), so every call goes pump -> superviso
 -> the relay socket (socket trust, vouched for by the kernel) -> the behaviour -> tmux. Through
 them A lists the bundle (all ready), sends to B and sees it in B's pane with `look`, broadcasts,
 uses `raww`, is refused what its policy forbids, and mints a PSK for the operator user
-`ops@GLOBAL`; a raw socket-trust hello from inside A's tree is accepted as A and refused as B;
+`ops@GLOBAL`; a raw socket-trust hello from inside A's tree finds no relay socket (the fence
+hides it: A reaches its peers only through its attach entry, so the policies are a boundary;
+which principal the kernel vouches for is test_socket_trust_only_where_the_kernel_vouches);
 a killed pane restarts with a new generation; the test then connects to the relay socket as ops with that PSK (a wrong PSK and a
 bare socket-trust hello are refused), takes the bundle `down` (every session stops, the tmux
 server ends) and `up` again (new generations), and kills a client mid-request while others keep
@@ -37,7 +39,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.supervisor.test_kernel import isolated, until_async
 from tests.waiting import until
 
@@ -128,13 +130,18 @@ policy = "operator"
 
 AGENTS = ("A", "B", "C")
 
-# Runs inside agent A (ctl exec): raw socket-trust hellos on the relay socket, one per principal.
+# Runs inside agent A (ctl exec): raw socket-trust hellos on the relay socket, one per principal
+# (or the errno name that refused the connection).
 HELLOS = """\
-import json, socket, sys
+import errno, json, socket, sys
 out = {}
 for principal in sys.argv[2:]:
     s = socket.socket(socket.AF_UNIX)
-    s.connect(sys.argv[1])
+    try:
+        s.connect(sys.argv[1])
+    except OSError as exc:
+        out[principal] = {"error": errno.errorcode[exc.errno]}
+        continue
     hello = {"frame": "hello", "schema_version": "1", "principal_id": principal,
              "identity_token": "socket-trust"}
     s.sendall(json.dumps(hello).encode() + b"\\n")
@@ -144,13 +151,16 @@ print(json.dumps(out))
 """
 
 
+def echo_agent(name: str) -> list[str]:
+    """The echo agent's command (inline: see `inline`)."""
+    return inline(ECHO_AGENT, name)
+
+
 def write_party_fleet(sv: Supervised) -> None:
     """The bundle `party` of echo agents A (policy lead), B and C, in tmux, always restarted."""
-    echo = sv.base / "echo_agent.py"
-    echo.write_text(ECHO_AGENT)
     agents: list[dict[str, Any]] = []
     for agent in AGENTS:
-        entry: dict[str, Any] = {"id": agent, "command": [sys.executable, str(echo), agent]}
+        entry: dict[str, Any] = {"id": agent, "command": echo_agent(agent)}
         if agent == "A":
             entry["policy"] = "lead"
         agents.append(entry)
@@ -197,14 +207,13 @@ def shared_party(
         assert sv.terminate() == 0, sv.stderr()[-3000:]
 
 
-def drive(sv: Supervised, tmp_path: Path, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run the ops through A's relay tools from inside A (ctl exec); their tool results."""
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
+def drive(sv: Supervised, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run the ops through A's relay tools from inside A (ctl exec); their tool results. The
+    driver runs inline: A is fenced, its /tmp is its own."""
     config = sv.state / "agents" / "A" / "mcp.json"
     done = subprocess.run(
         [sys.executable, "-m", "mcphost", "ctl", "--state", str(sv.state), "exec", "A", "--",
-         sys.executable, str(driver), str(config), json.dumps(ops)],
+         sys.executable, "-c", DRIVER, str(config), json.dumps(ops)],
         capture_output=True, text=True, env=sv.env(), timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
@@ -300,7 +309,6 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     to_b, to_all, raw = (f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("to-b", "to-all", "raw"))
     results = drive(
         sv,
-        tmp_path,
         [
             {"tool": "list", "args": {"command": "principals"}},
             {"tool": "send", "args": {"targets": ["B"], "message": to_b}},
@@ -342,16 +350,13 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
     psk = _find(payload(minted), "psk")
     assert isinstance(psk, str) and len(psk) >= 40, minted
 
-    # socket trust straight from A's tree: the kernel vouches for A@party, not for B@party
-    hellos = tmp_path / "hellos.py"
-    hellos.write_text(HELLOS)
+    # the relay's own socket straight from A's tree: hidden by A's fence, as any principal
     done = sv.ctl(
-        "exec", "A", "--", sys.executable, str(hellos), str(relay_root / "relay.sock"),
+        "exec", "A", "--", sys.executable, "-c", HELLOS, str(relay_root / "relay.sock"),
         "A@party", "B@party",
     )  # fmt: skip
     answers = json.loads(done.stdout)
-    assert answers["A@party"].get("frame") == "hello_ack", answers
-    assert "validation_credential_required" in json.dumps(answers["B@party"]), answers
+    assert answers == {p: {"error": "ENOENT"} for p in ("A@party", "B@party")}, answers
 
     # B's pane process killed: restarted like a plain process, a new generation, same session
     row = sv.status()["B"]
@@ -410,7 +415,6 @@ def test_the_supervisor_is_the_bundles_relay(party: Supervised, tmp_path: Path) 
         assert listed_after["bundle"]["state"] == "up", listed_after
         after = drive(
             sv,
-            tmp_path,
             [{"tool": "look", "args": {"target_session": "B@party"}, "until": marker}],
         )
         assert marker in json.dumps(after[0]), after  # the request still reached B
@@ -830,12 +834,11 @@ def test_a_reload_regenerates_the_bundle_and_reconciles_its_sessions(
 ) -> None:
     sv = shared_party
     before = {agent: sv.wait_running(agent) for agent in AGENTS}
-    echo = str(sv.base / "echo_agent.py")
     # A's policy changes (restart), B is unchanged (untouched), C leaves the fleet
     sv.write_fleet(
         [
-            {"id": "A", "command": [sys.executable, echo, "A"], "policy": "operator"},
-            {"id": "B", "command": [sys.executable, echo, "B"]},
+            {"id": "A", "command": echo_agent("A"), "policy": "operator"},
+            {"id": "B", "command": echo_agent("B")},
         ],
         bundle="party",
         runner="tmux",
@@ -849,7 +852,7 @@ def test_a_reload_regenerates_the_bundle_and_reconciles_its_sessions(
         assert "C" not in status and tmux_sessions(sv) == {"A", "B"}, row_a
         generated = (sv.state / "relay" / "config" / "bundles" / "party.toml").read_text()
         assert 'id = "C"' not in generated and 'policy = "operator"' in generated, generated
-        listed = drive(sv, tmp_path, [{"tool": "list", "args": {"command": "principals"}}])[0]
+        listed = drive(sv, [{"tool": "list", "args": {"command": "principals"}}])[0]
         bundles = {b["id"]: b for b in payload(listed)["bundles"]}
         members = {p["id"]: p["ready"] for p in bundles["party"]["principals"]}
         assert members == {"A@party": True, "B@party": True}, listed

@@ -19,7 +19,6 @@ Conditions only (`until`), no sleeps.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
-from tests.supervisor.test_relay_hosting import ECHO_AGENT, POLICIES, drive, payload
+from tests.supervisor.supervise_harness import Supervised, inline
+from tests.supervisor.test_relay_hosting import POLICIES, drive, echo_agent, payload
 from tests.supervisor.test_relay_send_bounds import CLOCK, pane
 from tests.waiting import until
 
@@ -44,13 +43,10 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     (xdg / "agentmux" / "policies.toml").write_text(POLICIES)
     sv.extra_env["XDG_CONFIG_HOME"] = str(xdg)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = ""  # blank: names no layer
-    (base / "echo.py").write_text(ECHO_AGENT)
-    (base / "clock.py").write_text(CLOCK)
-    py = sys.executable
     agents = [
-        {"id": "A", "command": [py, str(base / "echo.py"), "A"], "policy": "lead"},
-        {"id": "B", "command": [py, str(base / "echo.py"), "B"]},
-        {"id": "C", "command": [py, str(base / "clock.py")]},
+        {"id": "A", "command": echo_agent("A"), "policy": "lead"},
+        {"id": "B", "command": echo_agent("B")},
+        {"id": "C", "command": inline(CLOCK)},
     ]
     sv.write_fleet(agents, bundle="party", runner="tmux", restart="always")
     try:
@@ -74,7 +70,7 @@ def test_a_send_to_a_stopped_member_is_refused_at_admission(
 ) -> None:
     sv = party
     stop(sv, "B")
-    [refused] = drive(sv, tmp_path, [{"tool": "send", "args": {"targets": ["B"], "message": "hi"}}])
+    [refused] = drive(sv, [{"tool": "send", "args": {"targets": ["B"], "message": "hi"}}])
     assert refused.get("isError") is True, refused
     error = refused["error"]
     assert error["code"] == -32603, error
@@ -91,7 +87,7 @@ def test_a_non_delivered_send_comes_back_to_the_sender_as_a_receipt(
     party: Supervised, tmp_path: Path
 ) -> None:
     sv = party
-    [sent] = drive(sv, tmp_path, [{"tool": "send", "args": {"targets": ["C"], "message": "tick?"}}])
+    [sent] = drive(sv, [{"tool": "send", "args": {"targets": ["C"], "message": "tick?"}}])
     [result] = payload(sent)["results"]
     assert (result["target_session"], result["outcome"]) == ("C@party", "queued"), sent
     lost = result["message_id"]

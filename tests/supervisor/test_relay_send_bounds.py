@@ -34,13 +34,13 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 from tests.supervisor.test_relay_hosting import (
-    ECHO_AGENT,
     POLICIES,
     USERS,
     _alive,
     drive,
+    echo_agent,
     payload,
 )
 from tests.waiting import until
@@ -131,15 +131,14 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     (operator / "policies.toml").write_text(POLICIES)
     (operator / "users.toml").write_text(USERS)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    programs = {"echo": ECHO_AGENT, "recorder": RECORDER, "clock": CLOCK}
-    for name, text in programs.items():
-        (base / f"{name}.py").write_text(text)
-    py = sys.executable
+    # the programs inline, B's record in its workspace: the agents are fenced
     agents = [
-        {"id": "A", "command": [py, str(base / "echo.py"), "A"]},
-        {"id": "B", "command": [py, str(base / "recorder.py"), str(base / "B.json")]},
-        {"id": "C", "command": [py, str(base / "clock.py")]},
-        {"id": "D", "command": [py, str(base / "echo.py"), "D"]},
+        {"id": "A", "command": echo_agent("A")},
+        {"id": "B", "command": [*inline(RECORDER), "{workspace}/B.json"]},
+        {"id": "C", "command": inline(CLOCK)},
+        # D floods the relay's own socket (socket trust) in test_the_delivery_queue_is_bounded:
+        # only an unfenced tree can reach it (a fenced agent sends through its relay tools)
+        {"id": "D", "command": echo_agent("D"), "sandbox": "none"},
     ]
     sv.write_fleet(agents, bundle="party", runner="tmux", restart="always")
     try:
@@ -154,7 +153,7 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
 
 
 def submissions(sv: Supervised) -> list[dict[str, str]]:
-    path = sv.base / "B.json"
+    path = sv.workspace("B") / "B.json"
     return list(json.loads(path.read_text())) if path.exists() else []
 
 
@@ -166,11 +165,11 @@ def pane(sv: Supervised, agent: str) -> str:
     return done.stdout
 
 
-def test_send_is_pasted_as_text_and_never_types_keys(party: Supervised, tmp_path: Path) -> None:
+def test_send_is_pasted_as_text_and_never_types_keys(party: Supervised) -> None:
     sv = party
     b = sv.wait_running("B")
     nonce = uuid.uuid4().hex[:8]
-    mark = tmp_path / f"typed-{nonce}"
+    mark = sv.workspace("B") / f"typed-{nonce}"  # where B (fenced) could write it
     escape = f"start-{nonce}\x1b[201~!touch {mark}\rafter-{nonce}"
     signals = f"quit-{nonce}\x1c\x1a\x03\x7f\x9b still here-{nonce}"
 
@@ -183,7 +182,6 @@ def test_send_is_pasted_as_text_and_never_types_keys(party: Supervised, tmp_path
 
     sent, refused = drive(
         sv,
-        tmp_path,
         [
             {"tool": "send", "args": {"targets": ["B"], "message": escape}},
             {"tool": "raww", "args": {"target_session": "B@party", "text": "x"}},
@@ -198,7 +196,7 @@ def test_send_is_pasted_as_text_and_never_types_keys(party: Supervised, tmp_path
     assert subs[0]["pasted"].startswith("--agentmux-"), subs
     assert f"start-{nonce}^[[201~!touch {mark}\nafter-{nonce}\n" in subs[0]["pasted"], subs
 
-    [sent] = drive(sv, tmp_path, [{"tool": "send", "args": {"targets": ["B"], "message": signals}}])
+    [sent] = drive(sv, [{"tool": "send", "args": {"targets": ["B"], "message": signals}}])
     assert "queued" in json.dumps(payload(sent)), sent
     subs = until(lambda: received(f"still here-{nonce}"), 60, "B to receive the second message")
     assert _alive(b["pid"]) and sv.status()["B"]["generation"] == b["generation"], subs
@@ -215,18 +213,16 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_the_delivery_queue_is_bounded(party: Supervised, tmp_path: Path) -> None:
+def test_the_delivery_queue_is_bounded(party: Supervised) -> None:
     """600 sends of 512 KiB to C (never ready): before the bound the supervisor held all of
     them (45 -> 364 MiB in 3 s, never released); now it queues 7 (4 MiB per target) and
     refuses the rest, and its memory grows by a few MiB."""
     sv = party
     assert sv.proc is not None
-    flood = tmp_path / "flood.py"
-    flood.write_text(FLOOD)
     before = rss_kib(sv.proc.pid)
     done = subprocess.run(
         [sys.executable, "-m", "mcphost", "ctl", "--state", str(sv.state), "exec", "D", "--",
-         sys.executable, str(flood), str(sv.state / "relay" / "relay.sock"), "C@party", "600",
+         sys.executable, "-c", FLOOD, str(sv.state / "relay" / "relay.sock"), "C@party", "600",
          str(512 << 10)],
         capture_output=True, text=True, env=sv.env(), timeout=600,
     )  # fmt: skip

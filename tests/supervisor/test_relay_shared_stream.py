@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
-from tests.supervisor.test_relay_hosting import ECHO_AGENT, POLICIES
+from tests.supervisor.supervise_harness import Supervised, inline
+from tests.supervisor.test_relay_hosting import POLICIES, echo_agent
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -138,10 +138,8 @@ def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
     operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
     (operator / "policies.toml").write_text(POLICIES)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    (tmp_path / "client.py").write_text(CLIENT)
-    (tmp_path / "echo_agent.py").write_text(ECHO_AGENT)
-    client = [sys.executable, str(tmp_path / "client.py"), "{mcp_config}", "hold"]
-    echo = [sys.executable, str(tmp_path / "echo_agent.py"), "B"]
+    client = [*inline(CLIENT), "{mcp_config}", "hold"]
+    echo = echo_agent("B")
     sv.write_fleet(
         [{"id": "A", "command": client}, {"id": "B", "command": echo}],
         bundle="party",
@@ -159,12 +157,12 @@ def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
         shutil.rmtree(sv.state, ignore_errors=True)
 
 
-def cycles(sv: Supervised, tmp_path: Path, cue: bool) -> list[dict[str, Any]]:
+def cycles(sv: Supervised, cue: bool) -> list[dict[str, Any]]:
     """`CYCLES` open-call-close cycles run inside A's tree (ctl exec), their outcomes."""
     config = sv.state / "agents" / "A" / "mcp.json"
     done = subprocess.run(
         [sys.executable, "-m", "mcphost", "ctl", "--state", str(sv.state), "exec", "A", "--",
-         sys.executable, str(tmp_path / "client.py"), str(config), "cycles", str(CYCLES),
+         sys.executable, "-c", CLIENT, str(config), "cycles", str(CYCLES),
          "cue" if cue else "alone"],
         capture_output=True, text=True, env=sv.env(), timeout=900,
     )  # fmt: skip
@@ -179,7 +177,7 @@ def test_two_sessions_of_one_agent_share_its_relay_connection(
     sv = shared
     workspace = sv.workspace("A")
     # quick reconnects with no other session of A open
-    alone = cycles(sv, tmp_path, cue=False)
+    alone = cycles(sv, cue=False)
     assert [o for o in alone if not o["ok"]] == [], alone
     # A's own session opens and stays open; the ctl exec sessions come and go beside it
     (workspace / "open").write_text("")
@@ -187,7 +185,7 @@ def test_two_sessions_of_one_agent_share_its_relay_connection(
     assert json.loads((workspace / "held-0.json").read_text())["ok"], (
         workspace / "held-0.json"
     ).read_text()
-    beside = cycles(sv, tmp_path, cue=True)
+    beside = cycles(sv, cue=True)
     refused = [o for o in beside if not o["ok"] or not o["held"]["ok"]]
     assert refused == [], refused
     assert len(beside) == CYCLES
@@ -200,5 +198,5 @@ def test_two_sessions_of_one_agent_share_its_relay_connection(
     assert json.loads((workspace / "held-0.json").read_text())["ok"], (
         workspace / "held-0.json"
     ).read_text()
-    again = cycles(sv, tmp_path, cue=False)
+    again = cycles(sv, cue=False)
     assert [o for o in again if not o["ok"]] == [], again

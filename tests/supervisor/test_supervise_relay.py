@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ import pytest
 from mcphost.supervisor.supervisor import MAX_SESSIONS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
 from tests.relaytools.relayharness import CODERS, FakeRelay
-from tests.supervisor.supervise_harness import Supervised, standin
+from tests.supervisor.supervise_harness import Supervised, inline, standin
 from tests.waiting import until
 
 PARTY = """\
@@ -163,10 +162,6 @@ def relay_fleet(
     supervised.extra_env.update(
         AGENTMUX_CONFIGURATION_DIRECTORY=str(config), AGENTMUX_STATE_DIRECTORY=str(state)
     )
-    no_bundle = base / "relay_without_bundle.py"
-    no_bundle.write_text(RELAY_WITHOUT_BUNDLE)
-    many = base / "many_sessions.py"
-    many.write_text(MANY_SESSIONS)
     supervised.write_fleet(
         [
             {
@@ -176,10 +171,10 @@ def relay_fleet(
                     "--relay-call", "list", "--relay-args", '{{"command": "principals"}}', "--hold"
                 ),
             },
-            {"id": "agent-2", "command": [sys.executable, str(no_bundle), "{mcp_config}"]},
+            {"id": "agent-2", "command": [*inline(RELAY_WITHOUT_BUNDLE), "{mcp_config}"]},
             {
                 "id": "many",
-                "command": [sys.executable, str(many), "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
+                "command": [*inline(MANY_SESSIONS), "{mcp_config}", str(MAX_SESSIONS_PER_AGENT)],
             },
         ]
     )

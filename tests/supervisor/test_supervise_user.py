@@ -10,6 +10,7 @@ root) is refused when the fleet file is loaded, naming the key, at start and at 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
@@ -110,13 +111,22 @@ def children_of(pid: int) -> list[int]:
 
 @pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
 @pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+@pytest.mark.parametrize(
+    ("sandbox", "token_errno"),
+    [
+        pytest.param("none", errno.EACCES, id="unfenced"),
+        pytest.param("auto", errno.ENOENT, id="fenced"),
+    ],
+)
 def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
-    supervised: Supervised, center: DevCenter
+    supervised: Supervised, center: DevCenter, sandbox: str, token_errno: int
 ):
+    """`user =` alone (`sandbox = "none"`): the token file's 0600 mode keeps the agent out
+    (EACCES). With the fence too (the default), the agent does not even see it (ENOENT)."""
     user = nobody()
     assert user is not None
     # The token file where the agent's user may reach it (a world-searchable directory):
-    # only its 0600 mode keeps the agent out.
+    # without the fence, only its 0600 mode keeps the agent out.
     shared = Path(tempfile.mkdtemp(prefix="mcphost-tok-"))
     try:
         shared.chmod(0o755)
@@ -137,7 +147,8 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
                         *standin("--hold")[1:],
                     ],
                 }
-            ]
+            ],
+            sandbox=sandbox,
         )
         supervised.start()
         row = supervised.wait_running("agent-1")
@@ -166,7 +177,7 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
         )
         assert probe
         seen = json.loads((supervised.workspace("agent-1") / "probe.json").read_text())
-        assert seen == {"token": 13, "environ": 13}, seen  # EACCES both
+        assert seen == {"token": token_errno, "environ": errno.EACCES}, seen
         # what let it in: the sockets are 0666 and the directories above them 0711
         state = supervised.state
         for sock in ("center.sock", "relay.sock"):
@@ -302,13 +313,6 @@ SWAP = (
 )
 
 
-def readable_dir(prefix: str) -> Path:
-    """A fresh directory every user may read (for scripts the agent's user runs)."""
-    directory = Path(tempfile.mkdtemp(prefix=prefix))
-    directory.chmod(0o755)
-    return directory
-
-
 @pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
 @pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
 def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
@@ -322,11 +326,8 @@ def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
     user = nobody()
     assert user is not None
     python = run_as(supervised, user)
-    scripts = readable_dir("mcphost-swap-")
     secret_dir = Path(tempfile.mkdtemp(prefix="mcphost-rootonly-"))  # root's, 0700
     try:
-        (scripts / "swap.py").write_text(SWAP)
-        (scripts / "swap.py").chmod(0o644)
         hold = [python, "-c", "import signal; signal.pause()"]
         supervised.write_fleet(
             [
@@ -344,7 +345,7 @@ def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
         home = supervised.state / "agents" / "agent-1"
         targets = [str(secret_dir), str(other)]
         done = supervised.ctl(
-            "exec", "agent-1", "--", python, str(scripts / "swap.py"), STANDIN,
+            "exec", "agent-1", "--", python, "-c", SWAP, STANDIN,
             str(home / "mcp.json"), str(home), json.dumps(targets),
         )  # fmt: skip
         seen = json.loads(done.stdout)
@@ -371,7 +372,6 @@ def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
         assert os.readlink(f"/proc/{row['pid']}/cwd") == str(moved)
     finally:
         supervised.close()
-        shutil.rmtree(scripts, ignore_errors=True)
         shutil.rmtree(secret_dir, ignore_errors=True)
 
 
@@ -463,17 +463,14 @@ def test_a_download_lands_as_the_agents_own_file(supervised: Supervised, center:
     user = nobody()
     assert user is not None
     python = run_as(supervised, user)
-    scripts = readable_dir("mcphost-roundtrip-")
     try:
-        (scripts / "roundtrip.py").write_text(ROUND_TRIP)
-        (scripts / "roundtrip.py").chmod(0o644)
         hold = [python, "-c", "import signal; signal.pause()"]
         supervised.write_fleet([{"id": "agent-1", "user": "nobody", "command": hold}])
         supervised.start()
         supervised.wait_running("agent-1")
         home = supervised.state / "agents" / "agent-1"
         done = supervised.ctl(
-            "exec", "agent-1", "--", python, str(scripts / "roundtrip.py"), STANDIN,
+            "exec", "agent-1", "--", python, "-c", ROUND_TRIP, STANDIN,
             str(home / "mcp.json"),
         )  # fmt: skip
         seen = json.loads(done.stdout)
@@ -490,4 +487,3 @@ def test_a_download_lands_as_the_agents_own_file(supervised: Supervised, center:
         assert (read.returncode, read.stdout) == (0, "the agent its own bytes"), read
     finally:
         supervised.close()
-        shutil.rmtree(scripts, ignore_errors=True)

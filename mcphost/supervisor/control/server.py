@@ -16,7 +16,9 @@ nothing running. Passing descriptors to any other op is refused (`bad_request`).
 Access: the socket is bound under the state directory (by `mcphost.unixsock`), chmod 0600 *before*
 `listen()` (until then a connect is refused, so the umask never matters), and every connection's
 `SO_PEERCRED` uid must be the supervisor's own effective uid or root (`forbidden_peer` otherwise),
-so a socket whose mode was loosened still serves no one else. A second server on the same path is
+so a socket whose mode was loosened still serves no one else; the supervisor's server also
+refuses every peer that descends from the supervisor (`refuse_descendants`): behind the fence,
+which hides the socket, a second wall against an agent's tree. A second server on the same path is
 refused (`ControlInUse`): an exclusive `flock` on `<path>.lock` (`take_lock`; the holder writes
 its pid into the file, so a refused process names it), held for the server's life (the
 supervisor takes it before it touches anything else in its state directory and hands the server
@@ -108,6 +110,28 @@ def peer_uid(sock: socket.socket) -> int:
     return int(uid)
 
 
+def peer_pid(sock: socket.socket) -> int:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", raw)[0])
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Is process `pid` a descendant of `ancestor` (walking ppid in /proc, at most 64 steps)?
+    A walk that breaks off (a process gone mid-walk) counts as one: fail closed."""
+    from mcphost.peer import read_stat
+
+    for _ in range(64):
+        if pid <= 1:
+            return False
+        stat = read_stat(pid)
+        if stat is None:
+            return True
+        if stat.ppid == ancestor:
+            return True
+        pid = stat.ppid
+    return True
+
+
 def peer_allowed(uid: int, owner: int) -> bool:
     """Only the supervisor's own uid, or root, may use its control socket."""
     return uid in (owner, 0)
@@ -181,14 +205,21 @@ class ControlServer:
     """Serve `handler` on the Unix socket `path`. `await start()`, later `await aclose()`."""
 
     def __init__(
-        self, path: str | os.PathLike[str], handler: ControlHandler, *, locked: bool = False
+        self,
+        path: str | os.PathLike[str],
+        handler: ControlHandler,
+        *,
+        locked: bool = False,
+        refuse_descendants: bool = False,
     ) -> None:
         """`locked`: the caller already holds `<path>.lock` (`take_lock`) for the server's life
         (the supervisor takes it before it touches its state directory); else `start()` takes
-        it and `aclose()` releases it."""
+        it and `aclose()` releases it. `refuse_descendants`: refuse every peer that descends from
+        this process (the supervisor: an agent's tree, or an escapee reparented to it)."""
         self.path = os.fspath(path)
         self.handler = handler
         self.owner = os.geteuid()
+        self.refuse_descendants = refuse_descendants
         self._locked_by_caller = locked
         self._lock_fd: int | None = None
         self._listening: Listening | None = None
@@ -336,6 +367,18 @@ class ControlServer:
                     {"peer_uid": uid, "supervisor_uid": self.owner},
                     uid=uid,
                     owner=self.owner,
+                ).wire(),
+            )
+            return None
+        if self.refuse_descendants and descends_from(peer_pid(conn), os.getpid()):
+            await self._send_raw(
+                conn,
+                ControlError(
+                    "forbidden_peer",
+                    "a process the supervisor started (an agent, its commands, or what they "
+                    "left behind) may not use its control socket; run `mcphost ctl` from outside "
+                    "the fleet",
+                    {"peer_pid": peer_pid(conn)},
                 ).wire(),
             )
             return None

@@ -1,0 +1,240 @@
+"""Black-box: the fence (fence.py) around every agent's tree, with the default fleet (no `user`).
+
+A real `mcphost supervise`, run as root and again as an unprivileged user (nobody, with a state
+directory and token file it owns), runs a hostile stand-in agent (tests/supervisor/fence_probe.py)
+next to another agent in a tmux pane of its own. The hostile agent, a `setsid` escapee it starts,
+and a `ctl exec` command each try every forbidden thing as a separate probe (the token and fleet
+files, the state file, logs, the other agent's home, the control socket, tmux sockets, signals
+and ptrace of the supervisor and the other agent, writes outside, undoing the fence from a nested
+namespace) and every allowed one (workspace, home, /bin/sh, the attach socket, a loopback TCP
+server, a private /tmp); the hostile agent's MCP call still reaches the center as itself. The
+hostile agent runs as a plain process and as a tmux pane. `sandbox = "none"` is the control: the
+same probes get through, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcphost.supervisor import fence
+from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, standin
+from tests.supervisor.test_supervise_user import run_as
+from tests.waiting import until
+
+PROBE = str(Path(__file__).with_name("fence_probe.py"))
+FORBIDDEN = (
+    "read_token", "read_fleet", "read_state_db", "read_other_log", "read_own_log",
+    "read_other_home", "write_other_home", "write_outside", "connect_control", "control_status",
+    "connect_other_tmux", "connect_own_tmux", "kill_supervisor", "kill_other",
+    "ptrace_supervisor", "ptrace_other", "supervisor_environ", "undo",
+)  # fmt: skip
+# What the same probes reach without the fence (the control): every forbidden one but the
+# control socket's request (its second wall), the hostile agent's own tmux socket (a process
+# agent has none), ptrace (not tried unfenced: a tracer that stays would freeze its tracee) and
+# `undo` (nothing to undo).
+UNFENCED_THROUGH = tuple(
+    name
+    for name in FORBIDDEN
+    if name
+    not in ("control_status", "connect_own_tmux", "ptrace_supervisor", "ptrace_other", "undo")
+)
+ALLOWED = (
+    "write_workspace", "write_home", "run_sh", "connect_attach", "tcp_loopback", "tmp_write",
+    "var_tmp_write",
+)  # fmt: skip
+SUPPORTED = fence.probe().missing() is None
+pytestmark = pytest.mark.skipif(not SUPPORTED, reason=f"no fence here: {fence.probe().missing()}")
+
+
+@pytest.fixture(scope="module")
+def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    """The reference center over TCP too: a supervisor of any uid reaches it (pinned)."""
+    with DevCenter.start(tmp_path_factory.mktemp("center"), tcp=True) as running:
+        yield running
+
+
+@pytest.fixture
+def loopback() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that accepts and closes: its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+class AsUser(Supervised):
+    """A supervisor run as `uid` (nobody) through setpriv, everything it needs owned by it."""
+
+    def __init__(self, base: Path, center: DevCenter, uid: int | None) -> None:
+        super().__init__(base, center)
+        self.uid = uid
+        if uid is not None:
+            for path in (base, self.state, self.token_file):
+                os.chown(path, uid, uid)
+            run_as(self, pwd.getpwuid(uid))  # an interpreter that user can run
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        if self.uid is None:
+            return argv
+        ids = [f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        return ["setpriv", *ids, *argv]
+
+
+def run_fleet(
+    sv: AsUser, center: DevCenter, runner: str, sandbox: str, port: int, outside: Path
+) -> dict[str, dict[str, str]]:
+    marker = Path(tempfile.mkdtemp(prefix="fence-marker-")) / "host-only"
+    marker.write_text("host")
+    os.chmod(marker.parent, 0o755)
+    cfg = {
+        "state": str(sv.state), "me": "hostile", "other": "other", "token": str(sv.token_file),
+        "fleet": str(sv.fleet), "port": port, "fenced": sandbox != "none", "outside": str(outside), "marker": str(marker),
+    }  # fmt: skip
+    braced = json.dumps(cfg).replace("{", "{{").replace("}", "}}")  # no placeholder
+    hostile = {
+        "id": "hostile",
+        "runner": runner,
+        "command": [sv.python, PROBE, "agent", braced, sv.python, *standin("--hold")[1:]],
+    }
+    other = {"id": "other", "runner": "tmux", "command": [sv.python, "-c", HOLD]}
+    text = fleet_toml(center, sv.token_file, [hostile, other], sandbox=sandbox)
+    # the tcp:// binding, which a supervisor of any uid reaches (the unix socket is root's)
+    text = text.replace(
+        f'admin_url = "{center.admin_url("unix")}"',
+        f'admin_url = "{center.admin_url("tcp")}"\nfingerprint = "{center.fingerprint}"',
+    )
+    sv.fleet.write_text(text)
+    if sv.uid is not None:
+        os.chown(sv.fleet, sv.uid, sv.uid)
+    sv.extra_env.setdefault("PYTHONPATH", REPO)
+    sv.start()
+    try:
+        until(lambda: sv.status()["hostile"]["state"] != "starting", 60, "a first spawn")
+        assert sv.status()["hostile"]["state"] == "running", json.dumps(
+            [sv.status()["hostile"], [e for e in sv.events() if "hostile" in str(e)][-6:]]
+        )
+        hostile_row = sv.wait_running("hostile")
+        other_row = sv.wait_running("other")
+        assert hostile_row["sandbox"] == ("none" if sandbox == "none" else "namespaces+landlock7")
+        workspace = sv.workspace("hostile")
+        go = {"supervisor": sv.proc.pid if sv.proc else 0, "other": other_row["pid"]}
+        (workspace / ".go").write_text(json.dumps(go))
+        if sv.uid is not None:
+            os.chown(workspace / ".go", sv.uid, sv.uid)
+        os.rename(workspace / ".go", workspace / "go.json")
+        done = sv.ctl("exec", "hostile", "--", sv.python, PROBE, "exec", json.dumps(cfg))
+        assert done.returncode == 0, done.stderr
+        results = {
+            mode: until(lambda mode=mode: _load(workspace / f"{mode}.json"), 60, f"{mode} probes")
+            for mode in ("agent", "escapee", "exec")
+        }
+        until(lambda: sv.calls("hostile"), 60, "the hostile agent's call")
+        heard = [  # its attach socket reached the center, as itself
+            r for r in center.requests(500) if (r.get("body") or {}).get("agent_id") == "hostile"
+        ]
+        assert heard, "the center never heard the hostile agent"
+        written = [
+            Path(f"{tmp}/fence-probe-{sv.state.name}-{mode}")
+            for tmp in ("/tmp", "/var/tmp")
+            for mode in ("agent", "escapee", "exec")
+        ]
+        results["tmp"] = {"host_sees_agent_tmp": str(any(path.exists() for path in written))}
+        for path in written:
+            path.unlink(missing_ok=True)
+        return results
+    finally:
+        sv.close()
+        shutil.rmtree(marker.parent, ignore_errors=True)
+
+
+HOLD = "import time\nwhile True: time.sleep(60)"
+
+
+def _load(path: Path) -> dict[str, str] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def users() -> list[int | None]:
+    found: list[int | None] = [None]
+    if os.geteuid() == 0:
+        try:
+            found.append(pwd.getpwnam("nobody").pw_uid)
+        except KeyError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("uid", users(), ids=lambda u: "as-self" if u is None else "as-nobody")
+@pytest.mark.parametrize("runner", ["process", "tmux"])
+def test_every_probe_from_inside_the_fence_is_refused_and_the_agent_still_works(
+    tmp_path: Path, center: DevCenter, loopback: int, runner: str, uid: int | None
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="fence-"))
+    outside = Path(tempfile.mkdtemp(prefix="fence-outside-"))
+    outside.chmod(0o777)  # writable for any uid: only the fence keeps the agent out
+    sv = AsUser(base, center, uid)
+    try:
+        results = run_fleet(sv, center, runner, "auto", loopback, outside)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(sv.state, ignore_errors=True)
+    for mode in ("agent", "escapee", "exec"):
+        seen = results[mode]
+        got_in = {name: seen[name] for name in FORBIDDEN if seen[name] == "ok"}
+        assert not got_in, (mode, got_in, seen)
+        refused = {name: seen[name] for name in ALLOWED if seen[name] != "ok"}
+        assert not refused, (mode, refused, seen)
+        assert seen["tmp_host_marker"] == "missing", (mode, seen)  # a private /tmp
+        assert seen["tmux_env"] == "unset", (mode, seen)
+    assert results["tmp"]["host_sees_agent_tmp"] == "False"
+    assert not list(outside.iterdir())
+    shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_without_the_fence_the_same_probes_get_through(
+    tmp_path: Path, center: DevCenter, loopback: int
+) -> None:
+    """The control: `sandbox = "none"` (the only way left to read the token, use the control
+    socket or signal the supervisor from an agent's tree)."""
+    base = Path(tempfile.mkdtemp(prefix="fence-"))
+    outside = Path(tempfile.mkdtemp(prefix="fence-outside-"))
+    sv = AsUser(base, center, None)
+    try:
+        results = run_fleet(sv, center, "process", "none", loopback, outside)
+        landed = sorted(path.name for path in outside.iterdir())
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(sv.state, ignore_errors=True)
+        shutil.rmtree(outside, ignore_errors=True)
+    for mode in ("agent", "escapee", "exec"):
+        seen = results[mode]
+        refused = {name: seen[name] for name in UNFENCED_THROUGH if seen[name] != "ok"}
+        assert not refused, (mode, refused, seen)
+        assert seen["tmp_host_marker"] == "ok", (mode, seen)  # the host's /tmp
+        # the second wall holds even unfenced: the control socket refuses the supervisor's tree
+        assert seen["control_status"] in ("EACCES", "EPIPE", "ECONNRESET"), seen  # forbidden_peer
+    assert landed == ["planted-agent", "planted-escapee", "planted-exec"], landed
