@@ -20,7 +20,8 @@ Other keys (at the top or in an entry) are ignored, so a center may say more. An
 center without the route, injected faults) arrive as the client classifies them
 (`AdmissionRefused`, `CenterRefusal`, `AdminUnavailable`, `admin_timeout`, ...).
 
-Also `reserve_generation`: one `POST /admin/worker/agents/<id>/generation` `{"at_least": n}`, the
+Also `Generations` (what the center said it has seen of each agent, and the next spawn's
+generation: the reservation, else one above the center's last word) and `reserve_generation`: one `POST /admin/worker/agents/<id>/generation` `{"at_least": n}`, the
 center handing out the agent's next generation (above every one it has seen, recorded before it
 answers), bounded by `RESERVE_TIMEOUT`; its reply must be `{"generation": g}` with
 `at_least <= g <= 2**63-1`, else `admin_protocol_error` (`details.reason` `invalid_generation`).
@@ -202,3 +203,51 @@ def parse_fleet(reply: Reply, *, target: str = "the center") -> Assigned:
         seen.add(agent_id)
         ids.append(agent_id)
     return Assigned(ids, generations)
+
+
+# After the center could not be reached for a generation, spawns use the local counter (and the
+# center's last word) without asking again for this long: a hung center must not hold a fleet.
+RESERVE_PAUSE = 30.0
+
+
+class Generations:
+    """What the center said it has seen of each agent's generations (its list, its 409s), and
+    the next spawn's generation: the center's reservation, else one above its last word."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self._paused_until = 0.0  # loop time: the center was unreachable, don't wait on it
+
+    def saw(self, agent_id: str, generation: int) -> None:
+        if generation > self.seen.get(agent_id, 0):
+            self.seen[agent_id] = generation
+
+    async def next(self, admin: AdminClient | None, agent_id: str, local: int) -> int:
+        """The generation of the agent's next spawn (`local`: the state file's next): the
+        center's reservation (above every generation it has seen), else at least one above what
+        it last said it has seen (event `supervisor.generation_unreserved`)."""
+        import asyncio
+
+        from mcphost import events
+        from mcphost.errors import AdminUnavailable, ToolFailure
+
+        at_least = max(local, self.seen.get(agent_id, 0) + 1)
+        loop = asyncio.get_running_loop()
+        if admin is None or loop.time() < self._paused_until:
+            return at_least
+        try:
+            generation = await reserve_generation(admin, agent_id, at_least)
+        except ToolFailure as exc:
+            if isinstance(exc, AdminUnavailable) or exc.code == "admin_timeout":
+                self._paused_until = loop.time() + RESERVE_PAUSE
+            events.emit(
+                "supervisor.generation_unreserved",
+                level="info",
+                agent_id=agent_id,
+                generation=at_least,
+                code=exc.code,
+                status=exc.status,
+            )
+            return at_least
+        self.saw(agent_id, generation)
+        return generation

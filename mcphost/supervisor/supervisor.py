@@ -49,6 +49,7 @@ from mcphost.settings import SettingError
 from mcphost.supervisor import fence as fences
 from mcphost.supervisor import kernel, startup
 from mcphost.supervisor import refusals as R
+from mcphost.supervisor.centerfleet import Generations
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.fence import Fence
@@ -80,9 +81,6 @@ if TYPE_CHECKING:
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"
-# After the center could not be reached for a generation, spawns use the local counter (and the
-# center's last word) without asking again for this long: a hung center must not hold a fleet.
-RESERVE_PAUSE = 30.0
 # Sessions one agent may hold open per surface: a real client opens one or two; the cap keeps a
 # runaway agent from holding the supervisor's memory (each session is bounded on its own).
 MAX_SESSIONS_PER_AGENT = 32
@@ -147,9 +145,7 @@ class Supervisor:
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
         # per agent: (generation, the relay connection its relay tools sessions share)
         self._relay_shares: dict[str, tuple[int, SharedStream]] = {}
-        # the highest generation the center said it has seen, per agent (its list, its 409s)
-        self.center_generations: dict[str, int] = {}
-        self._reserve_paused_until = 0.0  # loop time: the center was unreachable, don't wait
+        self.generations = Generations()  # what the center said it has seen (centerfleet.py)
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
 
     # -- paths ----------------------------------------------------------------------------
@@ -441,7 +437,7 @@ class Supervisor:
                 env=agent_env(self.env, plan, home),
                 cwd=workspace.cwd,
             )
-        runner.reserve = self._reserve_generation
+        runner.reserve = lambda agent_id, local: self.generations.next(self.admin, agent_id, local)
         runner.fence = sandbox = self._fence(plan, home)
         return Slot(
             plan=plan,
@@ -470,35 +466,6 @@ class Supervisor:
             hidden=(runtime,) if os.path.isdir(runtime) else (),
         )
         return Fence(plan_, fences.probe().landlock_abi)
-
-    async def _reserve_generation(self, agent_id: str, local: int) -> int:
-        """The generation of the agent's next spawn: the center's reservation (above every
-        generation it has seen), else at least one above what it last said it has seen."""
-        from mcphost.errors import AdminUnavailable, ToolFailure
-        from mcphost.supervisor.centerfleet import reserve_generation
-
-        at_least = max(local, self.center_generations.get(agent_id, 0) + 1)
-        loop = asyncio.get_running_loop()
-        if self.admin is None or loop.time() < self._reserve_paused_until:
-            return at_least
-        try:
-            generation = await reserve_generation(self.admin, agent_id, at_least)
-        except ToolFailure as exc:
-            if isinstance(exc, AdminUnavailable) or exc.code == "admin_timeout":
-                self._reserve_paused_until = loop.time() + RESERVE_PAUSE
-            events.emit(
-                "supervisor.generation_unreserved",
-                level="info",
-                agent_id=agent_id,
-                generation=at_least,
-                code=exc.code,
-                status=exc.status,
-            )
-            return at_least
-        self.center_generations[agent_id] = max(
-            generation, self.center_generations.get(agent_id, 0)
-        )
-        return generation
 
     def _forget(self, slot: Slot) -> None:
         agent_id = slot.plan.agent_id
@@ -637,12 +604,8 @@ class Supervisor:
                 problem=exc,
             ) from None
         for agent_id, generation in assigned.generations.items():
-            self._center_saw(agent_id, generation)
+            self.generations.saw(agent_id, generation)
         return await self._reconcile(fleet, quiet=polled)
-
-    def _center_saw(self, agent_id: str, generation: int) -> None:
-        if generation > self.center_generations.get(agent_id, 0):
-            self.center_generations[agent_id] = generation
 
     async def _poll_center(self) -> None:
         while True:
@@ -731,7 +694,7 @@ class Supervisor:
         if not is_generation(current):
             current = None  # a center that does not say: the next local generation is tried
         else:
-            self._center_saw(agent_id, current)
+            self.generations.saw(agent_id, current)
         slot = self.slots.get(agent_id)
         if slot is None or slot.runner.status().generation != generation:
             return  # gone, or a newer local spawn exists: its sessions are closed anyway
