@@ -108,6 +108,11 @@ FORBIDDEN_PEER = Refusal(
     "uid {uid} may not use this supervisor's control socket; run `mcphost ctl` as uid {owner} or "
     "root",
 )
+FLEET_PEER = Refusal(
+    "forbidden_peer",
+    "a process the supervisor started (an agent, its commands, or what they left behind) may "
+    "not use its control socket; run `mcphost ctl` from outside the fleet",
+)
 BUSY = Refusal("busy", "the supervisor is serving {limit} control connections; retry")
 INTERNAL = Refusal("internal", "the supervisor failed to {op} ({exception}); see its log")
 LOCK_HELD = Refusal(
@@ -211,6 +216,7 @@ CONTROL = (
     EXEC_EARLY,
     TOO_LARGE,
     FORBIDDEN_PEER,
+    FLEET_PEER,
     BUSY,
     INTERNAL,
     LOCK_HELD,

@@ -54,6 +54,10 @@ def held(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
         bundle="party",
         runner="tmux",
         restart="always",
+        # unfenced: the fence hides relay.sock from an agent's tree, and this test has a socket
+        # client from A's own tree claim A beside its in-process session (test_fence.py proves
+        # the socket hidden)
+        sandbox="none",
     )
     try:
         sv.start()
@@ -114,7 +118,6 @@ def test_the_supervisor_never_connects_to_its_own_relay_socket(
     marker = f"no-loopback-{uuid.uuid4().hex[:8]}"
     listed, sent, looked = drive(
         sv,
-        tmp_path,
         [
             {"tool": "list", "args": {"command": "principals"}},
             {"tool": "send", "args": {"targets": ["B"], "message": marker}},

@@ -373,13 +373,7 @@ class ControlServer:
         if self.refuse_descendants and descends_from(peer_pid(conn), os.getpid()):
             await self._send_raw(
                 conn,
-                ControlError(
-                    "forbidden_peer",
-                    "a process the supervisor started (an agent, its commands, or what they "
-                    "left behind) may not use its control socket; run `mcphost ctl` from outside "
-                    "the fleet",
-                    {"peer_pid": peer_pid(conn)},
-                ).wire(),
+                ControlError.row(R.FLEET_PEER, {"peer_pid": peer_pid(conn)}).wire(),
             )
             return None
         if len(self._tasks) > MAX_CONNECTIONS:
