@@ -306,6 +306,12 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _unreadable_token_file(path: str, exc: OSError) -> BindingError:
+    return BindingError(
+        WORKER_TOKEN_FILE, repr(path), f"a readable regular file holding the token ({exc.strerror})"
+    )
+
+
 def _read_token_file(path: str) -> str:
     """The bearer token from a private file: regular, not a symlink, 0600, one line.
 
@@ -316,11 +322,7 @@ def _read_token_file(path: str) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
-        raise BindingError(
-            WORKER_TOKEN_FILE,
-            repr(path),
-            f"a readable regular file holding the token ({exc.strerror})",
-        ) from None
+        raise _unreadable_token_file(path, exc) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -342,11 +344,7 @@ def _read_token_file(path: str) -> str:
                 break
             raw += chunk
     except OSError as exc:
-        raise BindingError(
-            WORKER_TOKEN_FILE,
-            repr(path),
-            f"a readable regular file holding the token ({exc.strerror})",
-        ) from None
+        raise _unreadable_token_file(path, exc) from None
     finally:
         os.close(fd)
     token = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")

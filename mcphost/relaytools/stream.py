@@ -94,7 +94,27 @@ class _Connection:
             self.writer.close()
 
 
-class RelayStream:
+class _CountsEvents:
+    """Events the relay addresses to the principal, counted (the tools never show them) and
+    reported through `on_events` once per loop turn, however many arrived in it."""
+
+    _on_events: Callable[[int], None] | None
+    _unreported_events: int
+    events_ignored: int
+
+    def _count_event(self) -> None:
+        self.events_ignored += 1
+        self._unreported_events += 1
+        if self._unreported_events == 1:
+            asyncio.get_running_loop().call_soon(self._report_events)
+
+    def _report_events(self) -> None:
+        count, self._unreported_events = self._unreported_events, 0
+        if count and self._on_events is not None:
+            self._on_events(count)
+
+
+class RelayStream(_CountsEvents):
     """A self-healing, multiplexed client connection to the relay, opened at `register()` or
     on the first call."""
 
@@ -343,17 +363,6 @@ class RelayStream:
         if fut is not None and not fut.done():
             fut.set_result(frame.get("response"))
 
-    def _count_event(self) -> None:
-        self.events_ignored += 1
-        self._unreported_events += 1
-        if self._unreported_events == 1:
-            asyncio.get_running_loop().call_soon(self._report_events)
-
-    def _report_events(self) -> None:
-        count, self._unreported_events = self._unreported_events, 0
-        if count and self._on_events is not None:
-            self._on_events(count)
-
     def _note(self, event: str, **details: Any) -> None:
         if self._on_note is not None:
             self._on_note(event, **details)
@@ -370,7 +379,7 @@ class LocalRelay(Protocol):
     def close(self) -> None: ...
 
 
-class InProcessStream:
+class InProcessStream(_CountsEvents):
     """The relay tools' stream onto an in-process relay session, for a host that runs the
     relay itself (the supervisor): what `RelayStream` is without the socket, the JSON and the
     hello. `open_session(on_event)` gives the session (its principal is the one the host
@@ -429,15 +438,7 @@ class InProcessStream:
         self._session.close()
 
     def _on_event(self, frame: dict[str, Any]) -> None:
-        self.events_ignored += 1
-        self._unreported_events += 1
-        if self._unreported_events == 1:
-            asyncio.get_running_loop().call_soon(self._report_events)
-
-    def _report_events(self) -> None:
-        count, self._unreported_events = self._unreported_events, 0
-        if count and self._on_events is not None:
-            self._on_events(count)
+        self._count_event()
 
 
 class Stream(Protocol):

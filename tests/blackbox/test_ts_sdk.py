@@ -53,7 +53,7 @@ def test_the_typescript_sdk_stdio_client_drives_the_host(center: DevCenter) -> N
     assert report["capabilities"]["tools"]["listChanged"] is True
     assert {"get_my_work", "get_issue", "search_tools", "upload_file"} <= set(report["tools"])
     issue = report["issue"]
-    assert issue["isError"] is False
+    assert issue["isError"] is False, issue
     assert json.loads(issue["content"][0]["text"])["issue_id"] == "i-1"
     loaded = json.loads(report["search"]["content"][0]["text"])["loaded"]
     assert "subscribe" in {tool["name"] for tool in loaded}
