@@ -43,6 +43,7 @@ DEEP = {
     "blackbox/test_claude_code.py": "the Claude Code CLI (node) against generated configs",
     "blackbox/test_default_agents.py": "the real Claude Code and Codex TUIs kept up 30 s each",
     "blackbox/test_fenced_claude.py": "the real Claude Code completing a turn inside the fence",
+    "blackbox/test_fenced_codex.py": "the real Codex CLI completing a turn inside the fence",
     "blackbox/test_inspector.py": "the MCP Inspector CLI (node), one host per method and era",
     "blackbox/test_process.py": "the host process's own life: bindings, signals, stdout",
     "blackbox/test_ts_sdk.py": "the TypeScript SDK's stdio client (node)",

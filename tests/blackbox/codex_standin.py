@@ -1,10 +1,18 @@
-"""A loopback stand-in for the OpenAI Responses API, as Codex asks it (`OPENAI_BASE_URL`).
+"""A loopback stand-in for the OpenAI Responses API, as Codex asks it (its base URL is
+Codex's `openai_base_url` setting, e.g. `-c openai_base_url=...`).
 
 Owns: a real HTTP server (aiohttp, 127.0.0.1; the thread, loop and lifecycle of
-`model_standin.ModelStandIn`, reused) that answers `POST /v1/responses` with one short
-assistant message streamed as server-sent events (`response.created`, `response.output_item
-.done`, `response.completed`) and anything else with an empty JSON object; and a record of
-every request (`responses`: the bodies; `other_requests`: method and path).
+`model_standin.ModelStandIn`, reused) that answers `POST /v1/responses` with server-sent events
+(`response.created`, `response.output_item.done`, `response.completed`) and anything else with
+an empty JSON object; the script those answers follow; and a record of every request
+(`responses`: the bodies; `other_requests`: method and path).
+
+The script is a list of turns served in order, one per `POST /v1/responses`; past its end the
+last turn repeats. A `Say` turn is one assistant message. A `Code` turn is one call of Codex's
+`exec` tool (Codex 0.171's "code mode": a custom tool whose input is JavaScript that calls the
+nested tools — `tools.exec_command`, `tools.apply_patch`, the MCP servers' tools — itself); the
+tool's output comes back in the next request (`tool_outputs`). The default script is one
+`Say(text)`.
 
 Must never: reach the network (it binds loopback only) or decide anything from wall-clock time.
 """
@@ -12,19 +20,53 @@ Must never: reach the network (it binds loopback only) or decide anything from w
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from tests.blackbox.model_standin import ModelStandIn, Say
 
+USAGE = {
+    "input_tokens": 10,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 1,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 11,
+}
+
+
+@dataclass(frozen=True)
+class Code:
+    """A turn in which the model calls Codex's `exec` tool with JavaScript `source`."""
+
+    source: str
+
+
+CodexTurn = Say | Code
+
+
+def tool_outputs(body: dict[str, Any]) -> list[str]:
+    """The outputs of tool calls a Responses request carries, as text (`output` as sent, or
+    its text parts joined)."""
+    found = []
+    for item in body.get("input", []):
+        if isinstance(item, dict) and str(item.get("type", "")).endswith("_call_output"):
+            output = item.get("output")
+            if isinstance(output, list):
+                output = "".join(str(p.get("text", "")) for p in output if isinstance(p, dict))
+            found.append(str(output))
+    return found
+
 
 class ResponsesStandIn(ModelStandIn):
-    """Serve `text` as every model answer; `base_url` is what OPENAI_BASE_URL should be."""
+    """Serve `script` (default: `text` as every answer); `base_url` is Codex's base URL."""
 
-    def __init__(self, text: str = "ok") -> None:
+    def __init__(self, text: str = "ok", script: Sequence[CodexTurn] = ()) -> None:
         super().__init__([Say(text)])
         self.text = text
+        self.turns: list[CodexTurn] = list(script) or [Say(text)]
         self.responses: list[dict[str, Any]] = []
 
     @property
@@ -37,8 +79,27 @@ class ResponsesStandIn(ModelStandIn):
         app.router.add_route("*", "/{tail:.*}", self._anything)
         return app
 
+    def _item(self, turn: CodexTurn, n: int) -> dict[str, Any]:
+        if isinstance(turn, Code):
+            return {
+                "type": "custom_tool_call",
+                "id": f"ctc_standin_{n:04d}",
+                "call_id": f"call_standin_{n:04d}",
+                "name": "exec",
+                "input": turn.source,
+                "status": "completed",
+            }
+        return {
+            "type": "message",
+            "id": f"msg_standin_{n:04d}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
+        }
+
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        turn = self.turns[min(len(self.responses), len(self.turns) - 1)]
         self.responses.append(body)
         n = next(self._ids)
         response = web.StreamResponse(
@@ -50,28 +111,14 @@ class ResponsesStandIn(ModelStandIn):
             await response.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
 
         rid = f"resp_standin_{n:04d}"
-        item = {
-            "type": "message",
-            "id": f"msg_standin_{n:04d}",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": self.text, "annotations": []}],
-        }
         await send("response.created", {"type": "response.created", "response": {"id": rid}})
         await send(
             "response.output_item.done",
-            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.output_item.done", "output_index": 0, "item": self._item(turn, n)},
         )
-        usage = {
-            "input_tokens": 10,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 1,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 11,
-        }
         await send(
             "response.completed",
-            {"type": "response.completed", "response": {"id": rid, "usage": usage}},
+            {"type": "response.completed", "response": {"id": rid, "usage": USAGE}},
         )
         await response.write_eof()
         return response
