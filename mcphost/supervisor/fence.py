@@ -16,7 +16,9 @@ Mechanism, in `apply`'s order (every step in the child, after the user switch):
    state file, every other home, logs, the relay's store, configuration and inscriptions, tmux
    sockets), `/tmp`, `/var/tmp` and `/dev/shm` (private to the agent), the user's runtime
    directory (its systemd and D-Bus sockets would start processes outside the fence); then the
-   kept paths bound back at their own paths from those descriptors, and the token and fleet
+   kept paths bound back at their own paths from those descriptors (the supervisor's own
+   programs -- interpreter, environment, pump -- read-only, where a cover would hide them), and
+   the token and fleet
    files (when they are not hidden already) covered by an empty, unreadable, read-only file;
 4. the capability bounding set emptied (an agent running as uid 0 gets no capability back at
    `execve`), `PR_SET_NO_NEW_PRIVS`;
@@ -115,6 +117,7 @@ class FencePlan:
     keeps: tuple[str, ...]  # paths beneath a cover bound back at the same path
     blanks: tuple[str, ...]  # files covered by an empty, unreadable, read-only file
     writable: tuple[str, ...]  # the only places the tree may write (Landlock)
+    readonly: tuple[str, ...] = ()  # keeps bound back read-only (the supervisor's programs)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -122,7 +125,8 @@ class FencePlan:
     @classmethod
     def from_json(cls, text: str) -> FencePlan:
         data = json.loads(text)
-        return cls(**{key: tuple(data[key]) for key in ("covers", "keeps", "blanks", "writable")})
+        keys = ("covers", "keeps", "blanks", "writable", "readonly")
+        return cls(**{key: tuple(data.get(key, ())) for key in keys})
 
 
 def beneath(path: str, root: str) -> bool:
@@ -146,12 +150,15 @@ def plan(
     secrets: tuple[str, ...],
     given: tuple[str, ...] = (),
     hidden: tuple[str, ...] = (),
+    runtime: tuple[str, ...] = (),
 ) -> FencePlan:
     """The fence of the agent whose home is `home` (beneath `state_dir`), reaching `sockets`
     (its attach sockets), never `secrets` (the token and fleet files), writing also in `given`
     (the absolute `HOME`/`CLAUDE_CONFIG_DIR` its fleet entry gives it; ignored beneath the state
     directory, which belongs to the supervisor), with `hidden` (e.g. the user's runtime
-    directory) covered too. Pure."""
+    directory) covered too. `runtime`: what the agent needs to run the supervisor's own
+    programs (the interpreter, its environment, the pump's directory): bound back where a cover
+    would hide it (an installation under /tmp), never writable. Pure."""
     norm = os.path.normpath
     state = norm(state_dir)
     home = norm(home)
@@ -159,7 +166,12 @@ def plan(
         raise ValueError(f"the home {home} is not beneath the state directory {state}")
     own = [norm(p) for p in given if os.path.isabs(p) and not beneath(norm(p), state)]
     covers = _outermost([state, *PRIVATE, *(norm(p) for p in hidden)])
-    wanted = [home, *(norm(s) for s in sockets), *own]
+    programs = [
+        norm(p)
+        for p in runtime
+        if os.path.isabs(p) and not beneath(norm(p), state) and not beneath(state, norm(p))
+    ]
+    wanted = [home, *(norm(s) for s in sockets), *own, *programs]
     keeps = tuple(
         p
         for p in _outermost(wanted)
@@ -172,7 +184,15 @@ def plan(
             blanks.append(secret)
     private = [*PRIVATE, *(norm(p) for p in hidden)]
     writable = tuple(dict.fromkeys([home, *own, *private, *DEVICES]))
-    return FencePlan(covers, keeps, tuple(blanks), writable)
+    # Landlock cannot carve a bound-back program tree out of the writable private /tmp, so it is
+    # bound read-only (unless something the agent writes lies inside it)
+    mine = [home, *(norm(s) for s in sockets), *own]
+    readonly = tuple(
+        k
+        for k in keeps
+        if any(beneath(p, k) for p in programs) and not any(beneath(m, k) for m in mine)
+    )
+    return FencePlan(covers, keeps, tuple(blanks), writable, readonly)
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,6 +461,8 @@ def apply(plan: FencePlan, abi: int) -> None:
         cover = next(c for c in plan.covers if beneath(path, c))
         _mountpoint(path, cover, stat.S_ISDIR(os.fstat(fd).st_mode))
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        if path in plan.readonly:
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
     blanks = [p for p in plan.blanks if os.path.exists(p)]
     if blanks:

@@ -464,6 +464,12 @@ class Supervisor:
             secrets=(self.fleet.center.token_file, self.fleet.path),
             given=tuple(env[k] for k in ("HOME", "CLAUDE_CONFIG_DIR") if k in env),
             hidden=(runtime,) if os.path.isdir(runtime) else (),
+            # the interpreter, its environment and the pump (the project's root above it)
+            runtime=(
+                sys.prefix,
+                sys.base_prefix,
+                os.path.dirname(os.path.dirname(attach.script)),
+            ),
         )
         return Fence(plan_, fences.probe().landlock_abi)
 

@@ -70,3 +70,21 @@ def test_what_is_missing_is_named() -> None:
     assert "Landlock ABI >= 6" in (Support(4, True).missing() or "")
     assert "namespaces (EPERM)" in (Support(7, False, "EPERM").missing() or "")
     assert Support(0, False, "x").describe().startswith("unavailable:")
+
+
+def test_the_supervisors_own_programs_come_back_read_only_where_a_cover_hides_them() -> None:
+    # a checkout (and its venv) under /tmp, as a clean clone in CI is: the agent's pump and
+    # interpreter must stay reachable behind its private /tmp, and never writable
+    got = plan(
+        state_dir=STATE,
+        home=HOME,
+        sockets=SOCKETS,
+        secrets=(),
+        runtime=("/tmp/cc/.venv", "/usr", "/tmp/cc", STATE, f"{STATE}/agents"),
+    )
+    assert "/tmp/cc" in got.keeps and "/tmp/cc/.venv" not in got.keeps  # the outermost only
+    assert "/usr" not in got.keeps  # nothing covers it
+    assert STATE not in got.keeps and f"{STATE}/agents" not in got.keeps  # never the state
+    assert got.readonly == ("/tmp/cc",)  # the private /tmp is writable: the tree is bound read-only
+    assert HOME not in got.readonly
+    assert fence.FencePlan.from_json(got.to_json()) == got
