@@ -12,7 +12,10 @@ press Ctrl-C on a child (`ctl logs --follow`, `ctl exec`) would wait for an exit
 comes. The default disposition is restored here, in the controller and in every worker.
 """
 
+import shutil
 import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,15 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 settings.register_profile("mcphost", database=None, print_blob=True)
 settings.load_profile("mcphost")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_supervisor_state_dirs() -> Iterator[None]:
+    """At the end of this test process, the supervisors' state directories under /tmp go too."""
+    yield
+    harness = sys.modules.get("tests.supervisor.supervise_harness")
+    for state in getattr(harness, "STATE_DIRS", []):
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture

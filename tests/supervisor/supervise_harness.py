@@ -27,6 +27,10 @@ from mcphost.testing.fleet import toml_value as toml_value
 from tests.waiting import until
 
 REPO = str(Path(mcphost.__file__).resolve().parent.parent)
+# Every state directory a `Supervised` made in this test process (they live under /tmp, outside
+# pytest's tmp_path, to keep socket paths short): tests may read them after a stop, so they are
+# removed only when the session ends.
+STATE_DIRS: list[Path] = []
 # The test suite's fleet defaults: fast restarts, a short stop grace.
 TEST_DEFAULTS: dict[str, Any] = {
     "client": "command",
@@ -61,6 +65,7 @@ class Supervised:
         self.center = center
         # Unix socket paths must stay short: keep the state directory under /tmp.
         self.state = Path(tempfile.mkdtemp(prefix="mcphost-sv-"))
+        STATE_DIRS.append(self.state)  # removed when this test process ends (tests/conftest.py)
         self.fleet = base / "fleet.toml"
         self.token_file = base / "worker.token"
         self.token_file.write_text(center.token + "\n")
