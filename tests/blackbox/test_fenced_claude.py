@@ -20,8 +20,7 @@ from mcphost.supervisor import fence
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import project_root
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
-from tests.supervisor.supervise_harness import Supervised
-from tests.waiting import until
+from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_turn
 
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
 GET_MY_WORK = "mcp__agent-center__get_my_work"
@@ -72,23 +71,12 @@ def test_claude_code_fenced_writes_runs_and_calls_the_center(
             env=env,
         )
         try:
-            sv.start()
-            row = until(lambda: sv.status()[agent], 60, "the agent's row")
-            assert row["sandbox"].startswith("namespaces+landlock"), row
-            done = until(
-                lambda: sv.status()[agent]["state"] in ("stopped", "failed"), 300, "the turn"
-            )
-            assert done
-            log = sv.ctl("logs", agent, "--lines", "200", check=False).stdout
+            log = fenced_turn(sv, agent)
             assert (workspace / "fenced.txt").read_text() == "written\n", log
             assert (workspace / "ran.txt").read_text().strip().isdigit(), log
             assert (workspace / "hidden.txt").read_text() == "hidden\n", log
             assert '"is_error":false' in log.replace(" ", ""), log
-            heard = [
-                r
-                for r in center.requests(500)
-                if r["route"].endswith("/get_my_work") and r["body"]["agent_id"] == agent
-            ]
+            heard = center_heard(center, agent, "get_my_work")
             assert heard, (log, [e.turn for e in model.exchanges])
             results = [r for e in model.exchanges for r in e.tool_results]
             assert len(results) == 4 and not any(r["is_error"] for r in results), results

@@ -28,8 +28,7 @@ from mcphost.supervisor import fence
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import Code, ResponsesStandIn, Say, tool_outputs
 from tests.blackbox.conftest import project_root
-from tests.supervisor.supervise_harness import Supervised
-from tests.waiting import until
+from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_turn
 
 CODEX = project_root() / "tools" / "node_modules" / ".bin" / "codex"
 
@@ -80,23 +79,12 @@ def test_codex_fenced_writes_runs_and_calls_the_center(
             env=env,
         )
         try:
-            sv.start()
-            row = until(lambda: sv.status()[agent], 60, "the agent's row")
-            assert row["sandbox"].startswith("namespaces+landlock"), row
-            done = until(
-                lambda: sv.status()[agent]["state"] in ("stopped", "failed"), 300, "the turn"
-            )
-            assert done
-            log = sv.ctl("logs", agent, "--lines", "200", check=False).stdout
+            log = fenced_turn(sv, agent)
             outputs = [o for body in model.responses for o in tool_outputs(body)]
             assert (workspace / "fenced.txt").read_text() == "written\n", (log, outputs)
             assert (workspace / "ran.txt").read_text().strip().isdigit(), (log, outputs)
             assert (workspace / "hidden.txt").read_text() == "hidden\n", (log, outputs)
-            heard = [
-                r
-                for r in center.requests(500)
-                if r["route"].endswith("/get_my_work") and r["body"]["agent_id"] == agent
-            ]
+            heard = center_heard(center, agent, "get_my_work")
             assert heard, (log, outputs)
             assert len(outputs) == 1 and "exit_code=0" in outputs[0], outputs
             # the center's answer reached the model

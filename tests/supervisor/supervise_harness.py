@@ -163,7 +163,7 @@ class Supervised:
         from mcphost.supervisor.control.client import request
 
         result = request(str(self.state / "control.sock"), "status", timeout=60)
-        rows = result["agents"] if isinstance(result, dict) else result
+        rows = result["agents"]
         return {row["agent_id"]: row for row in rows}
 
     def center_health(self) -> dict[str, Any]:
@@ -231,3 +231,22 @@ def ignores(pid: int, signum: int) -> bool:
     except OSError:
         pass
     return False
+
+
+def fenced_turn(sv: Supervised, agent: str) -> str:
+    """Start `sv` and wait for `agent`'s one turn (a `restart = "never"` process agent) to end,
+    after checking that it runs fenced; the agent's log."""
+    sv.start()
+    row = until(lambda: sv.status()[agent], 60, "the agent's row")
+    assert row["sandbox"].startswith("namespaces+landlock"), row
+    until(lambda: sv.status()[agent]["state"] in ("stopped", "failed"), 300, "the turn")
+    return sv.ctl("logs", agent, "--lines", "200", check=False).stdout
+
+
+def center_heard(center: DevCenter, agent: str, tool: str) -> list[dict[str, Any]]:
+    """The center's recorded calls of `tool` made as `agent`."""
+    return [
+        r
+        for r in center.requests(500)
+        if r["route"].endswith(f"/{tool}") and r["body"]["agent_id"] == agent
+    ]

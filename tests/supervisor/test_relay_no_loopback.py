@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +31,8 @@ import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised
-from tests.supervisor.test_relay_hosting import ECHO_AGENT, HELLOS, POLICIES, drive
-from tests.supervisor.test_relay_shared_stream import CLIENT
+from tests.supervisor.test_relay_hosting import HELLOS, drive
+from tests.supervisor.test_relay_shared_stream import holding_party
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -41,33 +40,11 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 @pytest.fixture
 def held(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
-    sv = Supervised(tmp_path, center)
-    operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
-    (operator / "policies.toml").write_text(POLICIES)
-    sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    (tmp_path / "client.py").write_text(CLIENT)
-    (tmp_path / "echo_agent.py").write_text(ECHO_AGENT)
-    client = [sys.executable, str(tmp_path / "client.py"), "{mcp_config}", "hold"]
-    echo = [sys.executable, str(tmp_path / "echo_agent.py"), "B"]
-    sv.write_fleet(
-        [{"id": "A", "command": client, "policy": "lead"}, {"id": "B", "command": echo}],
-        bundle="party",
-        runner="tmux",
-        restart="always",
-        # unfenced: the fence hides relay.sock from an agent's tree, and this test has a socket
-        # client from A's own tree claim A beside its in-process session (test_fence.py proves
-        # the socket hidden)
-        sandbox="none",
-    )
-    try:
-        sv.start()
-        sv.wait_running("A")
-        sv.wait_running("B")
+    # unfenced: the fence hides relay.sock from an agent's tree, and this test has a socket
+    # client from A's own tree claim A beside its in-process session (test_fence.py proves the
+    # socket hidden)
+    with holding_party(tmp_path, center, a_policy="lead", sandbox="none") as sv:
         yield sv
-    finally:
-        sv.close()
-        shutil.rmtree(operator, ignore_errors=True)
-        shutil.rmtree(sv.state, ignore_errors=True)
 
 
 def relay_connections(sv: Supervised) -> list[str]:

@@ -17,6 +17,7 @@ only (`until`), no sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -132,19 +133,25 @@ else:
 """
 
 
-@pytest.fixture
-def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
+@contextlib.contextmanager
+def holding_party(
+    tmp_path: Path, center: DevCenter, *, a_policy: str | None = None, **defaults: Any
+) -> Iterator[Supervised]:
+    """A supervisor running bundle `party`: A, a relay tools client that holds its session, and
+    B, an echo agent, both tmux agents, with the operator's `policies.toml`."""
     sv = Supervised(tmp_path, center)
     operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
     (operator / "policies.toml").write_text(POLICIES)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    client = [*inline(CLIENT), "{mcp_config}", "hold"]
-    echo = echo_agent("B")
+    a: dict[str, Any] = {"id": "A", "command": [*inline(CLIENT), "{mcp_config}", "hold"]}
+    if a_policy is not None:
+        a["policy"] = a_policy
     sv.write_fleet(
-        [{"id": "A", "command": client}, {"id": "B", "command": echo}],
+        [a, {"id": "B", "command": echo_agent("B")}],
         bundle="party",
         runner="tmux",
         restart="always",
+        **defaults,
     )
     try:
         sv.start()
@@ -155,6 +162,12 @@ def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
         sv.close()
         shutil.rmtree(operator, ignore_errors=True)
         shutil.rmtree(sv.state, ignore_errors=True)
+
+
+@pytest.fixture
+def shared(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
+    with holding_party(tmp_path, center) as sv:
+        yield sv
 
 
 def cycles(sv: Supervised, cue: bool) -> list[dict[str, Any]]:
