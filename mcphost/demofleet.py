@@ -126,7 +126,7 @@ class FleetDemo:
             reply = request(str(self.state / "control.sock"), "status", timeout=30)
         except (ControlError, NotRunning, OSError):
             return {}
-        rows = reply["agents"] if isinstance(reply, dict) else reply  # {"center", "agents"}
+        rows = reply["agents"]  # {"center": ..., "agents": [...]}
         return {row["agent_id"]: row for row in rows}
 
     def calls(self, tool: str = "get_my_work") -> list[tuple[str, int | None]]:
