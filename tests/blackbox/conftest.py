@@ -31,8 +31,24 @@ UNTIERED = "agent-1-untiered"  # supervised: tier_tools is per agent in the flee
 
 @pytest.fixture(scope="session")
 def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    """One center for the standalone hosts (generation 0). A test that runs agent-1 under a
+    supervisor takes `own_center`: its spawn raises the center's fence for agent-1 to >= 1,
+    and a shared center would then refuse every later standalone call (`stale_generation`)."""
     with DevCenter.start(
         tmp_path_factory.mktemp("center"), unix=True, tcp=True, runtime_socket=True, control=True
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def own_center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCenter]:
+    """A center of the test's own, for a supervisor whose agents reach generation >= 1."""
+    with DevCenter.start(
+        tmp_path_factory.mktemp("own-center"),
+        unix=True,
+        tcp=True,
+        runtime_socket=True,
+        control=True,
     ) as running:
         yield running
 

@@ -75,8 +75,8 @@ def models() -> Iterator[tuple[ModelStandIn, ResponsesStandIn]]:
 
 
 @pytest.fixture
-def sv(center: DevCenter, tmp_path: Path) -> Iterator[Supervised]:
-    supervised = Supervised(tmp_path, center)
+def sv(own_center: DevCenter, tmp_path: Path) -> Iterator[Supervised]:
+    supervised = Supervised(tmp_path, own_center)
     try:
         yield supervised
     finally:

@@ -34,8 +34,9 @@ pytestmark = [
 
 
 def test_claude_code_fenced_writes_runs_and_calls_the_center(
-    tmp_path_factory: pytest.TempPathFactory, center: DevCenter
+    tmp_path_factory: pytest.TempPathFactory, own_center: DevCenter
 ) -> None:
+    center = own_center
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} missing: run `make node` (make test does it)")
     sv = Supervised(tmp_path_factory.mktemp("fenced-claude"), center)

@@ -58,8 +58,9 @@ def turn_script(shell: str) -> str:
 
 
 def test_codex_fenced_writes_runs_and_calls_the_center(
-    tmp_path_factory: pytest.TempPathFactory, center: DevCenter
+    tmp_path_factory: pytest.TempPathFactory, own_center: DevCenter
 ) -> None:
+    center = own_center
     sv = Supervised(tmp_path_factory.mktemp("fenced-codex"), center)
     agent = center.agent_id  # the agent the reference center knows
     workspace = sv.workspace(agent)
