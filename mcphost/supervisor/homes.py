@@ -18,6 +18,8 @@ Owns:
   symlink or a non-directory where a directory belongs is refused (`HomeError`); a directory of
   ours with a wider mode is narrowed to 0700; one owned by anybody else is refused. The relay
   entry is written only when the plan has a bundle and there is a relay socket.
+- A codex agent whose `env` gives `OPENAI_BASE_URL`: the same address as `openai_base_url` at
+  the top of its `config.toml` (Codex reads the setting, not the variable).
 - A codex agent whose `env` gives `OPENAI_API_KEY`: `codex/auth.json` (0600, the agent's) as
   `codex login --with-api-key` writes it (`{"auth_mode": "apikey", "OPENAI_API_KEY": ...}`),
   rewritten at each preparation: Codex's TUI reads its sign-in from `CODEX_HOME`, not from the
@@ -68,6 +70,8 @@ CODEX_DIR = "codex"
 CODEX_CONFIG = "config.toml"
 CODEX_AUTH = "auth.json"
 CODEX_KEY_ENV = "OPENAI_API_KEY"
+CODEX_BASE_URL_ENV = "OPENAI_BASE_URL"
+CODEX_BASE_URL_KEY = "openai_base_url"  # Codex's own setting for the model API's address
 # systemd hands these to the service; an agent must not talk to systemd as the supervisor.
 _SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 _SERVICE_ENV_PREFIXES = ("LISTEN_",)
@@ -165,8 +169,20 @@ def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
 
 
 def config_bytes(plan: AgentPlan, attach: AttachPoints) -> bytes:
-    """The bytes of `plan`'s client config (pure): Codex TOML, else Claude's `mcpServers`."""
-    return render("codex" if plan.client == "codex" else "claude", attach_config(plan, attach))
+    """The bytes of `plan`'s client config (pure): Codex TOML, else Claude's `mcpServers`.
+
+    A codex agent whose `env` gives `OPENAI_BASE_URL` gets it as the config's top-level
+    `openai_base_url` too: Codex (0.171) takes its model API's address only from that setting
+    and ignores the variable, so without it the agent's `env` would silently not apply."""
+    if plan.client != "codex":
+        return render("claude", attach_config(plan, attach))
+    servers = render("codex", attach_config(plan, attach))
+    base_url = dict(plan.env).get(CODEX_BASE_URL_ENV)
+    if not base_url:
+        return servers
+    import tomli_w
+
+    return tomli_w.dumps({CODEX_BASE_URL_KEY: base_url}).encode() + b"\n" + servers
 
 
 def prepare_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> Home:

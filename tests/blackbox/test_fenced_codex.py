@@ -3,7 +3,9 @@
 One real supervisor with the default `sandbox = "auto"` runs one agent: Codex non-interactively
 (`codex exec`, a process agent) with the config the supervisor writes in its `CODEX_HOME` (the
 agent-center MCP server) and the sign-in it writes from `env`'s `OPENAI_API_KEY`, its model API
-a loopback stand-in (`codex_standin.py`, pointed at with `-c openai_base_url=...`). Codex 0.171
+a loopback stand-in (`codex_standin.py`), whose address the agent's `env` gives only as
+`OPENAI_BASE_URL`: Codex 0.171 ignores that variable, so this also shows the supervisor carry it
+into `config.toml` as Codex's `openai_base_url`. Codex 0.171
 offers the model one `exec` tool ("code mode": JavaScript calling the nested tools), so the
 stand-in's one tool turn is a script that writes a file with `apply_patch`, runs a shell command
 with `exec_command` and calls the center's `get_my_work` through the MCP server, then the turn
@@ -69,11 +71,14 @@ def test_codex_fenced_writes_runs_and_calls_the_center(
     with ResponsesStandIn("done", [Code(turn_script(shell)), Say("done")]).running() as model:
         command = [
             str(CODEX), "exec", "--disable", "daemon_auto_start",
-            "-c", f'openai_base_url="{model.base_url}"',
             "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
             "--json", "Do the task.",
         ]  # fmt: skip
-        env = {"OPENAI_API_KEY": "sk-standin-not-a-key-0123456789"}
+        # the model's address only as the variable: the supervisor's config.toml carries it
+        env = {
+            "OPENAI_API_KEY": "sk-standin-not-a-key-0123456789",
+            "OPENAI_BASE_URL": model.base_url,
+        }
         sv.write_fleet(
             [{"id": agent, "client": "codex", "runner": "process", "command": command}],
             restart="never",

@@ -107,6 +107,21 @@ def test_codex_config_under_codex_home(state: Path) -> None:
     assert not os.path.exists(os.path.join(home.root, "mcp.json"))
 
 
+def test_a_codex_agent_s_base_url_reaches_codex_as_its_own_setting(state: Path) -> None:
+    """Codex 0.171 ignores OPENAI_BASE_URL: the address a codex agent's `env` gives becomes the
+    config's top-level `openai_base_url` (test_fenced_codex.py shows the real Codex use it);
+    a claude agent's config, or a codex agent without it, carries no such key."""
+    url = "http://127.0.0.1:8788/v1"
+    codex = plan(client="codex", bundle="party", env=(("OPENAI_BASE_URL", url),))
+    doc = tomllib.loads(Path(prepare_home(str(state), codex, points(state)).mcp_config).read_text())
+    assert doc["openai_base_url"] == url
+    assert set(doc["mcp_servers"]) == {"agent-center", "agentmux"}
+    bare = prepare_home(str(state), plan("b", client="codex"), points(state))
+    assert "openai_base_url" not in tomllib.loads(Path(bare.mcp_config).read_text())
+    claude = prepare_home(str(state), plan("c", env=(("OPENAI_BASE_URL", url),)), points(state))
+    assert url not in Path(claude.mcp_config).read_text()
+
+
 def test_command_client_gets_claude_shaped_mcp_json(state: Path) -> None:
     home = prepare_home(str(state), plan(client="command", command=("x",)), points(state))
     assert "mcpServers" in json.loads(Path(home.mcp_config).read_text())
