@@ -7,7 +7,10 @@ holder of the worker token. The module contracts are pinned in docs/supervisor-i
 the operator's guide is docs/supervisor.md.
 
 Modules:
-- `fleet`: the fleet file (`[center]`, `[defaults]`, `[[agent]]`) on the settings base.
+- `plan`: what the supervisor runs from: `Fleet`, `AgentPlan` (every default applied), the
+  center's agents, the machine checks (users, sandbox); every other module imports it.
+- `fleet`: the fleet file (`[center]`, `[defaults]`, `[[agent]]`) on the settings base and its
+  loader, which builds the plan (`plan` never imports it).
 - `homes`: per-agent home (0700), workspace, and the attach-only MCP config via configgen.
 - `state`: SQLite under `--state`: a generation per agent, strictly increasing, persisted.
 - `logs`: size-rotated per-agent logs; tail and follow for `ctl logs`.

@@ -30,7 +30,7 @@ from mcphost.errors import AdminFailure, CenterRefusal, ToolFailure
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
-    from mcphost.supervisor.fleet import Fleet
+    from mcphost.supervisor.plan import Fleet
 
 OK_INTERVAL = 30.0  # seconds between probes while the center answers
 RETRY_INTERVAL = 5.0  # ... while it does not

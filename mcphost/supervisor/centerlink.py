@@ -28,7 +28,7 @@ from mcphost.errors import ToolFailure
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminAccess, AdminClient
-    from mcphost.supervisor.fleet import CenterConfig
+    from mcphost.supervisor.plan import CenterConfig
 
 # the standalone host's variables -> the fleet key that does the same in supervised mode
 FLEET_KEYS = {

@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
         from mcphost.supervisor.fence import probe
-        from mcphost.supervisor.fleet import check_sandbox, check_users, load_fleet
+        from mcphost.supervisor.fleet import load_fleet
+        from mcphost.supervisor.plan import check_sandbox, check_users
 
         fleet = load_fleet(settings.fleet, env=os.environ)
         check_users(fleet)
@@ -92,7 +93,7 @@ def _preflight(fleet: object, state: str) -> int:
     import asyncio
 
     from mcphost.supervisor.centerhealth import preflight
-    from mcphost.supervisor.fleet import Fleet
+    from mcphost.supervisor.plan import Fleet
 
     assert isinstance(fleet, Fleet)
     problems = asyncio.run(preflight(fleet, state))

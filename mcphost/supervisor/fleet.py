@@ -1,8 +1,11 @@
 """The fleet file: `[center]`, `[defaults]` and `[[agent]]` (TOML) -> a frozen `Fleet`.
 
-Owns: the fleet file's grammar on the settings base (`mcphost.settings`), every default applied
-to every agent (`AgentPlan`). Pure apart from reading the fleet file `load_fleet` is given (a
-plan becomes an argv in `mcphost.supervisor.homes.agent_argv`, where the home's paths are).
+Owns: the fleet file's model and grammar on the settings base (`mcphost.settings`), its loader
+(`load_fleet`) and the naming of every problem as the operator wrote it. The loader hands the
+file's values to the plan (`mcphost.supervisor.plan`, below this module), which applies every
+default to every agent (`AgentPlan`) and which the rest of the supervisor imports. Pure apart
+from reading the fleet file `load_fleet` is given (a plan becomes an argv in
+`mcphost.supervisor.homes.agent_argv`, where the home's paths are).
 
 Sources, highest precedence first: `cli` (a mapping `{"center": {key: value}}`, named
 `--center-<key>` in messages), then the `MCPHOST_CENTER__<KEY>` variables of `env` (e.g.
@@ -23,7 +26,7 @@ checks:
   checked for shape only, never read here: the supervisor reads it; a value that is not an
   absolute path is not shown, it may be the token), `runtime_socket` (absolute, optional),
   `fleet = "file" | "center"`, `poll_seconds`. With `fleet = "center"` the file has no
-  `[[agent]]`: the center assigns them (`plan_from_center`, `fleet_with_agents`).
+  `[[agent]]`: the center assigns them (the plan's `plan_from_center`, `fleet_with_agents`).
 - agent ids: `mcphost.names.AGENT_ID` (a directory name and an `AC_MCP_AGENT_ID`), unique (a
   duplicate names both entries); with a bundle also a relay session id (the relay tools speak
   for the session named after the agent).
@@ -33,32 +36,19 @@ checks:
   `coders.toml` unreadable for every bundle); `client = "command"` requires one. `env`: keys
   `[A-Z_][A-Z0-9_]*`, never `AC_MCP_*`, `MCPHOST_*` or `AGENTMUX_*` (the supervisor owns
   those), and no `CODEX_HOME` for a codex agent.
-- `bundle`: agentmux's bundle grammar (`mcphost.names`), at most `BUNDLE_NAME_MAX` (128)
-  characters (it names a directory, a file and a relay principal's namespace; agent ids are
-  capped at 128 by their grammar). `user`: a user name.
-- `runner`: `"auto"` (default), `"process"` or `"tmux"`, resolved in the plan (`resolve_runner`)
-  to `"tmux"` or `"process"`: `auto` is `tmux` for an interactive client (`claude`, `codex`)
-  without a `command` (its default command is the interactive program, which needs a
-  terminal), else `process`. A tmux agent runs as one session of its bundle's tmux server
-  (hosted by the supervisor as the bundle's relay), or of a tmux server of its own without a
-  bundle; tmux refuses `user` (the tmux server runs as the supervisor's user), and `process`
-  refuses an interactive client without a `command` (stdin would be /dev/null: the client
-  exits at once). `policy`: the relay policy id of the agent's bundle member (None: the
-  policies file's default, else the built-in).
-- `sandbox`: `"auto"` (default: the fence of fence.py) or `"none"` (opt out). `check_sandbox`
-  refuses `"auto"` at load where this machine cannot build the fence (fail closed).
+- `bundle`: agentmux's bundle grammar (`mcphost.names`), at most the plan's `BUNDLE_NAME_MAX`
+  (128) characters (it names a directory, a file and a relay principal's namespace; agent ids
+  are capped at 128 by their grammar). `user`: a user name.
+- `runner`: `"auto"` (default), `"process"` or `"tmux"`; a combination that cannot work (an
+  interactive client in a process without a `command`, `user` with tmux) is refused, named at
+  the key that asks for it (`mcphost.supervisor.plan` resolves and explains runners).
+  `policy`: a relay policy id. `sandbox`: `"auto"` (default) or `"none"`.
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
 
-Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
-`AgentPlan` compares equal exactly when nothing about how its agent runs changed.
+The checks of a loaded fleet against this machine (`check_users`, `check_sandbox`) are the
+plan's: `mcphost supervise` calls them after `load_fleet`, at start and at reload.
 
-`check_users` is the one check outside the file: every `user` must exist in this machine's user
-database, and be the supervisor's own or the supervisor must run as root (it switches in the
-child; refuse at load, not at spawn). `mcphost supervise` calls it at start, reload before
-applying anything.
-
-Must never: read the token file or any file but the fleet file (`check_users` asks the user
-database), read `os.environ` (the caller
+Must never: read the token file or any file but the fleet file, read `os.environ` (the caller
 passes `env`), or show a token (none is in the file; a non-absolute `token_file` is hidden).
 """
 
@@ -70,9 +60,8 @@ import difflib
 import os
 import re
 import string
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -87,41 +76,33 @@ from pydantic_settings import SettingsConfigDict
 
 from mcphost.admin.pinning import PinError, parse_pins
 from mcphost.admin.target import AdminTarget, TargetError, parse_target
-from mcphost.names import (
-    AGENT_ID_EXPECTED,
-    SESSION_ID_EXPECTED,
-    is_agent_id,
-    is_bundle_name,
-    is_session_id,
-)
+from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, is_session_id
 from mcphost.settings import Invalid, SettingError, Settings
-
-Client = Literal["claude", "codex", "command"]
-Runner = Literal["auto", "process", "tmux"]
-INTERACTIVE: tuple[Client, ...] = ("claude", "codex")  # their default command needs a terminal
-Restart = Literal["always", "on-failure", "never"]
-Sandbox = Literal["auto", "none"]  # the fence (fence.py): on by default, "none" opts out
-FleetSource = Literal["file", "center"]
+from mcphost.supervisor.plan import (
+    BUNDLE_EXPECTED,
+    RESERVED_ENV_PREFIXES,
+    AgentDefaults,
+    CenterConfig,
+    Client,
+    Fleet,
+    FleetSource,
+    Restart,
+    Runner,
+    Sandbox,
+    apply_defaults,
+    clipped,
+    is_fleet_bundle,
+    raise_all,
+    runner_problem,
+)
 
 PLACEHOLDERS = ("mcp_config", "workspace", "home", "agent_id")
-RESERVED_ENV_PREFIXES = ("AC_MCP_", "MCPHOST_", "AGENTMUX_")
 ENV_PREFIX = "MCPHOST_CENTER__"
 
 _ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
 # C0 controls but tab, newline and carriage return (a script in an argument has those), DEL,
 # and C1: nothing an argv needs, and what turns a generated file or a terminal into garbage.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-# A bundle name is a directory (`<state>/relay/bundles/<b>/`), a file (`config/bundles/<b>.toml`
-# and its `.<b>.toml.tmp`: NAME_MAX is 255 bytes) and the namespace of a relay principal
-# `<session>@<b>` (at most 256 characters, the session up to 31); agent ids are capped at 128
-# by their grammar (mcphost.names), and bundle names are held to the same. The sockets under a
-# bundle's directory need no bound of their own: tmux.py passes `tmux.sock` relative when the
-# absolute path exceeds `sun_path`.
-BUNDLE_NAME_MAX = 128
-_BUNDLE_EXPECTED = (
-    f"a bundle name of letters, digits, '.', '_' and '-' (not '.' or '..'), at most "
-    f"{BUNDLE_NAME_MAX} characters"
-)
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _POLICY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _POLICY_EXPECTED = (
@@ -160,7 +141,7 @@ def _check_command(raw: object) -> object:
             raise Invalid(
                 "no control characters but tab, newline and carriage return (DEL and the like "
                 "have no place in an argv)",
-                _clipped(item),
+                clipped(item),
                 f"[{index}]",
             )
         try:
@@ -199,21 +180,9 @@ def _check_env(raw: object) -> object:
     return dict(raw)
 
 
-def _clipped(value: str, keep: int = 60) -> str:
-    """`repr(value)`, the first `keep` characters only (with the length) when it is longer."""
-    if len(value) <= keep:
-        return repr(value)
-    return f"{value[:keep]!r}... ({len(value)} characters)"
-
-
-def is_fleet_bundle(name: str) -> bool:
-    """A bundle name the supervisor can host: agentmux's grammar, at most `BUNDLE_NAME_MAX`."""
-    return is_bundle_name(name) and len(name) <= BUNDLE_NAME_MAX
-
-
 def _check_bundle(raw: object) -> object:
     if isinstance(raw, str) and not is_fleet_bundle(raw):
-        raise Invalid(_BUNDLE_EXPECTED, _clipped(raw))
+        raise Invalid(BUNDLE_EXPECTED, clipped(raw))
     return raw
 
 
@@ -255,7 +224,7 @@ class _Tunable(_Section):
     restart: Restart | None = Field(None, description='"always", "on-failure" or "never"')
     tier_tools: bool | None = Field(None, description="true or false")
     command: tuple[str, ...] | None = Field(None, description=_COMMAND_EXPECTED)
-    bundle: str | None = Field(None, description=_BUNDLE_EXPECTED)
+    bundle: str | None = Field(None, description=BUNDLE_EXPECTED)
     user: str | None = Field(None, description="a user name to run the agent as")
     env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
     runner: Runner | None = Field(
@@ -334,8 +303,8 @@ class FleetFile(Settings):
             rest = _best_effort(data, exc, handler)
             if rest is not None:
                 found += _unseen(_cross_checks(rest), found)
-            _raise_all(found)
-        _raise_all(_cross_checks(model))
+            raise_all(found)
+        raise_all(_cross_checks(model))
         return model
 
     # The hooks of the settings translator (`Settings.problems`): keys named as the operator
@@ -491,13 +460,6 @@ def _known_keys(loc: tuple[str | int, ...]) -> str:
     return text + ": " + ", ".join(keys if section else tables.values())
 
 
-def _raise_all(problems: list[SettingError]) -> None:
-    """Raise the first problem holding all of them (nothing when there are none)."""
-    first = SettingError.gather(problems)
-    if first is not None:
-        raise first
-
-
 def _cross_checks(model: FleetFile) -> list[SettingError]:
     problems: list[SettingError] = []
     center, defaults = model.center, model.defaults
@@ -588,7 +550,7 @@ def _plan_checks(
     def where(key: str) -> str:
         return _name((*loc, key)) if agent is None or key in given else _name(("defaults", key))
 
-    plan = _apply(base, agent.id if agent else "x", agent)
+    plan = apply_defaults(base, agent.id if agent else "x", _overrides(agent))
     if plan.client == "command" and plan.command is None:
         problems.append(
             SettingError(
@@ -606,9 +568,9 @@ def _plan_checks(
             )
         )
     requested = agent.runner if agent is not None and agent.runner is not None else base.runner
-    runner_problem = _runner_problem(plan, requested)
-    if runner_problem is not None:
-        key, shown, expected = runner_problem
+    problem = runner_problem(plan, requested)
+    if problem is not None:
+        key, shown, expected = problem
         problems.append(SettingError(where(key), shown, expected))
     if plan.client == "codex" and "CODEX_HOME" in dict(plan.env):
         problems.append(
@@ -629,76 +591,11 @@ def _plan_checks(
     return problems
 
 
-# -- the values the supervisor uses --------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CenterConfig:
-    """The worker's one binding to the center. `token_file` is a path, never its content."""
-
-    admin_url: AdminTarget
-    pins: tuple[bytes, ...]
-    token_file: str
-    runtime_socket: str | None = None
-    fleet: FleetSource = "file"
-    poll_seconds: float = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class AgentDefaults:
-    """`[defaults]` with the built-in defaults applied (`tier_tools=None`: the client's)."""
-
-    client: Client = "claude"
-    restart: Restart = "on-failure"
-    tier_tools: bool | None = None
-    command: tuple[str, ...] | None = None
-    bundle: str | None = None
-    user: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
-    restart_delay: float = 1.0
-    restart_max_delay: float = 60.0
-    max_restarts: int = 5
-    restart_window: float = 60.0
-    stop_grace: float = 10.0
-    log_max_bytes: int = 1 << 20
-    log_keep: int = 3
-    runner: Runner = "auto"
-    policy: str | None = None
-    sandbox: Sandbox = "auto"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentPlan:
-    """How one agent runs, every default applied. Equal plans: nothing to restart."""
-
-    agent_id: str
-    command: tuple[str, ...] | None
-    client: Client
-    restart: Restart
-    tier_tools: bool
-    bundle: str | None
-    user: str | None
-    env: tuple[tuple[str, str], ...]
-    restart_delay: float
-    restart_max_delay: float
-    max_restarts: int
-    restart_window: float
-    stop_grace: float
-    log_max_bytes: int
-    log_keep: int
-    runner: Runner = "process"  # resolved (`resolve_runner`): "process" or "tmux" (a pane)
-    policy: str | None = None  # the relay policy of the agent's bundle member
-    sandbox: Sandbox = "auto"  # "auto": fenced (fence.py); "none": not
-
-
-@dataclass(frozen=True, slots=True)
-class Fleet:
-    """The fleet in force. `agents` are in file order; equality is the reload contract."""
-
-    path: str
-    center: CenterConfig
-    agents: tuple[AgentPlan, ...]
-    defaults: AgentDefaults = AgentDefaults()
+def _overrides(section: _Tunable | None) -> dict[str, Any] | None:
+    """The keys `section` gives, with their values, for `apply_defaults` (None: no section)."""
+    if section is None:
+        return None
+    return {key: getattr(section, key) for key in section.model_fields_set}
 
 
 def _defaults_of(section: _Tunable) -> AgentDefaults:
@@ -710,65 +607,6 @@ def _defaults_of(section: _Tunable) -> AgentDefaults:
     if "env" in given:
         given["env"] = tuple(sorted(given["env"].items()))
     return dataclasses.replace(AgentDefaults(), **given)
-
-
-def _tier_default(client: Client) -> bool:
-    """configgen's per-client default (Claude Code and Codex: the full catalog); `command`
-    agents get the host's default (tiered)."""
-    if client == "command":
-        return True
-    from configgen.clients import CLIENTS
-
-    return CLIENTS[client].tier_tools_default
-
-
-def _apply(defaults: AgentDefaults, agent_id: str, agent: _Tunable | None) -> AgentPlan:
-    values: dict[str, Any] = {
-        field.name: getattr(defaults, field.name) for field in dataclasses.fields(AgentDefaults)
-    }
-    if agent is not None:
-        for key in agent.model_fields_set:
-            value = getattr(agent, key)
-            if key == "env" and value is not None:
-                merged = dict(defaults.env)
-                merged.update(value)
-                value = tuple(sorted(merged.items()))
-            if key in values and value is not None:
-                values[key] = value
-    if values["tier_tools"] is None:
-        values["tier_tools"] = _tier_default(values["client"])
-    values["runner"] = resolve_runner(values["runner"], values["client"], values["command"])
-    return AgentPlan(agent_id=agent_id, **values)
-
-
-def resolve_runner(runner: Runner, client: Client, command: tuple[str, ...] | None) -> Runner:
-    """`auto` -> `tmux` for an interactive client without a command (its default command is
-    the interactive program, which needs a terminal), else `process`; others as given."""
-    if runner != "auto":
-        return runner
-    return "tmux" if client in INTERACTIVE and command is None else "process"
-
-
-def _runner_problem(plan: AgentPlan, requested: Runner) -> tuple[str, str, str] | None:
-    """The runner combination that cannot work, as (key, value shown, expected), or None; the
-    key is `runner` when it was set to the runner that cannot work, else the other key."""
-    if plan.runner == "process" and plan.client in INTERACTIVE and plan.command is None:
-        return (
-            "runner",
-            repr(plan.runner),
-            f'runner = "auto" or "tmux" for client = "{plan.client}" without a command (its '
-            "default command is the interactive program, which needs a terminal; a process "
-            "agent's stdin is /dev/null), or a command that needs no terminal",
-        )
-    if plan.runner == "tmux" and plan.user is not None:
-        return (
-            ("runner", repr(requested)) if requested == "tmux" else ("user", repr(plan.user))
-        ) + (
-            'no user = ... for an agent in a tmux pane (runner = "tmux", or "auto" with an '
-            "interactive client and no command: the tmux server runs as the supervisor's user); "
-            'give a command that needs no terminal and runner = "process"',
-        )
-    return None
 
 
 def load_fleet(
@@ -803,128 +641,5 @@ def load_fleet(
         poll_seconds=center.poll_seconds,
     )
     defaults = _defaults_of(model.defaults)
-    agents = tuple(_apply(defaults, agent.id, agent) for agent in model.agent)
+    agents = tuple(apply_defaults(defaults, agent.id, _overrides(agent)) for agent in model.agent)
     return Fleet(path=os.path.abspath(path), center=config, agents=agents, defaults=defaults)
-
-
-def plan_from_center(
-    defaults: AgentDefaults, agent_id: str, *, bundle: str | None = None
-) -> AgentPlan:
-    """The plan of an agent the center assigned to this worker: `[defaults]` only (a `bundle`
-    the center names replaces the default one). Raises `SettingError` for an id outside the
-    grammar, naming it as the center's."""
-    if not isinstance(agent_id, str) or not is_agent_id(agent_id):
-        raise SettingError("the center's agent id", repr(agent_id), AGENT_ID_EXPECTED)
-    if bundle is not None and (not isinstance(bundle, str) or not is_fleet_bundle(bundle)):
-        shown = _clipped(bundle) if isinstance(bundle, str) else repr(bundle)
-        raise SettingError(f"the center's bundle for {agent_id}", shown, _BUNDLE_EXPECTED)
-    plan = _apply(defaults, agent_id, None)
-    if bundle is not None:
-        plan = dataclasses.replace(plan, bundle=bundle)
-    if plan.bundle is not None and not is_session_id(agent_id):
-        raise SettingError(
-            "the center's agent id",
-            repr(agent_id),
-            f"with a bundle, a relay session id: {SESSION_ID_EXPECTED}",
-        )
-    if plan.client == "command" and plan.command is None:
-        raise SettingError(
-            "defaults.command", None, 'a command: client = "command" runs exactly the command'
-        )
-    runner_problem = _runner_problem(plan, defaults.runner)
-    if runner_problem is not None:
-        key, shown, expected = runner_problem
-        raise SettingError(f"defaults.{key}", shown, f"for agent {agent_id}: {expected}")
-    return plan
-
-
-def fleet_with_agents(fleet: Fleet, assigned: Iterable[str | Mapping[str, Any]]) -> Fleet:
-    """`fleet` with the agents the center assigned (ids, or mappings with `agent_id` and an
-    optional `bundle`), each planned from `fleet.defaults`; duplicates after the first dropped.
-    Raises `SettingError` for a bad entry (then nothing is applied)."""
-    plans: dict[str, AgentPlan] = {}
-    for entry in assigned:
-        if isinstance(entry, Mapping):
-            agent_id = entry.get("agent_id", entry.get("id"))
-            bundle = entry.get("bundle")
-        else:
-            agent_id, bundle = entry, None
-        plan = plan_from_center(fleet.defaults, agent_id, bundle=bundle)
-        plans.setdefault(plan.agent_id, plan)
-    return dataclasses.replace(fleet, agents=tuple(plans.values()))
-
-
-def check_sandbox(fleet: Fleet, missing: str | None) -> None:
-    """Refuse `sandbox = "auto"` (the default) where the fence cannot be built: `missing` is
-    what this machine lacks (`fence.Support.missing()`), None when nothing is. Fails closed with
-    one `SettingError` per key that asks for the fence (`defaults.sandbox` when the agent has
-    the default's)."""
-    if missing is None:
-        return
-    keys: list[str] = []
-    if fleet.defaults.sandbox == "auto" and (
-        fleet.center.fleet == "center" or any(a.sandbox == "auto" for a in fleet.agents)
-    ):
-        keys.append("defaults.sandbox")
-    if fleet.defaults.sandbox != "auto":
-        keys.extend(
-            f"agent[{index}].sandbox"
-            for index, plan in enumerate(fleet.agents)
-            if plan.sandbox == "auto"
-        )
-    _raise_all(
-        [
-            SettingError(
-                f"{fleet.path}: {key}",
-                '"auto"',
-                'sandbox = "none" to run agents unfenced on this machine',
-                problem=f'is "auto" (the default), but this machine lacks {missing}',
-            )
-            for key in keys
-        ]
-    )
-
-
-def check_users(fleet: Fleet) -> None:
-    """Refuse a `user` the supervisor could not run an agent as: no such user, or another uid
-    while the supervisor is not root. Raises one `SettingError` naming each key (`agent[2].user`,
-    or `defaults.user` when the agent has the default's)."""
-    import pwd
-
-    problems: list[SettingError] = []
-    path = fleet.path
-    checked: list[tuple[str, str]] = []
-    if fleet.defaults.user is not None and (
-        fleet.center.fleet == "center" or any(a.user == fleet.defaults.user for a in fleet.agents)
-    ):
-        checked.append(("defaults.user", fleet.defaults.user))
-    for index, plan in enumerate(fleet.agents):
-        if plan.user is not None and plan.user != fleet.defaults.user:
-            checked.append((f"agent[{index}].user", plan.user))
-    for key, user in checked:
-        name = f"{path}: {key}"
-        try:
-            entry = pwd.getpwnam(user)
-        except KeyError:
-            problems.append(
-                SettingError(
-                    name,
-                    repr(user),
-                    "an existing user name",
-                    problem=f"is {user!r}: no such user on this machine",
-                )
-            )
-            continue
-        same = entry.pw_uid == os.geteuid() and entry.pw_gid == os.getegid()
-        if not same and os.geteuid() != 0:
-            problems.append(
-                SettingError(
-                    name,
-                    repr(user),
-                    "no user = ... unless the supervisor runs as root (it switches the agent to "
-                    "that user when it spawns it)",
-                    problem=f"is {user!r} (uid {entry.pw_uid}), but the supervisor runs as uid "
-                    f"{os.geteuid()}, not root",
-                )
-            )
-    _raise_all(problems)

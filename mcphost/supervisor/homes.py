@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from configgen import AgentConfig, AttachBinding, ConfigError, render, write_private
 from mcphost.errors import CodedFailure
 from mcphost.names import is_agent_id
-from mcphost.supervisor.fleet import RESERVED_ENV_PREFIXES, AgentPlan
+from mcphost.supervisor.plan import RESERVED_ENV_PREFIXES, AgentPlan
 
 AGENTS = "agents"
 WORKSPACE = "workspace"

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.execs import Execution
     from mcphost.supervisor.fence import Fence
-    from mcphost.supervisor.fleet import AgentPlan
     from mcphost.supervisor.kernel import Reaper
+    from mcphost.supervisor.plan import AgentPlan
     from mcphost.supervisor.records import ProcessRecords
     from mcphost.supervisor.sessions import SessionHub
 

@@ -81,10 +81,10 @@ from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle, Coder, Session, TmuxCoder
-from mcphost.supervisor.fleet import AgentPlan, Fleet
 from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.plan import AgentPlan, Fleet
 from mcphost.supervisor.refusals import Refused
 
 if TYPE_CHECKING:

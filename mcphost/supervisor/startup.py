@@ -24,7 +24,7 @@ from mcphost.supervisor.control.server import ControlInUse, take_lock
 
 if TYPE_CHECKING:
     from mcphost.supervisor.centerlink import CenterLink
-    from mcphost.supervisor.fleet import Fleet
+    from mcphost.supervisor.plan import Fleet
 
 # `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
 EXIT_STATE_IN_USE = 3

@@ -53,7 +53,7 @@ from mcphost.supervisor.centerfleet import Generations
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.fence import Fence
-from mcphost.supervisor.fleet import AgentPlan, Fleet, check_sandbox, check_users, load_fleet
+from mcphost.supervisor.fleet import load_fleet
 from mcphost.supervisor.homes import (
     AttachPoints,
     HeldWorkspace,
@@ -66,6 +66,7 @@ from mcphost.supervisor.homes import (
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, Intensity
 from mcphost.supervisor.operations import Operations, reload_failed
+from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users
 from mcphost.supervisor.records import ProcessRecords
 from mcphost.supervisor.refusals import Refused
 from mcphost.supervisor.relayhost import RelayHost
@@ -590,7 +591,7 @@ class Supervisor:
     async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.centerfleet import fetch_fleet
-        from mcphost.supervisor.fleet import fleet_with_agents
+        from mcphost.supervisor.plan import fleet_with_agents
 
         assert self.admin is not None
         try:

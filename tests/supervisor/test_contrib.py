@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fleet
+from mcphost.supervisor import plan
 from mcphost.supervisor.fleet import AgentSection, CenterSection, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def test_the_sample_fleet_file_lists_every_key_with_its_default() -> None:
     keys = file_keys((CONTRIB / "fleet.toml").read_text())
     assert set(keys) == {"center", "defaults", "agent"}
     assert set(keys["center"]) == set(CenterSection.model_fields)
-    assert set(keys["defaults"]) == set(fleet.AgentDefaults.__dataclass_fields__)
+    assert set(keys["defaults"]) == set(plan.AgentDefaults.__dataclass_fields__)
     assert set(keys["defaults"]) == set(AgentSection.model_fields) - {"id"}
     assert "id" in keys["agent"] and set(keys["agent"]) <= set(AgentSection.model_fields)
     text = (CONTRIB / "fleet.toml").read_text()
@@ -67,7 +67,7 @@ def test_the_sample_fleet_file_lists_every_key_with_its_default() -> None:
             assert uncommented["center"][name] == keys["center"][name] == field.default, name
     # (fingerprint has no default but is set: the sample's tcp:// center needs its pin)
     assert "runtime_socket" not in uncommented["center"]
-    defaults = fleet.AgentDefaults()
+    defaults = plan.AgentDefaults()
     for name, shown in keys["defaults"].items():
         default = getattr(defaults, name)
         if default is None or default == ():

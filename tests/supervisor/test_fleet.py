@@ -12,14 +12,14 @@ import pytest
 
 from mcphost.admin.target import AdminTarget
 from mcphost.settings import SettingError
-from mcphost.supervisor.fleet import (
+from mcphost.supervisor.fleet import load_fleet
+from mcphost.supervisor.homes import agent_argv, home_paths
+from mcphost.supervisor.plan import (
     BUNDLE_NAME_MAX,
     AgentDefaults,
     fleet_with_agents,
-    load_fleet,
     plan_from_center,
 )
-from mcphost.supervisor.homes import agent_argv, home_paths
 
 PIN = "sha256:" + ":".join(["AB"] * 32)
 CENTER = f"""

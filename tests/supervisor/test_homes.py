@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from configgen import attach_script
-from mcphost.supervisor.fleet import AgentDefaults, AgentPlan, plan_from_center
 from mcphost.supervisor.homes import (
     AttachPoints,
     HomeError,
@@ -25,6 +24,7 @@ from mcphost.supervisor.homes import (
     home_paths,
     prepare_home,
 )
+from mcphost.supervisor.plan import AgentDefaults, AgentPlan, plan_from_center
 
 TOKEN = "acat_" + "T0k3n" * 8
 

@@ -584,9 +584,9 @@ def test_a_tmux_runner_restarts_like_a_process_and_stop_ends_its_server(tmp_path
 
 class _Slot:
     def __init__(self, agent_id: str, bundle: str | None, uid: int) -> None:
-        from mcphost.supervisor.fleet import AgentDefaults, _apply
+        from mcphost.supervisor.plan import AgentDefaults, apply_defaults
 
-        self.plan = _apply(AgentDefaults(bundle=bundle, runner="tmux"), agent_id, None)
+        self.plan = apply_defaults(AgentDefaults(bundle=bundle, runner="tmux"), agent_id)
         self.runner: Any = None
         self.uid = uid
 
@@ -720,15 +720,15 @@ def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) 
 
     from mcphost.relay.bundles import load_bundle
     from mcphost.relay.policy import load_policies, member_policy
-    from mcphost.supervisor.fleet import AgentDefaults, Fleet, _apply
+    from mcphost.supervisor.plan import AgentDefaults, Fleet, apply_defaults
     from mcphost.supervisor.relayhost import RelayHost
 
     state = tmp_path / "state"
     base = AgentDefaults(bundle="party", runner="tmux", client="command", command=("echo", "hi"))
     plans = (
-        _apply(base, "A", None),
-        dataclasses_replace(_apply(base, "B", None), policy="operator"),
-        _apply(AgentDefaults(client="command", command=("x",)), "solo", None),
+        apply_defaults(base, "A"),
+        dataclasses_replace(apply_defaults(base, "B"), policy="operator"),
+        apply_defaults(AgentDefaults(client="command", command=("x",)), "solo"),
     )
     fleet = Fleet(path="f.toml", center=None, agents=plans)  # type: ignore[arg-type]
     host = RelayHost(str(state), {"AGENTMUX_STATE_DIRECTORY": "/elsewhere"}, _Agents())
@@ -774,7 +774,7 @@ def test_the_generated_toml_round_trips_through_tomllib(
     import shlex
     import tomllib
 
-    from mcphost.supervisor.fleet import AgentDefaults, _apply
+    from mcphost.supervisor.plan import AgentDefaults, apply_defaults
     from mcphost.supervisor.relayhost import bundle_toml, coders_toml
 
     read = tomllib.loads(coders_toml(coders))
@@ -783,7 +783,7 @@ def test_the_generated_toml_round_trips_through_tomllib(
         ("fleet-" + agent_id, shlex.join(argv) or agent_id) for agent_id, argv in coders
     ]
     plans = [
-        (dataclasses_replace(_apply(AgentDefaults(), agent_id, None), policy=policy), workspace)
+        (dataclasses_replace(apply_defaults(AgentDefaults(), agent_id), policy=policy), workspace)
         for agent_id, workspace, policy in members
     ]
     read = tomllib.loads(bundle_toml(plans))
