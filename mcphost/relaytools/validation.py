@@ -317,24 +317,28 @@ def destination(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "response"}
 
 
-def _principal(args: Mapping[str, Any], command: str) -> str:
+def _credential_args(
+    arguments: Mapping[str, Any], tool: str, commands: tuple[str, ...], schema: Mapping[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """`new peer` and `change psk` alike: unknown fields, the one command, its `args`, then a
+    non-blank `principal_id` (returned trimmed, with the args)."""
+    known_fields(arguments, tool)
+    (command,) = commands
+    _command(arguments, commands, f'{tool} command must be "{command}"')
+    named = f"{tool} {command}"
+    args = parse_args(arguments.get("args"), schema, f"{named} command", named, f"{tool}.{command}")
     principal = args.get("principal_id")
     if _blank(principal):
         raise invalid_params(
-            f"principal_id is required for {command}", {"field": "args.principal_id"}
+            f"principal_id is required for {named}", {"field": "args.principal_id"}
         )
     assert isinstance(principal, str)
-    return principal.strip()
+    return args, principal.strip()
 
 
 @bounded("new")
 def validate_new(arguments: Mapping[str, Any]) -> NewPeerRequest:
-    known_fields(arguments, "new")
-    _command(arguments, P.NEW_COMMANDS, 'new command must be "peer"')
-    args = parse_args(
-        arguments.get("args"), P.NEW_PEER_ARGS, "new peer command", "new peer", "new.peer"
-    )
-    principal = _principal(args, "new peer")
+    args, principal = _credential_args(arguments, "new", P.NEW_COMMANDS, P.NEW_PEER_ARGS)
     fields = {
         "principal_id": principal,
         "scope": args.get("scope"),
@@ -345,12 +349,7 @@ def validate_new(arguments: Mapping[str, Any]) -> NewPeerRequest:
 
 @bounded("change")
 def validate_change(arguments: Mapping[str, Any]) -> ChangePskRequest:
-    known_fields(arguments, "change")
-    _command(arguments, P.CHANGE_COMMANDS, 'change command must be "psk"')
-    args = parse_args(
-        arguments.get("args"), P.CHANGE_PSK_ARGS, "change psk command", "change psk", "change.psk"
-    )
-    principal = _principal(args, "change psk")
+    args, principal = _credential_args(arguments, "change", P.CHANGE_COMMANDS, P.CHANGE_PSK_ARGS)
     return wire_request(
         ChangePskRequest, {"principal_id": principal, "destination": destination(args)}
     )

@@ -217,6 +217,12 @@ def test_updown_and_credentials() -> None:
     assert f.message == "principal_id is required for new peer"
     f = fails(V.validate_change, {"command": "psk"})
     assert f.message == "principal_id is required for change psk"
+    assert fails(V.validate_change, {"command": "peer"}).message == 'change command must be "psk"'
+    f = fails(V.validate_change, {"command": "psk", "args": []})
+    assert f.message == "invalid args for change psk command"
+    assert f.details and "help query 'change.psk'" in f.details["hint"]
+    f = fails(V.validate_new, {"command": "peer", "args": {"x": 1}})
+    assert f.message == "unknown parameter(s) for new peer command: args.x"
     assert fails(V.validate_new, {"command": "user", "args": {"principal_id": "w@p"}}).details == {
         "command": "user"
     }
