@@ -15,7 +15,8 @@ Reading a body:
   against the tool's own schema, with its own message), and null reads as absent (§7);
 - the rest is validated strictly (no coercion: "1" is not a number, 1 is not a boolean); a field
   of the wrong JSON type is `validation_invalid_params` "invalid type for <field>: expected <a
-  string>, got <number>", details `{field, expected, got}` (the relay tools' own wording);
+  string>, got <number>", details `{field, expected, got}` (`invalid_type`, with `EXPECTED`:
+  the relay tools' schema check refuses a wrong type in the same words through them);
 - then the operation's rules, in agentmux's order, each with its own code (see the models).
 
 Every refusal is a `RelayError`; the relay tools carry it as a `ToolFailure` unchanged.
@@ -38,15 +39,33 @@ LOOK_LINES_MAX = 1000  # the relay tools' schema says so too (relaytools/params.
 CHOOSE_OUTCOMES = ("selected", "cancelled")
 DESTINATIONS = ("response", "config", "path")
 
-# a pydantic error type -> what the field expected, in the relay tools' words
-_EXPECTED = {
-    "string_type": "a string",
-    "bool_type": "a boolean",
-    "int_type": "a non-negative integer",
-    "list_type": "an array of strings",
-    "dict_type": "a JSON object",
-    "literal_error": "the operation's name",
+# a JSON (schema) type -> what a field of it expects, in the relay tools' words: the tools'
+# schema check (relaytools/validation.py) and the body reader below both say it so
+EXPECTED = {
+    "string": "a string",
+    "boolean": "a boolean",
+    "integer": "a non-negative integer",
+    "array": "an array of strings",
+    "object": "a JSON object",
 }
+NON_STRING_ITEM = "an array with a non-string item"  # what an array of strings got instead
+# a pydantic error type -> the JSON type it stands for
+_JSON_TYPE = {
+    "string_type": "string",
+    "bool_type": "boolean",
+    "int_type": "integer",
+    "list_type": "array",
+    "dict_type": "object",
+}
+
+
+def invalid_type(name: str, expected: str, got: str) -> RelayError:
+    """The refusal of a field of the wrong JSON type (module doc), wherever it is met."""
+    return RelayError(
+        "validation_invalid_params",
+        f"invalid type for {name}: expected {expected}, got {got}",
+        {"field": name, "expected": expected, "got": got},
+    )
 
 
 def _type_error(exc: ValidationError, data: Mapping[str, Any]) -> RelayError:
@@ -54,15 +73,12 @@ def _type_error(exc: ValidationError, data: Mapping[str, Any]) -> RelayError:
     loc = first["loc"]
     name = str(loc[0]) if loc else "request"
     if len(loc) > 1:  # an item of an array
-        expected, got = "an array of strings", "an array with a non-string item"
+        return invalid_type(name, EXPECTED["array"], NON_STRING_ITEM)
+    if first["type"] == "literal_error":
+        expected = "the operation's name"
     else:
-        expected = _EXPECTED.get(first["type"], "a value")
-        got = json_type(data.get(name))
-    return RelayError(
-        "validation_invalid_params",
-        f"invalid type for {name}: expected {expected}, got {got}",
-        {"field": name, "expected": expected, "got": got},
-    )
+        expected = EXPECTED.get(_JSON_TYPE.get(first["type"], ""), "a value")
+    return invalid_type(name, expected, json_type(data.get(name)))
 
 
 class WireRequest(BaseModel):

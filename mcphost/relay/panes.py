@@ -1,12 +1,12 @@
 """Readiness and delivery into one tmux pane (reference §3.4): the gate, then paste and submit.
 
-Owns: the readiness gate (`Gate`, `wait_ready`), a delivery's terminal outcome (`Delivery`, the
+Owns: the readiness gate (`Gate` and its `wait`), a delivery's terminal outcome (`Delivery`, the
 reason codes, `OUTCOME_OF`), the gated paste-and-submit of a batch (`deliver`, the one the relay's
 delivery workers and the tests both use), raww's ungated write (`raw_write`) and its size check
 (`check_raw_text`, `RawTextTooLarge`: `agentmux.wire.RAWW_MAX_BYTES`). The tmux mechanics
 (snapshot, paste, submit, pane state) are `tmux.TmuxServer`'s.
 
-Readiness gate (`wait_ready`): poll the pane (screen, cursor, liveness in one tmux call) every
+Readiness gate (`Gate.wait`): poll the pane (screen, cursor, liveness in one tmux call) every
 `poll_ms`; once nothing changed for `quiet_ms`, the prompt regex (`re.search`, no flags: write
 `(?ms)` as agentmux's presets do) must match the last `inspect_lines` non-empty lines joined
 with "\\n", and the cursor column must equal `idle_column` when set. Outcomes: "ready", or a
@@ -96,69 +96,46 @@ class Gate:
                 raise ValueError(f"prompt regex {self.prompt_regex!r}: {exc}") from None
 
     async def wait(self, server: TmuxServer, name: str) -> str:
-        return await wait_ready(
-            server,
-            name,
-            quiet_ms=self.quiet_ms,
-            prompt_regex=self.prompt_regex,
-            inspect_lines=self.inspect_lines,
-            idle_column=self.idle_column,
-            timeout_ms=self.timeout_ms,
-            prime_timeout_ms=self.prime_timeout_ms,
-            poll_ms=self.poll_ms,
-        )
+        """Return "ready", or the reason code of a timeout or an unreachable target (module doc)."""
+        pattern = None if self.prompt_regex is None else re.compile(self.prompt_regex)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + self.timeout_ms / 1000
+        prime = self.prime_timeout_ms
+        prime_deadline = None if prime is None else start + prime / 1000
+        last: tuple[tuple[str, ...], int, int] | None = None
+        changed_at = start
+        settled = False
+        seen_output = False
+        while True:
+            try:
+                lines, x, y, dead = await server.snapshot(name, self.inspect_lines)
+            except NoSuchSession:
+                return UNREACHABLE
+            if dead:
+                return UNREACHABLE
+            now = loop.time()
+            key = (tuple(lines), x, y)
+            seen_output = seen_output or any(line.strip() for line in lines)
+            if key != last:
+                last, changed_at = key, now
+            elif now - changed_at >= self.quiet_ms / 1000:
+                settled = True
+                text = prompt_text(lines, self.inspect_lines)
+                prompt_ok = pattern is None or pattern.search(text)
+                if prompt_ok and (self.idle_column is None or x == self.idle_column):
+                    return READY
+            if prime_deadline is not None and not seen_output and now >= prime_deadline:
+                return UNRESPONSIVE
+            if now >= deadline:
+                return NOT_READY if settled else NEVER_SETTLED
+            await asyncio.sleep(self.poll_ms / 1000)
 
 
 def prompt_text(lines: Sequence[str], inspect_lines: int) -> str:
     """The last `inspect_lines` non-empty lines, joined with "\\n": what the regex sees."""
     filled = [line for line in lines if line.strip()]
     return "\n".join(filled[-inspect_lines:]) if inspect_lines > 0 else ""
-
-
-async def wait_ready(
-    server: TmuxServer,
-    name: str,
-    *,
-    quiet_ms: int = 750,
-    prompt_regex: str | re.Pattern[str] | None = None,
-    inspect_lines: int = 1,
-    idle_column: int | None = None,
-    timeout_ms: int = 900_000,
-    prime_timeout_ms: int | None = None,
-    poll_ms: int = 50,
-) -> str:
-    """Return "ready", or the reason code of a timeout or an unreachable target (module doc)."""
-    pattern = re.compile(prompt_regex) if isinstance(prompt_regex, str) else prompt_regex
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    deadline = start + timeout_ms / 1000
-    prime_deadline = None if prime_timeout_ms is None else start + prime_timeout_ms / 1000
-    last: tuple[tuple[str, ...], int, int] | None = None
-    changed_at = start
-    settled = False
-    seen_output = False
-    while True:
-        try:
-            lines, x, y, dead = await server.snapshot(name, inspect_lines)
-        except NoSuchSession:
-            return UNREACHABLE
-        if dead:
-            return UNREACHABLE
-        now = loop.time()
-        key = (tuple(lines), x, y)
-        seen_output = seen_output or any(line.strip() for line in lines)
-        if key != last:
-            last, changed_at = key, now
-        elif now - changed_at >= quiet_ms / 1000:
-            settled = True
-            prompt_ok = pattern is None or pattern.search(prompt_text(lines, inspect_lines))
-            if prompt_ok and (idle_column is None or x == idle_column):
-                return READY
-        if prime_deadline is not None and not seen_output and now >= prime_deadline:
-            return UNRESPONSIVE
-        if now >= deadline:
-            return NOT_READY if settled else NEVER_SETTLED
-        await asyncio.sleep(poll_ms / 1000)
 
 
 async def deliver(server: TmuxServer, name: str, gate: Gate, take: Callable[[], str]) -> Delivery:

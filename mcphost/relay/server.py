@@ -339,15 +339,10 @@ class RelayServer:
                     authenticated=principal.id,
                 )
                 raise RelayError("internal_unexpected_failure", UNEXPECTED_MESSAGE)
-        except RelayError as err:
+            self.registry.claim(conn, principal)
+        except RelayError as err:  # refused, or the identity is claimed by a live connection
             self._refused(conn, err)
             conn.finish(wire.encode(wire.error_response(None, err)))
-            return
-        try:
-            self.registry.claim(conn, principal)
-        except RelayError as conflict:
-            self._refused(conn, conflict)
-            conn.finish(wire.encode(wire.error_response(None, conflict)))
             return
         conn.principal = principal
         events.emit(

@@ -1,7 +1,8 @@
 """Pure request validation: arguments in, a typed request out, or a `ToolFailure`.
 
 Owns: the upstream validation order for every tool (size bounds -> unknown fields -> JSON
-types -> per-tool rules), the exact codes, messages and details (for `send`, `raww`, `look`,
+types -> per-tool rules; a wrong JSON type is refused in the wire's words,
+`agentmux.operations.invalid_type`), the exact codes, messages and details (for `send`, `raww`, `look`,
 `choose`, `new` and `change` the body's rules are the wire's own: `mcphost.agentmux.operations`, which the relay reads the
 same bodies with, so they are written once), the meta-tool `args` parsing
 rules, the `new`/`change` destination mapping, and `send` target qualification.
@@ -28,6 +29,8 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from mcphost.agentmux.operations import (
+    EXPECTED,
+    NON_STRING_ITEM,
     ChangePskRequest,
     ChoicesPickRequest,
     LookRequest,
@@ -35,6 +38,7 @@ from mcphost.agentmux.operations import (
     RawwRequest,
     SendRequest,
     WireRequest,
+    invalid_type,
 )
 from mcphost.agentmux.wire import RelayError, json_type
 from mcphost.argbounds import Oversize, oversize, report_names
@@ -117,15 +121,6 @@ def unknown(context: str, extra: list[str]) -> ToolFailure:
     return invalid_params(message, details)
 
 
-_EXPECTED = {
-    "string": "a string",
-    "boolean": "a boolean",
-    "integer": "a non-negative integer",
-    "array": "an array of strings",
-    "object": "a JSON object",
-}
-
-
 def _matches(value: Any, schema: Mapping[str, Any]) -> bool:
     kind = schema.get("type")
     if kind == "string":
@@ -151,24 +146,24 @@ def _type_mismatch(
             continue
         got = json_type(value)
         if spec.get("type") == "array" and isinstance(value, list):
-            got = "an array with a non-string item"
-        return name, _EXPECTED.get(spec.get("type", ""), "a value"), got
+            got = NON_STRING_ITEM
+        return name, EXPECTED.get(spec.get("type", ""), "a value"), got
     return None
+
+
+def known_fields(arguments: Mapping[str, Any], tool: str) -> None:
+    """Unknown top-level fields of one tool's parameters are refused, before anything else."""
+    extra = [k for k in arguments if k not in P.TOOL_PARAMS[tool]["properties"]]
+    if extra:
+        raise unknown(f"{tool} request", extra)
 
 
 def check_fields(arguments: Mapping[str, Any], tool: str) -> None:
     """Unknown top-level fields, then JSON types, for one tool's parameters."""
-    schema = P.TOOL_PARAMS[tool]
-    extra = [k for k in arguments if k not in schema["properties"]]
-    if extra:
-        raise unknown(f"{tool} request", extra)
-    mismatch = _type_mismatch(arguments, schema)
+    known_fields(arguments, tool)
+    mismatch = _type_mismatch(arguments, P.TOOL_PARAMS[tool])
     if mismatch is not None:
-        name, expected, got = mismatch
-        raise invalid_params(
-            f"invalid type for {name}: expected {expected}, got {got}",
-            {"field": name, "expected": expected, "got": got},
-        )
+        raise ToolFailure.of(invalid_type(*mismatch))
 
 
 def parse_args(
@@ -205,9 +200,7 @@ def _blank(value: Any) -> bool:
 
 @bounded("list")
 def validate_list(arguments: Mapping[str, Any]) -> ListPrincipals | ListDecisions:
-    extra = [k for k in arguments if k not in P.LIST_PARAMS["properties"]]
-    if extra:
-        raise unknown("list request", extra)
+    known_fields(arguments, "list")
     command = _command(arguments, P.LIST_COMMANDS, 'command must be "principals" or "decisions"')
     if command == "decisions":
         parse_args(
@@ -252,7 +245,7 @@ def wire_request(model: type[W], fields: Mapping[str, Any]) -> W:
     try:
         return model.read(fields)
     except RelayError as err:
-        raise ToolFailure(err.code, err.message, err.details) from None
+        raise ToolFailure.of(err) from None
 
 
 @bounded("send")
@@ -296,9 +289,7 @@ def validate_choose(arguments: Mapping[str, Any]) -> ChoicesPickRequest:
 
 @bounded("updown")
 def validate_updown(arguments: Mapping[str, Any]) -> Updown:
-    extra = [k for k in arguments if k not in P.UPDOWN_PARAMS["properties"]]
-    if extra:
-        raise unknown("updown request", extra)
+    known_fields(arguments, "updown")
     command = _command(arguments, P.UPDOWN_COMMANDS, 'updown command must be "up" or "down"')
     parse_args(
         arguments.get("args"),
@@ -326,26 +317,28 @@ def destination(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "response"}
 
 
-def _principal(args: Mapping[str, Any], command: str) -> str:
+def _credential_args(
+    arguments: Mapping[str, Any], tool: str, commands: tuple[str, ...], schema: Mapping[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """`new peer` and `change psk` alike: unknown fields, the one command, its `args`, then a
+    non-blank `principal_id` (returned trimmed, with the args)."""
+    known_fields(arguments, tool)
+    (command,) = commands
+    _command(arguments, commands, f'{tool} command must be "{command}"')
+    named = f"{tool} {command}"
+    args = parse_args(arguments.get("args"), schema, f"{named} command", named, f"{tool}.{command}")
     principal = args.get("principal_id")
     if _blank(principal):
         raise invalid_params(
-            f"principal_id is required for {command}", {"field": "args.principal_id"}
+            f"principal_id is required for {named}", {"field": "args.principal_id"}
         )
     assert isinstance(principal, str)
-    return principal.strip()
+    return args, principal.strip()
 
 
 @bounded("new")
 def validate_new(arguments: Mapping[str, Any]) -> NewPeerRequest:
-    extra = [k for k in arguments if k not in P.NEW_PARAMS["properties"]]
-    if extra:
-        raise unknown("new request", extra)
-    _command(arguments, P.NEW_COMMANDS, 'new command must be "peer"')
-    args = parse_args(
-        arguments.get("args"), P.NEW_PEER_ARGS, "new peer command", "new peer", "new.peer"
-    )
-    principal = _principal(args, "new peer")
+    args, principal = _credential_args(arguments, "new", P.NEW_COMMANDS, P.NEW_PEER_ARGS)
     fields = {
         "principal_id": principal,
         "scope": args.get("scope"),
@@ -356,14 +349,7 @@ def validate_new(arguments: Mapping[str, Any]) -> NewPeerRequest:
 
 @bounded("change")
 def validate_change(arguments: Mapping[str, Any]) -> ChangePskRequest:
-    extra = [k for k in arguments if k not in P.CHANGE_PARAMS["properties"]]
-    if extra:
-        raise unknown("change request", extra)
-    _command(arguments, P.CHANGE_COMMANDS, 'change command must be "psk"')
-    args = parse_args(
-        arguments.get("args"), P.CHANGE_PSK_ARGS, "change psk command", "change psk", "change.psk"
-    )
-    principal = _principal(args, "change psk")
+    args, principal = _credential_args(arguments, "change", P.CHANGE_COMMANDS, P.CHANGE_PSK_ARGS)
     return wire_request(
         ChangePskRequest, {"principal_id": principal, "destination": destination(args)}
     )

@@ -44,7 +44,7 @@ import os
 import re
 import socket
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -225,39 +225,38 @@ class SessionHub:
         except OSError:
             raise Refused.row(R.PEER_UNREADABLE) from None
         try:
-            return self._identify(cred), cred.pid
-        except Refused:
-            raise
-        except Exception as exc:
-            events.emit(
-                "supervisor.identify_failed",
-                level="error",
-                path=self.path,
-                pid=cred.pid,
-                exception=type(exc).__name__,
-                traceback=traceback.format_exc(limit=8),
-            )
-            raise Refused.row(R.IDENTIFY_FAILED) from None
+            failed = Refused.row(R.IDENTIFY_FAILED)
+            with self._hook("supervisor.identify_failed", failed, pid=cred.pid):
+                return self._identify(cred), cred.pid
         finally:
             if cred.pidfd is not None:
                 with contextlib.suppress(OSError):
                     os.close(cred.pidfd)
 
     def _build(self, attached: Attached) -> Surface:
-        try:
+        agent = attached.agent_id
+        failed = Refused.row(R.SURFACE_FAILED, agent=agent)
+        with self._hook("supervisor.surface_failed", failed, agent_id=agent):
             return self._surface_for(attached)
+
+    @contextlib.contextmanager
+    def _hook(self, event: str, failed: Refused, **fields: object) -> Iterator[None]:
+        """Run a hook (`identify`, `surface_for`): its own Refused passes unchanged; any other
+        failure is the error `event` (with `fields` and a traceback) and the refusal `failed`."""
+        try:
+            yield
         except Refused:
             raise
         except Exception as exc:
             events.emit(
-                "supervisor.surface_failed",
+                event,
                 level="error",
                 path=self.path,
-                agent_id=attached.agent_id,
+                **fields,
                 exception=type(exc).__name__,
                 traceback=traceback.format_exc(limit=8),
             )
-            raise Refused.row(R.SURFACE_FAILED, agent=attached.agent_id) from None
+            raise failed from None
 
     def _refuse(self, conn: socket.socket, refusal: Refused, session: _Session | None) -> None:
         code = _CODE.sub("_", refusal.code.lower()) or "refused"

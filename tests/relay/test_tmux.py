@@ -40,7 +40,6 @@ from mcphost.relay.panes import (
     deliver,
     prompt_text,
     raw_write,
-    wait_ready,
 )
 from mcphost.relay.tmux import NoSuchSession, TmuxServer, watch_exit
 from mcphost.unixsock import SUN_PATH_MAX
@@ -281,12 +280,12 @@ async def test_capture_returns_the_last_lines_without_the_blank_bottom(tmp_path:
             await server.pane_state("line")  # exact names: not a prefix of "lines"
 
 
-async def test_wait_ready_needs_quiet_prompt_and_column(tmp_path: Path) -> None:
+async def test_the_gate_needs_quiet_prompt_and_column(tmp_path: Path) -> None:
     log = tmp_path / "bravo.log"
     async with hosted(tmp_path / "run") as server:
         await standin(server, "bravo", log)
         assert await server.cursor_x("bravo") == 5
-        assert await wait_ready(server, "bravo", quiet_ms=50, poll_ms=10) == READY
+        assert await Gate(quiet_ms=50, poll_ms=10).wait(server, "bravo") == READY
         assert await prompt_gate(0, idle_column=None).wait(server, "bravo") == READY
         # Settled, but not on this prompt / not at this column: not ready, until the timeout.
         assert await prompt_gate(7, timeout_ms=500).wait(server, "bravo") == NOT_READY
@@ -311,10 +310,10 @@ async def test_a_pane_that_keeps_printing_never_becomes_ready(tmp_path: Path) ->
         await server.new_session("chatty", [sys.executable, "-c", chatter], tmp_path, {})
         loop = asyncio.get_running_loop()
         started = loop.time()
-        state = await wait_ready(server, "chatty", quiet_ms=300, poll_ms=10, timeout_ms=1000)
+        gate = Gate(quiet_ms=300, poll_ms=10, timeout_ms=1000)
+        state = await gate.wait(server, "chatty")
         assert state == NEVER_SETTLED
         assert loop.time() - started >= 1.0  # it waited its whole bound
-        gate = Gate(quiet_ms=300, poll_ms=10, timeout_ms=1000)
         outcome = await deliver(server, "chatty", gate, lambda: "never\n")
         assert (outcome.outcome, outcome.reason_code) == ("timeout", NEVER_SETTLED)
 
@@ -410,7 +409,7 @@ async def test_watch_exit_reports_the_pane_status(tmp_path: Path) -> None:
         assert (await raw_write(server, "bravo", "exit 3")).outcome == "delivered"
         assert await watcher == 3
         assert await server.pane_dead_status("bravo") == 3
-        assert await wait_ready(server, "bravo", timeout_ms=60_000) == UNREACHABLE
+        assert await Gate(timeout_ms=60_000).wait(server, "bravo") == UNREACHABLE
         # Already gone before anyone watched: still 3, read from tmux.
         early = await server.new_session(
             "early", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path, {}

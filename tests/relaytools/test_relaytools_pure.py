@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from relayharness import Env
 
 from mcphost.agentmux.inscriptions import Inscriptions, log_path, sanitize
-from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest
+from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest, SendRequest
+from mcphost.agentmux.wire import RelayError
 from mcphost.relaytools import errors, help, layout, params, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
@@ -89,6 +90,16 @@ def test_type_errors_are_typed() -> None:
     assert f.details == {"field": "lines", "expected": "a non-negative integer", "got": "string"}
     f = fails(V.validate_send, {"message": "hi", "targets": ["a", 3]})
     assert f.details and f.details["field"] == "targets"
+    # the relay's body reader refuses a wrong type in the same words (one rule, both ends)
+    for model, body in (
+        (LookRequest, {"target_session": "b@p", "lines": "x"}),
+        (SendRequest, {"message": "hi", "targets": ["a", 3]}),
+    ):
+        with pytest.raises(RelayError) as read:
+            model.read(body)
+        tool = fails(V.validate_look if model is LookRequest else V.validate_send, body)
+        assert (read.value.code, read.value.message) == (tool.code, tool.message)
+        assert read.value.details == tool.details
 
 
 @pytest.mark.parametrize("lines", [0, 1001, -1])
@@ -206,6 +217,12 @@ def test_updown_and_credentials() -> None:
     assert f.message == "principal_id is required for new peer"
     f = fails(V.validate_change, {"command": "psk"})
     assert f.message == "principal_id is required for change psk"
+    assert fails(V.validate_change, {"command": "peer"}).message == 'change command must be "psk"'
+    f = fails(V.validate_change, {"command": "psk", "args": []})
+    assert f.message == "invalid args for change psk command"
+    assert f.details and "help query 'change.psk'" in f.details["hint"]
+    f = fails(V.validate_new, {"command": "peer", "args": {"x": 1}})
+    assert f.message == "unknown parameter(s) for new peer command: args.x"
     assert fails(V.validate_new, {"command": "user", "args": {"principal_id": "w@p"}}).details == {
         "command": "user"
     }

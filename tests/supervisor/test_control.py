@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,35 @@ def test_parse_request_defaults() -> None:
     with pytest.raises(ControlError) as caught:
         parse_request(json.dumps({"op": long_op}).encode())
     assert len(caught.value.message) < 300
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (b"not json\n", "the supervisor's reply is not JSON"),
+        (b"[1]\n", "the supervisor's reply is not an object"),
+    ],
+)
+def test_a_reply_that_is_not_one_json_object_is_a_protocol_error(
+    short_dir: Path, reply: bytes, message: str
+) -> None:
+    path = str(short_dir / "c.sock")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen(1)
+        answered = threading.Thread(target=lambda: answer(listener, reply))
+        answered.start()
+        with pytest.raises(ControlError) as caught:
+            request(path, "status", timeout=60)
+        answered.join()
+    assert (caught.value.code, caught.value.message) == ("protocol_error", message)
+
+
+def answer(listener: socket.socket, reply: bytes) -> None:
+    conn, _ = listener.accept()
+    with conn:
+        conn.recv(65536)
+        conn.sendall(reply)
 
 
 async def test_a_line_over_64_kib_is_refused_without_being_kept(served: Any) -> None:

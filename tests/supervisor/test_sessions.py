@@ -7,7 +7,8 @@ Proven here:
 - two sessions of two agents reach the center each with its own `agent_id` and generation,
   through the one shared client (both surfaces hold it);
 - a peer `identify` refuses gets `refused <code> <message>` and a closed socket, no session (the
-  pump prints the message and exits 3);
+  pump prints the message and exits 3); an `identify` or `surface_for` that crashes gets its own
+  refusal (`internal_unexpected_failure`, `surface_unavailable`), on a hub in this process;
 - `close_where` ends an older generation's session (the client reads the stream's end) while a
   newer one keeps answering, on the shared client the closed surface did not close;
 - a client that floods requests without reading stops being read: the hub's process stays
@@ -23,6 +24,7 @@ so about a hub's start and end, start their own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -273,6 +275,48 @@ def test_a_refused_peer_gets_the_refused_line_and_no_session(hub_now: Harness) -
     assert b"mcphost attach: " in attach.stderr and b"(not_in_fleet)" in attach.stderr
     assert harness.ask("count agent-1") == "count 0"
     assert surfaces(harness) == built, "no surface is built for a refusal"
+
+
+def read_status(path: Path) -> tuple[bytes, bytes]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))
+        stream = sock.makefile("rb")
+        return stream.readline(), stream.read()
+
+
+@pytest.mark.anyio
+async def test_a_crashing_hook_is_refused_with_its_own_code_and_the_hub_carries_on(
+    short_dir: Path,
+) -> None:
+    from mcphost.supervisor.sessions import Attached, SessionHub
+
+    crashes = ["identify"]
+
+    def identify(cred: object) -> Attached:
+        if crashes and crashes.pop() == "identify":
+            raise RuntimeError("identify broke")
+        return Attached("agent-1", 1)
+
+    def surface_for(attached: Attached) -> Any:
+        raise RuntimeError("surface_for broke")
+
+    hub = SessionHub(str(short_dir / "hub.sock"), identify=identify, surface_for=surface_for)
+    await hub.start()
+    try:
+        line, rest = await asyncio.to_thread(read_status, short_dir / "hub.sock")
+        assert line == (
+            b"refused internal_unexpected_failure the supervisor failed to identify this "
+            b"process; its log has the details\n"
+        )
+        assert rest == b""
+        line, rest = await asyncio.to_thread(read_status, short_dir / "hub.sock")
+        assert line == (
+            b"refused surface_unavailable the tools of agent agent-1 could not be set up; the "
+            b"supervisor's log has the details\n"
+        )
+        assert rest == b""
+    finally:
+        await hub.aclose()
 
 
 # -- closing an older generation ---------------------------------------------------------------

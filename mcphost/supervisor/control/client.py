@@ -12,14 +12,13 @@ asyncio alone costs more than the rest of `ctl`), or keep a descriptor it opened
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 from mcphost.supervisor import refusals as R
-from mcphost.supervisor.control.protocol import MAX_REPLY_LINE, ControlError, encode
+from mcphost.supervisor.control.protocol import MAX_REPLY_LINE, ControlError, decode, encode
 
 
 class NotRunning(Exception):
@@ -68,13 +67,7 @@ def _read_messages(sock: socket.socket) -> Iterator[dict[str, Any]]:
                 return
             if len(line) > MAX_REPLY_LINE or not line.endswith(b"\n"):
                 raise ControlError.row(R.REPLY_CUT)
-            try:
-                message = json.loads(line)
-            except (ValueError, RecursionError):
-                raise ControlError.row(R.REPLY_NOT_JSON) from None
-            if not isinstance(message, dict):
-                raise ControlError.row(R.REPLY_NOT_OBJECT)
-            yield message
+            yield decode(line, R.REPLY_NOT_JSON, R.REPLY_NOT_OBJECT)
 
 
 def _refusal_from(message: dict[str, Any]) -> ControlError:

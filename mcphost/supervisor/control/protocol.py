@@ -1,8 +1,9 @@
 """The control socket's wire protocol (pure): what `mcphost ctl` and the supervisor both speak.
 
 Owns: the request grammar (`parse_request`, `parse_signal`), the reply encoding (`encode`), its
-bounds, and `ControlError` (a refusal with a stable code, from `mcphost.supervisor.refusals`).
-The asyncio server is `control.server`, the blocking client `control.client`.
+bounds, the reading of a line either way as one JSON object (`decode`), and `ControlError` (a
+refusal with a stable code, from `mcphost.supervisor.refusals`). The asyncio server is
+`control.server`, the blocking client `control.client`.
 
 Protocol: one connection, one request. The client sends one JSON line (at most `MAX_LINE` bytes
 including the newline)
@@ -98,15 +99,22 @@ class ControlError(CodedFailure):
 # -- the request grammar (pure) ----------------------------------------------------------------
 
 
-def parse_request(line: bytes) -> dict[str, Any]:
-    """One request line -> `{"op", "agent"?, "lines"?, "follow"?}` with defaults; `ControlError`
-    (`bad_request`, `unknown_op`) naming what is wrong. Values are never echoed beyond 80 chars."""
+def decode(line: bytes, not_json: R.Refusal, not_object: R.Refusal) -> dict[str, Any]:
+    """One line of the wire, either way, as the JSON object it must be; else `ControlError` of
+    `not_json` or `not_object` (the request's refusals, or the client's for a reply)."""
     try:
         body = json.loads(line)
     except (ValueError, RecursionError):
-        raise ControlError.row(R.NOT_JSON) from None
+        raise ControlError.row(not_json) from None
     if not isinstance(body, dict):
-        raise ControlError.row(R.NOT_OBJECT)
+        raise ControlError.row(not_object)
+    return body
+
+
+def parse_request(line: bytes) -> dict[str, Any]:
+    """One request line -> `{"op", "agent"?, "lines"?, "follow"?}` with defaults; `ControlError`
+    (`bad_request`, `unknown_op`) naming what is wrong. Values are never echoed beyond 80 chars."""
+    body = decode(line, R.NOT_JSON, R.NOT_OBJECT)
     op = body.get("op")
     if not isinstance(op, str):
         raise ControlError.row(R.NO_OP, {"ops": list(OPS)})
