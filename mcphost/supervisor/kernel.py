@@ -9,7 +9,8 @@ with its raw wait status.
 
 The watch race, as chosen: the reaper keeps no status for a pid nobody watches (it logs an
 orphan and forgets it, so a reused pid can never inherit an old status). Instead the caller
-spawns and calls `watch(pid)` with no `await` in between: the SIGCHLD handler runs as a loop
+spawns and calls `watch(pid)` with no `await` in between (`procs.spawn`, mcphost/procs.py, does
+both for every child the supervisor starts): the SIGCHLD handler runs as a loop
 callback (`loop.add_signal_handler`), so it cannot run before the caller yields, and a child
 that already exited is still a zombie when `watch` runs. `watch` checks that with
 `waitid(WNOWAIT)` and raises `ChildProcessError` for a pid that is not an unreaped child,
@@ -50,6 +51,7 @@ from typing import Protocol
 
 from mcphost.events import emit
 from mcphost.peer import ProcStat, read_stat
+from mcphost.procs import open_pidfd, wait_pidfd
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
@@ -297,8 +299,6 @@ async def end_leftovers(records: Iterable[Recorded], grace: float) -> list[int]:
     (found again: a member may have forked meanwhile), and wait (30 s at most) until they are
     gone. Signals go through a pidfd opened and checked against the start time, so a reused pid
     is never signalled. Returns the pids it signalled."""
-    from mcphost.relay.tmux import open_pidfd, wait_pidfd
-
     records = list(records)
     loop = asyncio.get_running_loop()
     signalled: list[int] = []
