@@ -5,8 +5,7 @@ Owns: the relay's strict reading of `bundles/<id>.toml`, `coders.toml`, `users.t
 unknown key, a snake_case spelling of a kebab key included, is an error), `format-version = 1`
 when present, types and ranges checked, every error a `RelayError` whose message names the file
 and the key (`sessions[1].coder`) and whose details are `{"path", "cause"}`; the shared helpers
-that `policy` uses for `policies.toml` (`first_file`, `Table`); the environment a hosted session
-gets (session > bundle > coder, then the relay's `AGENTMUX_*` stamps); the precedence of the two
+that `policy` uses for `policies.toml` (`first_file`, `Table`); the precedence of the two
 relay booleans (flag > `AGENTMUX_RELAY_*` env, exactly `true`/`false` > file > default).
 
 Read through agentmux's one reader (`mcphost.agentmux.layers`, which the relay tools read the
@@ -513,17 +512,6 @@ def bundle_ids(roots: Sequence[Path]) -> list[str]:
     return layers.bundle_ids(roots)
 
 
-def load_bundles(roots: Sequence[Path]) -> dict[str, Bundle]:
-    """Every configured bundle, by id; the first bad file stops the load with its error."""
-    coders = load_coders(roots)
-    out: dict[str, Bundle] = {}
-    for bundle_id in bundle_ids(roots):
-        bundle = load_bundle(roots, bundle_id, coders=coders)
-        if bundle is not None:
-            out[bundle_id] = bundle
-    return out
-
-
 def require_tmux(bundle: Bundle, session: Session) -> TmuxCoder:
     """The member's tmux coder; `runtime_session_type_not_implemented` for any other transport."""
     coder = bundle.coder_for(session)
@@ -535,30 +523,6 @@ def require_tmux(bundle: Bundle, session: Session) -> TmuxCoder:
             {"target_session": session.principal_id(bundle.id), "transport": session.transport},
         )
     return coder.tmux
-
-
-def session_environment(
-    bundle: Bundle,
-    session: Session,
-    *,
-    configuration_roots: Sequence[Path],
-    state_root: Path,
-    base: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The environment a hosted session starts with: `base`, then coder < bundle < session
-    entries, then the relay's stamps: `AGENTMUX_BUNDLE`, `AGENTMUX_SESSION`,
-    `AGENTMUX_CONFIGURATION_DIRECTORY` only where absent, `AGENTMUX_STATE_DIRECTORY` always."""
-    env = dict(base or {})
-    coder = bundle.coder_for(session)
-    for layer in (coder.environment if coder else (), bundle.environment, session.environment):
-        env.update(layer)
-    env.setdefault("AGENTMUX_BUNDLE", bundle.id)
-    env.setdefault("AGENTMUX_SESSION", session.id)
-    env.setdefault(
-        "AGENTMUX_CONFIGURATION_DIRECTORY", ":".join(str(r) for r in configuration_roots)
-    )
-    env["AGENTMUX_STATE_DIRECTORY"] = str(state_root)
-    return env
 
 
 # -- users.toml ------------------------------------------------------------------------------

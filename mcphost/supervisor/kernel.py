@@ -54,11 +54,8 @@ from mcphost.peer import ProcStat, read_stat
 from mcphost.procs import open_pidfd, wait_pidfd
 
 PR_SET_PDEATHSIG = 1
-PR_GET_PDEATHSIG = 2
-PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-PR_GET_CHILD_SUBREAPER = 37
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _prctl_fn = _libc.prctl
@@ -90,31 +87,9 @@ def set_child_subreaper(on: bool = True) -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
 
 
-def is_child_subreaper() -> bool:
-    value = ctypes.c_int(0)
-    _prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
-    return value.value != 0
-
-
 def set_non_dumpable() -> None:
     """Same-user processes can no longer read our /proc environ/mem or ptrace us (root can)."""
     _prctl(PR_SET_DUMPABLE, 0)
-
-
-def set_dumpable() -> None:
-    """Undo `set_non_dumpable` (tests only: the supervisor never calls it)."""
-    _prctl(PR_SET_DUMPABLE, 1)
-
-
-def is_dumpable() -> bool:
-    return _prctl(PR_GET_DUMPABLE) == 1
-
-
-def get_pdeathsig() -> int:
-    """The calling process's parent-death signal (0 when none)."""
-    value = ctypes.c_int(0)
-    _prctl(PR_GET_PDEATHSIG, ctypes.addressof(value))
-    return value.value
 
 
 @dataclass(frozen=True, slots=True)

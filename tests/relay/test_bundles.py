@@ -301,34 +301,6 @@ def test_only_tmux_members_are_hosted(cfg: Path) -> None:
         }
 
 
-def test_session_environment_precedence_and_stamps(cfg: Path, tmp_path: Path) -> None:
-    bundle = B.require_bundle([cfg], "party")
-    alpha = bundle.member("alpha")
-    assert alpha is not None
-    env = B.session_environment(
-        bundle,
-        alpha,
-        configuration_roots=[cfg, tmp_path / "second"],
-        state_root=tmp_path / "state",
-        base={"PATH": "/bin", "AGENTMUX_STATE_DIRECTORY": "/elsewhere", "CODER": "base"},
-    )
-    assert env["SHARED"] == "session"  # session > bundle > coder
-    assert env["CODER"] == "claude"  # coder > base
-    assert env["BUNDLE_ONLY"] == "b" and env["EMPTY"] == "" and env["PATH"] == "/bin"
-    assert env["AGENTMUX_BUNDLE"] == "party" and env["AGENTMUX_SESSION"] == "alpha"
-    assert env["AGENTMUX_CONFIGURATION_DIRECTORY"] == f"{cfg}:{tmp_path / 'second'}"
-    assert env["AGENTMUX_STATE_DIRECTORY"] == str(tmp_path / "state")  # always overwritten
-    kept = B.session_environment(
-        bundle,
-        alpha,
-        configuration_roots=[cfg],
-        state_root=tmp_path,
-        base={"AGENTMUX_BUNDLE": "mine", "AGENTMUX_CONFIGURATION_DIRECTORY": "/mine"},
-    )
-    assert kept["AGENTMUX_BUNDLE"] == "mine"  # upsert-if-absent
-    assert kept["AGENTMUX_CONFIGURATION_DIRECTORY"] == "/mine"
-
-
 SESSION = '[[sessions]]\nid = "alpha"\ndirectory = "/w"\ncoder = "sh"\n'
 BUNDLE_ERRORS = [
     (
@@ -520,7 +492,7 @@ def test_layers_first_wins_per_file_bundles_union_by_id(tmp_path: Path) -> None:
     )
     roots = [first, second]
     assert B.bundle_ids(roots) == ["party", "zeta"]
-    loaded = B.load_bundles(roots)
+    loaded = {i: B.load_bundle(roots, i) for i in B.bundle_ids(roots)}
     assert list(loaded) == ["party", "zeta"]
     assert [s.id for s in loaded["party"].sessions] == ["alpha"]
     assert [s.id for s in loaded["zeta"].sessions] == ["zed"]
