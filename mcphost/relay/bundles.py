@@ -19,9 +19,9 @@ Codes: a malformed file is `validation_invalid_arguments` (layout's code for a b
 unreadable layer `validation_unreadable_configuration_layer`; a bad group name
 `validation_invalid_group_name` / `validation_reserved_group_name`; a bundle id outside the
 grammar `validation_invalid_params`; a bundle no layer configures `validation_unknown_bundle`;
-ACP and pty coders are recognised and validated, and `require_tmux` answers
-`runtime_session_type_not_implemented` for them (and for ui/pubsub members) since this relay hosts
-tmux sessions only.
+ACP and pty coders are recognised and validated; the relay answers
+`runtime_session_type_not_implemented` for them (and for ui/pubsub members: requester.py) since
+this relay hosts tmux sessions only.
 
 Must never: write anything, import `mcphost.supervisor`, or build a path from a name outside the
 grammars (bundle ids and session ids are checked before any path is made).
@@ -238,9 +238,6 @@ class TmuxCoder:
         if coder_session_id and self.resume_command:
             return self.resume_command.replace(COMMAND_PLACEHOLDER, shlex.quote(coder_session_id))
         return self.initial_command
-
-    def prompt_pattern(self) -> re.Pattern[str] | None:
-        return re.compile(self.prompt_regex) if self.prompt_regex is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,19 +507,6 @@ def require_bundle(
 def bundle_ids(roots: Sequence[Path]) -> list[str]:
     """Every bundle id across the layers (union by id), sorted: the relay tools' own listing."""
     return layers.bundle_ids(roots)
-
-
-def require_tmux(bundle: Bundle, session: Session) -> TmuxCoder:
-    """The member's tmux coder; `runtime_session_type_not_implemented` for any other transport."""
-    coder = bundle.coder_for(session)
-    if coder is None or coder.tmux is None or coder.transport != "tmux":
-        raise RelayError(
-            "runtime_session_type_not_implemented",
-            f"session transport {session.transport!r} is not implemented by this relay "
-            "(tmux sessions only)",
-            {"target_session": session.principal_id(bundle.id), "transport": session.transport},
-        )
-    return coder.tmux
 
 
 # -- users.toml ------------------------------------------------------------------------------

@@ -474,10 +474,6 @@ class TmuxServer:
     async def pane_state(self, name: str) -> PaneState:
         return _pane_state(await self._display(name, _PANE_STATE))
 
-    async def pane_dead_status(self, name: str) -> int | None:
-        """The pane process's exit code (-N: signal N); None while it runs or until recorded."""
-        return (await self.pane_state(name)).exit
-
     async def paste(self, name: str, text: str, *, bracketed: bool, submit: bool = False) -> None:
         """Paste `text` (bracketed or not); with `submit`, then a separate paste of "\\r"."""
         if text:
