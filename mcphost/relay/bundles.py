@@ -5,8 +5,7 @@ Owns: the relay's strict reading of `bundles/<id>.toml`, `coders.toml`, `users.t
 unknown key, a snake_case spelling of a kebab key included, is an error), `format-version = 1`
 when present, types and ranges checked, every error a `RelayError` whose message names the file
 and the key (`sessions[1].coder`) and whose details are `{"path", "cause"}`; the shared helpers
-that `policy` uses for `policies.toml` (`first_file`, `Table`); the environment a hosted session
-gets (session > bundle > coder, then the relay's `AGENTMUX_*` stamps); the precedence of the two
+that `policy` uses for `policies.toml` (`first_file`, `Table`); the precedence of the two
 relay booleans (flag > `AGENTMUX_RELAY_*` env, exactly `true`/`false` > file > default).
 
 Read through agentmux's one reader (`mcphost.agentmux.layers`, which the relay tools read the
@@ -20,9 +19,9 @@ Codes: a malformed file is `validation_invalid_arguments` (layout's code for a b
 unreadable layer `validation_unreadable_configuration_layer`; a bad group name
 `validation_invalid_group_name` / `validation_reserved_group_name`; a bundle id outside the
 grammar `validation_invalid_params`; a bundle no layer configures `validation_unknown_bundle`;
-ACP and pty coders are recognised and validated, and `require_tmux` answers
-`runtime_session_type_not_implemented` for them (and for ui/pubsub members) since this relay hosts
-tmux sessions only.
+ACP and pty coders are recognised and validated; the relay answers
+`runtime_session_type_not_implemented` for them (and for ui/pubsub members: requester.py) since
+this relay hosts tmux sessions only.
 
 Must never: write anything, import `mcphost.supervisor`, or build a path from a name outside the
 grammars (bundle ids and session ids are checked before any path is made).
@@ -239,9 +238,6 @@ class TmuxCoder:
         if coder_session_id and self.resume_command:
             return self.resume_command.replace(COMMAND_PLACEHOLDER, shlex.quote(coder_session_id))
         return self.initial_command
-
-    def prompt_pattern(self) -> re.Pattern[str] | None:
-        return re.compile(self.prompt_regex) if self.prompt_regex is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,54 +507,6 @@ def require_bundle(
 def bundle_ids(roots: Sequence[Path]) -> list[str]:
     """Every bundle id across the layers (union by id), sorted: the relay tools' own listing."""
     return layers.bundle_ids(roots)
-
-
-def load_bundles(roots: Sequence[Path]) -> dict[str, Bundle]:
-    """Every configured bundle, by id; the first bad file stops the load with its error."""
-    coders = load_coders(roots)
-    out: dict[str, Bundle] = {}
-    for bundle_id in bundle_ids(roots):
-        bundle = load_bundle(roots, bundle_id, coders=coders)
-        if bundle is not None:
-            out[bundle_id] = bundle
-    return out
-
-
-def require_tmux(bundle: Bundle, session: Session) -> TmuxCoder:
-    """The member's tmux coder; `runtime_session_type_not_implemented` for any other transport."""
-    coder = bundle.coder_for(session)
-    if coder is None or coder.tmux is None or coder.transport != "tmux":
-        raise RelayError(
-            "runtime_session_type_not_implemented",
-            f"session transport {session.transport!r} is not implemented by this relay "
-            "(tmux sessions only)",
-            {"target_session": session.principal_id(bundle.id), "transport": session.transport},
-        )
-    return coder.tmux
-
-
-def session_environment(
-    bundle: Bundle,
-    session: Session,
-    *,
-    configuration_roots: Sequence[Path],
-    state_root: Path,
-    base: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The environment a hosted session starts with: `base`, then coder < bundle < session
-    entries, then the relay's stamps: `AGENTMUX_BUNDLE`, `AGENTMUX_SESSION`,
-    `AGENTMUX_CONFIGURATION_DIRECTORY` only where absent, `AGENTMUX_STATE_DIRECTORY` always."""
-    env = dict(base or {})
-    coder = bundle.coder_for(session)
-    for layer in (coder.environment if coder else (), bundle.environment, session.environment):
-        env.update(layer)
-    env.setdefault("AGENTMUX_BUNDLE", bundle.id)
-    env.setdefault("AGENTMUX_SESSION", session.id)
-    env.setdefault(
-        "AGENTMUX_CONFIGURATION_DIRECTORY", ":".join(str(r) for r in configuration_roots)
-    )
-    env["AGENTMUX_STATE_DIRECTORY"] = str(state_root)
-    return env
 
 
 # -- users.toml ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ identity claims of both (`claims`: principal id -> the connection or session hol
 holder's is reclaimed; `release` frees it), and what the behaviour asks of them: `revoke` (an
 error frame to a principal's live connections, then close; a session's claim is released: PSK
 rotation, §3.3), `send_event` (an event frame, best effort; a session's `on_event` gets it),
-`live_principals`, `count`, `local_count`, `claimed`. The server adds and removes connections
+`live_principals`, `count`, `claimed`. The server adds and removes connections
 and sessions (server.py); the records of §5 it makes here go through `inscribe`
 (`relay.stream.stale_claim_reclaimed`, `relay.connection.identity_revoked_teardown`).
 
@@ -126,14 +126,6 @@ class Connections:
             and (
                 principal_id is None or (c.principal is not None and c.principal.id == principal_id)
             )
-        )
-
-    def local_count(self, principal_id: str | None = None) -> int:
-        """Open in-process sessions holding a claim (of `principal_id`, when given)."""
-        return sum(
-            1
-            for s in self.locals
-            if s.live and (principal_id is None or s.principal_id == principal_id)
         )
 
     def live_principals(self) -> list[str]:

@@ -213,22 +213,6 @@ def take_batch(
     return taken
 
 
-def batches(
-    pending: Sequence[str],
-    *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    profile: str = "characters_0_point_3",
-) -> list[str]:
-    """All of `pending` as injected prompts, in order (repeated `take_batch`)."""
-    out: list[str] = []
-    rest = list(pending)
-    while rest:
-        n = take_batch(rest, max_tokens=max_tokens, profile=profile)
-        out.append(join_batch(rest[:n]))
-        rest = rest[n:]
-    return out
-
-
 # Every control but LF (0x0a) and TAB (0x09): C0, DEL, C1; and lone surrogates (not text).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 

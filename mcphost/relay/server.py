@@ -35,7 +35,7 @@ is written), at most `EVENT_BACKLOG` queued events (more are dropped: events are
 and the transport's write buffer (drained before each next frame). At the 512-connection cap
 that is a few GiB only if every client sends megabyte lines; real frames are small.
 
-`revoke`, `send_event`, `live_principals`, `connections`, `local_sessions` and `claimed` are
+`revoke`, `send_event`, `live_principals`, `connections` and `claimed` are
 the registry's (connections.py); `aclose` stops listening, closes every connection and
 in-process session and unlinks the socket (only if it is still the file this server bound).
 `inscribe` (inscriptions.py; default: the event log only) takes the connection records of §5:
@@ -162,11 +162,8 @@ class RelayServer:
     # -- the registry (connections.py) ----------------------------------------------------
     def connections(self, principal_id: str | None = None) -> int:
         """Live socket connections (of `principal_id`, when given; hello'd or not when None).
-        In-process sessions are not connections: `local_sessions` counts them."""
+        In-process sessions are not connections."""
         return self.registry.count(principal_id)
-
-    def local_sessions(self, principal_id: str | None = None) -> int:
-        return self.registry.local_count(principal_id)
 
     def live_principals(self) -> list[str]:
         return self.registry.live_principals()

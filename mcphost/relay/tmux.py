@@ -48,9 +48,11 @@ other than through the pidfd or the `watch` given (see below), kill a session it
 or import the relay's server or behaviour modules (import-linter).
 
 The supervisor reaps every child with `waitpid(-1)` (kernel.py), which steals the exit status
-of `asyncio.create_subprocess_*` children; so tmux CLI processes are started with `Popen` and
-their status comes from `watch(pid)` (pass the supervisor's `Reaper.watch`) or, without one,
-from a pidfd and `waitpid` of that pid alone. Pipes are read on the event loop.
+of `asyncio.create_subprocess_*` children; so tmux CLI processes are started by `procs.spawn`
+(mcphost/procs.py, the one spawn-and-watch rule) and their status comes from `watch(pid)` (pass
+the supervisor's `Reaper.watch`) or, without one, from a pidfd and `waitpid` of that pid alone.
+Unlike an agent's process, a CLI client stays in the caller's session and gets no pre-exec step.
+Pipes are read on the event loop.
 
 Why hand-written: libtmux runs tmux synchronously through subprocess (blocking the loop), takes
 its status from `Popen.wait` (racing the supervisor's reaper), passes environments with `-e`
@@ -67,12 +69,13 @@ import shutil
 import signal
 import subprocess
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcphost import fsutil, unixsock
+from mcphost import fsutil, procs, unixsock
 from mcphost.errors import CodedFailure
+from mcphost.procs import open_pidfd, wait_pidfd
 
 TMUX_SOCKET = "tmux.sock"
 OWNED_OPTION = "@agentmux_owned"
@@ -90,8 +93,7 @@ _MISSING = (
     "no current session",
 )
 
-Watch = Callable[[int], Awaitable[int]]
-"""pid -> its raw wait status (as `Reaper.watch`); called right after the spawn, no await."""
+Watch = procs.Watch  # pid -> its raw wait status (`Reaper.watch`), right after Popen
 
 
 class TmuxError(CodedFailure):
@@ -198,7 +200,6 @@ class TmuxServer:
         self._watch = watch
         self._timeout = command_timeout
         self._lock = asyncio.Lock()
-        self._background: set[asyncio.Task[None]] = set()
 
     # -- the CLI ----------------------------------------------------------------------------
     async def run(
@@ -217,34 +218,28 @@ class TmuxServer:
         if not os.path.isdir(self.runtime_dir):  # never prepared: no server can run there
             return Completed(1, "", f"no server running on {self.socket_path}")
         try:
-            proc = subprocess.Popen(
+            child = procs.spawn(
                 argv,
                 cwd=self.runtime_dir,
-                env=dict(env or {}),
+                env=env or {},
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                close_fds=True,
+                watch=self._watch,
             )
         except OSError as exc:
             raise TmuxError(
                 "tmux_unavailable", f"cannot run {self.tmux}: {exc.strerror or exc}"
             ) from exc
-        # No await since Popen: the reaper must see the pid watched before it can reap it.
-        status = asyncio.ensure_future(
-            self._watch(proc.pid) if self._watch is not None else _own_exit(loop, proc.pid)
-        )
+        proc, status = child.proc, child.exit
         try:
             out, err, raw = await asyncio.wait_for(
                 self._collect(loop, proc, stdin, status), self._timeout
             )
         except BaseException as exc:
-            if not status.done():
+            if not status.done():  # its returncode is set once it is reaped (procs.spawn)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)  # unreaped: the pid is still this one
-            task = loop.create_task(_settle(proc, status))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
             if isinstance(exc, TimeoutError):
                 raise TmuxError(
                     "tmux_timeout",
@@ -255,7 +250,7 @@ class TmuxServer:
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
-        proc.returncode = code = os.waitstatus_to_exitcode(raw)
+        code = os.waitstatus_to_exitcode(raw)
         return Completed(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     async def _collect(
@@ -430,12 +425,6 @@ class TmuxServer:
             return False
         raise _failure(("has-session",), result)
 
-    async def is_owned(self, name: str) -> bool:
-        try:
-            return await self._display(name, "#{" + OWNED_OPTION + "}") == "1"
-        except NoSuchSession:
-            return False
-
     async def kill_session(self, name: str, *, grace: float = 5.0) -> bool:
         """Kill an owned session and wait (up to `grace` s, then SIGKILL) for its pane process.
 
@@ -484,10 +473,6 @@ class TmuxServer:
 
     async def pane_state(self, name: str) -> PaneState:
         return _pane_state(await self._display(name, _PANE_STATE))
-
-    async def pane_dead_status(self, name: str) -> int | None:
-        """The pane process's exit code (-N: signal N); None while it runs or until recorded."""
-        return (await self.pane_state(name)).exit
 
     async def paste(self, name: str, text: str, *, bracketed: bool, submit: bool = False) -> None:
         """Paste `text` (bracketed or not); with `submit`, then a separate paste of "\\r"."""
@@ -585,58 +570,6 @@ def _failure(args: Sequence[str], result: Completed) -> TmuxError:
     if _is_missing(result.stderr):
         return NoSuchSession(f"tmux {what}: {text}", details)
     return TmuxError("tmux_failed", f"tmux {what}: {text}", details)
-
-
-def open_pidfd(pid: int) -> int | None:
-    """A pidfd for `pid` (the caller closes it); None when the process is gone already."""
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-
-
-async def wait_pidfd(fd: int, timeout: float | None) -> bool:
-    """Wait until `fd` is readable (a pidfd: the process exited); False after `timeout` s."""
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, wake)
-    try:
-        await asyncio.wait_for(ready, timeout)
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        loop.remove_reader(fd)
-
-
-def _own_exit(loop: asyncio.AbstractEventLoop, pid: int) -> asyncio.Future[int]:
-    """The raw wait status of our child `pid`, reaped by `waitpid(pid)` once its pidfd fires."""
-    future: asyncio.Future[int] = loop.create_future()
-    fd = os.pidfd_open(pid)
-
-    def exited() -> None:
-        loop.remove_reader(fd)
-        os.close(fd)
-        try:
-            _, status = os.waitpid(pid, 0)  # it exited: this does not block
-        except ChildProcessError:
-            status = 255 << 8
-        if not future.done():
-            future.set_result(status)
-
-    loop.add_reader(fd, exited)
-    return future
-
-
-async def _settle(proc: subprocess.Popen[bytes], status: asyncio.Future[int]) -> None:
-    """After a timeout or a cancel: collect the killed CLI process, so Popen never waits."""
-    with contextlib.suppress(Exception):
-        proc.returncode = os.waitstatus_to_exitcode(await asyncio.wait_for(status, 30.0))
 
 
 class _Sink(asyncio.Protocol):

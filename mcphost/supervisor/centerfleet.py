@@ -1,8 +1,8 @@
 """The fleet from the center: which agents the center assigns to this worker, and generations.
 
-Owns: `fetch_fleet` / `fetch_assigned` (one `GET /admin/worker/agents` through the supervisor's
+Owns: `fetch_fleet` (one `GET /admin/worker/agents` through the supervisor's
 shared, pinned `AdminClient`; the worker's bearer is the client's, so the center answers for the
-token's worker) and `parse_fleet` / `parse_assigned`, the strict reading of that reply:
+token's worker) and `parse_fleet`, the strict reading of that reply:
 
     {"worker_id": "<id>", "agents": [{"agent_id": "<id>", "generation": <n>?}, ...]}
 
@@ -67,11 +67,6 @@ async def fetch_fleet(client: AdminClient) -> Assigned:
     return parse_fleet(reply, target=str(client.target))
 
 
-async def fetch_assigned(client: AdminClient) -> list[str]:
-    """The ids of the agents the center binds to this worker, in the center's order."""
-    return (await fetch_fleet(client)).ids
-
-
 async def reserve_generation(client: AdminClient, agent_id: str, at_least: int) -> int:
     """The agent's next generation from the center (>= `at_least`), recorded there.
 
@@ -117,11 +112,6 @@ def _shown(value: Any) -> str:
         return f"a JSON {type(value).__name__}" if value is not None else "missing"
     text = value
     return repr(text[:80] + ("…" if len(text) > 80 else ""))
-
-
-def parse_assigned(reply: Reply, *, target: str = "the center") -> list[str]:
-    """The agent ids of a 2xx reply of `GET /admin/worker/agents` (see `parse_fleet`)."""
-    return parse_fleet(reply, target=target).ids
 
 
 def parse_fleet(reply: Reply, *, target: str = "the center") -> Assigned:

@@ -3,7 +3,8 @@
 Owns: spawning the command (the operator's stdin, stdout and stderr as 0/1/2, the agent's
 environment, its workspace as cwd, its user, its fence (fence.py: the agent's own, so the
 command sees and reaches exactly what the agent does), its own session and process group, the
-parent-death signal), watching its exit through the `Reaper`, signalling its process group, and
+parent-death signal), watching its exit through the `Reaper` (the spawn and the watch are
+`procs.spawn`, mcphost/procs.py, as for an agent), signalling its process group, and
 ending that group (SIGTERM, SIGKILL after the grace) when asked or once its leader exited.
 
 The supervisor registers `(pid, starttime)` as an identity root of the agent at the agent's
@@ -11,8 +12,9 @@ current generation (so the pumps the command launches are served as that agent),
 the command exits, and calls `end()` when the agent gets a new generation or stops.
 
 Must never: wait for the child any other way than through the Reaper (the Popen object is kept
-only so it never polls: its returncode is set from the Reaper's status), yield between `Popen`
-returning and `watch`, or give the command anything the agent itself would not get.
+only so it never polls: `procs.spawn` sets its returncode from the Reaper's status), yield
+between `Popen` returning and `watch`, or give the command anything the agent itself would not
+get.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mcphost import procs
 from mcphost.events import emit
 from mcphost.supervisor.kernel import (
     Credentials,
@@ -34,7 +37,6 @@ from mcphost.supervisor.kernel import (
     pdeathsig_preexec,
     proc_starttime,
 )
-from mcphost.supervisor.lifecycle import spawn_failure_reason
 
 # The grace between SIGTERM and SIGKILL when the group is ended (the agent's stop_grace).
 DEFAULT_GRACE = 5.0
@@ -92,13 +94,12 @@ class Execution:
 
     def _exited(self, future: asyncio.Future[int]) -> None:
         if not future.cancelled():
-            self.proc.returncode = os.waitstatus_to_exitcode(future.result())
             emit(
                 "supervisor.exec_exited",
                 agent_id=self.agent_id,
                 generation=self.generation,
                 pid=self.pid,
-                exit=self.proc.returncode,
+                exit=os.waitstatus_to_exitcode(future.result()),
             )
         if group_alive(self.pid):
             self.end()  # what the command left behind in its group goes with it
@@ -125,28 +126,28 @@ def spawn(
     identity root before the command can attach. `ExecFailed` when it cannot be run."""
     stdin, stdout, stderr = fds
     try:
-        proc = subprocess.Popen(
-            list(argv),
+        child = procs.spawn(
+            argv,
             cwd=cwd,
             env=env,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
-            start_new_session=True,
-            preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=creds, fence=fence),
-            close_fds=True,
+            new_session=True,
+            preexec=pdeathsig_preexec(signal.SIGTERM, creds=creds, fence=fence),
+            watch=reaper.watch,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         missing = isinstance(exc, FileNotFoundError)
-        raise ExecFailed(spawn_failure_reason(argv[0], exc), missing=missing) from None
+        raise ExecFailed(procs.spawn_failure_reason(argv[0], exc), missing=missing) from None
     execution = Execution(
-        proc, reaper.watch(proc.pid), agent_id=agent_id, generation=generation, grace=grace
+        child.proc, child.exit, agent_id=agent_id, generation=generation, grace=grace
     )
     emit(
         "supervisor.exec_spawned",
         agent_id=agent_id,
         generation=generation,
-        pid=proc.pid,
+        pid=child.pid,
         argv0=argv[0],
     )
     return execution

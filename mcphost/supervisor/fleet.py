@@ -198,12 +198,6 @@ def _check_user(raw: object) -> object:
     return raw
 
 
-def _absolute(raw: object) -> object:
-    if isinstance(raw, str) and (not raw.startswith("/") or "\0" in raw):
-        raise Invalid("an absolute path", repr(raw))
-    return os.path.normpath(raw) if isinstance(raw, str) else raw
-
-
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -9,7 +9,8 @@ with its raw wait status.
 
 The watch race, as chosen: the reaper keeps no status for a pid nobody watches (it logs an
 orphan and forgets it, so a reused pid can never inherit an old status). Instead the caller
-spawns and calls `watch(pid)` with no `await` in between: the SIGCHLD handler runs as a loop
+spawns and calls `watch(pid)` with no `await` in between (`procs.spawn`, mcphost/procs.py, does
+both for every child the supervisor starts): the SIGCHLD handler runs as a loop
 callback (`loop.add_signal_handler`), so it cannot run before the caller yields, and a child
 that already exited is still a zombie when `watch` runs. `watch` checks that with
 `waitid(WNOWAIT)` and raises `ChildProcessError` for a pid that is not an unreaped child,
@@ -50,13 +51,11 @@ from typing import Protocol
 
 from mcphost.events import emit
 from mcphost.peer import ProcStat, read_stat
+from mcphost.procs import open_pidfd, wait_pidfd
 
 PR_SET_PDEATHSIG = 1
-PR_GET_PDEATHSIG = 2
-PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-PR_GET_CHILD_SUBREAPER = 37
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _prctl_fn = _libc.prctl
@@ -88,31 +87,9 @@ def set_child_subreaper(on: bool = True) -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
 
 
-def is_child_subreaper() -> bool:
-    value = ctypes.c_int(0)
-    _prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
-    return value.value != 0
-
-
 def set_non_dumpable() -> None:
     """Same-user processes can no longer read our /proc environ/mem or ptrace us (root can)."""
     _prctl(PR_SET_DUMPABLE, 0)
-
-
-def set_dumpable() -> None:
-    """Undo `set_non_dumpable` (tests only: the supervisor never calls it)."""
-    _prctl(PR_SET_DUMPABLE, 1)
-
-
-def is_dumpable() -> bool:
-    return _prctl(PR_GET_DUMPABLE) == 1
-
-
-def get_pdeathsig() -> int:
-    """The calling process's parent-death signal (0 when none)."""
-    value = ctypes.c_int(0)
-    _prctl(PR_GET_PDEATHSIG, ctypes.addressof(value))
-    return value.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,8 +274,6 @@ async def end_leftovers(records: Iterable[Recorded], grace: float) -> list[int]:
     (found again: a member may have forked meanwhile), and wait (30 s at most) until they are
     gone. Signals go through a pidfd opened and checked against the start time, so a reused pid
     is never signalled. Returns the pids it signalled."""
-    from mcphost.relay.tmux import open_pidfd, wait_pidfd
-
     records = list(records)
     loop = asyncio.get_running_loop()
     signalled: list[int] = []

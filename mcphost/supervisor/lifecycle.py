@@ -5,7 +5,8 @@ first; at least the one the supervisor's `reserve` got from the center, awaited 
 the agent in its own session and process group (`start_new_session`) with its output piped
 into the agent's `RotatingLog` (after a `--- <id>, generation <n>, spawned (<UTC>) ---`
 line), arms the parent-death signal (after switching user when the plan names one, and
-fencing it: `fence`, fence.py, set by the supervisor), registers the pid with the Reaper and
+fencing it: `fence`, fence.py, set by the supervisor), registers the pid with the Reaper (the
+spawn and the watch are `procs.spawn`, mcphost/procs.py) and
 calls `on_spawn` -- all with no `await` in between, so the supervisor knows the new identity
 root before the agent can attach
 and the exit status cannot be reaped before it is watched. On exit: `on_exit`, then whatever is
@@ -35,7 +36,6 @@ anything to the agent but its argv and the env it was given (the runner adds not
 from __future__ import annotations
 
 import asyncio
-import errno
 import math
 import os
 import signal
@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from mcphost import procs
 from mcphost.events import emit
 from mcphost.supervisor.kernel import (
     Reaper,
@@ -181,17 +182,6 @@ class Intensity:
 
     def reset(self) -> None:
         self._times.clear()
-
-
-def spawn_failure_reason(program: str, exc: BaseException) -> str:
-    """`cannot run <program>: <strerror> [ENOENT]` (naming the path when it is another one)."""
-    if isinstance(exc, OSError) and exc.errno is not None:
-        name = errno.errorcode.get(exc.errno, str(exc.errno))
-        text = f"cannot run {program}: {exc.strerror or os.strerror(exc.errno)} [{name}]"
-        if exc.filename is not None and os.fsdecode(exc.filename) != program:
-            text += f" ({os.fsdecode(exc.filename)})"
-        return text
-    return f"cannot run {program}: {exc}"
 
 
 def exit_reason(exit_code: int, stopped_by_us: bool) -> str:
@@ -452,24 +442,23 @@ class AgentRunner:
         except OSError as exc:
             emit("supervisor.log_write_failed", level="error", error=str(exc))
         try:
-            proc = subprocess.Popen(
+            child = procs.spawn(
                 self._argv,
                 cwd=self._cwd,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=pdeathsig_preexec(signal.SIGTERM, creds=self._creds, fence=self.fence),
-                close_fds=True,
+                new_session=True,
+                preexec=pdeathsig_preexec(signal.SIGTERM, creds=self._creds, fence=self.fence),
+                watch=self._reaper.watch,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            self._spawn_failed(generation, spawn_failure_reason(self._argv[0], exc))
+            self._spawn_failed(generation, procs.spawn_failure_reason(self._argv[0], exc))
             return None
-        exit_future = self._reaper.watch(proc.pid)
-        starttime = proc_starttime(proc.pid)
+        starttime = proc_starttime(child.pid)
         loop = asyncio.get_running_loop()
-        run = _Run(proc, proc.pid, generation, exit_future, loop.time())
+        run = _Run(child.proc, child.pid, generation, child.exit, loop.time())
         self._register(run, starttime)
         return run
 
@@ -486,9 +475,7 @@ class AgentRunner:
 
     async def _wait_exit(self, run: _Run) -> tuple[int, float]:
         status = await asyncio.shield(run.exit)
-        code = os.waitstatus_to_exitcode(status)
-        if run.proc is not None:
-            run.proc.returncode = code  # reaped by the Reaper: Popen must never wait for it
+        code = os.waitstatus_to_exitcode(status)  # run.proc's returncode is set (procs.py)
         loop = asyncio.get_running_loop()
         uptime = loop.time() - run.started
         stopped_by_us = not self._want

@@ -58,7 +58,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from mcphost import fsutil
+from mcphost import fsutil, procs
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
 from mcphost.supervisor.fence import NO_FENCE
@@ -259,10 +259,10 @@ class TmuxRunner(AgentRunner):
 
 async def _pid_gone(pid: int) -> None:
     """Wait until process `pid` exited (pidfd); at once if it is gone already."""
-    fd = tm.open_pidfd(pid)
+    fd = procs.open_pidfd(pid)
     if fd is None:
         return
     try:
-        await tm.wait_pidfd(fd, None)
+        await procs.wait_pidfd(fd, None)
     finally:
         os.close(fd)

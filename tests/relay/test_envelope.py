@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcphost.relay.envelope import (
+    DEFAULT_MAX_TOKENS,
     Address,
     Envelope,
-    batches,
     boundary,
     count_lines,
     estimate_tokens,
@@ -25,6 +25,19 @@ from mcphost.relay.envelope import (
     rfc3339,
     take_batch,
 )
+
+
+def batches(pending: list[str], *, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[str]:
+    """All of `pending` as injected prompts, as the delivery worker takes them (delivery.py:
+    `take_batch` from the head, `join_batch` of what it took, again until none is left)."""
+    out: list[str] = []
+    rest = list(pending)
+    while rest:
+        n = take_batch(rest, max_tokens=max_tokens)
+        out.append(join_batch(rest[:n]))
+        rest = rest[n:]
+    return out
+
 
 MID = uuid.UUID("0f8b6c3e-2a41-4d7e-9c55-6b1e2f3a4b5c")
 AT = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)

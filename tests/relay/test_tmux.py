@@ -408,7 +408,7 @@ async def test_watch_exit_reports_the_pane_status(tmp_path: Path) -> None:
         watcher = asyncio.ensure_future(watch_exit(server, "bravo", pid))
         assert (await raw_write(server, "bravo", "exit 3")).outcome == "delivered"
         assert await watcher == 3
-        assert await server.pane_dead_status("bravo") == 3
+        assert (await server.pane_state("bravo")).exit == 3
         assert await Gate(timeout_ms=60_000).wait(server, "bravo") == UNREACHABLE
         # Already gone before anyone watched: still 3, read from tmux.
         early = await server.new_session(
@@ -417,7 +417,7 @@ async def test_watch_exit_reports_the_pane_status(tmp_path: Path) -> None:
         assert await watch_exit(server, "early", early) == 3
         # Killed by a signal: negative, as os.waitstatus_to_exitcode says it.
         victim = await server.new_session("victim", ["sleep", "600"], tmp_path, {"PATH": "/bin"})
-        assert await server.pane_dead_status("victim") is None
+        assert (await server.pane_state("victim")).exit is None
         watcher = asyncio.ensure_future(watch_exit(server, "victim", victim))
         os.kill(victim, signal.SIGKILL)
         assert await watcher == -signal.SIGKILL

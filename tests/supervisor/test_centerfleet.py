@@ -1,5 +1,5 @@
-"""`fetch_assigned` against the real reference center (Unix socket and pinned TLS), and the
-strict reading of its reply (`parse_assigned`) for what a real center could not be made to send."""
+"""`fetch_fleet` against the real reference center (Unix socket and pinned TLS), and the
+strict reading of its reply (`parse_fleet`) for what a real center could not be made to send."""
 
 from __future__ import annotations
 
@@ -17,15 +17,22 @@ from mcphost.admin.target import parse_target
 from mcphost.errors import AdminFailure, AdminUnavailable, AdmissionRefused, CenterRefusal
 from mcphost.supervisor.centerfleet import (
     MAX_AGENTS,
-    fetch_assigned,
     fetch_fleet,
-    parse_assigned,
     parse_fleet,
     reserve_generation,
 )
 from mcphost.testing import DevCenter
 
 pytestmark = pytest.mark.anyio
+
+
+async def fetch_assigned(client: AdminClient) -> list[str]:
+    """The agent ids `fetch_fleet` reads, in the center's order."""
+    return (await fetch_fleet(client)).ids
+
+
+def parse_assigned(reply: Reply, *, target: str = "the center") -> list[str]:
+    return parse_fleet(reply, target=target).ids
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ Waits are on conditions (a zombie appeared, a future resolved), never on sleeps.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -129,16 +130,35 @@ def orphaner(setsid: bool, ignore_term: bool) -> tuple[subprocess.Popen[bytes], 
 
 # -- prctl ---------------------------------------------------------------------------------
 
+PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_GET_CHILD_SUBREAPER = 3, 4, 37  # linux/prctl.h
+
+
+def _prctl(option: int, arg2: int = 0) -> int:
+    """The test's own reading of the flags the supervisor sets (kernel.py only sets them)."""
+    result = int(ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg2), 0, 0, 0))
+    assert result >= 0, os.strerror(ctypes.get_errno())
+    return result
+
+
+def _is_child_subreaper() -> bool:
+    value = ctypes.c_int(0)
+    _prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
+    return value.value != 0
+
+
+def _is_dumpable() -> bool:
+    return _prctl(PR_GET_DUMPABLE) == 1
+
 
 async def _prctl_flags() -> dict[str, bool]:
-    before = (kernel.is_child_subreaper(), kernel.is_dumpable())
+    before = (_is_child_subreaper(), _is_dumpable())
     kernel.set_child_subreaper()
     kernel.set_non_dumpable()
     return {
         "subreaper_before": before[0],
         "dumpable_before": before[1],
-        "subreaper": kernel.is_child_subreaper(),
-        "dumpable": kernel.is_dumpable(),
+        "subreaper": _is_child_subreaper(),
+        "dumpable": _is_dumpable(),
     }
 
 
@@ -157,7 +177,7 @@ async def _environ_readable_by_same_user() -> tuple[bool, bool]:
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)
-        kernel.set_dumpable()  # the kernel clears it on a uid change; start from a normal process
+        _prctl(PR_SET_DUMPABLE, 1)  # the kernel clears it on a uid change; start from a normal one
 
     def reads() -> bool:
         # /proc/<pid>/environ shows the environment the process started with; what matters is
