@@ -44,7 +44,7 @@ def anyio_backend() -> str:
 
 # The suite's two tiers. `make test` (before every commit, under 90 s on this project's 2-CPU
 # machines) runs every unit and in-process test plus one black-box path per surface: the host
-# both standalone and supervised (blackbox/test_host.py), the file tools (files/test_tools.py),
+# both standalone and supervised (blackbox/test_host.py), the file tools (host/files/test_tools.py),
 # the relay tools (relaytools/test_relaytools_blackbox.py), the supervisor
 # (supervisor/test_supervise.py, test_ctl.py) and the relay it hosts
 # (supervisor/test_relay_hosting.py), and the identity property test. The files below prove
@@ -62,9 +62,9 @@ DEEP = {
     "configgen/test_configgen_cli.py": "the configgen CLI as a process, option by option",
     "configgen/test_configgen_roundtrip.py": "every client's generated config starts a host",
     "devcenter/test_process.py": "the reference center as a process",
-    "files/test_cancel_e2e.py": "cancellation mid-transfer with the center frozen",
-    "files/test_race.py": "transfers while a thread swaps the workspace under them",
-    "files/test_workspace_hardening.py": "the workspace attack scenarios, host by host",
+    "host/files/test_cancel_e2e.py": "cancellation mid-transfer with the center frozen",
+    "host/files/test_race.py": "transfers while a thread swaps the workspace under them",
+    "host/files/test_workspace_hardening.py": "the workspace attack scenarios, host by host",
     "hardening/test_argument_bounds.py": "argument size and shape bounds, with peak memory",
     "hardening/test_burst.py": "thousands of concurrent calls held by the center",
     "hardening/test_center_schemathesis.py": "the center against its OpenAPI document",

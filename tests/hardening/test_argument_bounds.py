@@ -25,9 +25,9 @@ import pytest
 
 from mcphost.argbounds import MAX_DEPTH, MAX_KEYS_PER_OBJECT, MAX_REPORTED_FIELDS, MAX_VALUES
 from mcphost.testing import DevCenter
+from mcphost.testing.relayharness import FakeRelay, cleanup, make_env
 from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.test_relaytools_security import RelayLoop, server, succeed
-from tests.relaytools.relayharness import FakeRelay, cleanup, make_env
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -35,9 +35,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mcphost.testing.relayharness import Env, FakeRelay, cleanup, make_env, relay_error
 from tests import thorough
 from tests.hardening.conftest import ROOT, RawHost, walk_keys
-from tests.relaytools.relayharness import Env, FakeRelay, cleanup, make_env, relay_error
 
 pytestmark = pytest.mark.timeout(120)
 

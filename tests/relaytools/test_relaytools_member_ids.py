@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from mcp import MCPError
-from relayharness import Env, FakeRelay, sdk_client, tool_json
+
+from mcphost.testing.relayharness import Env, FakeRelay, sdk_client, tool_json
 
 ROOT = Path(__file__).resolve().parents[2]
 STOLEN = "c3RvbGVuLXBzay1vdXRzaWRlLXNlc3Npb25z"

@@ -25,7 +25,7 @@ from mcphost.host.server import HostSurface
 from mcphost.host.workspace import Walker, open_for_upload
 from mcphost.surface import CallContext
 from mcphost.testing import DevCenter
-from tests.files.conftest import call, center_binding, local_binding, open_host
+from tests.host.files.conftest import call, center_binding, local_binding, open_host
 from tests.thorough import depth
 
 INSIDE = b"inside bytes\n" * 64

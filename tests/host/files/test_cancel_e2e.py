@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from mcphost.testing import DevCenter
-from tests.files.conftest import mark, since
 from tests.hardening.conftest import RawHost, host_env
+from tests.host.files.conftest import mark, since
 from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(120)
