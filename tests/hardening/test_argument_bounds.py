@@ -29,7 +29,8 @@ from mcphost.testing.relayharness import FakeRelay, cleanup, make_env
 from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.test_relaytools_security import RelayLoop, server, succeed
 
-pytestmark = pytest.mark.timeout(300)
+# deep (make test-slow): argument size and shape bounds, with peak memory.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]
 
 UNKNOWN_KEYS = 200_000  # a ~3.5 MB line: enough to show the amplification, cheap to parse
 RSS_PER_LINE_BYTE = 30  # peak RSS growth allowed per byte of request line (unbounded: ~110)

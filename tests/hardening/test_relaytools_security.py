@@ -39,7 +39,8 @@ from mcphost.testing.relayharness import Env, FakeRelay, cleanup, make_env, rela
 from tests import thorough
 from tests.hardening.conftest import ROOT, RawHost, walk_keys
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): the relay tools' identity and PSK handling.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 T = TypeVar("T")
 TOOLS = ("list", "help", "send", "look", "raww", "choose", "updown", "new", "change")

@@ -20,6 +20,9 @@ from mcp import MCPError
 
 from mcphost.testing.relayharness import Env, FakeRelay, sdk_client, tool_json
 
+# deep (make test-slow): hostile member ids through the relay tools.
+pytestmark = pytest.mark.deep
+
 ROOT = Path(__file__).resolve().parents[2]
 STOLEN = "c3RvbGVuLXBzay1vdXRzaWRlLXNlc3Npb25z"
 ESCAPE = "../../../../outside"  # from <state>/bundles/evil/sessions/ up to the test root

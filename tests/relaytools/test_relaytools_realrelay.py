@@ -62,7 +62,9 @@ from mcp import Client
 from mcphost.testing.realrelay import GUARD, RealRelay, config_tree
 from mcphost.testing.relayharness import Env, error_of, ok, raw_server, sdk_client
 
+# deep (make test-slow): the relay tools against the real relay.
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.anyio,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]

@@ -34,6 +34,9 @@ from mcphost.testing.relayharness import CODERS, FakeRelay
 from tests.supervisor.supervise_harness import Supervised, inline, standin
 from tests.waiting import until
 
+# deep (make test-slow): the relay tools through the supervisor.
+pytestmark = pytest.mark.deep
+
 PARTY = """\
 format-version = 1
 

@@ -28,6 +28,9 @@ from mcphost.testing import DevCenter
 from tests.host.files.conftest import call, center_binding, local_binding, open_host
 from tests.thorough import depth
 
+# deep (make test-slow): transfers while a thread swaps the workspace under them.
+pytestmark = pytest.mark.deep
+
 INSIDE = b"inside bytes\n" * 64
 SECRET = b"outside secret\n" * 64
 REFUSED = {"path_through_symlink", "path_escapes_workspace", "path_changed"}

@@ -41,7 +41,8 @@ from tests.host.files.stub_center import FILE_ID as STUB_FILE
 from tests.host.files.stub_center import StubCenter
 from tests.host.files.test_cancel_e2e import listing, until
 
-pytestmark = pytest.mark.timeout(300)
+# deep (make test-slow): the workspace attack scenarios, host by host.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]
 
 NOFILE = 1024
 LIMITED_HOST = [
