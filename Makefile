@@ -43,11 +43,11 @@ lint: $(STAMP)
 	@out=$$($(VENV)/bin/lint-imports --no-cache --no-logo 2>&1) || { echo "$$out"; exit 1; }
 
 # The suite to run before every commit: lint, then pytest in parallel without the `slow` and
-# `deep` tests (tests/conftest.py says which run where).
+# `deep` tests (tests/README.md says which run where).
 test: $(STAMP) node lint
 	@$(PY) -m pytest
 
-# The rest of the suite: the `deep` files (DEEP in tests/conftest.py), the long load and
+# The rest of the suite: the `deep` files (each marks itself: pytestmark), the long load and
 # payload tests, and the `thorough` tests again at their full example counts (tests/thorough.py).
 # CI runs it after `make test`.
 test-slow: $(STAMP) node

@@ -2,14 +2,14 @@
 calls to a relay that answers each after 50 ms (multiplexed on one connection).
 
 Baselines from the same run: `help` (answered locally, no relay) for the per-call figure, and
-one delayed call for the concurrent wall time. Uses the fake relay from the test harness (a real
-Unix socket speaking the relay's newline-delimited JSON protocol).
+one delayed call for the concurrent wall time. Uses the fake relay of the relay tools' harness
+(`mcphost.testing.relayharness`: a real Unix socket speaking the relay's newline-delimited JSON
+protocol).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 
@@ -26,8 +26,7 @@ SENT = {
 
 
 async def section(out: list[str]) -> None:
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
-    from tests.relaytools.relayharness import FakeRelay, cleanup, make_env, server_command
+    from mcphost.testing.relayharness import FakeRelay, cleanup, make_env, server_command
 
     env = make_env()
     relay = await FakeRelay(env.socket).start()

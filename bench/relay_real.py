@@ -2,7 +2,7 @@
 
 The bundle `party` has three members (alpha, bravo, charlie), each a small echo stand-in (prints
 the prompt `> `, echoes every line it reads) in its own session of one real tmux server, hosted
-by the real `BundleHost` the relay tests use (`tests.relay.realrelay.TmuxHost`). The relay runs in
+by the real `BundleHost` the relay tests use (`mcphost.testing.realrelay.TmuxHost`). The relay runs in
 this process with the supervisor's settings (readiness gate: 750 ms quiet window, 50 ms polls;
 the generated coder has no `prompt-regex`, as the supervisor writes it) and listens on a real
 Unix socket. The real `mcphost relay-tools` process (alpha@party, over stdio, as in
@@ -113,7 +113,7 @@ async def section(out: list[str]) -> None:
     from mcphost.relay.behaviour import RelayBehaviour
     from mcphost.relay.bundles import require_bundle
     from mcphost.relay.server import RelayServer
-    from tests.relay.realrelay import TmuxHost
+    from mcphost.testing.realrelay import TmuxHost
 
     root = Path(tempfile.mkdtemp(prefix="rrb-", dir="/tmp"))  # short: tmux.sock fits sun_path
     config, state, _ = config_tree(root)

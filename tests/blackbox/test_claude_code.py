@@ -42,9 +42,13 @@ from tests.blackbox.model_standin import Exchange, ModelStandIn, Say, ToolUse, T
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
 SERVER = "agent-center"  # configgen's default name for the center host
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("npm") is None, reason="npm is not installed: Claude Code interop not run"
-)
+# deep (make test-slow): the Claude Code CLI (node) against generated configs.
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(
+        shutil.which("npm") is None, reason="npm is not installed: Claude Code interop not run"
+    ),
+]
 
 
 def mcp(tool: str) -> str:

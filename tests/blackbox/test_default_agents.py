@@ -38,7 +38,9 @@ CLAUDE, CODEX = BIN / "claude", BIN / "codex"
 OBSERVE = 30.0  # seconds each agent must stay up: the spec
 SIGN_IN = ("Sign in with ChatGPT", "Sign in with Device Code", "Provide your own API key")
 
+# deep (make test-slow): the real Claude Code and Codex TUIs kept up 30 s each.
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
     pytest.mark.skipif(not CLAUDE.exists(), reason=f"{CLAUDE} missing: run `make node`"),
     pytest.mark.skipif(not CODEX.exists(), reason=f"{CODEX} missing: run `make node`"),

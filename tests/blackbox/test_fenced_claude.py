@@ -25,7 +25,9 @@ from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
 GET_MY_WORK = "mcp__agent-center__get_my_work"
 
+# deep (make test-slow): the real Claude Code completing a turn inside the fence.
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed"),
     pytest.mark.skipif(
         fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"

@@ -34,7 +34,9 @@ from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_
 
 CODEX = project_root() / "tools" / "node_modules" / ".bin" / "codex"
 
+# deep (make test-slow): the real Codex CLI completing a turn inside the fence.
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.skipif(not CODEX.exists(), reason=f"{CODEX} missing: run `make node`"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
     pytest.mark.skipif(

@@ -22,9 +22,13 @@ from tests.blackbox.conftest import project_root
 
 INSPECTOR = project_root() / "tools" / "node_modules" / ".bin" / "mcp-inspector"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None, reason="node is not installed: Inspector interop not run"
-)
+# deep (make test-slow): the MCP Inspector CLI (node), one host per method and era.
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(
+        shutil.which("node") is None, reason="node is not installed: Inspector interop not run"
+    ),
+]
 
 
 ERAS = ["legacy", "modern", "auto"]

@@ -16,6 +16,9 @@ from tests.blackbox.conftest import HOST_ARGS
 from tests.blackbox.test_host import WRONG_PIN
 from tests.hardening.conftest import run_in_process
 
+# deep (make test-slow): the host process's own life: bindings, signals, stdout.
+pytestmark = pytest.mark.deep
+
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,

@@ -23,10 +23,14 @@ from tests.blackbox.conftest import project_root
 TOOLS = project_root() / "tools"
 SDK = TOOLS / "node_modules" / "@modelcontextprotocol" / "sdk"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None or not SDK.exists(),
-    reason="node or tools/node_modules/@modelcontextprotocol/sdk missing (`make node`)",
-)
+# deep (make test-slow): the TypeScript SDK's stdio client (node).
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(
+        shutil.which("node") is None or not SDK.exists(),
+        reason="node or tools/node_modules/@modelcontextprotocol/sdk missing (`make node`)",
+    ),
+]
 
 
 def drive(center: DevCenter) -> Any:

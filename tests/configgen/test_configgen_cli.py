@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+# deep (make test-slow): the configgen CLI as a process, option by option.
+pytestmark = pytest.mark.deep
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE = [
     "--agent-id",

@@ -6,12 +6,12 @@ import json
 from typing import Any
 
 import pytest
-from configgen_samples import sample_config
 from hypothesis import given
 from hypothesis import strategies as st
 
 from configgen import merge, render
 from configgen.jsonedit import set_members
+from tests.configgen.configgen_samples import sample_config
 from tests.thorough import examples
 
 OURS = {"command": "/bin/ours", "args": ["host"], "env": {"MCPHOST_CONFIGGEN": "1"}}

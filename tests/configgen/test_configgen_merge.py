@@ -7,10 +7,10 @@ import tomllib
 from typing import Any
 
 import pytest
-from configgen_samples import sample_config
 
 from configgen import CLIENTS, ConfigError, merge, render
 from configgen.merge import is_ours
+from tests.configgen.configgen_samples import sample_config
 
 FOREIGN = {
     "command": "npx",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from configgen_samples import sample_config
 
 from configgen import AgentConfig, CenterBinding, ConfigError, RelayBinding, render
+from tests.configgen.configgen_samples import sample_config
 
 GOOD = {"agent_id": "a1", "admin_url": "unix:/run/center.sock"}
 

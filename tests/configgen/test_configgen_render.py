@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from configgen_samples import sample_config
 
 from configgen import CLIENTS, MARKER, AgentConfig, CenterBinding, RelayBinding, render
 from configgen.clients import client
 from mcphost.binding import AgentBinding
+from tests.configgen.configgen_samples import sample_config
 
 GOLDEN = Path(__file__).parent / "golden"
 # Regenerate deliberately: CONFIGGEN_REGEN=1 pytest tests/configgen -k golden

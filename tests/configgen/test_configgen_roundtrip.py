@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 from configgen import AgentConfig, CenterBinding, ConfigError, RelayBinding, write_config
-from tests.relaytools.relayharness import FakeRelay, cleanup, make_env, tool_json
+from mcphost.testing.relayharness import FakeRelay, cleanup, make_env, tool_json
+
+# deep (make test-slow): every client's generated config starts a host.
+pytestmark = pytest.mark.deep
 
 testing = pytest.importorskip(
     "mcphost.testing", reason="mcphost.testing (the reference-center fixture) is not available"

@@ -19,6 +19,9 @@ from mcphost.admin.pinning import format_pin, leaf_digest, parse_pin
 from mcphost.devcenter import specs
 from mcphost.testing import DevCenter, DevCenterError
 
+# deep (make test-slow): the reference center as a process.
+pytestmark = pytest.mark.deep
+
 
 def test_state_files_and_bindings(devcenter: DevCenter) -> None:
     c = devcenter

@@ -5,7 +5,7 @@ in between, so tests can send anything (malformed, huge, concurrent) and see eve
 Its deadlines (a minute for an answer, 90 s for `initialize`) are for hangs only: a host on a
 machine busy with other work answers late, not never. A reader thread parses each stdout line
 (a line that does not parse is recorded as a purity violation) and validates it against the MCP
-SDK's models (tests/mcpschema.py; `close()` and the context manager fail on any violation), and
+SDK's models (mcphost/testing/mcpschema.py; `close()` and the context manager fail on any violation), and
 a second thread keeps stderr, so neither pipe ever blocks the host.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from mcphost.testing import DevCenter
-from tests.mcpschema import check_message
+from mcphost.testing.mcpschema import check_message
 
 HOST_ARGS = ["-m", "mcphost.cli", "host"]
 ROOT = Path(__file__).resolve().parents[2]

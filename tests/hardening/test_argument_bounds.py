@@ -25,11 +25,12 @@ import pytest
 
 from mcphost.argbounds import MAX_DEPTH, MAX_KEYS_PER_OBJECT, MAX_REPORTED_FIELDS, MAX_VALUES
 from mcphost.testing import DevCenter
+from mcphost.testing.relayharness import FakeRelay, cleanup, make_env
 from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.test_relaytools_security import RelayLoop, server, succeed
-from tests.relaytools.relayharness import FakeRelay, cleanup, make_env
 
-pytestmark = pytest.mark.timeout(300)
+# deep (make test-slow): argument size and shape bounds, with peak memory.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]
 
 UNKNOWN_KEYS = 200_000  # a ~3.5 MB line: enough to show the amplification, cheap to parse
 RSS_PER_LINE_BYTE = 30  # peak RSS growth allowed per byte of request line (unbounded: ~110)

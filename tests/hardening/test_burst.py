@@ -31,7 +31,8 @@ from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.scripted_center import Answer, Request, ScriptedServer
 from tests.thorough import FULL
 
-pytestmark = pytest.mark.timeout(900)
+# deep (make test-slow): thousands of concurrent calls held by the center.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(900)]
 
 # (calls, ms the center holds each): the same total hold time at either depth
 BURST, HOLD_MS = (4000, 100) if FULL else (800, 500)

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from mcphost.testing import DevCenter  # noqa: E402
 from tests.thorough import depth  # noqa: E402
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): the center against its OpenAPI document.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 EXAMPLES_PER_OPERATION = depth(full=12, quick=4)  # make test-slow: 12
 

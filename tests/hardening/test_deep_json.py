@@ -20,7 +20,8 @@ import pytest
 from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.scripted_center import Answer, Request, ScriptedServer
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): nesting bombs from the center.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_SMALL = b"[" * 30_000 + b"]" * 30_000  # an error body within the 64 KiB error-body cap

@@ -20,7 +20,8 @@ from mcphost.testing import DevCenter
 from tests.hardening.conftest import RawHost, host_env
 from tests.waiting import arrived, count, until
 
-pytestmark = pytest.mark.timeout(180)
+# deep (make test-slow): center faults: kills, error statuses, slowness.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(180)]
 
 FIGURES = {"faults_injected": 0, "calls": 0}
 

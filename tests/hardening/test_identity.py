@@ -39,8 +39,8 @@ from mcphost.catalog import CATALOG
 from mcphost.catalog.model import ToolDecl
 from mcphost.testing import DevCenter
 from tests import thorough
-from tests.files.stub_center import StubCenter
 from tests.hardening.conftest import ROOT, RawHost, host_env, walk_keys
+from tests.host.files.stub_center import StubCenter
 
 pytestmark = pytest.mark.timeout(300)
 

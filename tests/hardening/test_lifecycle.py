@@ -27,7 +27,8 @@ from tests.waiting import arrived, count, until
 
 WORK = "/admin/agent-tools/get_my_work"
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): signals and parent death with calls in flight.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 
 def wait_gone(pid: int, within: float) -> float:

@@ -18,7 +18,8 @@ from mcphost.testing import DevCenter
 from tests.hardening.conftest import RawHost, host_env, rss_kib
 from tests.thorough import depth
 
-pytestmark = pytest.mark.timeout(600)
+# deep (make test-slow): sequential and concurrent load with bounded memory.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(600)]
 
 TASKS = 200
 RSS_GROWTH_BOUND_KIB = 16 * 1024  # after warm-up; measured growth is printed (`pytest -s`)

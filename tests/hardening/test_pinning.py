@@ -26,7 +26,8 @@ import trustme
 from mcphost.admin.pinning import format_pin
 from tests.hardening.conftest import RawHost, host_env
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): TLS pins: rotation, expiry, stalled handshakes.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 TOKEN = "acat_pinning-secret-8f3a1c"
 REPLY = b'{"tasks": []}'

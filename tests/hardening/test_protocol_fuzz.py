@@ -22,7 +22,8 @@ from mcphost.testing import DevCenter
 from tests.hardening.conftest import RawHost, host_env
 from tests.thorough import depth
 
-pytestmark = pytest.mark.timeout(300)
+# deep (make test-slow): hypothesis over malformed protocol input.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]
 
 FIGURES: dict[str, int] = {"inputs": 0, "answered_requests": 0, "hosts": 0}
 CRASH_MARKERS = (b"Traceback", b"never retrieved", b"Exception in callback", b"Fatal error")

@@ -28,7 +28,8 @@ from mcphost.admin.pinning import format_pin
 from tests.hardening.conftest import RawHost, host_env
 from tests.hardening.scripted_center import Answer, Request, ScriptedServer
 
-pytestmark = pytest.mark.timeout(180)
+# deep (make test-slow): redirects from the center are refused.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(180)]
 
 TOKEN = "acat_redirect-secret-5b2e9d"
 STATUSES = (301, 302, 303, 307, 308)

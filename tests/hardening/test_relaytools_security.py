@@ -35,11 +35,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mcphost.testing.relayharness import Env, FakeRelay, cleanup, make_env, relay_error
 from tests import thorough
 from tests.hardening.conftest import ROOT, RawHost, walk_keys
-from tests.relaytools.relayharness import Env, FakeRelay, cleanup, make_env, relay_error
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): the relay tools' identity and PSK handling.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 T = TypeVar("T")
 TOOLS = ("list", "help", "send", "look", "raww", "choose", "updown", "new", "change")

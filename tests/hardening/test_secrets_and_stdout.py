@@ -25,7 +25,8 @@ from mcphost.testing import DevCenter
 from tests.blackbox.test_host import WRONG_PIN
 from tests.hardening.conftest import RawHost, host_env, run_in_process, strict_json
 
-pytestmark = pytest.mark.timeout(180)
+# deep (make test-slow): the token on every error path and output.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(180)]
 
 FIGURES = {"error_paths": 0, "outputs_searched": 0, "token_hits": 0}
 

@@ -49,7 +49,8 @@ from tests.hardening.conftest import (
     strict_json,
 )
 
-pytestmark = pytest.mark.timeout(180)
+# deep (make test-slow): stdio framing, caps and backpressure floods.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(180)]
 
 FLOOD = 6_000  # requests in the default run; the slow run sends the 100,000
 RSS_BOUND_KIB = 48 * 1024  # peak growth over the warm-up baseline while answers go unread

@@ -30,7 +30,8 @@ import pytest
 from mcphost.testing import DevCenter
 from tests.hardening.conftest import ROOT, host_env, run_in_process
 
-pytestmark = pytest.mark.timeout(180)
+# deep (make test-slow): token sources and option sweeps.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(180)]
 
 HOST_AND_CHECK = (["host"], ["check"], ["check", "--json"])
 

@@ -3,7 +3,7 @@
 The bundle `party` has three members (alpha: operator, bravo and charlie: the file default),
 each a tiny interactive stand-in in its own tmux session that prints the prompt `> ` and echoes
 what it reads; the coder's `prompt-regex` matches that prompt, so the readiness gate is real.
-The `BundleHost` (`TmuxHost`, with the tree, in tests/relay/realrelay.py) is a small real one
+The `BundleHost` (`TmuxHost`, with the tree, in mcphost/testing/realrelay.py) is a small real one
 (one TmuxServer per bundle under the state root), as the supervisor's is. Requests go straight to `RelayBehaviour.handle`, and a few through a
 real `RelayServer` socket with our relay client (`RelayStream`).
 
@@ -36,7 +36,7 @@ from mcphost.relay.tmux import TmuxServer
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
 from mcphost.relaytools.stream import RelayStream
-from tests.relay.realrelay import TmuxHost, config_tree
+from mcphost.testing.realrelay import TmuxHost, config_tree
 
 pytestmark = [
     pytest.mark.anyio,

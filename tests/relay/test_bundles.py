@@ -11,7 +11,7 @@ import pytest
 from mcphost.agentmux.wire import RelayError
 from mcphost.relay import bundles as B
 from mcphost.relaytools.layout import load_members
-from tests.relaytools.relayharness import BUNDLE_PARTY, CODERS
+from mcphost.testing.relayharness import BUNDLE_PARTY, CODERS
 
 CODERS_FULL = """\
 format-version = 1

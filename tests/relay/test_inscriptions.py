@@ -1,6 +1,6 @@
 """The relay's inscriptions (reference §5; mcphost/relay/inscriptions.py).
 
-The real relay (tests/relay/realrelay.py: `RelayServer` + `RelayBehaviour` over real tmux, on a
+The real relay (mcphost/testing/realrelay.py: `RelayServer` + `RelayBehaviour` over real tmux, on a
 thread of its own) is driven over its socket by our relay client; its records land in
 `<state>/inscriptions/relay.log`, where the relay tools put their `mcp.log` files. What is
 proven: the record shape (`timestamp` RFC 3339 UTC, `pid`, `event`, `details`; file 0600,
@@ -38,7 +38,7 @@ from mcphost.relay import server as server_mod
 from mcphost.relay.inscriptions import RelayInscriptions, relay_log_path
 from mcphost.relay.server import RelayServer
 from mcphost.relaytools.stream import RelayStream
-from tests.relay.realrelay import GUARD, RealRelay, config_tree
+from mcphost.testing.realrelay import GUARD, RealRelay, config_tree
 from tests.waiting import until
 
 pytestmark = [

@@ -33,7 +33,7 @@ from mcphost.relay.server import (
 )
 from mcphost.relaytools.errors import ClaimConflict, RelayIOError, ToolFailure
 from mcphost.relaytools.stream import InProcessStream, RelayStream
-from tests.relaytools.relayharness import (
+from mcphost.testing.relayharness import (
     FakeRelay,
     _default_response,
     global_bundle,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from relayharness import Env, FakeRelay, cleanup, make_env
+
+from mcphost.testing.relayharness import Env, FakeRelay, cleanup, make_env
 
 
 @pytest.fixture

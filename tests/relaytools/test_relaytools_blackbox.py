@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 from mcp import Client
-from relayharness import (
+
+from mcphost.testing.relayharness import (
     Env,
     FakeRelay,
     cleanup,

@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 from mcp import MCPError
-from relayharness import Env, FakeRelay, sdk_client, tool_json
+
+from mcphost.testing.relayharness import Env, FakeRelay, sdk_client, tool_json
+
+# deep (make test-slow): hostile member ids through the relay tools.
+pytestmark = pytest.mark.deep
 
 ROOT = Path(__file__).resolve().parents[2]
 STOLEN = "c3RvbGVuLXBzay1vdXRzaWRlLXNlc3Npb25z"

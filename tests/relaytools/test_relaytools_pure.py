@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from relayharness import Env
 
 from mcphost.agentmux.inscriptions import Inscriptions, log_path, sanitize
 from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest, SendRequest
@@ -16,6 +15,7 @@ from mcphost.agentmux.wire import RelayError
 from mcphost.relaytools import errors, help, layout, params, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
+from mcphost.testing.relayharness import Env
 from tests.thorough import examples
 
 

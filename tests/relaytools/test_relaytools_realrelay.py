@@ -2,7 +2,7 @@
 
 The same tools process and drivers as test_relaytools_blackbox.py (the official SDK client, the
 raw JSON-RPC driver with its schema check), but the socket is served by a real `RelayServer` +
-`RelayBehaviour` over a real `BundleHost` on real tmux (tests/relay/realrelay.py: the bundle
+`RelayBehaviour` over a real `BundleHost` on real tmux (mcphost/testing/realrelay.py: the bundle
 `party` of three stand-in agents that print `> ` and echo what they read, alpha with the
 `operator` policy, bravo and charlie with `default`; the bundle `mixed`; `op@GLOBAL`). The relay
 runs on its own event loop in a background thread, one per module (under xdist's loadfile one
@@ -58,11 +58,13 @@ from typing import Any
 
 import pytest
 from mcp import Client
-from relayharness import Env, error_of, ok, raw_server, sdk_client
 
-from tests.relay.realrelay import GUARD, RealRelay, config_tree
+from mcphost.testing.realrelay import GUARD, RealRelay, config_tree
+from mcphost.testing.relayharness import Env, error_of, ok, raw_server, sdk_client
 
+# deep (make test-slow): the relay tools against the real relay.
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.anyio,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relayharness import Env, FakeRelay, relay_error
 
 from mcphost.relaytools.errors import RelayIOError, ToolFailure
 from mcphost.relaytools.stream import RelayStream, SharedStream, new_request_id
+from mcphost.testing.relayharness import Env, FakeRelay, relay_error
 
 pytestmark = pytest.mark.anyio
 

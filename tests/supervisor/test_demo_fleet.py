@@ -25,7 +25,11 @@ import pytest
 from mcphost.testing.fleet import left_running
 from tests.waiting import until
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+# deep (make test-slow): `mcphost demo fleet` twice, whole (~4 s of CPU each).
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 STEPS = (
     "The devcenter",

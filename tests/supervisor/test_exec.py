@@ -28,6 +28,9 @@ from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, descendants_alive
 from tests.waiting import until
 
+# deep (make test-slow): ctl exec, including Claude Code's mcp list.
+pytestmark = pytest.mark.deep
+
 ATTACH = str(Path(__file__).resolve().parents[2] / "mcphost" / "attach.py")
 CLAUDE = Path(__file__).resolve().parents[2] / "tools" / "node_modules" / ".bin" / "claude"
 HOLD = [sys.executable, "-c", "import signal; signal.pause()"]

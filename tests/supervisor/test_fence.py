@@ -54,7 +54,11 @@ ALLOWED = (
     "var_tmp_write",
 )  # fmt: skip
 SUPPORTED = fence.probe().missing() is None
-pytestmark = pytest.mark.skipif(not SUPPORTED, reason=f"no fence here: {fence.probe().missing()}")
+# deep (make test-slow): five supervisors (root and nobody) with hostile fenced agents.
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(not SUPPORTED, reason=f"no fence here: {fence.probe().missing()}"),
+]
 
 
 @pytest.fixture(scope="module")

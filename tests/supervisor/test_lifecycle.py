@@ -35,6 +35,9 @@ from mcphost.supervisor.state import StateStore
 from tests.supervisor.supervise_harness import ignores
 from tests.supervisor.test_kernel import isolated, state_of, until_async
 
+# deep (make test-slow): restart policies and backoff of real processes.
+pytestmark = pytest.mark.deep
+
 # -- pure policy ---------------------------------------------------------------------------
 
 

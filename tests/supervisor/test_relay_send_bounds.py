@@ -45,7 +45,11 @@ from tests.supervisor.test_relay_hosting import (
 )
 from tests.waiting import until
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+# deep (make test-slow): send's text-only paste and a 300 MiB send flood.
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 # An agent-like program: bracketed paste on, cooked mode (the tty's ISIG and ICANON act), every
 # submission (a typed Enter) logged as {"pasted", "typed"}; a typed `!` line runs in a shell.

@@ -46,7 +46,8 @@ from mcp import Client, StdioServerParameters
 from mcphost.testing import DevCenter
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(180)
+# deep (make test-slow): the session hub: caps, floods, generations.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACH = ROOT / "mcphost" / "attach.py"

@@ -21,6 +21,9 @@ from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
 from tests.waiting import until
 
+# deep (make test-slow): the fleet from the center.
+pytestmark = pytest.mark.deep
+
 WORKER = "w-2"  # the devcenter binds agent-x to it; the tests bind and unbind more
 
 

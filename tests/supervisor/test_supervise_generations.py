@@ -33,6 +33,9 @@ from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import STANDIN, Supervised, standin
 from tests.waiting import until
 
+# deep (make test-slow): three workers moving one agent: generations.
+pytestmark = pytest.mark.deep
+
 AGENT = "agent-m"
 POLL = 0.5
 STOP_GRACE = 5  # the harness's [defaults] stop_grace

@@ -16,9 +16,14 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
 from tests.waiting import until
+
+# deep (make test-slow): restarts, reloads and generations over time.
+pytestmark = pytest.mark.deep
 
 # An agent that fails (exit 1) until its workspace holds a file `ok`, then behaves.
 FLAKY = (

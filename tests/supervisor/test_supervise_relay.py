@@ -7,7 +7,7 @@ refused the relay surface (`surface_unavailable`, the pump exits 3). And an agen
 most `MAX_SESSIONS_PER_AGENT` (32) sessions per surface: the next is refused
 (`too_many_sessions`) until one of its sessions ends.
 
-The relay is the fake relay of the relay tools' suite (tests/relaytools/relayharness.py), run on
+The relay is the fake relay of the relay tools' suite (mcphost/testing/relayharness.py), run on
 the socket the relay tools resolve from the supervisor's environment
 (`AGENTMUX_STATE_DIRECTORY/relay.sock`, bundles under `AGENTMUX_CONFIGURATION_DIRECTORY`).
 
@@ -30,9 +30,12 @@ import pytest
 
 from mcphost.supervisor.supervisor import MAX_SESSIONS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
-from tests.relaytools.relayharness import CODERS, FakeRelay
+from mcphost.testing.relayharness import CODERS, FakeRelay
 from tests.supervisor.supervise_harness import Supervised, inline, standin
 from tests.waiting import until
+
+# deep (make test-slow): the relay tools through the supervisor.
+pytestmark = pytest.mark.deep
 
 PARTY = """\
 format-version = 1

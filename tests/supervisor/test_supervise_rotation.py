@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised
 from tests.supervisor.test_supervise_center import (
@@ -22,6 +24,9 @@ from tests.supervisor.test_supervise_center import (
     write_fleet,
 )
 from tests.waiting import until
+
+# deep (make test-slow): token rotations with calls in flight.
+pytestmark = pytest.mark.deep
 
 __all__ = ["center", "sv"]  # the fixtures
 

@@ -34,7 +34,8 @@ from tests.supervisor.supervise_harness import Supervised
 from tests.supervisor.test_sessions import activity, reset_peak, status_kib
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(300)
+# deep (make test-slow): one agent's flood and slow calls against a supervisor.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACH = str(ROOT / "mcphost" / "attach.py")

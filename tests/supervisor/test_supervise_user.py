@@ -28,6 +28,9 @@ from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, STANDIN, Supervised, standin
 from tests.waiting import until
 
+# deep (make test-slow): agents under another user.
+pytestmark = pytest.mark.deep
+
 ROOT = os.geteuid() == 0
 
 

@@ -1,7 +1,7 @@
 """Test harness for the relay tools: a fake relay on a real Unix socket, a config fixture, and
 two ways to drive the real `mcphost relay-tools` process over stdio (the official SDK client, and
 a raw JSON-RPC line driver for wire-exact checks, which validates every stdout line against the
-MCP SDK's models and fails the test on any violation: tests/mcpschema.py).
+MCP SDK's models and fails the test on any violation: mcphost/testing/mcpschema.py).
 
 The fake relay mirrors upstream's `FakeRelay`: it binds the relay socket, answers any Hello with a
 `hello_ack` (or a configured rejection), records every request frame, and answers each request
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 
-from tests.mcpschema import check_message
+from mcphost.testing.mcpschema import check_message
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 

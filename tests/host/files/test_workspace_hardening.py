@@ -35,13 +35,14 @@ from typing import Any
 import pytest
 
 from mcphost.testing import DevCenter
-from tests.files.conftest import mark, since
-from tests.files.stub_center import FILE_ID as STUB_FILE
-from tests.files.stub_center import StubCenter
-from tests.files.test_cancel_e2e import listing, until
 from tests.hardening.conftest import ROOT, RawHost, host_env, run_in_process
+from tests.host.files.conftest import mark, since
+from tests.host.files.stub_center import FILE_ID as STUB_FILE
+from tests.host.files.stub_center import StubCenter
+from tests.host.files.test_cancel_e2e import listing, until
 
-pytestmark = pytest.mark.timeout(300)
+# deep (make test-slow): the workspace attack scenarios, host by host.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]
 
 NOFILE = 1024
 LIMITED_HOST = [

@@ -24,8 +24,8 @@ from mcphost.host.workspace import (
     split_inside,
     workspace_problem,
 )
-from tests.files import corpus
-from tests.files.conftest import local_binding
+from tests.host.files import corpus
+from tests.host.files.conftest import local_binding
 from tests.thorough import examples
 
 ROOT = "/srv/ws/agent"

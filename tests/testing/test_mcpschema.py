@@ -1,8 +1,8 @@
-"""The stdout validator the raw drivers use (tests/mcpschema.py) catches what it should."""
+"""The stdout validator of the raw drivers (`mcphost.testing.mcpschema`) catches what it should."""
 
 from __future__ import annotations
 
-from tests.mcpschema import check_message
+from mcphost.testing.mcpschema import check_message
 
 
 def test_valid_messages_pass() -> None:

@@ -25,8 +25,11 @@ from mcphost.host.server import HostSurface
 from mcphost.host.workspace import Walker, open_for_upload
 from mcphost.surface import CallContext
 from mcphost.testing import DevCenter
-from tests.files.conftest import call, center_binding, local_binding, open_host
+from tests.host.files.conftest import call, center_binding, local_binding, open_host
 from tests.thorough import depth
+
+# deep (make test-slow): transfers while a thread swaps the workspace under them.
+pytestmark = pytest.mark.deep
 
 INSIDE = b"inside bytes\n" * 64
 SECRET = b"outside secret\n" * 64

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 
 from mcphost.testing import DevCenter
-from tests.files.conftest import mark, since
 from tests.hardening.conftest import RawHost, host_env
+from tests.host.files.conftest import mark, since
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(120)
+# deep (make test-slow): cancellation mid-transfer with the center frozen.
+pytestmark = [pytest.mark.deep, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Validate what the servers write on stdout against the MCP SDK's own models (`mcp_types`).
 
-The raw drivers (tests/hardening/conftest.py `RawHost`, tests/relaytools/relayharness.py
+The raw drivers (tests/hardening/conftest.py `RawHost`, mcphost/testing/relayharness.py
 `RawServer`) see every stdout line; each one goes through `check_message`, and each answer to a
 request whose method is known also through the result model for that method. A problem is
 recorded, not raised, by the reader; the driver asserts there were none when it closes.

@@ -24,8 +24,8 @@ from mcp import Client
 from mcphost.host.server import HostSurface
 from mcphost.surface import CallContext
 from mcphost.testing import DevCenter
-from tests.files import corpus
-from tests.files.conftest import call, center_binding, mark, open_host, since
+from tests.host.files import corpus
+from tests.host.files.conftest import call, center_binding, mark, open_host, since
 
 pytestmark = pytest.mark.anyio
 
