@@ -55,8 +55,12 @@ def _gemini(server: Server, config: AgentConfig) -> Entry:
 
 
 def _codex(server: Server, config: AgentConfig) -> Entry:
+    # `required`: Codex waits for the server before the first turn (and fails the thread if it
+    # cannot start it) instead of running that turn without the agent's own tools when the
+    # server is a moment slower than the model's first request.
     return {
         **_stdio(server, config),
+        "required": True,
         "startup_timeout_sec": config.startup_timeout_sec,
         "tool_timeout_sec": config.tool_timeout_sec,
     }

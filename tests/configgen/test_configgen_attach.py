@@ -76,6 +76,7 @@ def test_codex_attach_document_is_exactly_the_pump_and_the_marker() -> None:
                 "args": ["-I", "-S", SCRIPT, CENTER_SOCK],
                 "command": PY,
                 "env": {MARKER: "1"},
+                "required": True,
                 "startup_timeout_sec": 30,
                 "tool_timeout_sec": 300,
             }
