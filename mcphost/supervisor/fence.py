@@ -2,7 +2,7 @@
 
 Owns: the pure plan of one agent's fence (`plan`: which directories are hidden under a fresh
 tmpfs, which paths beneath them are bound back, which files are blanked, where writes are
-allowed), the thin syscall layer that applies it in a child before `execve` (`apply`), the
+allowed; `for_agent`: that plan as the supervisor fills it for one agent), the thin syscall layer that applies it in a child before `execve` (`apply`), the
 probe of what this kernel offers (`probe`, `Support`), and the tmux pane's gate (`main`: run as
 a script, it waits for its plan on a FIFO, fences itself, then execs the agent).
 
@@ -215,6 +215,33 @@ class Fence:
     def name(self) -> str:
         """How `ctl status` shows it."""
         return f"namespaces+landlock{self.abi}"
+
+
+def for_agent(
+    *,
+    state_dir: str,
+    home: str,
+    sockets: tuple[str, ...],
+    secrets: tuple[str, ...],
+    env: dict[str, str],
+    uid: int,
+    pump: str,
+) -> Fence:
+    """The fence the supervisor gives one agent: `plan` with what the fleet's `env` gives it
+    as `HOME`/`CLAUDE_CONFIG_DIR` writable, the runtime directory of `uid` hidden (its systemd
+    and D-Bus sockets), and the supervisor's own programs kept (this interpreter, its
+    environment, and the project above the `pump` script), with this kernel's Landlock ABI."""
+    runtime_dir = f"/run/user/{uid}"
+    planned = plan(
+        state_dir=state_dir,
+        home=home,
+        sockets=sockets,
+        secrets=secrets,
+        given=tuple(env[k] for k in ("HOME", "CLAUDE_CONFIG_DIR") if k in env),
+        hidden=(runtime_dir,) if os.path.isdir(runtime_dir) else (),
+        runtime=(sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(pump))),
+    )
+    return Fence(planned, probe().landlock_abi)
 
 
 NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"

@@ -31,11 +31,12 @@ Equality is the reload contract: loading an unchanged file gives equal `Fleet`s,
 `check_users` is the one check outside the file: every `user` must exist in this machine's user
 database, and be the supervisor's own or the supervisor must run as root (it switches in the
 child; refuse at load, not at spawn). `mcphost supervise` calls it at start, reload before
-applying anything.
+applying anything. `user_uid` is the uid an agent runs as (that database again).
 
 Must never: import the fleet file's loader (`mcphost.supervisor.fleet`: the loader builds
-plans, never the reverse), read a file or `os.environ` (`check_users` asks the user database),
-or show a token (a plan holds the token file's path, never its content).
+plans, never the reverse), read a file or `os.environ`,
+or show a token (a plan holds the token file's path, never its content). `check_users` and
+`user_uid` are the only readers of the user database.
 """
 
 from __future__ import annotations
@@ -351,3 +352,12 @@ def check_users(fleet: Fleet) -> None:
                 )
             )
     raise_all(problems)
+
+
+def user_uid(user: str | None) -> int:
+    """The uid an agent with `user` runs as: that user's, or the supervisor's own."""
+    if user is None:
+        return os.getuid()
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid

@@ -64,9 +64,9 @@ from mcphost.supervisor.homes import (
     hold_home,
 )
 from mcphost.supervisor.identity import Identities
-from mcphost.supervisor.lifecycle import AgentRunner, Intensity
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.operations import Operations, reload_failed
-from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users
+from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users, user_uid
 from mcphost.supervisor.records import ProcessRecords
 from mcphost.supervisor.refusals import Refused
 from mcphost.supervisor.relayhost import RelayHost
@@ -104,14 +104,6 @@ class Slot:
     fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
     fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
     sandbox: Fence | None = None  # the agent's fence (fence.py); None: `sandbox = "none"`
-
-
-def uid_of(user: str | None) -> int:
-    if user is None:
-        return os.getuid()
-    import pwd
-
-    return pwd.getpwnam(user).pw_uid
 
 
 class Supervisor:
@@ -444,7 +436,7 @@ class Supervisor:
             plan=plan,
             home=home,
             runner=runner,
-            uid=uid_of(plan.user),
+            uid=user_uid(plan.user),
             workspace=workspace,
             sandbox=sandbox,
         )
@@ -456,23 +448,15 @@ class Supervisor:
         if plan.sandbox == "none":
             return None
         attach = self.attach_points()
-        env = dict(plan.env)
-        runtime = f"/run/user/{uid_of(plan.user)}"
-        plan_ = fences.plan(
+        return fences.for_agent(
             state_dir=self.state_dir,
             home=home.root,
             sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
             secrets=(self.fleet.center.token_file, self.fleet.path),
-            given=tuple(env[k] for k in ("HOME", "CLAUDE_CONFIG_DIR") if k in env),
-            hidden=(runtime,) if os.path.isdir(runtime) else (),
-            # the interpreter, its environment and the pump (the project's root above it)
-            runtime=(
-                sys.prefix,
-                sys.base_prefix,
-                os.path.dirname(os.path.dirname(attach.script)),
-            ),
+            env=dict(plan.env),
+            uid=user_uid(plan.user),
+            pump=attach.script,
         )
-        return Fence(plan_, fences.probe().landlock_abi)
 
     def _forget(self, slot: Slot) -> None:
         agent_id = slot.plan.agent_id
@@ -533,8 +517,30 @@ class Supervisor:
                 ) from None
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
-                return await self._reload_from_center()
-            return await self._reconcile(fleet)
+                outcome = await self._reload_from_center()
+            else:
+                outcome = await self._reconcile(fleet)
+            await self._refence()
+            return outcome
+
+    async def _refence(self) -> None:
+        """After a reload that moved `[center] token_file`, a fence planned with the old path
+        (and reused by restarts) would leave the new file readable: every fenced agent whose
+        plan differs now gets the new one, and a running one is restarted into it."""
+        for agent_id, slot in list(self.slots.items()):
+            if slot.sandbox is None:
+                continue
+            async with self.agent_held(agent_id):
+                if self.slots.get(agent_id) is not slot:
+                    continue
+                fence = self._fence(slot.plan, slot.home)
+                if fence == slot.sandbox:
+                    continue
+                slot.runner.fence = slot.sandbox = fence
+                running = slot.runner.status().state in (AgentState.STARTING, AgentState.RUNNING)
+                events.emit("supervisor.agent_refenced", agent_id=agent_id, restarted=running)
+                if running:
+                    await slot.runner.restart()
 
     async def _apply_center(self, fleet: Fleet) -> None:
         """Make `fleet.center` (and its token file's token) the one the next call of every

@@ -242,3 +242,62 @@ def test_without_the_fence_the_same_probes_get_through(
         # the second wall holds even unfenced: the control socket refuses the supervisor's tree
         assert seen["control_status"] in ("EACCES", "EPIPE", "ECONNRESET"), seen  # forbidden_peer
     assert landed == ["planted-agent", "planted-escapee", "planted-exec"], landed
+
+
+PEEK = """
+import os, sys, time
+while True:
+    try:
+        with open(sys.argv[1]) as token:
+            seen = "readable" if token.read() else "empty"
+    except OSError as exc:
+        seen = type(exc).__name__
+    with open("peek.tmp", "w") as out:
+        out.write(seen)
+    os.replace("peek.tmp", "peek.txt")
+    time.sleep(0.1)
+"""
+
+
+def test_a_reload_that_moves_the_token_file_refences_the_running_agents(center: DevCenter) -> None:
+    """A fence hides the token file by the path it had when the agent's slot was made. A reload
+    that moves `[center] token_file` to a path no fence covers (here beside the project, which
+    every agent sees) must not leave the running agent able to read it: the supervisor gives
+    it a fence with the new path and restarts it into that fence (a new generation)."""
+    base = Path(tempfile.mkdtemp(prefix="fence-refence-"))
+    moved = Path(tempfile.mkdtemp(prefix="token-", dir=REPO)) / "worker.token"
+    sv = Supervised(base, center)
+    try:
+        moved.write_text(sv.token_file.read_text())
+        moved.chmod(0o600)
+        sv.write_fleet([_peeker(sv, moved)])
+        sv.start()
+        first = sv.wait_running("peeker")["generation"]
+        peek = sv.workspace("peeker") / "peek.txt"
+        # the hole's precondition: nothing hides the new path from the running agent yet
+        until(lambda: peek.exists() and peek.read_text() == "readable", 60, "a first peek")
+        sv.fleet.write_text(fleet_toml(center, moved, [_peeker(sv, moved)]))
+        reloaded = sv.ctl("reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        row = until(
+            lambda: (
+                (r := sv.status()["peeker"])["generation"] > first and r["state"] == "running" and r
+            ),
+            60,
+            "the agent restarted into its new fence",
+        )
+        assert row["sandbox"].startswith("namespaces+landlock"), row
+        peek.unlink(missing_ok=True)
+        seen = until(lambda: peek.exists() and peek.read_text(), 60, "a peek from the new fence")
+        assert seen != "readable", seen
+        refenced = [e for e in sv.events() if e.get("event") == "supervisor.agent_refenced"]
+        assert [(e["agent_id"], e["restarted"]) for e in refenced] == [("peeker", True)], refenced
+    finally:
+        sv.close()
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(sv.state, ignore_errors=True)
+        shutil.rmtree(moved.parent, ignore_errors=True)
+
+
+def _peeker(sv: Supervised, token: Path) -> dict[str, object]:
+    return {"id": "peeker", "command": [sv.python, "-c", PEEK, str(token)]}
