@@ -261,27 +261,31 @@ class Party:
         self.proc = None
         import shutil
 
-        shutil.rmtree(self.dir / "s", ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)  # the center has stopped (LIFO)
 
 
-def fmt(stats: Any, unit: str = "ms", scale: float = 1000.0) -> str:
-    return (
-        f"{stats.median * scale:.3f} {unit} (IQR {stats.low * scale:.3f}–{stats.high * scale:.3f})"
-    )
+def fmt(samples: list[float], unit: str = "ms", scale: float = 1000.0) -> str:
+    """Median with its IQR, or with the whole range below 4 samples (no quartiles then)."""
+    ordered = sorted(samples)
+    if len(ordered) >= 4:
+        low, _, high = statistics.quantiles(ordered, n=4)
+        spread = "IQR"
+    else:
+        low, high, spread = ordered[0], ordered[-1], "range"
+    m = statistics.median(ordered)
+    gap = "" if unit == "×" else " "
+    return f"{m * scale:.3f}{gap}{unit} ({spread} {low * scale:.3f}–{high * scale:.3f})"
 
 
 def ratio_row(label: str, before: list[float], after: list[float], unit: str = "ms",
               scale: float = 1000.0, per_pair: list[float] | None = None) -> str:  # fmt: skip
-    from bench.harness import Stats
-
-    b, a = Stats.of(before), Stats.of(after)
     extra = ""
     if per_pair:
-        p = Stats.of(per_pair)
-        extra = f" · per-pair ratio median {p.median:.3f}× (IQR {p.low:.3f}–{p.high:.3f})"
+        extra = f" · per-pair ratio {fmt(per_pair, '×', 1.0)}"
     return (
-        f"| {label} | {fmt(b, unit, scale)} | {fmt(a, unit, scale)} | "
-        f"{a.median / b.median:.3f}×{extra} | {b.n} / {a.n} |"
+        f"| {label} | {fmt(before, unit, scale)} | {fmt(after, unit, scale)} | "
+        f"{statistics.median(after) / statistics.median(before):.3f}×{extra} | "
+        f"{len(before)} / {len(after)} |"
     )
 
 
