@@ -145,7 +145,8 @@ def drive_latency(attach_config: str, host_config: str, calls: int) -> None:
     cpu = {name: sum(map(cpu_seconds, pids)) - cpu[name] for name, pids in serving.items()}
     result = {"samples": samples, "failed": failed, "cpu": cpu}
     Path("latency.json").write_text(json.dumps(result))
-    Path("ready").write_text(str(os.getpid()))
+    Path("ready.tmp").write_text(str(os.getpid()))
+    os.rename("ready.tmp", "ready")  # whole: the bench reads the pid once `ready` exists
 
 
 def drive_agent(config: str, fifo: str, calls: int) -> None:
@@ -168,7 +169,8 @@ def drive_agent(config: str, fifo: str, calls: int) -> None:
         line["ok"], line["error"] = False, str(exc)[-2000:]
     with open("calls.jsonl", "a", encoding="utf-8") as record:
         record.write(json.dumps(line) + "\n")
-    Path("ready").write_text(str(os.getpid()))
+    Path("ready.tmp").write_text(str(os.getpid()))
+    os.rename("ready.tmp", "ready")  # whole: the bench reads the pid once `ready` exists
     with open(fifo, "rb") as barrier:  # every driver blocks here until the bench opens it
         barrier.read()
     latencies, failed = [], 0
