@@ -4,8 +4,10 @@ Prints one markdown report and writes it to bench/results/latest.md. Every figur
 with its interquartile range, next to a baseline measured in the same run, and a ratio.
 
 `BENCH_BASELINE=<dir holding another mcphost package>` adds that host (e.g. an export of an
-older commit: `git archive <rev> mcphost | tar -x -C <dir>`) to the start-up and per-call
-tables, with before/after ratios.
+older commit: `git archive <rev> mcphost configgen | tar -x -C <dir>`) to the start-up and
+per-call tables, with before/after ratios, and runs section 11 (bench/before_after.py): host
+start-up and per-call (Unix, TLS), the supervised relay tools' `send` / `look` and center calls,
+and the supervisor's memory with N agents, each tree by turns in the same run.
 """
 
 from __future__ import annotations
@@ -287,6 +289,7 @@ async def main() -> None:
         "bench.attach",
         "bench.supervisor",
         "bench.fence",
+        "bench.before_after",
     ):
         try:
             module = __import__(extra, fromlist=["section"])

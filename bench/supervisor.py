@@ -145,7 +145,8 @@ def drive_latency(attach_config: str, host_config: str, calls: int) -> None:
     cpu = {name: sum(map(cpu_seconds, pids)) - cpu[name] for name, pids in serving.items()}
     result = {"samples": samples, "failed": failed, "cpu": cpu}
     Path("latency.json").write_text(json.dumps(result))
-    Path("ready").write_text(str(os.getpid()))
+    Path("ready.tmp").write_text(str(os.getpid()))
+    os.rename("ready.tmp", "ready")  # whole: the bench reads the pid once `ready` exists
 
 
 def drive_agent(config: str, fifo: str, calls: int) -> None:
@@ -168,7 +169,8 @@ def drive_agent(config: str, fifo: str, calls: int) -> None:
         line["ok"], line["error"] = False, str(exc)[-2000:]
     with open("calls.jsonl", "a", encoding="utf-8") as record:
         record.write(json.dumps(line) + "\n")
-    Path("ready").write_text(str(os.getpid()))
+    Path("ready.tmp").write_text(str(os.getpid()))
+    os.rename("ready.tmp", "ready")  # whole: the bench reads the pid once `ready` exists
     with open(fifo, "rb") as barrier:  # every driver blocks here until the bench opens it
         barrier.read()
     latencies, failed = [], 0
@@ -281,8 +283,19 @@ def wait_files(paths: list[Path], timeout: float, check: Any = None) -> float:
 class Arm:
     """N agents, served either by one supervisor or by N standalone hosts."""
 
-    def __init__(self, center: Any, base: Path, ids: list[str], supervised: bool) -> None:
+    def __init__(
+        self,
+        center: Any,
+        base: Path,
+        ids: list[str],
+        supervised: bool,
+        tree: str = str(ROOT),
+        defaults: tuple[str, ...] = (),
+    ) -> None:
+        """`tree`: the directory whose mcphost the supervisor runs (BENCH_BASELINE's, for
+        bench/before_after.py); `defaults`: extra `[defaults]` lines of its fleet file."""
         self.center, self.ids, self.supervised = center, ids, supervised
+        self.tree, self.defaults = tree, defaults
         # Unix socket paths must stay short: `base` is directly under /tmp.
         self.dir = Path(tempfile.mkdtemp(prefix="mcphost-bsv-" if supervised else "bsa-", dir=base))
         self.supervisor: subprocess.Popen[bytes] | None = None
@@ -319,6 +332,7 @@ class Arm:
                 'client = "command"',
                 'restart = "never"',
                 "stop_grace = 5",
+                *self.defaults,
             ]
             for agent_id in self.ids:
                 lines += ["", "[[agent]]", f'id = "{agent_id}"', f"command = {json.dumps(command)}"]
@@ -332,7 +346,7 @@ class Arm:
         """Spawn; returns the perf_counter() of the first spawn."""
         started = time.perf_counter()
         if self.supervised:
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            env = {**os.environ, "PYTHONPATH": self.tree}
             with open(self.dir / "supervisor.stderr.log", "ab") as err:
                 fleet = str(self.dir / "fleet.toml")
                 self.supervisor = subprocess.Popen(
@@ -341,6 +355,7 @@ class Arm:
                     stdout=subprocess.DEVNULL,
                     stderr=err,
                     env=env,
+                    cwd=self.tree,  # `-m` puts the working directory first on sys.path
                 )
             return started
         for agent_id in self.ids:
@@ -415,11 +430,15 @@ def check_calls(arm: Arm) -> None:
 # -- 1. fleet start-up ------------------------------------------------------------------------
 
 
-def fleet_round(center: Any, base: Path, n: int, supervised: bool, burst: bool) -> dict[str, Any]:
+def fleet_round(
+    center: Any, base: Path, n: int, supervised: bool, burst: bool, **options: Any
+) -> dict[str, Any]:
     """Start N driver agents; when every call is recorded, read the serving side's PSS and
-    CPU; with `burst`, release the barrier and time N x BURST_CALLS calls."""
+    CPU; with `burst`, release the barrier and time N x BURST_CALLS calls. `options`: `Arm`'s
+    `tree` and `defaults`."""
     prefix = "sv" if supervised else "sa"
-    arm = Arm(center, base, [f"{prefix}-{i:03d}" for i in range(1, n + 1)], supervised)
+    ids = [f"{prefix}-{i:03d}" for i in range(1, n + 1)]
+    arm = Arm(center, base, ids, supervised, **options)
     fifo = str(arm.dir / "go")
     os.mkfifo(fifo)
     command = [PY, "-I", "-S", THIS, "agent", "{mcp_config}", fifo, str(BURST_CALLS)]
