@@ -57,17 +57,7 @@ RUNS = int(os.environ.get("BENCH_BA_RUNS", "20"))
 CALLS = int(os.environ.get("BENCH_CALLS", "300"))
 OPS = ("help", "look", "send", "get_my_work")
 GUARD = 120.0
-ECHO = """\
-import sys
-while True:
-    sys.stdout.write("> ")
-    sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        break
-    sys.stdout.write("echo: " + line)
-    sys.stdout.flush()
-"""
+ECHO = Path(__file__).with_name("peers") / "echo_prompt.py"
 POLICIES = """\
 format-version = 1
 default = "default"
@@ -186,7 +176,7 @@ class Party:
             raise RuntimeError(f"binding A and B failed: {reply.status} {reply.body[:300]!r}")
         self.ctl = self.dir / "ctl"
         self.ctl.mkdir()
-        (self.dir / "echo.py").write_text(ECHO)
+        (self.dir / "echo.py").write_text(ECHO.read_text())
         operator = self.dir / "operator"
         operator.mkdir()
         (operator / "policies.toml").write_text(POLICIES)

@@ -41,17 +41,7 @@ CONCURRENT = 64
 ALONE = 5
 DELIVERY_GUARD = 120.0
 
-STAND_IN = """\
-import sys
-while True:
-    sys.stdout.write("> ")
-    sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        break
-    sys.stdout.write("echo: " + line)
-    sys.stdout.flush()
-"""
+STAND_IN = Path(__file__).with_name("peers") / "echo_prompt.py"
 
 
 def config_tree(root: Path) -> tuple[Path, Path, Path]:
@@ -60,7 +50,7 @@ def config_tree(root: Path) -> tuple[Path, Path, Path]:
     for path in (config / "bundles", state, work):
         path.mkdir(parents=True, mode=0o700)
     program = root / "standin.py"
-    program.write_text(STAND_IN)
+    program.write_text(STAND_IN.read_text())
     command = f"{shlex.quote(sys.executable)} -u {shlex.quote(str(program))}"
     (config / "coders.toml").write_text(
         f'format-version = 1\n\n[[coders]]\nid = "standin"\n[coders.tmux]\n'
