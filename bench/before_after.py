@@ -176,7 +176,6 @@ class Party:
             raise RuntimeError(f"binding A and B failed: {reply.status} {reply.body[:300]!r}")
         self.ctl = self.dir / "ctl"
         self.ctl.mkdir()
-        (self.dir / "echo.py").write_text(ECHO.read_text())
         operator = self.dir / "operator"
         operator.mkdir()
         (operator / "policies.toml").write_text(POLICIES)
@@ -194,7 +193,7 @@ class Party:
             defaults["sandbox"] = "none"  # the baseline has no fence: compare the same work
         agents = [
             {"id": "A", "command": [PY, "-I", "-S", THIS, "driver", "{mcp_config}", str(self.ctl)]},
-            {"id": "B", "command": [PY, "-u", str(self.dir / "echo.py")]},
+            {"id": "B", "command": [PY, "-u", str(ECHO)]},
         ]
         self.fleet = self.dir / "fleet.toml"
         self.fleet.write_text(fleet_toml(self.center, token, agents, **defaults))

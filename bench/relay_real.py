@@ -49,9 +49,7 @@ def config_tree(root: Path) -> tuple[Path, Path, Path]:
     config, state, work = root / "config", root / "state", root / "work"
     for path in (config / "bundles", state, work):
         path.mkdir(parents=True, mode=0o700)
-    program = root / "standin.py"
-    program.write_text(STAND_IN.read_text())
-    command = f"{shlex.quote(sys.executable)} -u {shlex.quote(str(program))}"
+    command = f"{shlex.quote(sys.executable)} -u {shlex.quote(str(STAND_IN))}"
     (config / "coders.toml").write_text(
         f'format-version = 1\n\n[[coders]]\nid = "standin"\n[coders.tmux]\n'
         f"initial-command = {command!r}\n"
