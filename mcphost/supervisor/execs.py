@@ -21,22 +21,24 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from mcphost import procs
 from mcphost.events import emit
 from mcphost.supervisor.kernel import (
     Credentials,
     Reaper,
+    child_setup,
     end_group,
     group_alive,
     killpg_quietly,
-    pdeathsig_preexec,
     proc_starttime,
 )
+
+if TYPE_CHECKING:
+    from mcphost.supervisor.fence import Fence
 
 # The grace between SIGTERM and SIGKILL when the group is ended (the agent's stop_grace).
 DEFAULT_GRACE = 5.0
@@ -116,7 +118,7 @@ def spawn(
     cwd: str,
     env: dict[str, str],
     creds: Credentials | None,
-    fence: Callable[[], None] | None = None,
+    fence: Fence | None = None,
     reaper: Reaper,
     agent_id: str,
     generation: int,
@@ -126,15 +128,16 @@ def spawn(
     identity root before the command can attach. `ExecFailed` when it cannot be run."""
     stdin, stdout, stderr = fds
     try:
+        setup = child_setup(list(argv), cwd=cwd, env=env, creds=creds, fence=fence)
         child = procs.spawn(
-            argv,
-            cwd=cwd,
+            setup.argv,
+            cwd=setup.cwd,
             env=env,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
             new_session=True,
-            preexec=pdeathsig_preexec(signal.SIGTERM, creds=creds, fence=fence),
+            preexec=setup.preexec,
             watch=reaper.watch,
         )
     except (OSError, subprocess.SubprocessError) as exc:

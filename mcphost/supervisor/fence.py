@@ -1,47 +1,58 @@
 """The fence: what an agent's process tree may see, write and signal (`sandbox = "auto"`).
 
-Owns: the pure plan of one agent's fence (`plan`: which directories are hidden under a fresh
-tmpfs, which paths beneath them are bound back, which files are blanked, where writes are
-allowed; `for_agent`: that plan as the supervisor fills it for one agent), the thin syscall layer that applies it in a child before `execve` (`apply`), the
-probe of what this kernel offers (`probe`, `Support`), and the tmux pane's gate (`main`: run as
-a script, it waits for its plan on a FIFO, fences itself, then execs the agent).
+Owns: the pure plan of one agent's fence (`plan`: which directories are hidden, which paths
+beneath them come back, which are private and how large, where the tree starts; `for_agent`: that
+plan as the supervisor fills it for one agent), its translation into a bubblewrap command line
+(`FencePlan.argv`, pure), the few steps bubblewrap does not take, run in the child before it
+execs bubblewrap (`enter`: a fresh session keyring, `PR_SET_NO_NEW_PRIVS`, Landlock's scoping),
+the probe of what this machine offers (`probe`, `Support`, `level`), and the tmux pane's gate
+(`main`: run as a script, it waits for its command on a FIFO, enters, then execs).
 
-Mechanism, in `apply`'s order (every step in the child, after the user switch):
-1. a user namespace mapping only the caller's own uid and gid (`setgroups` denied) and a mount
-   namespace (`unshare(CLONE_NEWUSER | CLONE_NEWNS)`), all mounts made private;
-2. descriptors (`O_PATH`) of what stays visible are opened *before* anything is covered: the
-   agent's home (its workspace is inside), its attach sockets, the paths the fleet gave it as
-   `HOME`/`CLAUDE_CONFIG_DIR`;
-3. a tmpfs over each hidden directory: the supervisor's state directory (control socket,
-   state file, every other home, logs, the relay's store, configuration and inscriptions, tmux
-   sockets), `/tmp`, `/var/tmp` and `/dev/shm` (private to the agent), the user's runtime
-   directory (its systemd and D-Bus sockets would start processes outside the fence); then the
-   kept paths bound back at their own paths from those descriptors (the supervisor's own
-   programs -- interpreter, environment, pump -- read-only, where a cover would hide them), and
-   the token and fleet
-   files (when they are not hidden already) covered by an empty, unreadable, read-only file;
-4. the capability bounding set emptied (an agent running as uid 0 gets no capability back at
-   `execve`), `PR_SET_NO_NEW_PRIVS`;
-5. a Landlock domain: writes only beneath the agent's home, its fleet-given paths, `/tmp`,
-   `/var/tmp`, `/dev/shm` and the terminal and null devices; scoped signals and abstract Unix
-   sockets (ABI >= 6), so nothing in the tree can signal or reach what is outside its domain,
-   and (all ABIs) no ptrace of a process outside it. Landlock also refuses every mount operation to a
-   sandboxed process, so the covers cannot be unmounted, not even from a nested user namespace.
-Both layers are inherited by every descendant and survive `setsid`, double forks and re-exec;
-nothing (`prctl` included) removes them. Reads elsewhere are not restricted: the system's
-programs and libraries stay visible; the network is untouched.
+Mechanism: bubblewrap (`bwrap`, Debian's `bubblewrap`), the sandbox of Flatpak and of Claude
+Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent:
+- `/` read-only (`--ro-bind / /`): the agent writes only in its home, in the paths its fleet
+  entry gives it as `HOME`/`CLAUDE_CONFIG_DIR`, and in its private `/tmp`, `/var/tmp` and
+  `/dev/shm` (each a tmpfs of `tmp_size` bytes);
+- hidden under an empty read-only tmpfs: the supervisor's state directory (control socket,
+  state file, every other home, logs, tmux sockets), `/run` (the system and session buses,
+  systemd's sockets, `LoadCredential`'s directory, every runtime directory; the resolver's
+  directory comes back read-only when `/etc/resolv.conf` points there), and the directory of
+  each of the token and fleet files (a whole directory, so a file renamed into it later, as a
+  token rotation or an editor's save does, never shows: a mount over a file would pin the old
+  inode only). A system directory (`/etc`, ...) holding one is not hidden whole: its other
+  entries come back read-only, each by name, the secret never;
+- the home, attach sockets and fleet-given paths bound back, the supervisor's own programs
+  (interpreter, environment, project) read-only where a cover would hide them;
+- its own `/proc` in its own PID namespace: it sees, signals and traces only its own
+  processes, and everything it started ends when its first process does (escapees included);
+- its own `/dev` with a private devpts: no other pane's terminal is there;
+- the working directory set *inside* (`--chdir`), so it resolves in the fenced view (a
+  workspace swapped for a symlink leads only into covers), never inherited from outside;
+- no capability (`--cap-drop ALL`), and every mount locked for whatever the agent nests.
+Before bubblewrap runs, `enter` gives the child a session keyring of its own (never the
+supervisor's) and, with Landlock ABI >= 6, a domain that scopes abstract Unix sockets and
+signals to the tree. It handles no filesystem right, so the agent's own sandbox (Claude Code's
+and Codex's bubblewrap, `unshare -U`) still nests: a Landlock domain that handles filesystem
+rights forbids mounts and uid maps.
 
-Why ctypes and not a binding: PyPI has no maintained Landlock binding that also does user and
-mount namespaces (the `landlock` package covers filesystem rules only and lags the ABI), the
-calls are five syscalls and two libc functions, and the tmux gate runs this file with
-`python -I -S` (no site-packages), so it must be stdlib-only. Why not bubblewrap: no extra
-binary to install on every worker, and Landlock stacks under an agent's own sandbox (Claude
-Code's and Codex's bubblewrap run inside ours).
+Who runs bubblewrap: under a root supervisor, root (it needs no user namespace, as systemd's
+sandboxing needs none); a `user =` agent is switched to its user inside, by `setpriv`, after
+the mounts. A uid-0 agent is mapped to `nobody` in a user namespace of its own where the kernel
+allows one (still uid 0 outside, so its files and the identity check are unchanged), because
+a nested sandbox may map its own uid only when that uid is not 0. Under an unprivileged
+supervisor, bubblewrap makes the user namespace itself; where the kernel refuses one, there is
+no way to hide a path, and the fence fails closed (`Support.missing`).
+
+Why bubblewrap and not our own namespace code: it already has every step the reviews found
+missing in a hand-written fence (`--chdir` after the new root, a private devpts, a PID
+namespace with its init, tmpfs `--size`, capability dropping, locked mounts for nested
+sandboxes), and it is what the agents' own sandboxes use. Why ctypes for the rest: three
+syscalls, and the tmux gate runs this file with `python -I -S` (no site-packages), so it must be
+stdlib-only.
 
 Must never: import anything outside the standard library (the gate runs it without the venv),
-follow a symlink while binding back (every source is opened `O_NOFOLLOW`), leave a step half
-done (any failure raises, so the child exits before exec: fail closed), or be undone by the
-agent: every mount is made before Landlock forbids mounts.
+bind a path that is a symlink (`check_sources`, at each spawn), or run an agent half fenced
+(every failure before exec exits the child: fail closed).
 """
 
 from __future__ import annotations
@@ -49,75 +60,60 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
+import shutil
 import stat
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-# -- constants (linux/landlock.h, linux/sched.h, linux/mount.h, linux/prctl.h) ------------------
+# -- constants (linux/landlock.h, linux/prctl.h, linux/keyctl.h) ---------------------------------
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 38, 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
-
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+PR_SET_NO_NEW_PRIVS = 38
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
-LANDLOCK_RULE_PATH_BENEATH = 1
-FS_WRITE_FILE = 1 << 1
-FS_REMOVE_DIR, FS_REMOVE_FILE = 1 << 4, 1 << 5
-FS_MAKE_CHAR, FS_MAKE_DIR, FS_MAKE_REG, FS_MAKE_SOCK = 1 << 6, 1 << 7, 1 << 8, 1 << 9
-FS_MAKE_FIFO, FS_MAKE_BLOCK, FS_MAKE_SYM = 1 << 10, 1 << 11, 1 << 12
-FS_REFER, FS_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
-MIN_ABI = 6  # signal scoping: below it, an agent could signal the supervisor and its peers
+SCOPE_ABI = 6  # abstract-socket and signal scoping
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "arm64": 219}.get(platform.machine(), 250)
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 
-_WRITES_V1 = (
-    FS_WRITE_FILE
-    | FS_REMOVE_DIR
-    | FS_REMOVE_FILE
-    | FS_MAKE_CHAR
-    | FS_MAKE_DIR
-    | FS_MAKE_REG
-    | FS_MAKE_SOCK
-    | FS_MAKE_FIFO
-    | FS_MAKE_BLOCK
-    | FS_MAKE_SYM
-)
-_FILE_RIGHTS = FS_WRITE_FILE | FS_TRUNCATE  # the only write rights a rule on a file may hold
-
-# Devices every program may write: the terminal (a tmux pane's), null sinks, random sources.
-DEVICES = (
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-)
-# Each fenced tree gets its own, empty. /var/tmp too: SQLite (Codex's state database) and other
-# programs take it before /tmp, and Landlock does not answer access(2), so a read-only /var/tmp
-# would look writable and fail only at open.
+# Each fenced tree gets its own, empty and bounded. /var/tmp too: SQLite (Codex's state database)
+# and other programs take it before /tmp.
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")
-BLANK = ".mcphost-fence-blank"
+DEFAULT_TMP_SIZE = 256 * 1024 * 1024  # bytes per private tmpfs (`tmp_size` in the fleet file)
+COVER_SIZE = 1024 * 1024  # an empty cover holds only the mount points of what comes back
+RUN = "/run"
+# Directories too wide to hide whole when they hold a secret: their other entries come back.
+SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
+BWRAP = "bwrap"
 
 
 # -- the pure plan ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
+class Switch:
+    """The user a root-run bubblewrap switches a `user =` agent to, inside (setpriv)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FencePlan:
     """One agent's fence. Paths are absolute and normalized; see the module docstring."""
 
-    covers: tuple[str, ...]  # directories hidden under a fresh tmpfs, outermost first
-    keeps: tuple[str, ...]  # paths beneath a cover bound back at the same path
-    blanks: tuple[str, ...]  # files covered by an empty, unreadable, read-only file
-    writable: tuple[str, ...]  # the only places the tree may write (Landlock)
-    readonly: tuple[str, ...] = ()  # keeps bound back read-only (the supervisor's programs)
+    covers: tuple[str, ...]  # directories hidden under an empty read-only tmpfs
+    keeps: tuple[str, ...]  # paths beneath a cover bound back writable (home, sockets, given)
+    readonly: tuple[str, ...]  # paths beneath a cover bound back read-only (programs, siblings)
+    chdir: str  # the working directory, resolved inside
+    private: tuple[str, ...] = PRIVATE  # a fresh tmpfs each
+    tmp_size: int = DEFAULT_TMP_SIZE
+    given: tuple[str, ...] = ()  # fleet-given paths outside every cover, bound writable
+    map_uid: int | None = None  # uid-0 agent: seen as this uid in a user namespace of its own
+    switch: Switch | None = None  # `user =` agent under a root supervisor: setpriv inside
+    unset_env: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -125,8 +121,61 @@ class FencePlan:
     @classmethod
     def from_json(cls, text: str) -> FencePlan:
         data = json.loads(text)
-        keys = ("covers", "keeps", "blanks", "writable", "readonly")
-        return cls(**{key: tuple(data.get(key, ())) for key in keys})
+        tuples = ("covers", "keeps", "readonly", "private", "given", "unset_env")
+        for key in tuples:
+            data[key] = tuple(data.get(key, ()))
+        if data.get("switch") is not None:
+            data["switch"] = Switch(**{**data["switch"], "groups": tuple(data["switch"]["groups"])})
+        return cls(**data)
+
+    def sources(self) -> tuple[str, ...]:
+        """Every path bound from the host (what `check_sources` vets before each spawn)."""
+        return (*self.keeps, *self.readonly, *self.given)
+
+    def argv(
+        self, program: list[str], *, bwrap: str = BWRAP, setpriv: str = "setpriv"
+    ) -> list[str]:
+        """The bubblewrap command line that runs `program` inside this fence (pure)."""
+        args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
+        if self.map_uid is not None:
+            args += ["--unshare-user", "--uid", str(self.map_uid), "--gid", str(self.map_uid)]
+        if self.switch is not None:  # setpriv needs these two until it has switched
+            args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--cap-drop", "ALL"]
+        args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for path in self.private:
+            args += ["--perms", "1777", "--size", str(self.tmp_size), "--tmpfs", path]
+        for cover in self.covers:
+            args += ["--perms", "0755", "--size", str(COVER_SIZE), "--tmpfs", cover]
+        for path in self.readonly:
+            args += ["--ro-bind", path, path]
+        for path in (*self.keeps, *self.given):
+            args += ["--bind", path, path]
+        for cover in self.covers:
+            args += ["--remount-ro", cover]
+        for name in self.unset_env:
+            args += ["--unsetenv", name]
+        args += ["--chdir", self.chdir, "--"]
+        if self.switch is not None:
+            groups = ",".join(str(g) for g in self.switch.groups) or str(self.switch.gid)
+            args += [
+                setpriv,
+                f"--reuid={self.switch.uid}",
+                f"--regid={self.switch.gid}",
+                f"--groups={groups}",
+                "--inh-caps=-all",
+                "--",
+            ]
+        return args + program
+
+    def visible(self, path: str) -> bool:
+        """Does `path` (absolute, normalized) exist in the fenced view's tree, as far as the
+        plan decides (a path beneath a cover shows only beneath what comes back)?"""
+        path = os.path.normpath(path)
+        if not any(beneath(path, c) for c in (*self.covers, *self.private)):
+            return True
+        return any(beneath(path, k) for k in (*self.keeps, *self.readonly))
 
 
 def beneath(path: str, root: str) -> bool:
@@ -134,151 +183,310 @@ def beneath(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _outermost(paths: list[str]) -> tuple[str, ...]:
+def _outermost(paths: list[str]) -> list[str]:
     kept: list[str] = []
     for path in sorted(set(paths), key=lambda p: (p.count("/"), p)):
         if not any(beneath(path, other) for other in kept):
             kept.append(path)
-    return tuple(kept)
+    return kept
 
 
 def plan(
     *,
     state_dir: str,
     home: str,
+    workspace: str,
     sockets: tuple[str, ...],
     secrets: tuple[str, ...],
     given: tuple[str, ...] = (),
-    hidden: tuple[str, ...] = (),
     runtime: tuple[str, ...] = (),
+    siblings: dict[str, tuple[str, ...]] | None = None,
+    resolver: str | None = None,
+    tmp_size: int = DEFAULT_TMP_SIZE,
+    map_uid: int | None = None,
+    switch: Switch | None = None,
 ) -> FencePlan:
-    """The fence of the agent whose home is `home` (beneath `state_dir`), reaching `sockets`
-    (its attach sockets), never `secrets` (the token and fleet files), writing also in `given`
-    (the absolute `HOME`/`CLAUDE_CONFIG_DIR` its fleet entry gives it; ignored beneath the state
-    directory, which belongs to the supervisor), with `hidden` (e.g. the user's runtime
-    directory) covered too. `runtime`: what the agent needs to run the supervisor's own
-    programs (the interpreter, its environment, the pump's directory): bound back where a cover
-    would hide it (an installation under /tmp), never writable. Pure."""
+    """The fence of the agent whose home is `home` (beneath `state_dir`), starting in
+    `workspace`, reaching `sockets` (its attach sockets), never `secrets` (the token and fleet
+    files: their directories are hidden; `siblings[d]` lists the entries of a system directory
+    `d` that holds one, to bring back), writing also in `given` (the absolute
+    `HOME`/`CLAUDE_CONFIG_DIR` its fleet entry gives it; ignored beneath the state directory,
+    which belongs to the supervisor, and beneath the home, which comes back whole), with
+    `runtime` (the supervisor's own programs) bound back read-only where a cover hides it, and
+    `resolver` (the directory of `/etc/resolv.conf`'s target) back read-only when under /run.
+    Pure."""
     norm = os.path.normpath
     state = norm(state_dir)
     home = norm(home)
     if not beneath(home, state) or home == state:
         raise ValueError(f"the home {home} is not beneath the state directory {state}")
-    own = [norm(p) for p in given if os.path.isabs(p) and not beneath(norm(p), state)]
-    covers = _outermost([state, *PRIVATE, *(norm(p) for p in hidden)])
+    siblings = siblings or {}
+    hidden_dirs = []
+    for secret in (norm(s) for s in secrets):
+        folder = os.path.dirname(secret)
+        if folder not in SYSTEM_DIRS:
+            hidden_dirs.append(folder)
+    private = PRIVATE
+    covers = [
+        c
+        for c in _outermost([state, RUN, *hidden_dirs])
+        if not beneath(c, home) and not any(beneath(c, p) for p in private)
+    ]
+    secret_set = {norm(s) for s in secrets}
+    back = [
+        norm(os.path.join(folder, name))
+        for folder, names in siblings.items()
+        for name in names
+        if norm(os.path.join(folder, name)) not in secret_set
+    ]
+    sibling_covers = [norm(f) for f in siblings]
+    covers = [
+        c for c in _outermost([*covers, *sibling_covers]) if not any(beneath(c, p) for p in private)
+    ]
+    own = [norm(p) for p in given if os.path.isabs(p)]
+    own = [p for p in own if not beneath(p, state) and not beneath(p, home)]
+    own = [p for p in _outermost(own) if not any(beneath(s, p) for s in secret_set)]
+    writable = _outermost([home, *(norm(s) for s in sockets), *own])
+
+    def hides(path: str) -> bool:
+        hiding = [*covers, *private]
+        return any(beneath(path, c) for c in hiding) and not any(beneath(c, path) for c in hiding)
+
+    keeps = [p for p in writable if hides(p)]
+    outside = [
+        p for p in own if not hides(p) and not any(beneath(c, p) for c in (*covers, *private))
+    ]
     programs = [
         norm(p)
         for p in runtime
         if os.path.isabs(p) and not beneath(norm(p), state) and not beneath(state, norm(p))
     ]
-    wanted = [home, *(norm(s) for s in sockets), *own, *programs]
-    keeps = tuple(
+    extra = [*programs, *back]
+    if resolver is not None and beneath(norm(resolver), RUN):
+        extra.append(norm(resolver))
+    readonly = [
         p
-        for p in _outermost(wanted)
-        if any(beneath(p, c) for c in covers) and not any(beneath(c, p) for c in covers)
+        for p in _outermost(extra)
+        if hides(p)
+        and not any(beneath(p, k) or beneath(k, p) for k in keeps)
+        and not any(beneath(s, p) for s in secret_set)
+    ]
+    return FencePlan(
+        covers=tuple(covers),
+        keeps=tuple(keeps),
+        readonly=tuple(readonly),
+        chdir=norm(workspace),
+        tmp_size=tmp_size,
+        given=tuple(outside),
+        map_uid=map_uid,
+        switch=switch,
+        unset_env=("TMUX", "TMUX_PANE"),
     )
-    blanks = []
-    for secret in (norm(s) for s in secrets):
-        shown = any(beneath(secret, k) for k in keeps)
-        if shown or not any(beneath(secret, c) for c in covers):
-            blanks.append(secret)
-    private = [*PRIVATE, *(norm(p) for p in hidden)]
-    writable = tuple(dict.fromkeys([home, *own, *private, *DEVICES]))
-    # Landlock cannot carve a bound-back program tree out of the writable private /tmp, so it is
-    # bound read-only (unless something the agent writes lies inside it)
-    mine = [home, *(norm(s) for s in sockets), *own]
-    readonly = tuple(
-        k
-        for k in keeps
-        if any(beneath(p, k) for p in programs) and not any(beneath(m, k) for m in mine)
+
+
+def resolve(planned: FencePlan, program: str, path: str) -> str:
+    """`program` as the fenced agent's exec will find it: a path with a slash as it is (made
+    absolute against the working directory inside), a bare name searched in `path` (the
+    agent's `PATH`) among the entries the fence shows. FileNotFoundError, naming what was
+    searched, when the agent would not find it."""
+    if "/" in program:
+        full = os.path.normpath(os.path.join(planned.chdir, program))
+        if full.startswith(planned.chdir) and not os.path.isabs(program):
+            return program  # relative to the workspace: the agent's own, found inside
+        if planned.visible(full) and os.access(full, os.X_OK):
+            return program
+        raise FileNotFoundError(2, f"{full} is not there inside the agent's fence", program)
+    hidden = []
+    for entry in path.split(os.pathsep):
+        if not os.path.isabs(entry):
+            continue
+        candidate = os.path.join(entry, program)
+        if not os.path.isfile(candidate) or not os.access(candidate, os.X_OK):
+            continue
+        if planned.visible(os.path.normpath(candidate)):
+            return candidate
+        hidden.append(entry)
+    where = f"; hidden by the fence: {', '.join(hidden)}" if hidden else ""
+    raise FileNotFoundError(
+        2, f"{program} is not on the agent's PATH inside its fence (PATH={path}{where})", program
     )
-    return FencePlan(covers, keeps, tuple(blanks), writable, readonly)
+
+
+def check_sources(planned: FencePlan) -> None:
+    """Refuse (OSError ELOOP) a bound path that is a symlink now: bubblewrap opens its sources
+    following links, and a fleet-given path the agent replaced must never lead elsewhere."""
+    for path in planned.sources():
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise OSError(40, f"{path} is a symlink: the fence binds no path through a link")
 
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """A plan ready to apply with this kernel's Landlock ABI: a `preexec_fn` step (call it),
-    or the tmux gate's message (`message()`)."""
+    """A plan ready to run on this machine: `wrap` an argv, `enter` in the child before exec
+    (a `preexec_fn` step: call it), or the tmux gate's message (`message(argv)`)."""
 
     plan: FencePlan
-    abi: int
+    abi: int  # Landlock's ABI here; scoping with >= 6
+    bwrap: str = BWRAP
+    setpriv: str = "setpriv"
+    level: str = field(default="")
 
     def __call__(self) -> None:
-        apply(self.plan, self.abi)
+        enter(self.abi)
 
-    def message(self) -> bytes:
-        """The JSON line the gate reads from its FIFO."""
-        body = {"plan": json.loads(self.plan.to_json()), "abi": self.abi}
+    def wrap(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """The fenced command line of `argv`, its program resolved as the fenced agent will
+        find it (`resolve`). OSError when a bound path is a symlink or the program is not
+        there for the agent."""
+        check_sources(self.plan)
+        program = [resolve(self.plan, argv[0], env.get("PATH", os.defpath)), *argv[1:]]
+        return self.plan.argv(program, bwrap=self.bwrap, setpriv=self.setpriv)
+
+    def message(self, argv: list[str], env: dict[str, str]) -> bytes:
+        """The JSON line the gate reads from its FIFO: the command to exec, fenced."""
+        body = {"argv": self.wrap(argv, env), "abi": self.abi}
         return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
     @property
     def name(self) -> str:
-        """How `ctl status` shows it."""
-        return f"namespaces+landlock{self.abi}"
+        """How `ctl status` shows it (the level, see `level`)."""
+        return self.level or "bwrap"
+
+
+NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"
 
 
 def for_agent(
     *,
     state_dir: str,
     home: str,
+    workspace: str,
     sockets: tuple[str, ...],
     secrets: tuple[str, ...],
     env: dict[str, str],
-    uid: int,
+    switch: Switch | None,
     pump: str,
+    tmp_size: int = DEFAULT_TMP_SIZE,
+    support: Support | None = None,
 ) -> Fence:
     """The fence the supervisor gives one agent: `plan` with what the fleet's `env` gives it
-    as `HOME`/`CLAUDE_CONFIG_DIR` writable, the runtime directory of `uid` hidden (its systemd
-    and D-Bus sockets), and the supervisor's own programs kept (this interpreter, its
-    environment, and the project above the `pump` script), with this kernel's Landlock ABI."""
-    runtime_dir = f"/run/user/{uid}"
+    as `HOME`/`CLAUDE_CONFIG_DIR` writable, the supervisor's own programs kept (this
+    interpreter, its environment, and the project above the `pump` script), the entries of a
+    system directory holding a secret listed (read now, at plan time), the resolver's
+    directory, and this machine's `Support` (a uid-0 agent mapped to `nobody` where a user
+    namespace can be made)."""
+    support = support or probe()
+    siblings = {}
+    for secret in secrets:
+        folder = os.path.dirname(os.path.normpath(secret))
+        if folder in SYSTEM_DIRS and folder not in siblings:
+            try:
+                siblings[folder] = tuple(sorted(os.listdir(folder)))
+            except OSError:
+                siblings[folder] = ()
+    map_uid = None
+    if switch is None and os.geteuid() == 0 and support.userns:
+        map_uid = nobody_uid()
     planned = plan(
         state_dir=state_dir,
         home=home,
+        workspace=workspace,
         sockets=sockets,
         secrets=secrets,
         given=tuple(env[k] for k in ("HOME", "CLAUDE_CONFIG_DIR") if k in env),
-        hidden=(runtime_dir,) if os.path.isdir(runtime_dir) else (),
         runtime=(sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(pump))),
+        siblings=siblings,
+        resolver=os.path.dirname(os.path.realpath("/etc/resolv.conf")),
+        tmp_size=tmp_size,
+        map_uid=map_uid,
+        switch=switch,
     )
-    return Fence(planned, probe().landlock_abi)
+    return Fence(
+        planned,
+        support.landlock_abi,
+        bwrap=support.bwrap or BWRAP,
+        setpriv=shutil.which("setpriv") or "setpriv",
+        level=support.level(),
+    )
 
 
-NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"
+def nobody_uid() -> int:
+    """The uid a uid-0 agent is seen as inside its own user namespace (`nobody`'s)."""
+    import pwd
+
+    try:
+        return pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        return 65534
 
 
-# -- what the kernel offers -----------------------------------------------------------------
+# -- what the machine offers ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Support:
-    """What this machine offers the fence: Landlock's ABI (0: none) and whether this user may
-    create a user and mount namespace and mount a tmpfs in it (`userns_error` says why not)."""
+    """What this machine offers the fence: Landlock's ABI (0: none), whether this process may
+    create a user namespace (and mount in it; `userns_error` says why not), whether it runs as
+    root, and where bubblewrap is (None: not installed)."""
 
     landlock_abi: int
     userns: bool
     userns_error: str | None = None
+    root: bool = False
+    bwrap: str | None = BWRAP
 
     def missing(self) -> str | None:
-        """What is missing for the fence, as one phrase; None when nothing is."""
-        lacks = []
+        """What makes the fence impossible here, as one phrase; None when it can be built."""
+        if self.bwrap is None:
+            return "bubblewrap (`bwrap` on PATH; Debian/Ubuntu: apt-get install bubblewrap)"
+        if not self.root and not self.userns:
+            return (
+                f"unprivileged user namespaces ({self.userns_error}); run the supervisor as "
+                "root (contrib/mcphost-supervise.service) to fence without them"
+            )
+        return None
+
+    def lacks(self) -> tuple[str, ...]:
+        """The protections the fence cannot give here, each as one phrase."""
+        out = []
+        if self.landlock_abi < SCOPE_ABI:
+            have = f"ABI {self.landlock_abi}" if self.landlock_abi else "no Landlock"
+            out.append(
+                f"abstract Unix sockets are not scoped (Landlock ABI >= {SCOPE_ABI}; here: {have})"
+            )
         if not self.userns:
-            lacks.append(f"unprivileged user and mount namespaces ({self.userns_error})")
-        if self.landlock_abi < MIN_ABI:
-            have = f"ABI {self.landlock_abi}" if self.landlock_abi else "not enabled"
-            lacks.append(f"Landlock ABI >= {MIN_ABI} for signal scoping (this kernel: {have})")
-        return " and ".join(lacks) or None
+            out.append(
+                "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
+                f"namespaces ({self.userns_error})"
+            )
+        return tuple(out)
+
+    def level(self) -> str:
+        """The level every fenced agent gets here, as `ctl status` shows it."""
+        name = "bwrap"
+        if self.landlock_abi >= SCOPE_ABI:
+            name += f"+landlock{self.landlock_abi}"
+        if not self.userns:
+            name += " (no nesting)"
+        return name
 
     def describe(self) -> str:
         """`--check`'s line: what the fence will be on this machine."""
         missing = self.missing()
-        if missing is None:
-            return (
-                f"user+mount namespaces (state, token, fleet, other agents and tmux hidden; "
-                f"private /tmp) + Landlock ABI {self.landlock_abi} (writes to the home only; "
-                "signals, ptrace and abstract sockets scoped to the agent's tree)"
-            )
-        return f"unavailable: this machine lacks {missing}"
+        if missing is not None:
+            return f"unavailable: this machine lacks {missing}"
+        who = "root" if self.root else "an unprivileged user"
+        text = (
+            f"{self.level()}: bubblewrap run as {who} (state, token and fleet directories, "
+            "other agents, /run and tmux hidden; private /tmp, /dev and /proc; own PID "
+            "namespace: signals and ptrace stay in the agent's tree; own session keyring)"
+        )
+        lacks = self.lacks()
+        return text + ("; not given here: " + "; ".join(lacks) if lacks else "")
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -310,23 +518,36 @@ _SUPPORT: Support | None = None
 
 
 def probe() -> Support:
-    """Try the namespaces for real in a forked child (once per process: the kernel and this
-    user do not change). Call it before the event loop runs: it waits for its child itself."""
+    """Look at this machine once per process (the kernel and this user do not change). Call it
+    before the event loop runs: it waits for its own child."""
     global _SUPPORT
     if _SUPPORT is None:
-        _SUPPORT = Support(landlock_abi(), *_probe_userns())
+        _SUPPORT = Support(
+            landlock_abi(), *_probe_userns(), root=os.geteuid() == 0, bwrap=shutil.which(BWRAP)
+        )
     return _SUPPORT
 
 
 def _probe_userns() -> tuple[bool, str | None]:
+    """Can this process make a user and mount namespace, map itself, and mount a tmpfs there
+    (what bubblewrap needs from an unprivileged user, and what Ubuntu's AppArmor restriction
+    refuses)? Tried for real in a forked child."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(read)
         code = 0
         try:
-            _enter_namespaces()
-            _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4k")
+            uid, gid = os.geteuid(), os.getegid()
+            _check(_libc.unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)), "unshare")
+            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1")):
+                fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+                os.write(fd, text.encode())
+                os.close(fd)
+            fd = os.open("/proc/self/gid_map", os.O_WRONLY)
+            os.write(fd, f"0 {gid} 1".encode())
+            os.close(fd)
+            _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(6), b"size=4k"), "mount")
         except OSError as exc:
             os.write(write, f"{exc.strerror or exc}".encode()[:200])
             code = 1
@@ -340,108 +561,45 @@ def _probe_userns() -> tuple[bool, str | None]:
     return False, error or f"probe {os.waitstatus_to_exitcode(status)}"
 
 
-# -- the syscall layer (in the child, before execve) ----------------------------------------
+# -- the steps bubblewrap does not take (in the child, before it execs bubblewrap) ---------------
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
-    enc = os.fsencode
+def own_keyring() -> None:
+    """A fresh anonymous session keyring: the supervisor's (and the operator's Kerberos or
+    network filesystem keys in it) stay out of reach. Every agent gets one, fenced or not."""
     _check(
-        _libc.mount(
-            None if source is None else enc(source),
-            enc(target),
-            None if fstype is None else enc(fstype),
-            ctypes.c_ulong(flags),
-            enc(data) if data else None,
+        int(
+            _syscall(
+                ctypes.c_long(SYS_KEYCTL),
+                ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
+                ctypes.c_void_p(None),
+            )
         ),
-        f"mount {target}",
+        "keyctl(JOIN_SESSION_KEYRING)",
     )
 
 
-def _write(path: str, data: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, data.encode())
-    finally:
-        os.close(fd)
-
-
-def _enter_namespaces() -> None:
-    """The namespaces and the 1:1 maps. A child of the (non-dumpable) supervisor has its /proc
-    files owned by root, so it could not write its own maps: it is dumpable for exactly these
-    writes, then not again until `execve` (only an unfenced process of the same uid could attach
-    in that window, and such a process can read the token file anyway)."""
-    uid, gid = os.geteuid(), os.getegid()
-    dumpable = _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
-    if dumpable != 1:
-        _check(_libc.prctl(PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0), "set_dumpable")
-    try:
-        _check(_libc.unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)), "unshare")
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    finally:
-        if dumpable != 1:
-            _libc.prctl(PR_SET_DUMPABLE, ctypes.c_ulong(0), 0, 0, 0)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-
-
-def _mountpoint(path: str, cover: str, directory: bool) -> None:
-    """Create `path` (a directory or an empty file) and its parents beneath `cover` (a tmpfs
-    of ours), unless it exists."""
-    parts = os.path.relpath(path, cover).split("/")
-    current = cover
-    for part in parts[:-1]:
-        current = os.path.join(current, part)
-        if not os.path.isdir(current):
-            os.mkdir(current, 0o755)
-    if os.path.lexists(path):
+def enter(abi: int) -> None:
+    """`own_keyring`, no new privileges, and with Landlock ABI >= 6 a domain scoping abstract
+    Unix sockets and signals to this tree (it handles no filesystem right, so mounts and nested
+    sandboxes stay possible). Raises OSError on failure."""
+    own_keyring()
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
+    if abi < SCOPE_ABI:
         return
-    if directory:
-        os.mkdir(path, 0o755)
-    else:
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-
-
-def _landlock(plan: FencePlan, abi: int) -> None:
-    handled = _WRITES_V1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
-    scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
-    attr = (ctypes.c_uint64 * 3)(handled, 0, scoped)
-    size = ctypes.sizeof(attr) if abi >= 6 else 16
+    attr = (ctypes.c_uint64 * 3)(0, 0, SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET)
     ruleset = _check(
         int(
             _syscall(
                 ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET),
                 ctypes.byref(attr),
-                ctypes.c_size_t(size),
+                ctypes.c_size_t(ctypes.sizeof(attr)),
                 ctypes.c_uint32(0),
             )
         ),
         "landlock_create_ruleset",
     )
     try:
-        for path in plan.writable:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-                rule = _PathBeneath(handled if is_dir else handled & _FILE_RIGHTS, fd)
-                _check(
-                    int(
-                        _syscall(
-                            ctypes.c_long(SYS_LANDLOCK_ADD_RULE),
-                            ctypes.c_int(ruleset),
-                            ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                            ctypes.byref(rule),
-                            ctypes.c_uint32(0),
-                        )
-                    ),
-                    f"landlock_add_rule {path}",
-                )
-            finally:
-                os.close(fd)
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
         _check(
             int(
                 _syscall(
@@ -456,63 +614,16 @@ def _landlock(plan: FencePlan, abi: int) -> None:
         os.close(ruleset)
 
 
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def _drop_capabilities() -> None:
-    """Empty the bounding set: at `execve` nothing (not uid 0) regains a capability."""
-    with open("/proc/sys/kernel/cap_last_cap", "rb") as handle:
-        last = int(handle.read())
-    for cap in range(last + 1):
-        _check(_libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0), "capbset_drop")
-    _libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
-
-
-def apply(plan: FencePlan, abi: int) -> None:
-    """Fence the calling process (single-threaded: a child between fork and exec, or the tmux
-    gate) as the module docstring says. Raises OSError at the first step that fails."""
-    _enter_namespaces()
-    sources = []
-    for path in plan.keeps:
-        try:
-            sources.append((path, os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)))
-        except FileNotFoundError:  # e.g. no relay socket: nothing to bind back
-            continue
-    for cover in plan.covers:
-        if os.path.isdir(cover):
-            mode = "1777" if cover in PRIVATE else "0755"
-            _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
-    for path, fd in sources:
-        cover = next(c for c in plan.covers if beneath(path, c))
-        _mountpoint(path, cover, stat.S_ISDIR(os.fstat(fd).st_mode))
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        if path in plan.readonly:
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        os.close(fd)
-    blanks = [p for p in plan.blanks if os.path.exists(p)]
-    if blanks:
-        source = os.path.join(PRIVATE[0], BLANK)
-        os.close(os.open(source, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0))
-        for path in blanks:
-            _mount(source, path, None, MS_BIND)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        os.unlink(source)
-    _drop_capabilities()
-    _landlock(plan, abi)
-
-
 # -- the tmux pane's gate ----------------------------------------------------------------------
 
-GATE_USAGE = "usage: fence.py FIFO ARGV...  (the plan arrives on the FIFO as one JSON line)"
+GATE_USAGE = "usage: fence.py FIFO ARGV...  (the command arrives on the FIFO as one JSON line)"
 
 
 def main(argv: list[str]) -> int:
-    """The pane's process: read one line from the FIFO (a plan as JSON, or `{}` for none;
-    EOF: the runner gave up, exit 1), fence itself, drop `TMUX`/`TMUX_PANE` from a fenced
-    environment, then exec the agent (same pid). 126 when the fence fails, 127 when the
-    program cannot be run."""
+    """The pane's process: read one line from the FIFO (`{"argv": [...], "abi": n}`, the
+    fenced command, or `{}` for none: then ARGV runs as it is; EOF: the runner gave up, exit
+    1), enter (`enter`), then exec (same pid). 126 when the fence fails, 127 when the program
+    cannot be run."""
     if len(argv) < 2:
         sys.stderr.write(GATE_USAGE + "\n")
         return 2
@@ -524,21 +635,25 @@ def main(argv: list[str]) -> int:
             return 1
         data += chunk
     os.close(fd)
-    text = data.decode().strip()
-    env = dict(os.environ)
-    if text != "{}":
-        message = json.loads(text)
+    message = json.loads(data.decode())
+    command = argv[1:]
+    if not message:
         try:
-            apply(FencePlan.from_json(json.dumps(message["plan"])), int(message["abi"]))
+            own_keyring()
+        except OSError as exc:
+            sys.stderr.write(f"mcphost: cannot give the agent its own keyring: {exc}\n")
+            return 126
+    else:
+        try:
+            enter(int(message["abi"]))
         except OSError as exc:
             sys.stderr.write(f"mcphost: cannot fence the agent: {exc}\n")
             return 126
-        env.pop("TMUX", None)
-        env.pop("TMUX_PANE", None)
+        command = [str(a) for a in message["argv"]]
     try:
-        os.execvpe(argv[1], argv[1:], env)
+        os.execvp(command[0], command)
     except OSError as exc:
-        sys.stderr.write(f"mcphost: cannot run {argv[1]}: {exc.strerror}\n")
+        sys.stderr.write(f"mcphost: cannot run {command[0]}: {exc.strerror}\n")
         return 127
 
 

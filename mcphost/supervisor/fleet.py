@@ -229,8 +229,15 @@ class _Tunable(_Section):
     policy: str | None = Field(None, description=_POLICY_EXPECTED)
     sandbox: Sandbox | None = Field(
         None,
-        description='"auto" (the fence: namespaces and Landlock) or "none" (no fence: the agent '
-        "can read the token and reach the control socket)",
+        description='"auto" (the fence: bubblewrap, with Landlock where the kernel has it) or '
+        '"none" (no fence: the agent can read the token and reach the control socket)',
+    )
+    tmp_size: int | None = Field(
+        None,
+        ge=1 << 20,
+        le=1 << 40,
+        description="a whole number of bytes, at least 1048576 (each private /tmp, /var/tmp, "
+        "/dev/shm of a fenced agent)",
     )
     restart_delay: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
     restart_max_delay: float | None = Field(

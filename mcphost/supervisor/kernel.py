@@ -52,6 +52,7 @@ from typing import Protocol
 from mcphost.events import emit
 from mcphost.peer import ProcStat, read_stat
 from mcphost.procs import open_pidfd, wait_pidfd
+from mcphost.supervisor.fence import Fence, Switch, own_keyring
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -136,8 +137,9 @@ def pdeathsig_preexec(
     creds: Credentials | None = None,
     fence: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
-    """A `preexec_fn`: switch user (if `creds`), fence (if `fence`: fence.py, as that user),
-    arm `sig` on parent death, check the parent.
+    """A `preexec_fn`: switch user (if `creds`), enter the fence (if `fence`: fence.py's
+    `enter`, as that user; without one, `own_keyring`), arm `sig` on parent death, check the
+    parent.
 
     Order matters: the kernel clears the parent-death signal on a change of uid/gid, so the
     switch (setgroups, setgid, setuid: groups and gid first, while still root) comes before the
@@ -162,14 +164,52 @@ def pdeathsig_preexec(
             os.setgroups(groups)
             os.setgid(creds.gid)
             os.setuid(creds.uid)
-        if fence is not None:  # namespaces and Landlock change credentials: before the prctl
+        # the keyring and Landlock change credentials: before the prctl
+        if fence is not None:
             fence()
+        else:
+            own_keyring()
         if int(_prctl_fn(*args)) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != expected:
             raise ParentGone()
 
     return preexec
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSetup:
+    """How to start one agent's (or `ctl exec`'s) child: argv, working directory, and the
+    pre-exec step. Built by `child_setup`."""
+
+    argv: list[str]
+    cwd: str
+    preexec: Callable[[], None]
+
+
+def child_setup(
+    argv: list[str],
+    *,
+    cwd: str,
+    env: dict[str, str],
+    creds: Credentials | None,
+    fence: Fence | None,
+) -> ChildSetup:
+    """Unfenced: `argv` in `cwd`, switched to `creds` before exec. Fenced: bubblewrap's command
+    line around `argv` (fence.py), started in `/` (the working directory is set inside, never
+    inherited: `cwd` may lead below a cover), the user switched inside by bubblewrap's
+    `setpriv` (a root-run bubblewrap needs no user namespace). OSError when the fence refuses
+    (a bound symlink, a program the agent would not find)."""
+    if fence is None:
+        return ChildSetup(list(argv), cwd, pdeathsig_preexec(signal.SIGTERM, creds=creds))
+    return ChildSetup(
+        fence.wrap(list(argv), env), "/", pdeathsig_preexec(signal.SIGTERM, fence=fence)
+    )
+
+
+def switch_of(creds: Credentials | None) -> Switch | None:
+    """The fence's in-sandbox user switch for `creds` (None: the agent runs as we do)."""
+    return None if creds is None else Switch(creds.uid, creds.gid, creds.groups)
 
 
 def proc_starttime(pid: int) -> int | None:

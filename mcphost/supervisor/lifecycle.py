@@ -51,11 +51,11 @@ from mcphost import procs
 from mcphost.events import emit
 from mcphost.supervisor.kernel import (
     Reaper,
+    child_setup,
     describe_status,
     end_group,
     group_alive,
     killpg_quietly,
-    pdeathsig_preexec,
     proc_starttime,
     resolve_user,
 )
@@ -442,15 +442,18 @@ class AgentRunner:
         except OSError as exc:
             emit("supervisor.log_write_failed", level="error", error=str(exc))
         try:
+            setup = child_setup(
+                self._argv, cwd=self._cwd, env=self._env, creds=self._creds, fence=self.fence
+            )
             child = procs.spawn(
-                self._argv,
-                cwd=self._cwd,
+                setup.argv,
+                cwd=setup.cwd,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 new_session=True,
-                preexec=pdeathsig_preexec(signal.SIGTERM, creds=self._creds, fence=self.fence),
+                preexec=setup.preexec,
                 watch=self._reaper.watch,
             )
         except (OSError, subprocess.SubprocessError) as exc:

@@ -134,6 +134,7 @@ class AgentDefaults:
     runner: Runner = "auto"
     policy: str | None = None
     sandbox: Sandbox = "auto"
+    tmp_size: int = 256 << 20  # bytes of each private tmpfs of a fenced agent (fence.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,7 @@ class AgentPlan:
     runner: Runner = "process"  # resolved (`resolve_runner`): "process" or "tmux" (a pane)
     policy: str | None = None  # the relay policy of the agent's bundle member
     sandbox: Sandbox = "auto"  # "auto": fenced (fence.py); "none": not
+    tmp_size: int = 256 << 20  # bytes of each private tmpfs (/tmp, /var/tmp, /dev/shm) when fenced
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from mcphost.supervisor.homes import (
     hold_home,
 )
 from mcphost.supervisor.identity import Identities
+from mcphost.supervisor.kernel import resolve_user, switch_of
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.operations import Operations, reload_failed
 from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users, user_uid
@@ -451,12 +452,25 @@ class Supervisor:
         return fences.for_agent(
             state_dir=self.state_dir,
             home=home.root,
+            workspace=home.workspace,
             sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
-            secrets=(self.fleet.center.token_file, self.fleet.path),
+            secrets=self._secrets(),
             env=dict(plan.env),
-            uid=user_uid(plan.user),
+            switch=switch_of(resolve_user(plan.user)),
             pump=attach.script,
+            tmp_size=plan.tmp_size,
         )
+
+    def _secrets(self) -> tuple[str, ...]:
+        """What no agent may reach: the token and fleet files, the center's runtime socket and
+        its admin socket (fence.py hides each one's directory)."""
+        center = self.fleet.center
+        found = [center.token_file, self.fleet.path]
+        if center.runtime_socket:
+            found.append(center.runtime_socket)
+        if center.admin_url.kind == "unix":
+            found.append(center.admin_url.path)
+        return tuple(os.path.abspath(p) for p in found)
 
     def _forget(self, slot: Slot) -> None:
         agent_id = slot.plan.agent_id

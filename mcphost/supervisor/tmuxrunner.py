@@ -31,18 +31,18 @@ The spawn awaits the tmux CLI (a plain process's `Popen` does not), so the pane 
 before `on_spawn` registers it, and a pump it started in that window would be refused
 (`not_in_fleet`). So the pane starts *gated*: its command is `python3 -I -S fence.py <fifo>
 argv...` (`fence.main`), which blocks reading one line from a FIFO under the bundle's runtime
-directory (0700): the agent's fence (`Fence.message`, or `{}` with `sandbox = "none"`), so the
-pane fences itself exactly as a process agent's child does (and drops `TMUX`/`TMUX_PANE`: the
-agent never reaches a tmux server), then `execvp`s the agent's argv (same pid, same start time:
-the registered root holds). The runner holds the FIFO open read-write from before
+directory (0700): the agent's fenced command (`Fence.message`: bubblewrap around the agent's
+argv, which drops `TMUX`/`TMUX_PANE`: the agent never reaches a tmux server), or `{}` with
+`sandbox = "none"`; the pane enters the fence exactly as a process agent's child does, then
+`execvp`s it (same pid, same start time: the registered root holds). The runner holds the FIFO open read-write from before
 `new-session` until the run ends, and writes the line right after `on_spawn`: the agent runs
 only once it is known. EOF instead of the line (the runner gave up) ends the gate with status 1;
 a fence that cannot be built, with 126; an argv that cannot be exec'd, with 127.
 
-The pane starts in the workspace *path* (the tmux server opens it, not this process, so the
-held workspace descriptor cannot be handed over). That follows whatever the agent put there,
-and is harmless only because a tmux agent runs as the supervisor's user (fleet.py refuses `user`
-with `runner = "tmux"`): the path leads nowhere the agent could not go itself.
+A fenced pane starts in `/`, and bubblewrap sets the workspace as its working directory inside
+the fence (resolved in the fenced view, where a workspace swapped for a symlink leads only into
+covers): the tmux server never opens a path the agent controls. An unfenced pane starts in the
+workspace path (`sandbox = "none"` agents reach everything their uid can anyway).
 
 Must never: run a shell, pass the environment in an argv, kill a session it does not own (the
 `TmuxServer` refuses), or decide restarts itself.
@@ -147,15 +147,18 @@ class TmuxRunner(AgentRunner):
         await self._reserve_generation()
         generation = self._new_generation()
         try:
+            # fenced: the command bubblewrap runs (its working directory set inside), and the
+            # pane starts in "/": the tmux server never opens a path the agent controls
+            message, cwd = NO_FENCE, os.fspath(self.home.workspace)
+            if self.fence is not None:
+                message, cwd = self.fence.message(list(self._argv), self._pane_env), "/"
             await self._kill_session()  # a leftover of an earlier run or supervisor
             gated = [sys.executable, "-I", "-S", GATE, self._open_gate(), *self._argv]
-            pid = await self.server.new_session(
-                self.session, gated, cwd=os.fspath(self.home.workspace), env=self._pane_env
-            )
+            pid = await self.server.new_session(self.session, gated, cwd=cwd, env=self._pane_env)
         except (tm.TmuxError, OSError, ValueError) as exc:
             self._close_gate()
-            message = exc.message if isinstance(exc, tm.TmuxError) else str(exc)
-            self._spawn_failed(generation, f"cannot start tmux session {self.session!r}: {message}")
+            why = exc.message if isinstance(exc, tm.TmuxError) else str(exc)
+            self._spawn_failed(generation, f"cannot start tmux session {self.session!r}: {why}")
             return None
         starttime = proc_starttime(pid)
         loop = asyncio.get_running_loop()
@@ -165,7 +168,7 @@ class TmuxRunner(AgentRunner):
         watcher.add_done_callback(self._watchers.discard)
         run = _Run(None, pid, generation, exit_future, loop.time())
         self._register(run, starttime)
-        self._release_gate()  # registered (or killed, if on_spawn failed): now it may run
+        self._release_gate(message)  # registered (or killed, if on_spawn failed): now it may run
         return run
 
     def _open_gate(self) -> str:
@@ -179,10 +182,9 @@ class TmuxRunner(AgentRunner):
         self._gate = os.open(self._gate_path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         return self._gate_path
 
-    def _release_gate(self) -> None:
-        """Hand the pane its fence (or `{}`: none) as one line: it fences itself, then execs."""
+    def _release_gate(self, message: bytes) -> None:
+        """Hand the pane its fenced command (or `{}`: none) as one line: it enters, then execs."""
         if self._gate is not None:
-            message = NO_FENCE if self.fence is None else self.fence.message()
             with contextlib.suppress(OSError):
                 os.write(self._gate, message)
 
