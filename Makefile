@@ -5,7 +5,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mcphost-installed
 NODE_STAMP := tools/node_modules/.mcphost-installed
 
-.PHONY: demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node
+.PHONY: demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node system
+
+# The fence's programs (docs/supervisor.md, "The fence"): bubblewrap, and socat for Claude Code's
+# own sandbox inside it. Installed with apt-get where they are missing and we are root; elsewhere
+# the line says what to install (the fence then refuses to start, naming the package).
+SYSTEM_PACKAGES := bubblewrap:bwrap socat:socat
+system:
+	@for pair in $(SYSTEM_PACKAGES); do pkg=$${pair%%:*}; bin=$${pair##*:}; \
+	  command -v $$bin >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $$pkg (apt-get)" >&2; \
+	    { apt-get install -y -qq $$pkg >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$pkg >/dev/null; }; } || exit 1; \
+	  else echo "$$bin not found: install the $$pkg package (the fence needs it)" >&2; fi; \
+	done
 
 venv: $(STAMP)
 
@@ -24,7 +37,7 @@ $(NODE_STAMP): tools/package.json
 
 # The main job in one command (~10 s): the devcenter, `mcphost supervise` with three stand-in
 # agents in a tmux bundle, ctl status, a kill -9 and its restart, a relay send, a clean stop.
-demo-fleet: $(STAMP)
+demo-fleet: $(STAMP) system
 	@$(VENV)/bin/mcphost demo fleet
 
 # The standalone host (~5 s): a real MCP client drives `mcphost host` against the devcenter.
@@ -44,13 +57,13 @@ lint: $(STAMP)
 
 # The suite to run before every commit: lint, then pytest in parallel without the `slow` and
 # `deep` tests (tests/README.md says which run where).
-test: $(STAMP) node lint
+test: $(STAMP) node system lint
 	@$(PY) -m pytest
 
 # The rest of the suite: the `deep` files (each marks itself: pytestmark), the long load and
 # payload tests, and the `thorough` tests again at their full example counts (tests/thorough.py).
 # CI runs it after `make test`.
-test-slow: $(STAMP) node
+test-slow: $(STAMP) node system
 	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m 'slow or thorough or deep'
 
 # The determinism check: the pytest run of `make test`, RUNS times in a row, while one CPU burner
@@ -59,7 +72,7 @@ RUNS ?= 5
 test-loaded: $(STAMP) node
 	@$(PY) tools/loaded_runs.py --runs $(RUNS)
 
-bench: $(STAMP)
+bench: $(STAMP) system
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	@$(PY) -m bench
 
