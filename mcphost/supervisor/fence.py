@@ -139,8 +139,12 @@ class FencePlan:
         args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
         if self.map_uid is not None:
             args += ["--unshare-user", "--uid", str(self.map_uid), "--gid", str(self.map_uid)]
-        if self.switch is not None:  # setpriv needs these two until it has switched
-            args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if self.switch is not None:
+            # until setpriv has switched (which clears them): the switch, and the way into the
+            # user's 0700 workspace for `--chdir`
+            args += ["--cap-drop", "ALL"]
+            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_READ_SEARCH"):
+                args += ["--cap-add", cap]
         else:
             args += ["--cap-drop", "ALL"]
         args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -148,6 +152,10 @@ class FencePlan:
             args += ["--perms", "1777", "--size", str(self.tmp_size), "--tmpfs", path]
         for cover in self.covers:
             args += ["--perms", "0755", "--size", str(COVER_SIZE), "--tmpfs", cover]
+        # the directories leading to what comes back, traversable by any uid (a `user =` agent
+        # switched inside) and listing nothing: bubblewrap would make them with its umask
+        for folder in self._ancestors():
+            args += ["--perms", "0711", "--dir", folder]
         for path in self.readonly:
             args += ["--ro-bind", path, path]
         for path in (*self.keeps, *self.given):
@@ -168,6 +176,23 @@ class FencePlan:
                 "--",
             ]
         return args + program
+
+    def _ancestors(self) -> list[str]:
+        roots = (*self.private, *self.covers)
+        found: list[str] = []
+        for path in (*self.readonly, *self.keeps):
+            root = next((r for r in roots if beneath(path, r) and path != r), None)
+            if root is None:
+                continue
+            parts = os.path.relpath(os.path.dirname(path), root).split("/")
+            current = root
+            for part in parts:
+                if part in ("", "."):
+                    continue
+                current = os.path.join(current, part)
+                if current not in found:
+                    found.append(current)
+        return found
 
     def visible(self, path: str) -> bool:
         """Does `path` (absolute, normalized) exist in the fenced view's tree, as far as the

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.supervisor.supervise_harness import Supervised, ignores
+from tests.supervisor.supervise_harness import Supervised, ignores, inner
 from tests.waiting import until
 
 # Ignores SIGTERM: every stop of it lasts the whole `stop_grace`, a window another operation
@@ -44,7 +44,8 @@ def agent(marker: str, version: int, **keys: Any) -> dict[str, Any]:
 
 
 def marked(marker: str) -> dict[int, list[str]]:
-    """Every live process with `marker` in its argv: pid -> argv."""
+    """Every live process tree with `marker` in its argv, by its root (bubblewrap, whose init
+    and agent carry the same argv, counts once): pid -> argv."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -56,7 +57,15 @@ def marked(marker: str) -> dict[int, list[str]]:
         argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
         if marker in argv:
             found[int(entry)] = argv
-    return found
+    parents = {pid: _ppid(pid) for pid in found}
+    return {pid: argv for pid, argv in found.items() if parents[pid] not in found}
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def race(
@@ -69,7 +78,7 @@ def race(
     reload); `interleaved`: the reload lands while the restart is stopping the agent (or just
     after, should the poll miss that window). The stderr of each that failed."""
     row = sv.wait_running(agent_id)
-    until(lambda: ignores(row["pid"], signal.SIGTERM), 60, f"{agent_id} to ignore SIGTERM")
+    until(lambda: ignores(inner(row["pid"]), signal.SIGTERM), 60, f"{agent_id} to ignore SIGTERM")
     restarts: list[Any] = []
     thread = threading.Thread(
         target=lambda: restarts.append(sv.ctl("restart", agent_id, check=False))

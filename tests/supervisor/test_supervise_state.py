@@ -79,6 +79,35 @@ def test_a_second_supervisor_on_a_live_state_is_refused_before_it_changes_anythi
 
 # -- a restart after `kill -9` ends what the dead supervisor left running -------------------------
 
+
+def test_a_restart_after_kill_9_ends_a_fenced_agents_escapees_with_its_namespace(
+    supervised: Supervised,
+) -> None:
+    """A fenced agent's `setsid` escapee is reparented to bubblewrap's init in the agent's PID
+    namespace, not to the supervisor: after a `kill -9` of the supervisor, the next start ends
+    the recorded session (bubblewrap, its init, the agent), and the escapee ends with the
+    namespace."""
+    tag = f"mcphost-fenced-leftover-{uuid.uuid4().hex}"
+    escaper, escapee = f"{tag}-escaper", f"{tag}-escaper-escapee"
+    supervised.write_fleet([{"id": "escaper", "command": [sys.executable, "-c", ESCAPER, escaper]}])
+    try:
+        supervised.start()
+        supervised.wait_running("escaper")
+        (old_escapee,) = until(lambda: tagged(escapee), 60, "the escapee")
+        assert supervised.proc is not None
+        supervised.proc.kill()
+        supervised.proc.wait(timeout=60)
+        assert descendants_alive([old_escapee]) == [old_escapee]  # nothing ended it yet
+        supervised.start()
+        until(lambda: old_escapee not in tagged(escapee), 60, "the old escapee to end")
+        supervised.wait_running("escaper")
+        until(lambda: len(tagged(escapee)) == 1, 60, "the new escaper's escapee")
+    finally:
+        supervised.close()
+        for pid in tagged(escaper) + tagged(escapee):
+            os.kill(pid, signal.SIGKILL)
+
+
 STUBBORN = (
     "import os, signal, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -127,11 +156,14 @@ def test_a_restart_after_kill_9_ends_what_the_dead_supervisor_left(
 ) -> None:
     tag = f"mcphost-leftover-{uuid.uuid4().hex}"
     stubborn, escaper, escapee = f"{tag}-stubborn", f"{tag}-escaper", f"{tag}-escaper-escapee"
+    # unfenced: the sweep of recorded sessions and adopted escapees, what a `sandbox = "none"`
+    # agent relies on (a fenced one's escapees live in its PID namespace: the test below)
     supervised.write_fleet(
         [
             {"id": "stubborn", "command": [sys.executable, "-c", STUBBORN, stubborn]},
             {"id": "escaper", "command": [sys.executable, "-c", ESCAPER, escaper]},
-        ]
+        ],
+        sandbox="none",
     )
     try:
         supervised.start()
