@@ -95,6 +95,37 @@ def ptrace(pid: int, really: bool = True) -> Callable[[], object]:
     return go
 
 
+def open_any_pts() -> Callable[[], object]:
+    """Open every terminal under /dev/pts (another pane's among them, unfenced): "ok" when one
+    opened, "missing" when there is none to try."""
+
+    def go() -> None:
+        names = [n for n in os.listdir("/dev/pts") if n.isdigit()]
+        if not names:
+            raise FileNotFoundError("/dev/pts")
+        last: OSError | None = None
+        for name in names:
+            try:
+                os.close(os.open(f"/dev/pts/{name}", os.O_RDWR | os.O_NOCTTY))
+                return
+            except OSError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    return go
+
+
+def session_keyring() -> int:
+    """This process's session keyring id (keyctl GET_KEYRING_ID of KEY_SPEC_SESSION_KEYRING)."""
+    return int(libc.syscall(250, 0, -3, 0))  # x86_64 keyctl; the test compares with its own
+
+
+def tmp_bytes() -> int:
+    st = os.statvfs("/tmp")
+    return st.f_blocks * st.f_frsize
+
+
 def undo(state: str, token: str) -> Callable[[], object]:
     """A nested user+mount namespace, then unmount the cover of the state directory."""
 
@@ -144,6 +175,16 @@ def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
         "supervisor_environ": outcome(read(f"/proc/{go['supervisor']}/environ")),
         "undo": outcome(undo(state, token)),
         "tmux_env": "set" if ("TMUX" in os.environ or "TMUX_PANE" in os.environ) else "unset",
+        # the working directory is set inside the fence: its parents lead only into covers
+        "read_other_relative": outcome(read(f"../../{other}/mcp.json")),
+        "open_other_pts": outcome(open_any_pts()),
+        "read_other_cmdline": outcome(read(f"/proc/{go['other']}/cmdline")),
+        "connect_run_socket": outcome(connect(str(cfg["run_socket"])))
+        if cfg.get("run_socket")
+        else "missing",
+        "same_keyring": "ok" if session_keyring() == int(str(cfg["keyring"])) else "ENOKEY",
+        "tmp_bytes": str(tmp_bytes()),
+        "processes_seen": str(sum(1 for n in os.listdir("/proc") if n.isdigit())),
         # allowed
         "write_workspace": outcome(write(f"{home}/workspace/written-{cfg['mode']}")),
         "write_home": outcome(write(f"{home}/written-{cfg['mode']}")),
@@ -172,6 +213,12 @@ def main(argv: list[str]) -> None:
         os.setsid()
         if os.fork() == 0:
             main(["escapee", json.dumps({k: v for k, v in cfg.items() if k != "mode"})])
+        os._exit(0)
+    if mode == "exec" and cfg.get("exec_tag") and os.fork() == 0:  # an escapee of ctl exec
+        os.setsid()
+        if os.fork() == 0:
+            code = "import time\nwhile True:\n    time.sleep(3600)\n"
+            os.execv(sys.executable, [sys.executable, "-c", code, str(cfg["exec_tag"])])
         os._exit(0)
     result = probes(cfg, go)
     with open(f"{workspace}/.{mode}.json.tmp", "w") as handle:

@@ -14,13 +14,16 @@ same probes get through, so the test can fail.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +32,7 @@ import pytest
 from mcphost.supervisor import fence
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, standin
+from tests.supervisor.test_supervise_state import tagged
 from tests.supervisor.test_supervise_user import run_as
 from tests.waiting import until
 
@@ -38,6 +42,8 @@ FORBIDDEN = (
     "read_other_home", "write_other_home", "write_outside", "connect_control", "control_status",
     "connect_other_tmux", "connect_own_tmux", "kill_supervisor", "kill_other",
     "ptrace_supervisor", "ptrace_other", "supervisor_environ", "undo",
+    "read_other_relative", "open_other_pts", "read_other_cmdline", "connect_run_socket",
+    "same_keyring",
 )  # fmt: skip
 # What the same probes reach without the fence (the control): every forbidden one but the
 # control socket's request (its second wall), the hostile agent's own tmux socket (a process
@@ -47,8 +53,12 @@ UNFENCED_THROUGH = tuple(
     name
     for name in FORBIDDEN
     if name
-    not in ("control_status", "connect_own_tmux", "ptrace_supervisor", "ptrace_other", "undo")
-)
+    not in (
+        "control_status", "connect_own_tmux", "ptrace_supervisor", "ptrace_other", "undo",
+        "connect_run_socket", "same_keyring",  # the socket: root runs only; the keyring: below
+    )
+)  # fmt: skip
+TMP_SIZE = 16 << 20  # the fleet's tmp_size in these runs: each private tmpfs is this large
 ALLOWED = (
     "write_workspace", "write_home", "run_sh", "connect_attach", "tcp_loopback", "tmp_write",
     "var_tmp_write",
@@ -111,9 +121,13 @@ def run_fleet(
     marker = Path(tempfile.mkdtemp(prefix="fence-marker-")) / "host-only"
     marker.write_text("host")
     os.chmod(marker.parent, 0o755)
+    run_socket = _run_socket() if sv.uid is None else None
+    exec_tag = f"mcphost-exec-escapee-{uuid.uuid4().hex}"
     cfg = {
         "state": str(sv.state), "me": "hostile", "other": "other", "token": str(sv.token_file),
         "fleet": str(sv.fleet), "port": port, "fenced": sandbox != "none", "outside": str(outside), "marker": str(marker),
+        "run_socket": run_socket.getsockname() if run_socket else "", "keyring": session_keyring(),
+        "exec_tag": exec_tag,
     }  # fmt: skip
     braced = json.dumps(cfg).replace("{", "{{").replace("}", "}}")  # no placeholder
     hostile = {
@@ -122,7 +136,7 @@ def run_fleet(
         "command": [sv.python, PROBE, "agent", braced, sv.python, *standin("--hold")[1:]],
     }
     other = {"id": "other", "runner": "tmux", "command": [sv.python, "-c", HOLD]}
-    text = fleet_toml(center, sv.token_file, [hostile, other], sandbox=sandbox)
+    text = fleet_toml(center, sv.token_file, [hostile, other], sandbox=sandbox, tmp_size=TMP_SIZE)
     # the tcp:// binding, which a supervisor of any uid reaches (the unix socket is root's)
     text = text.replace(
         f'admin_url = "{center.admin_url("unix")}"',
@@ -149,6 +163,12 @@ def run_fleet(
         os.rename(workspace / ".go", workspace / "go.json")
         done = sv.ctl("exec", "hostile", "--", sv.python, PROBE, "exec", json.dumps(cfg))
         assert done.returncode == 0, done.stderr
+        # ctl exec's `setsid` escapee (which held the operator's terminal): fenced, it ends
+        # with the command's PID namespace; unfenced, it outlives the command
+        if sandbox != "none":
+            until(lambda: not tagged(exec_tag), 60, "the exec escapee to end with its command")
+        else:
+            assert tagged(exec_tag), "the control: an unfenced exec escapee outlives ctl"
         results = {
             mode: until(lambda mode=mode: _load(workspace / f"{mode}.json"), 60, f"{mode} probes")
             for mode in ("agent", "escapee", "exec")
@@ -170,9 +190,34 @@ def run_fleet(
     finally:
         sv.close()
         shutil.rmtree(marker.parent, ignore_errors=True)
+        for pid in tagged(exec_tag):
+            os.kill(pid, signal.SIGKILL)
+        if run_socket is not None:
+            os.unlink(run_socket.getsockname())
+            run_socket.close()
 
 
 HOLD = "import time\nwhile True: time.sleep(60)"
+
+
+def _run_socket() -> socket.socket | None:
+    """A root-only listening socket under /run, as the system bus or a runtime socket is (a
+    root supervisor's agents must not reach it); None where the test cannot make one."""
+    try:
+        sock = socket.socket(socket.AF_UNIX)
+        path = f"/run/mcphost-fence-test-{uuid.uuid4().hex[:12]}.sock"
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(8)
+        return sock
+    except OSError:
+        return None
+
+
+def session_keyring() -> int:
+    """This process's session keyring id: the supervisor it starts inherits it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(250, 0, -3, 0))
 
 
 def _load(path: Path) -> dict[str, str] | None:
@@ -214,6 +259,8 @@ def test_every_probe_from_inside_the_fence_is_refused_and_the_agent_still_works(
         assert not refused, (mode, refused, seen)
         assert seen["tmp_host_marker"] == "missing", (mode, seen)  # a private /tmp
         assert seen["tmux_env"] == "unset", (mode, seen)
+        assert int(seen["tmp_bytes"]) == TMP_SIZE, (mode, seen)  # bounded by the fleet's key
+        assert int(seen["processes_seen"]) < 16, (mode, seen)  # its own PID namespace
     assert results["tmp"]["host_sees_agent_tmp"] == "False"
     assert not list(outside.iterdir())
     shutil.rmtree(outside, ignore_errors=True)
@@ -239,6 +286,7 @@ def test_without_the_fence_the_same_probes_get_through(
         refused = {name: seen[name] for name in UNFENCED_THROUGH if seen[name] != "ok"}
         assert not refused, (mode, refused, seen)
         assert seen["tmp_host_marker"] == "ok", (mode, seen)  # the host's /tmp
+        assert int(seen["tmp_bytes"]) != TMP_SIZE, (mode, seen)
         # the second wall holds even unfenced: the control socket refuses the supervisor's tree
         assert seen["control_status"] in ("EACCES", "EPIPE", "ECONNRESET"), seen  # forbidden_peer
     assert landed == ["planted-agent", "planted-escapee", "planted-exec"], landed
@@ -286,7 +334,7 @@ def test_a_reload_that_moves_the_token_file_refences_the_running_agents(center: 
             60,
             "the agent restarted into its new fence",
         )
-        assert row["sandbox"].startswith("namespaces+landlock"), row
+        assert row["sandbox"].startswith("bwrap"), row
         peek.unlink(missing_ok=True)
         seen = until(lambda: peek.exists() and peek.read_text(), 60, "a peek from the new fence")
         assert seen != "readable", seen
