@@ -86,6 +86,9 @@ RUN = "/run"
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
+# What a fenced tree does not inherit: the tmux server's address (it never reaches one), and the
+# addresses of what /run's cover hides (the session bus, the runtime directory).
+UNSET_ENV = ("TMUX", "TMUX_PANE", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
 
 
 # -- the pure plan ----------------------------------------------------------------------------
@@ -305,7 +308,7 @@ def plan(
         given=tuple(outside),
         map_uid=map_uid,
         switch=switch,
-        unset_env=("TMUX", "TMUX_PANE"),
+        unset_env=UNSET_ENV,
     )
 
 
