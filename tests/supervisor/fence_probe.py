@@ -217,6 +217,11 @@ def main(argv: list[str]) -> None:
     if mode == "exec" and cfg.get("exec_tag") and os.fork() == 0:  # an escapee of ctl exec
         os.setsid()
         if os.fork() == 0:
+            # it keeps ctl's stdin (the operator's terminal, by hand); not its stdout and
+            # stderr, so the test's own capture of ctl's output can end
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
             code = "import time\nwhile True:\n    time.sleep(3600)\n"
             os.execv(sys.executable, [sys.executable, "-c", code, str(cfg["exec_tag"])])
         os._exit(0)
