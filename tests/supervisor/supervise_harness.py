@@ -238,7 +238,7 @@ def fenced_turn(sv: Supervised, agent: str) -> str:
     after checking that it runs fenced; the agent's log."""
     sv.start()
     row = until(lambda: sv.status()[agent], 60, "the agent's row")
-    assert row["sandbox"].startswith("namespaces+landlock"), row
+    assert row["sandbox"].startswith("bwrap"), row
     until(lambda: sv.status()[agent]["state"] in ("stopped", "failed"), 300, "the turn")
     return sv.ctl("logs", agent, "--lines", "200", check=False).stdout
 
