@@ -26,9 +26,18 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
 - its own `/proc` in its own PID namespace: it sees, signals and traces only its own
   processes, and everything it started ends when its first process does (escapees included);
 - its own `/dev` with a private devpts: no other pane's terminal is there;
+- for an agent that is uid 0 outside (a root supervisor's, without `user =`), `/proc/sys` bound
+  read-only: the kernel lets uid 0 write sysctls with no capability (`SYSCTLS`);
 - the working directory set *inside* (`--chdir`), so it resolves in the fenced view (a
   workspace swapped for a symlink leads only into covers), never inherited from outside;
 - no capability (`--cap-drop ALL`), and every mount locked for whatever the agent nests.
+Nested sandboxes and /proc: a nested sandbox mounts a /proc of its own only where every /proc
+it can see is fully visible, and bubblewrap run as root covers parts of the agent's /proc
+(`/proc/irq`, `/proc/bus`; `/proc/sys` is ours), so inside the fence of a uid-0 or `user =`
+agent of a root supervisor nested sandboxes share the agent's /proc (Codex's falls back to that
+by itself; Claude Code's needs `sandbox.enableWeakerNestedSandbox`). That is on purpose for uid
+0: a /proc of its own would bring the sysctls back writable. An unprivileged supervisor's
+bubblewrap covers nothing, and there nested sandboxes get their own.
 Before bubblewrap runs, `enter` gives the child a session keyring of its own (never the
 supervisor's) and, with Landlock ABI >= 6, a domain that scopes abstract Unix sockets and
 signals to the tree. It handles no filesystem right, so the agent's own sandbox (Claude Code's
@@ -83,6 +92,11 @@ PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")
 DEFAULT_TMP_SIZE = 256 * 1024 * 1024  # bytes per private tmpfs (`tmp_size` in the fleet file)
 COVER_SIZE = 1024 * 1024  # an empty cover holds only the mount points of what comes back
 RUN = "/run"
+# Written as uid 0 outside, with no capability at all: the kernel lets the owner's write bits
+# through (proc_sys's test_perm), so a root agent could set kernel.core_pattern and have the
+# host's root run its program. bubblewrap covers /proc/irq, /proc/bus, /proc/sysrq-trigger
+# itself, but not this (the directory refuses access(W_OK) even to root).
+SYSCTLS = "/proc/sys"
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
@@ -115,6 +129,7 @@ class FencePlan:
     tmp_size: int = DEFAULT_TMP_SIZE
     given: tuple[str, ...] = ()  # fleet-given paths outside every cover, bound writable
     map_uid: int | None = None  # uid-0 agent: seen as this uid in a user namespace of its own
+    root_agent: bool = False  # uid 0 outside (a root supervisor's, no `user =`): sysctls read-only
     switch: Switch | None = None  # `user =` agent under a root supervisor: setpriv inside
     unset_env: tuple[str, ...] = ()
 
@@ -151,6 +166,8 @@ class FencePlan:
         else:
             args += ["--cap-drop", "ALL"]
         args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        if self.root_agent:
+            args += ["--ro-bind", SYSCTLS, SYSCTLS]
         for path in self.private:
             args += ["--perms", "1777", "--size", str(self.tmp_size), "--tmpfs", path]
         for cover in self.covers:
@@ -233,6 +250,7 @@ def plan(
     tmp_size: int = DEFAULT_TMP_SIZE,
     map_uid: int | None = None,
     switch: Switch | None = None,
+    root_agent: bool = False,
 ) -> FencePlan:
     """The fence of the agent whose home is `home` (beneath `state_dir`), starting in
     `workspace`, reaching `sockets` (its attach sockets), never `secrets` (the token and fleet
@@ -241,8 +259,8 @@ def plan(
     `HOME`/`CLAUDE_CONFIG_DIR` its fleet entry gives it; ignored beneath the state directory,
     which belongs to the supervisor, and beneath the home, which comes back whole), with
     `runtime` (the supervisor's own programs) bound back read-only where a cover hides it, and
-    `resolver` (the directory of `/etc/resolv.conf`'s target) back read-only when under /run.
-    Pure."""
+    `resolver` (the directory of `/etc/resolv.conf`'s target) back read-only when under /run,
+    and with `root_agent` (its processes are uid 0 outside) the sysctls read-only. Pure."""
     norm = os.path.normpath
     state = norm(state_dir)
     home = norm(home)
@@ -308,6 +326,7 @@ def plan(
         given=tuple(outside),
         map_uid=map_uid,
         switch=switch,
+        root_agent=root_agent,
         unset_env=UNSET_ENV,
     )
 
@@ -432,6 +451,7 @@ def for_agent(
         tmp_size=tmp_size,
         map_uid=map_uid,
         switch=switch,
+        root_agent=switch is None and os.geteuid() == 0,
     )
     return Fence(
         planned,

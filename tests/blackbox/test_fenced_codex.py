@@ -1,28 +1,41 @@
-"""Issue 21: the real Codex CLI, run by `mcphost supervise` inside the fence, completes a turn.
+"""Issues 21 and 25: the real Codex CLI, with its own sandbox, completes a turn inside the fence.
 
 One real supervisor with the default `sandbox = "auto"` runs one agent: Codex non-interactively
 (`codex exec`, a process agent) with the config the supervisor writes in its `CODEX_HOME` (the
 agent-center MCP server) and the sign-in it writes from `env`'s `OPENAI_API_KEY`, its model API
 a loopback stand-in (`codex_standin.py`), whose address the agent's `env` gives only as
 `OPENAI_BASE_URL`: Codex 0.171 ignores that variable, so this also shows the supervisor carry it
-into `config.toml` as Codex's `openai_base_url`. Codex 0.171
-offers the model one `exec` tool ("code mode": JavaScript calling the nested tools), so the
-stand-in's one tool turn is a script that writes a file with `apply_patch`, runs a shell command
-with `exec_command` and calls the center's `get_my_work` through the MCP server, then the turn
-ends. The file and the command's output land in the workspace, the center hears the call as
-the agent (and answers it), Codex exits, `ctl status` shows the fence, and the shell command
-finds no worker token file.
+into `config.toml` as Codex's `openai_base_url`. Codex 0.171 offers the model one `exec` tool
+("code mode": JavaScript calling the nested tools), so the stand-in's one tool turn is a script
+that writes a file with `apply_patch`, runs a shell command with `exec_command` and calls the
+center's `get_my_work` through the MCP server, then the turn ends.
 
-Codex's own sandbox and approvals are off (`--dangerously-bypass-approvals-and-sandbox`, which
-Codex documents for environments sandboxed from outside): our fence is the boundary, and what
-this test proves is that fence, not Codex's. No `HOME` is given: a fenced agent gets its home as
-`HOME`.
+Codex keeps its own sandbox and approvals (no `--dangerously-bypass-approvals-and-sandbox`):
+- `default`: no sandbox or approval flag at all. Measured with Codex 0.171: `codex exec` in a
+  directory no config trusts runs `read-only` with approval `never` (its session record's
+  `turn_context` says so, and the test checks it there), so the command runs but writes
+  nothing, and the patch is refused;
+- `workspace-write` (`--sandbox workspace-write`, what Codex picks for a trusted project): the
+  patch and the command's output file land in the workspace.
+Either way Codex's own sandbox (its bubblewrap, user and PID namespaces, seccomp) runs the
+command inside the fence, and the command shows it: it is one PID namespace deeper than the
+agent, under a seccomp filter (the fence sets none), and refused a write to the agent's home,
+which the fence allows. It also shows the nested sandbox sees no more than the fence: the worker
+token file is not there, nor the state file, and of the agents' homes only its own. Codex's
+sandbox gets no /proc of its own here (fence.py: a uid-0 agent's nested sandboxes share its
+/proc, which shows only the agent's own processes); Codex falls back to that by itself.
+
+The state directory is not under /tmp: Codex refuses to create its helper links (the
+`codex-linux-sandbox` it runs inside bubblewrap) in a `CODEX_HOME` beneath the temporary
+directory, and then no sandboxed command can start ("execvp codex-linux-sandbox: No such file").
+No `HOME` is given: a fenced agent gets its home as `HOME`.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from typing import Any
 
 import pytest
 
@@ -34,26 +47,29 @@ from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_
 
 CODEX = project_root() / "tools" / "node_modules" / ".bin" / "codex"
 
-# deep (make test-slow): the real Codex CLI completing a turn inside the fence.
+# deep (make test-slow): the real Codex CLI, sandboxed by itself, completing a turn in the fence.
 pytestmark = [
     pytest.mark.deep,
     pytest.mark.skipif(not CODEX.exists(), reason=f"{CODEX} missing: run `make node`"),
-    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
     pytest.mark.skipif(
         fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
     ),
 ]
 
+PATCH = "*** Begin Patch\n*** Add File: fenced.txt\n+written\n*** End Patch\n"
+
 
 def turn_script(shell: str) -> str:
     """The JavaScript of the tool turn: a patch, a shell command, the center's get_my_work
-    (found by name among Codex's tools, as a model would), each result appended as text."""
-    patch = "*** Begin Patch\n*** Add File: fenced.txt\n+written\n*** End Patch\n"
+    (found by name among Codex's tools, as a model would), each result appended as text; a
+    step Codex refuses is recorded, and the script goes on."""
     return "\n".join(
         [
-            f"text(JSON.stringify(await tools.apply_patch({json.dumps(patch)})));",
+            f"try {{ text('patch=' + JSON.stringify(await tools.apply_patch({json.dumps(PATCH)})));"
+            " } catch (e) { text('patch_error=' + e); }",
             f"const ran = await tools.exec_command({{cmd: {json.dumps(shell)}}});",
             "text('exit_code=' + ran.exit_code);",
+            "text('output=' + ran.output);",
             "const name = ALL_TOOLS.map(t => t.name).find(n => n.endsWith('get_my_work'));",
             "text('tool=' + name);",
             "text('work=' + JSON.stringify(await tools[name]({})));",
@@ -61,20 +77,52 @@ def turn_script(shell: str) -> str:
     )
 
 
-def test_codex_fenced_writes_runs_and_calls_the_center(
-    tmp_path_factory: pytest.TempPathFactory, own_center: DevCenter
+def probe(sv: Supervised) -> str:
+    """The shell command: what it can reach and write, and whose sandbox it is in."""
+    return "; ".join(
+        [
+            f"test -e {sv.token_file} || echo token-hidden",
+            f"test -e {sv.state}/state.sqlite3 || echo state-hidden",
+            f'echo "agents=$(ls {sv.state}/agents)"',
+            "grep -E '^(NSpid|Seccomp):' /proc/self/status",
+            '(echo x > "$HOME/home-probe") 2>/dev/null && echo home-written || echo home-refused',
+            "(echo x > ran.txt) 2>/dev/null && echo workspace-written || echo workspace-refused",
+            "true",
+        ]
+    )
+
+
+def turn_context(sv: Supervised, agent: str) -> dict[str, Any]:
+    """The `turn_context` of Codex's one session record (its CODEX_HOME's sessions/)."""
+    records = list((sv.state / "agents" / agent / "codex" / "sessions").rglob("rollout-*.jsonl"))
+    assert len(records) == 1, records
+    for line in records[0].read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("type") == "turn_context":
+            return dict(entry["payload"])
+    raise AssertionError(f"no turn_context in {records[0]}")
+
+
+@pytest.mark.parametrize(
+    ("flags", "policy"),
+    [([], "read-only"), (["--sandbox", "workspace-write"], "workspace-write")],
+    ids=["default", "workspace-write"],
+)
+def test_codex_sandboxed_by_itself_runs_a_command_inside_the_fence(
+    tmp_path_factory: pytest.TempPathFactory,
+    own_center: DevCenter,
+    flags: list[str],
+    policy: str,
 ) -> None:
     center = own_center
-    sv = Supervised(tmp_path_factory.mktemp("fenced-codex"), center)
+    sv = Supervised(tmp_path_factory.mktemp("fenced-codex"), center, state_parent="/var/tmp")
     agent = center.agent_id  # the agent the reference center knows
     workspace = sv.workspace(agent)
-    # the command runs, and inside the fence: the worker token file is not there for it
-    shell = f"id -u > ran.txt; test -e {sv.token_file} || echo hidden > hidden.txt"
-    with ResponsesStandIn("done", [Code(turn_script(shell)), Say("done")]).running() as model:
+    script = [Code(turn_script(probe(sv))), Say("done")]
+    with ResponsesStandIn("done", script).running() as model:
         command = [
-            str(CODEX), "exec", "--disable", "daemon_auto_start",
-            "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-            "--json", "Do the task.",
+            str(CODEX), "exec", "--disable", "daemon_auto_start", "--skip-git-repo-check",
+            *flags, "--json", "Do the task.",
         ]  # fmt: skip
         # the model's address only as the variable: the supervisor's config.toml carries it
         env = {
@@ -89,15 +137,36 @@ def test_codex_fenced_writes_runs_and_calls_the_center(
         try:
             log = fenced_turn(sv, agent)
             outputs = [o for body in model.responses for o in tool_outputs(body)]
-            assert (workspace / "fenced.txt").read_text() == "written\n", (log, outputs)
-            assert (workspace / "ran.txt").read_text().strip().isdigit(), (log, outputs)
-            assert (workspace / "hidden.txt").read_text() == "hidden\n", (log, outputs)
-            heard = center_heard(center, agent, "get_my_work")
-            assert heard, (log, outputs)
-            assert len(outputs) == 1 and "exit_code=0" in outputs[0], outputs
-            # the center's answer reached the model
-            assert "tool=mcp__agent_center__get_my_work" in outputs[0], outputs
-            assert "tasks" in outputs[0] and '"isError":false' in outputs[0], outputs
+            assert len(outputs) == 1, (log, outputs)
+            out = outputs[0]
+            context = turn_context(sv, agent)
+            # Codex's own settings: approval never, and the sandbox policy asked for (default:
+            # read-only)
+            assert context["approval_policy"] == "never", context
+            assert context["sandbox_policy"]["type"] == policy, context
+            # the command ran, inside Codex's sandbox: one PID namespace below the agent's (two
+            # pids seen from the agent's /proc), a seccomp filter, the agent's home refused
+            assert "exit_code=0" in out, out
+            nspid = [line for line in out.splitlines() if line.startswith("NSpid:")]
+            assert len(nspid) == 1 and len(nspid[0].split()) == 3, out
+            assert "Seccomp:\t2" in out and "home-refused" in out, out
+            assert not (sv.state / "agents" / agent / "home-probe").exists()
+            # and it saw no more than the fence: no token, no state file, only its own home
+            assert "token-hidden" in out and "state-hidden" in out, out
+            assert f"agents={agent}\n" in out, out
+            if policy == "workspace-write":
+                assert "workspace-written" in out, out
+                assert (workspace / "ran.txt").read_text() == "x\n", out
+                assert (workspace / "fenced.txt").read_text() == "written\n", out
+            else:
+                assert "workspace-refused" in out and "read-only sandbox" in out, out
+                assert (
+                    not (workspace / "ran.txt").exists() and not (workspace / "fenced.txt").exists()
+                )
+            # the center heard the agent's MCP call, and its answer reached the model
+            assert center_heard(center, agent, "get_my_work"), (log, out)
+            assert "tool=mcp__agent_center__get_my_work" in out, out
+            assert "tasks" in out and '"isError":false' in out, out
             assert '"type":"turn.completed"' in log.replace(" ", ""), log  # `--json` events
             assert sv.status()[agent]["state"] == "stopped", (sv.status()[agent], log)
         finally:

@@ -60,11 +60,14 @@ def inline(script: str, *args: str) -> list[str]:
 class Supervised:
     """One supervisor process with its fleet file and state directory."""
 
-    def __init__(self, base: Path, center: DevCenter) -> None:
+    def __init__(self, base: Path, center: DevCenter, state_parent: str | None = None) -> None:
         self.base = base
         self.center = center
-        # Unix socket paths must stay short: keep the state directory under /tmp.
-        self.state = Path(tempfile.mkdtemp(prefix="mcphost-sv-"))
+        # Unix socket paths must stay short: keep the state directory under /tmp (or under a
+        # short `state_parent`: a fenced agent's /tmp is private, so a state directory there is
+        # hidden by that and never covered of its own, and Codex refuses to put its helpers in a
+        # home beneath the temporary directory).
+        self.state = Path(tempfile.mkdtemp(prefix="mcphost-sv-", dir=state_parent))
         STATE_DIRS.append(self.state)  # removed when this test process ends (tests/conftest.py)
         self.fleet = base / "fleet.toml"
         self.token_file = base / "worker.token"
