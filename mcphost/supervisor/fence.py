@@ -28,8 +28,10 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
 - its own `/dev` with a private devpts: no other pane's terminal is there;
 - for an agent that is uid 0 outside (a root supervisor's, without `user =`), `/proc/sys` bound
   read-only: the kernel lets uid 0 write sysctls with no capability (`SYSCTLS`);
-- the working directory set *inside* (`--chdir`), so it resolves in the fenced view (a
-  workspace swapped for a symlink leads only into covers), never inherited from outside;
+- the working directory set *inside* (`--chdir`), never inherited from outside: the
+  directory the supervisor created and holds as the workspace, by the path the kernel gives it
+  at spawn (a workspace swapped for a symlink is not followed: the agent starts in the moved
+  directory), resolved again in the fenced view, so it leads nowhere the fence does not show;
 - no capability (`--cap-drop ALL`), and every mount locked for whatever the agent nests.
 Nested sandboxes and /proc: a nested sandbox mounts a /proc of its own only where every /proc
 it can see is fully visible, and bubblewrap run as root covers parts of the agent's /proc
@@ -45,8 +47,9 @@ and Codex's bubblewrap, `unshare -U`) still nests: a Landlock domain that handle
 rights forbids mounts and uid maps.
 
 Who runs bubblewrap: under a root supervisor, root (it needs no user namespace, as systemd's
-sandboxing needs none); a `user =` agent is switched to its user inside, by `setpriv`, after
-the mounts. A uid-0 agent is mapped to `nobody` in a user namespace of its own where the kernel
+sandboxing needs none); a `user =` agent's runs as that user where user namespaces can be made
+(so it covers nothing of `/proc`, and the agent's own sandbox may mount one of its own), and
+elsewhere root's switches the agent to its user inside, by `setpriv`, after the mounts. A uid-0 agent is mapped to `nobody` in a user namespace of its own where the kernel
 allows one (still uid 0 outside, so its files and the identity check are unchanged), because
 a nested sandbox may map its own uid only when that uid is not 0. Under an unprivileged
 supervisor, bubblewrap makes the user namespace itself; where the kernel refuses one, there is
@@ -151,9 +154,15 @@ class FencePlan:
         return (*self.keeps, *self.readonly, *self.given)
 
     def argv(
-        self, program: list[str], *, bwrap: str = BWRAP, setpriv: str = "setpriv"
+        self,
+        program: list[str],
+        *,
+        bwrap: str = BWRAP,
+        setpriv: str = "setpriv",
+        chdir: str | None = None,
     ) -> list[str]:
-        """The bubblewrap command line that runs `program` inside this fence (pure)."""
+        """The bubblewrap command line that runs `program` inside this fence, starting in
+        `chdir` (default: the plan's) as the fenced view resolves it (pure)."""
         args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
         if self.map_uid is not None:
             args += ["--unshare-user", "--uid", str(self.map_uid), "--gid", str(self.map_uid)]
@@ -184,7 +193,7 @@ class FencePlan:
             args += ["--remount-ro", cover]
         for name in self.unset_env:
             args += ["--unsetenv", name]
-        args += ["--chdir", self.chdir, "--"]
+        args += ["--chdir", chdir or self.chdir, "--"]
         if self.switch is not None:
             groups = ",".join(str(g) for g in self.switch.groups) or str(self.switch.gid)
             args += [
@@ -381,21 +390,26 @@ class Fence:
     bwrap: str = BWRAP
     setpriv: str = "setpriv"
     level: str = field(default="")
+    switch_outside: bool = False  # the user switch happens before bubblewrap (`for_agent`)
 
     def __call__(self) -> None:
         enter(self.abi)
 
-    def wrap(self, argv: list[str], env: dict[str, str]) -> list[str]:
+    def wrap(self, argv: list[str], env: dict[str, str], held: str | None = None) -> list[str]:
         """The fenced command line of `argv`, its program resolved as the fenced agent will
-        find it (`resolve`). OSError when a bound path is a symlink or the program is not
-        there for the agent."""
+        find it (`resolve`), starting in `held` (the supervisor's held workspace, e.g.
+        `/proc/self/fd/N`: the directory it created, by the path the kernel gives it now, which
+        names no link; resolved again inside the fence, so it can lead nowhere the fence does
+        not show). OSError when a bound path is a symlink or the program is not there for the
+        agent."""
         check_sources(self.plan)
         program = [resolve(self.plan, argv[0], env.get("PATH", os.defpath)), *argv[1:]]
-        return self.plan.argv(program, bwrap=self.bwrap, setpriv=self.setpriv)
+        chdir = os.path.realpath(held) if held is not None else None
+        return self.plan.argv(program, bwrap=self.bwrap, setpriv=self.setpriv, chdir=chdir)
 
-    def message(self, argv: list[str], env: dict[str, str]) -> bytes:
+    def message(self, argv: list[str], env: dict[str, str], held: str | None = None) -> bytes:
         """The JSON line the gate reads from its FIFO: the command to exec, fenced."""
-        body = {"argv": self.wrap(argv, env), "abi": self.abi}
+        body = {"argv": self.wrap(argv, env, held), "abi": self.abi}
         return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
     @property
@@ -438,6 +452,11 @@ def for_agent(
     map_uid = None
     if switch is None and os.geteuid() == 0 and support.userns:
         map_uid = nobody_uid()
+    # a `user =` agent: where user namespaces can be made, bubblewrap runs as that user
+    # (switched before it execs, `Fence.switch_outside`), so it covers nothing of /proc and the
+    # agent's own sandbox may mount a /proc of its own; elsewhere root's bubblewrap switches it
+    # inside, after the mounts
+    outside = switch is not None and support.userns
     planned = plan(
         state_dir=state_dir,
         home=home,
@@ -450,7 +469,7 @@ def for_agent(
         resolver=os.path.dirname(os.path.realpath("/etc/resolv.conf")),
         tmp_size=tmp_size,
         map_uid=map_uid,
-        switch=switch,
+        switch=None if outside else switch,
         root_agent=switch is None and os.geteuid() == 0,
     )
     return Fence(
@@ -459,6 +478,7 @@ def for_agent(
         bwrap=support.bwrap or BWRAP,
         setpriv=shutil.which("setpriv") or "setpriv",
         level=support.level(),
+        switch_outside=outside,
     )
 
 

@@ -197,13 +197,17 @@ def child_setup(
 ) -> ChildSetup:
     """Unfenced: `argv` in `cwd`, switched to `creds` before exec. Fenced: bubblewrap's command
     line around `argv` (fence.py), started in `/` (the working directory is set inside, never
-    inherited: `cwd` may lead below a cover), the user switched inside by bubblewrap's
-    `setpriv` (a root-run bubblewrap needs no user namespace). OSError when the fence refuses
+    inherited: `cwd` may lead below a cover), the user switched before bubblewrap where the
+    fence says so (`Fence.switch_outside`), else inside by its `setpriv` (a root-run
+    bubblewrap needs no user namespace). OSError when the fence refuses
     (a bound symlink, a program the agent would not find)."""
     if fence is None:
         return ChildSetup(list(argv), cwd, pdeathsig_preexec(signal.SIGTERM, creds=creds))
+    switched = creds if fence.switch_outside else None
     return ChildSetup(
-        fence.wrap(list(argv), env), "/", pdeathsig_preexec(signal.SIGTERM, fence=fence)
+        fence.wrap(list(argv), env, held=cwd),
+        "/",
+        pdeathsig_preexec(signal.SIGTERM, creds=switched, fence=fence),
     )
 
 

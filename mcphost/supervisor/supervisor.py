@@ -418,6 +418,7 @@ class Supervisor:
                 on_exit=self._on_exit,
                 argv=agent_argv(plan, home),
                 env=agent_env(self.env, plan, home),
+                cwd=workspace.cwd,
             )
         else:
             runner = AgentRunner(

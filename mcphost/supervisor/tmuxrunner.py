@@ -131,9 +131,18 @@ class TmuxRunner(AgentRunner):
         on_exit: OnExit,
         argv: Sequence[str],
         env: dict[str, str],
+        cwd: str | None = None,
     ) -> None:
         super().__init__(
-            plan, home, store, reaper, on_spawn=on_spawn, on_exit=on_exit, argv=argv, env=env
+            plan,
+            home,
+            store,
+            reaper,
+            on_spawn=on_spawn,
+            on_exit=on_exit,
+            argv=argv,
+            env=env,
+            cwd=cwd,
         )
         self.server = server
         self.session = tm.check_session_name(plan.agent_id)
@@ -151,7 +160,8 @@ class TmuxRunner(AgentRunner):
             # pane starts in "/": the tmux server never opens a path the agent controls
             message, cwd = NO_FENCE, os.fspath(self.home.workspace)
             if self.fence is not None:
-                message, cwd = self.fence.message(list(self._argv), self._pane_env), "/"
+                held = self._cwd  # the held workspace (/proc/self/fd/N), or its path
+                message, cwd = self.fence.message(list(self._argv), self._pane_env, held), "/"
             await self._kill_session()  # a leftover of an earlier run or supervisor
             gated = [sys.executable, "-I", "-S", GATE, self._open_gate(), *self._argv]
             pid = await self.server.new_session(self.session, gated, cwd=cwd, env=self._pane_env)

@@ -7,9 +7,9 @@ reproduced from a fenced agent of a real `mcphost supervise`:
 - `[center] runtime_socket` stays out of reach;
 - an agent that swaps its `workspace` for a symlink to `../..` and its fleet-given
   `CLAUDE_CONFIG_DIR` (inside its fleet-given `HOME`) for a symlink to `/`, then exits, is
-  restarted into the same fence: its working directory leads only into covers, and nothing
-  outside its home becomes writable; as a process and as a tmux pane (whose tmux server never
-  opens the workspace path).
+  restarted into the same fence: it starts in the directory the supervisor made (never through
+  the link), what lies above it is the covered state, and nothing outside its home becomes
+  writable; as a process and as a tmux pane (whose tmux server never opens the workspace path).
 
 The secrets live in a directory beside the project (which every agent sees), not under /tmp
 (every fenced agent's /tmp is its own, which would hide them anyway).
@@ -149,9 +149,9 @@ def write(path):
         handle.write("planted")
 seen = {
     "cwd": os.getcwd(),
-    "listing": sorted(os.listdir(".")),
     "read_state_db": attempt(lambda: open("state.sqlite3", "rb").read(1)),
-    "read_state_db_below": attempt(lambda: open("../state.sqlite3", "rb").read(1)),
+    "read_state_db_below": attempt(lambda: open("../../../state.sqlite3", "rb").read(1)),
+    "state_listing": sorted(os.listdir("../../..")),
     "plant_via_config": attempt(lambda: write(os.path.join(config, "etc", "mcphost-planted"))),
     "plant_in_root": attempt(lambda: write("/mcphost-planted")),
 }
@@ -187,11 +187,12 @@ def test_a_swapped_workspace_and_config_dir_lead_nowhere_after_a_restart(
             "the second run's attempts",
         )
         assert sv.status()["swapper"]["generation"] >= 2
-        # its working directory is the workspace path resolved inside: into the covered state
-        assert seen["cwd"] == str(sv.state), seen
-        assert seen["listing"] == ["agents", "run"], seen  # only its home and attach sockets
+        # it starts in the directory the supervisor made and holds (moved, not the symlink),
+        # and what lies above it is the fenced view: the covered state
+        assert seen["cwd"] == f"{workspace}.real", seen
         assert seen["read_state_db"] == "FileNotFoundError", seen
-        assert seen["read_state_db_below"] != "ok", seen
+        assert seen["read_state_db_below"] == "FileNotFoundError", seen
+        assert seen["state_listing"] == ["agents", "run"], seen  # only its home, attach sockets
         assert seen["plant_via_config"] in ("OSError", "PermissionError"), seen  # read-only /
         assert seen["plant_in_root"] in ("OSError", "PermissionError"), seen
         assert not Path("/etc/mcphost-planted").exists() and not Path("/mcphost-planted").exists()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import REPO, STANDIN, Supervised, standin
+from tests.supervisor.supervise_harness import REPO, STANDIN, Supervised, inner, standin
 from tests.waiting import until
 
 # deep (make test-slow): agents under another user.
@@ -42,11 +42,19 @@ def nobody() -> pwd.struct_passwd | None:
 
 
 # Run inside the agent (as its user) before it becomes the stand-in: try to read the token file
-# and the supervisor's (its parent's) environment, record what the kernel said.
+# and the supervisor's environment (its nearest ancestor of uid 0; fenced, its own PID namespace
+# shows none: "hidden"), record what the kernel said.
 PROBE = (
     "import json, os, sys\n"
     "out = dict()\n"
-    "for name, path in (('token', sys.argv[1]), ('environ', '/proc/%d/environ' % os.getppid())):\n"
+    "pid = os.getppid()\n"
+    "while pid > 1 and os.stat('/proc/%d' % pid).st_uid != 0:\n"
+    "    pid = int(open('/proc/%d/stat' % pid).read().rpartition(')')[2].split()[1])\n"
+    "if os.stat('/proc/%d' % pid).st_uid != 0:\n"
+    "    out['environ'] = 'hidden'\n"
+    "for name, path in (('token', sys.argv[1]), ('environ', '/proc/%d/environ' % pid)):\n"
+    "    if name in out:\n"
+    "        continue\n"
     "    try:\n"
     "        open(path, 'rb').read()\n"
     "        out[name] = 'read'\n"
@@ -180,7 +188,8 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
         )
         assert probe
         seen = json.loads((supervised.workspace("agent-1") / "probe.json").read_text())
-        assert seen == {"token": token_errno, "environ": errno.EACCES}, seen
+        environ: object = "hidden" if token_errno == errno.ENOENT else errno.EACCES
+        assert seen == {"token": token_errno, "environ": environ}, seen
         # what let it in: the sockets are 0666 and the directories above them 0711
         state = supervised.state
         for sock in ("center.sock", "relay.sock"):
@@ -372,7 +381,7 @@ def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
         before = supervised.status()["agent-1"]["generation"]
         supervised.ctl("restart", "agent-1")
         row = supervised.wait_running("agent-1", before + 1)
-        assert os.readlink(f"/proc/{row['pid']}/cwd") == str(moved)
+        assert os.readlink(f"/proc/{inner(row['pid'])}/cwd") == str(moved)  # the agent's own
     finally:
         supervised.close()
         shutil.rmtree(secret_dir, ignore_errors=True)
