@@ -103,6 +103,10 @@ SYSCTLS = "/proc/sys"
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
+# Signals bubblewrap itself ignores (`enter`), so a stop, ctl exec's forwarded ^C or a pane's
+# hangup reaches the agent and bubblewrap reports the agent's own exit; `env --default-signal`
+# (coreutils >= 8.31) gives the agent the default handling back.
+FORWARDED = ("TERM", "INT", "HUP", "QUIT")
 # What a fenced tree does not inherit: the tmux server's address (it never reaches one), and the
 # addresses of what /run's cover hides (the session bus, the runtime directory).
 UNSET_ENV = ("TMUX", "TMUX_PANE", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
@@ -160,10 +164,12 @@ class FencePlan:
         bwrap: str = BWRAP,
         setpriv: str = "setpriv",
         chdir: str | None = None,
+        reset: str | None = None,
     ) -> list[str]:
         """The bubblewrap command line that runs `program` inside this fence, starting in
         `chdir` (default: the plan's) as the fenced view resolves it (pure)."""
         args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
+        args += ["--die-with-parent"]  # bubblewrap's init (and so the namespace) ends with it
         if self.map_uid is not None:
             args += ["--unshare-user", "--uid", str(self.map_uid), "--gid", str(self.map_uid)]
         if self.switch is not None:
@@ -204,6 +210,8 @@ class FencePlan:
                 "--inh-caps=-all",
                 "--",
             ]
+        if reset is not None:  # the signals `enter` made bubblewrap ignore, back to default
+            args += [reset, f"--default-signal={','.join(FORWARDED)}"]
         return args + program
 
     def _ancestors(self) -> list[str]:
@@ -391,9 +399,10 @@ class Fence:
     setpriv: str = "setpriv"
     level: str = field(default="")
     switch_outside: bool = False  # the user switch happens before bubblewrap (`for_agent`)
+    reset: str | None = None  # an `env` with --default-signal (`FORWARDED`); None: none here
 
     def __call__(self) -> None:
-        enter(self.abi)
+        enter(self.abi, forward=self.reset is not None)
 
     def wrap(self, argv: list[str], env: dict[str, str], held: str | None = None) -> list[str]:
         """The fenced command line of `argv`, its program resolved as the fenced agent will
@@ -405,11 +414,13 @@ class Fence:
         check_sources(self.plan)
         program = [resolve(self.plan, argv[0], env.get("PATH", os.defpath)), *argv[1:]]
         chdir = os.path.realpath(held) if held is not None else None
-        return self.plan.argv(program, bwrap=self.bwrap, setpriv=self.setpriv, chdir=chdir)
+        return self.plan.argv(
+            program, bwrap=self.bwrap, setpriv=self.setpriv, chdir=chdir, reset=self.reset
+        )
 
     def message(self, argv: list[str], env: dict[str, str], held: str | None = None) -> bytes:
         """The JSON line the gate reads from its FIFO: the command to exec, fenced."""
-        body = {"argv": self.wrap(argv, env, held), "abi": self.abi}
+        body = {"argv": self.wrap(argv, env, held), "abi": self.abi, "forward": bool(self.reset)}
         return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
     @property
@@ -479,6 +490,7 @@ def for_agent(
         setpriv=shutil.which("setpriv") or "setpriv",
         level=support.level(),
         switch_outside=outside,
+        reset=support.reset,
     )
 
 
@@ -506,6 +518,7 @@ class Support:
     userns_error: str | None = None
     root: bool = False
     bwrap: str | None = BWRAP
+    reset: str | None = None  # `env` where it has --default-signal (coreutils >= 8.31)
 
     def missing(self) -> str | None:
         """What makes the fence impossible here, as one phrase; None when it can be built."""
@@ -591,9 +604,29 @@ def probe() -> Support:
     global _SUPPORT
     if _SUPPORT is None:
         _SUPPORT = Support(
-            landlock_abi(), *_probe_userns(), root=os.geteuid() == 0, bwrap=shutil.which(BWRAP)
+            landlock_abi(),
+            *_probe_userns(),
+            root=os.geteuid() == 0,
+            bwrap=shutil.which(BWRAP),
+            reset=_probe_reset(),
         )
     return _SUPPORT
+
+
+def _probe_reset() -> str | None:
+    """`env`, if it can put a signal back to its default handling (`--default-signal`)."""
+    import subprocess
+
+    program = shutil.which("env")
+    if program is None:
+        return None
+    try:
+        done = subprocess.run(
+            [program, "--default-signal=TERM", "true"], capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return program if done.returncode == 0 else None
 
 
 def _probe_userns() -> tuple[bool, str | None]:
@@ -647,11 +680,18 @@ def own_keyring() -> None:
     )
 
 
-def enter(abi: int) -> None:
-    """`own_keyring`, no new privileges, and with Landlock ABI >= 6 a domain scoping abstract
-    Unix sockets and signals to this tree (it handles no filesystem right, so mounts and nested
-    sandboxes stay possible). Raises OSError on failure."""
+def enter(abi: int, forward: bool = False) -> None:
+    """`own_keyring`, no new privileges, with `forward` the `FORWARDED` signals ignored (the
+    agent gets them back, by `env --default-signal`, after bubblewrap), and with Landlock
+    ABI >= 6 a domain scoping abstract Unix sockets and signals to this tree (it handles no
+    filesystem right, so mounts and nested sandboxes stay possible). Raises OSError on
+    failure."""
     own_keyring()
+    if forward:
+        import signal
+
+        for name in FORWARDED:
+            signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
     if abi < SCOPE_ABI:
         return
@@ -713,7 +753,7 @@ def main(argv: list[str]) -> int:
             return 126
     else:
         try:
-            enter(int(message["abi"]))
+            enter(int(message["abi"]), forward=bool(message.get("forward")))
         except OSError as exc:
             sys.stderr.write(f"mcphost: cannot fence the agent: {exc}\n")
             return 126

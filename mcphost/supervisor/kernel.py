@@ -25,11 +25,15 @@ grace, before anything is spawned. `own_children` lists this process's children 
 `/proc/self/task/*/children`), so the supervisor sees escapees reparented to it and records them
 too.
 
-The parent-death signal stays SIGTERM, not SIGKILL, by choice: it reaches only the agent's
-leader, never its descendants (pumps, tools, escapees), so SIGKILL would not end the tree either;
-it would only take from a well-behaved agent its chance to end its own children and save its
-state, leaving them orphaned. What ignores the SIGTERM (and every descendant) is ended by the
-next supervisor's start-up sweep, after the agent's `stop_grace`, with SIGKILL.
+For an unfenced agent the parent-death signal stays SIGTERM, not SIGKILL, by choice: it reaches
+only the agent's leader, never its descendants (pumps, tools, escapees), so SIGKILL would not
+end the tree either; it would only take from a well-behaved agent its chance to end its own
+children and save its state, leaving them orphaned. What ignores the SIGTERM (and every
+descendant) is ended by the next supervisor's start-up sweep, after the agent's `stop_grace`,
+with SIGKILL. A fenced agent's leader is bubblewrap, which ignores SIGTERM (so a stop reaches the
+agent, and bubblewrap reports the agent's own exit): its parent-death signal is SIGKILL, and
+bubblewrap's init, and with it every process of the agent's PID namespace, escapees included,
+ends with it (`--die-with-parent`): nothing of a fenced agent outlives the supervisor.
 
 Must never: let anything else in the supervisor call `waitpid`/`Popen.wait`/`Popen.poll` or use
 asyncio's child watchers (`asyncio.create_subprocess_*`): they would race with `waitpid(-1)`.
@@ -204,10 +208,12 @@ def child_setup(
     if fence is None:
         return ChildSetup(list(argv), cwd, pdeathsig_preexec(signal.SIGTERM, creds=creds))
     switched = creds if fence.switch_outside else None
+    # bubblewrap ignores SIGTERM (fence.FORWARDED): its parent-death signal is SIGKILL, and its
+    # init, with everything in the agent's namespace, ends with it (--die-with-parent)
     return ChildSetup(
         fence.wrap(list(argv), env, held=cwd),
         "/",
-        pdeathsig_preexec(signal.SIGTERM, creds=switched, fence=fence),
+        pdeathsig_preexec(signal.SIGKILL, creds=switched, fence=fence),
     )
 
 

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from mcp import Client, StdioServerParameters
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, descendants_alive
+from tests.supervisor.test_supervise_state import tagged
 from tests.waiting import until
 
 # deep (make test-slow): ctl exec, including Claude Code's mcp list.
@@ -153,12 +155,19 @@ def test_sigint_to_ctl_reaches_the_command(sv: Supervised) -> None:
 
 def test_killing_ctl_ends_the_command(sv: Supervised) -> None:
     pid_file = sv.workspace("agent-1") / "pid"  # where the (fenced) command may write
+    tag = f"mcphost-exec-{uuid.uuid4().hex}"
     script = f"import os, signal; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
     script += "signal.signal(signal.SIGTERM, signal.SIG_IGN); signal.pause()"
-    proc = subprocess.Popen(ctl_exec(sv, "agent-1", sys.executable, "-c", script), env=sv.env())
+    command = ctl_exec(sv, "agent-1", sys.executable, "-c", script, tag)
+    proc = subprocess.Popen(command, env=sv.env())
     try:
         until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the command to start")
-        pid = int(pid_file.read_text())
+        found = [
+            p
+            for p in tagged(tag)
+            if p != proc.pid and "bwrap" not in Path(f"/proc/{p}/comm").read_text()
+        ]
+        (pid,) = found
         proc.kill()  # SIGKILL: ctl forwards nothing; its connection closes
         proc.wait(timeout=60)
         # it ignores SIGTERM: gone means the supervisor went on to SIGKILL after the grace

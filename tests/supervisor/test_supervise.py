@@ -78,7 +78,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     agents: list[dict[str, Any]] = [
         {"id": "agent-1", "command": standin("--hold")},
         {"id": "agent-2", "command": standin("--hold")},
-        {"id": "killed-1", "command": standin("--hold", "--linger")},
+        # unfenced: its lingerer must outlive it (a fenced agent's would end with its namespace:
+        # test_supervise_state.py)
+        {"id": "killed-1", "command": standin("--hold", "--linger"), "sandbox": "none"},
         {
             "id": "printer",
             "command": [sys.executable, "-c", "print('hello from printer')"],
