@@ -388,9 +388,6 @@ def for_agent(
                 siblings[folder] = tuple(sorted(os.listdir(folder)))
             except OSError:
                 siblings[folder] = ()
-    map_uid = None
-    if switch is None and os.geteuid() == 0 and support.userns:
-        map_uid = nobody_uid()
     planned = plan(
         state_dir=state_dir,
         home=home,
@@ -402,7 +399,7 @@ def for_agent(
         siblings=siblings,
         resolver=os.path.dirname(os.path.realpath("/etc/resolv.conf")),
         tmp_size=tmp_size,
-        map_uid=map_uid,
+        map_uid=support.agent_map_uid(switch),
         switch=switch,
     )
     return Fence(
@@ -431,13 +428,25 @@ def nobody_uid() -> int:
 class Support:
     """What this machine offers the fence: Landlock's ABI (0: none), whether this process may
     create a user namespace (and mount in it; `userns_error` says why not), whether it runs as
-    root, and where bubblewrap is (None: not installed)."""
+    root, where bubblewrap is (None: not installed), and whether AppArmor restricts unprivileged
+    user namespaces (`kernel.apparmor_restrict_unprivileged_userns = 1`, Ubuntu 23.10 and later:
+    a namespace made without a profile that allows it has no capabilities, so no mounts)."""
 
     landlock_abi: int
     userns: bool
     userns_error: str | None = None
     root: bool = False
     bwrap: str | None = BWRAP
+    apparmor_userns: bool = False
+
+    def agent_map_uid(self, switch: Switch | None) -> int | None:
+        """The uid a uid-0 agent is seen as, in a user namespace of its own (`nobody`'s): only
+        under a root supervisor, for an agent without `user =` (`switch`), where user
+        namespaces can be made; None (no user namespace: the agent is uid 0 without
+        capabilities, and its own sandboxes cannot nest) otherwise."""
+        if switch is None and self.root and self.userns:
+            return nobody_uid()
+        return None
 
     def missing(self) -> str | None:
         """What makes the fence impossible here, as one phrase; None when it can be built."""
@@ -462,6 +471,13 @@ class Support:
             out.append(
                 "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
                 f"namespaces ({self.userns_error})"
+            )
+        elif self.apparmor_userns:
+            out.append(
+                "agents' own sandboxes nest only through a program an AppArmor profile lets "
+                "make user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1; for "
+                "bubblewrap: the bwrap-userns-restrict profile, loaded by default from Ubuntu "
+                "25.04)"
             )
         return tuple(out)
 
@@ -522,13 +538,48 @@ def probe() -> Support:
     before the event loop runs: it waits for its own child."""
     global _SUPPORT
     if _SUPPORT is None:
+        bwrap = shutil.which(BWRAP)
         _SUPPORT = Support(
-            landlock_abi(), *_probe_userns(), root=os.geteuid() == 0, bwrap=shutil.which(BWRAP)
+            landlock_abi(),
+            *_probe_userns(bwrap),
+            root=os.geteuid() == 0,
+            bwrap=bwrap,
+            apparmor_userns=_apparmor_restricts_userns(),
         )
     return _SUPPORT
 
 
-def _probe_userns() -> tuple[bool, str | None]:
+def _apparmor_restricts_userns() -> bool:
+    try:
+        with open("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") as sysctl:
+            return sysctl.read().strip() == "1"
+    except OSError:
+        return False
+
+
+def _probe_userns(bwrap: str | None) -> tuple[bool, str | None]:
+    """`_probe_unshare`, and where it fails, bubblewrap itself: an AppArmor profile
+    (bwrap-userns-restrict) may give bubblewrap the user namespace it refuses this interpreter,
+    and bubblewrap is what makes the fence's. A wrong yes fails closed anyway: bubblewrap then
+    refuses to run the agent."""
+    ok, error = _probe_unshare()
+    if ok or bwrap is None:
+        return ok, error
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--", "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ok, error
+    return (True, None) if done.returncode == 0 else (ok, error)
+
+
+def _probe_unshare() -> tuple[bool, str | None]:
     """Can this process make a user and mount namespace, map itself, and mount a tmpfs there
     (what bubblewrap needs from an unprivileged user, and what Ubuntu's AppArmor restriction
     refuses)? Tried for real in a forked child."""
