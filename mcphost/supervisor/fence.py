@@ -455,7 +455,8 @@ class Support:
         if not self.root and not self.userns:
             return (
                 f"unprivileged user namespaces ({self.userns_error}); run the supervisor as "
-                "root (contrib/mcphost-supervise.service) to fence without them"
+                "root (contrib/systemd/mcphost-supervisor.service without User=) to fence "
+                "without them"
             )
         return None
 

@@ -228,6 +228,6 @@ def test_without_user_namespaces_an_unprivileged_supervisor_refuses_in_one_line(
     assert check.stderr.splitlines() == [
         "mcphost supervise --check: fence: unavailable: this machine lacks unprivileged user "
         "namespaces (unshare: Operation not permitted); run the supervisor as root "
-        "(contrib/mcphost-supervise.service) to fence without them",
+        "(contrib/systemd/mcphost-supervisor.service without User=) to fence without them",
         line,
     ]
