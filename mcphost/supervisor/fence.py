@@ -86,6 +86,9 @@ RUN = "/run"
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
+# The sysctls that restrict an unprivileged process's user namespaces (`Support.userns_limit`)
+APPARMOR_LIMIT = "kernel.apparmor_restrict_unprivileged_userns = 1"
+DEBIAN_LIMIT = "kernel.unprivileged_userns_clone = 0"
 
 
 # -- the pure plan ----------------------------------------------------------------------------
@@ -428,16 +431,18 @@ def nobody_uid() -> int:
 class Support:
     """What this machine offers the fence: Landlock's ABI (0: none), whether this process may
     create a user namespace (and mount in it; `userns_error` says why not), whether it runs as
-    root, where bubblewrap is (None: not installed), and whether AppArmor restricts unprivileged
-    user namespaces (`kernel.apparmor_restrict_unprivileged_userns = 1`, Ubuntu 23.10 and later:
-    a namespace made without a profile that allows it has no capabilities, so no mounts)."""
+    root, where bubblewrap is (None: not installed), and what restricts an unprivileged
+    process's user namespaces (`userns_limit`, the sysctl set; a root supervisor is not
+    restricted, its agents are): AppArmor's (`kernel.apparmor_restrict_unprivileged_userns = 1`,
+    Ubuntu 23.10 and later: a namespace made by a program no profile allows it has no
+    capabilities, so no mounts) or Debian's (`kernel.unprivileged_userns_clone = 0`: none)."""
 
     landlock_abi: int
     userns: bool
     userns_error: str | None = None
     root: bool = False
     bwrap: str | None = BWRAP
-    apparmor_userns: bool = False
+    userns_limit: str | None = None
 
     def agent_map_uid(self, switch: Switch | None) -> int | None:
         """The uid a uid-0 agent is seen as, in a user namespace of its own (`nobody`'s): only
@@ -473,12 +478,16 @@ class Support:
                 "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
                 f"namespaces ({self.userns_error})"
             )
-        elif self.apparmor_userns:
+        elif self.userns_limit == APPARMOR_LIMIT:
             out.append(
                 "agents' own sandboxes nest only through a program an AppArmor profile lets "
-                "make user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1; for "
-                "bubblewrap: the bwrap-userns-restrict profile, loaded by default from Ubuntu "
-                "25.04)"
+                f"make user namespaces ({APPARMOR_LIMIT}; for bubblewrap: the "
+                "bwrap-userns-restrict profile, loaded by default from Ubuntu 25.04)"
+            )
+        elif self.userns_limit is not None:
+            out.append(
+                "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
+                f"namespaces for them ({self.userns_limit})"
             )
         return tuple(out)
 
@@ -487,7 +496,7 @@ class Support:
         name = "bwrap"
         if self.landlock_abi >= SCOPE_ABI:
             name += f"+landlock{self.landlock_abi}"
-        if not self.userns:
+        if not self.userns or self.userns_limit not in (None, APPARMOR_LIMIT):
             name += " (no nesting)"
         return name
 
@@ -545,17 +554,23 @@ def probe() -> Support:
             *_probe_userns(bwrap),
             root=os.geteuid() == 0,
             bwrap=bwrap,
-            apparmor_userns=_apparmor_restricts_userns(),
+            userns_limit=_userns_limit(),
         )
     return _SUPPORT
 
 
-def _apparmor_restricts_userns() -> bool:
-    try:
-        with open("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") as sysctl:
-            return sysctl.read().strip() == "1"
-    except OSError:
-        return False
+def _userns_limit() -> str | None:
+    """The sysctl that restricts an unprivileged process's user namespaces here, as `name =
+    value`; None when neither is set."""
+    for limit in (APPARMOR_LIMIT, DEBIAN_LIMIT):
+        name, _, value = limit.partition(" = ")
+        try:
+            with open("/proc/sys/" + name.replace(".", "/")) as sysctl:
+                if sysctl.read().strip() == value:
+                    return limit
+        except OSError:
+            continue
+    return None
 
 
 def _probe_userns(bwrap: str | None) -> tuple[bool, str | None]:

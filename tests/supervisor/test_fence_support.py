@@ -44,16 +44,16 @@ ROWS = {
     # Linux 6.8, ABI 4; AppArmor restricts unprivileged user namespaces: the probe's namespace
     # cannot mount. Root is not restricted, but its agents' own sandboxes are.
     "ubuntu-24.04": Row(
-        Support(4, False, NO_MOUNT, root=False, apparmor_userns=True), "bwrap (no nesting)",
+        Support(4, False, NO_MOUNT, root=False, userns_limit=fence.APPARMOR_LIMIT), "bwrap (no nesting)",
         (UNSCOPED, NO_NESTING), f"unprivileged user namespaces ({NO_MOUNT}); run the supervisor as root",
     ),
     "ubuntu-24.04-root": Row(
-        Support(4, True, root=True, apparmor_userns=True), "bwrap", (UNSCOPED, APPARMOR), None
+        Support(4, True, root=True, userns_limit=fence.APPARMOR_LIMIT), "bwrap", (UNSCOPED, APPARMOR), None
     ),
     # 25.04 and later load bwrap-userns-restrict (24.04 with it loaded alike): bubblewrap gets its
     # namespace, the probe falls back to it. Linux 6.14: ABI 6.
     "ubuntu-25.04": Row(
-        Support(6, True, root=False, apparmor_userns=True), "bwrap+landlock6", (APPARMOR,), None
+        Support(6, True, root=False, userns_limit=fence.APPARMOR_LIMIT), "bwrap+landlock6", (APPARMOR,), None
     ),
     # Linux 5.14: Landlock ABI 1 with backports, or none when it is not in the boot `lsm=` list
     "rhel-9": Row(Support(0, True, root=True), "bwrap", (UNSCOPED + " (Landlock ABI >= 6; here: no Landlock)",), None),
@@ -63,7 +63,14 @@ ROWS = {
     "rhel-10-root": Row(Support(6, True, root=True), "bwrap+landlock6", (), None),
     # Linux 6.18: ABI 7
     "linux-6.18": Row(Support(7, True, root=False), "bwrap+landlock7", (), None),
-    # user namespaces disabled (user.max_user_namespaces = 0 or Debian's sysctl): root still fences
+    # Debian's sysctl: root makes user namespaces (the probe succeeds), its agents cannot
+    "debian-unprivileged-userns-clone-0-root": Row(
+        Support(2, True, root=True, userns_limit=fence.DEBIAN_LIMIT), "bwrap (no nesting)",
+        (UNSCOPED, NO_NESTING + " (Claude Code's, Codex's): no user namespaces for them "
+         "(kernel.unprivileged_userns_clone = 0)"), None,
+    ),
+    # user namespaces disabled for every process (user.max_user_namespaces = 0; kernelsim's
+    # no-userns): root still fences
     "no-userns-root": Row(
         Support(7, False, EPERM, root=True), "bwrap+landlock7 (no nesting)", (NO_NESTING,), None
     ),
