@@ -89,6 +89,7 @@ def expected(modes: str, uid: int | None) -> Support:
         "no-userns" not in modes and REAL.userns,
         "unshare: Operation not permitted",
         root=uid is None and ROOT,
+        userns_limit=REAL.userns_limit,
     )
 
 
