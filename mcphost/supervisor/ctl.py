@@ -26,8 +26,9 @@ is shown, not executed); to a pipe or file, the text is written as it is. `--raw
 `--escape` force one or the other.
 
 Owns: argument parsing (`mcphost.cliargs.Parser`), the status table (after the center's health:
-`center: ok`, or its code, the fleet key and the remedy) and the human uptime, the
-escaping of log text for a terminal, and turning replies into stdout/stderr and exit codes.
+`center: ok`, or its code, the fleet key and the remedy; a column with each agent's fence level)
+and the human uptime, the escaping of log text for a terminal, and turning replies into
+stdout/stderr and exit codes.
 Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
 fast), print a traceback, echo an argument it did not recognise, or write an agent's control
 characters to a terminal unless asked to (`--raw`).
@@ -50,7 +51,10 @@ from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
-COLUMNS = ("AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESSIONS", "LAST EXIT", "REASON")
+# SESS: MCP sessions attached; FENCE: the agent's fence level (`sandbox` in --json: fence.py's
+# `Support.level()`, or `none`); EXIT: the last exit and its reason, free text, last. The fixed
+# columns of a usual fleet fit in 80 with any single-word fence level and `bwrap (no nesting)`.
+COLUMNS = ("AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESS", "FENCE", "EXIT")
 _UP_STATES = frozenset({"starting", "running", "stopping"})
 
 
@@ -205,6 +209,12 @@ def _state_cell(agent: Mapping[str, Any]) -> str:
     return state
 
 
+def _exit_cell(agent: Mapping[str, Any]) -> str:
+    """`signal 9: killed by SIGKILL`: the last exit and the reason, whichever there are."""
+    parts = [agent.get(key) for key in ("last_exit", "last_reason")]
+    return _clean(": ".join(_clean(part) for part in parts if part not in (None, "")))
+
+
 def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for agent in agents:
@@ -225,8 +235,8 @@ def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[s
                 _clean(agent.get("restarts")),
                 up,
                 _clean(agent.get("sessions")),
-                _clean(agent.get("last_exit")),
-                _clean(agent.get("last_reason")),
+                _clean(agent.get("sandbox")),
+                _exit_cell(agent),
             )
         )
     return rows

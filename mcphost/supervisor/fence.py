@@ -110,6 +110,9 @@ FORWARDED = ("TERM", "INT", "HUP", "QUIT")
 # What a fenced tree does not inherit: the tmux server's address (it never reaches one), and the
 # addresses of what /run's cover hides (the session bus, the runtime directory).
 UNSET_ENV = ("TMUX", "TMUX_PANE", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+# The sysctls that restrict an unprivileged process's user namespaces (`Support.userns_limit`)
+APPARMOR_LIMIT = "kernel.apparmor_restrict_unprivileged_userns = 1"
+DEBIAN_LIMIT = "kernel.unprivileged_userns_clone = 0"
 
 
 # -- the pure plan ----------------------------------------------------------------------------
@@ -460,14 +463,11 @@ def for_agent(
                 siblings[folder] = tuple(sorted(os.listdir(folder)))
             except OSError:
                 siblings[folder] = ()
-    map_uid = None
-    if switch is None and os.geteuid() == 0 and support.userns:
-        map_uid = nobody_uid()
-    # a `user =` agent: where user namespaces can be made, bubblewrap runs as that user
-    # (switched before it execs, `Fence.switch_outside`), so it covers nothing of /proc and the
-    # agent's own sandbox may mount a /proc of its own; elsewhere root's bubblewrap switches it
-    # inside, after the mounts
-    outside = switch is not None and support.userns
+    # a `user =` agent: where an unprivileged user may make user namespaces, bubblewrap runs as
+    # that user (switched before it execs, `Fence.switch_outside`), so it covers nothing of /proc
+    # and the agent's own sandbox may mount a /proc of its own; elsewhere root's bubblewrap
+    # switches it inside, after the mounts
+    outside = switch is not None and support.unprivileged_userns()
     planned = plan(
         state_dir=state_dir,
         home=home,
@@ -479,9 +479,9 @@ def for_agent(
         siblings=siblings,
         resolver=os.path.dirname(os.path.realpath("/etc/resolv.conf")),
         tmp_size=tmp_size,
-        map_uid=map_uid,
+        map_uid=support.agent_map_uid(switch),
         switch=None if outside else switch,
-        root_agent=switch is None and os.geteuid() == 0,
+        root_agent=switch is None and support.root,
     )
     return Fence(
         planned,
@@ -511,7 +511,11 @@ def nobody_uid() -> int:
 class Support:
     """What this machine offers the fence: Landlock's ABI (0: none), whether this process may
     create a user namespace (and mount in it; `userns_error` says why not), whether it runs as
-    root, and where bubblewrap is (None: not installed)."""
+    root, where bubblewrap is (None: not installed), and what restricts an unprivileged
+    process's user namespaces (`userns_limit`, the sysctl set; a root supervisor is not
+    restricted, its agents are): AppArmor's (`kernel.apparmor_restrict_unprivileged_userns = 1`,
+    Ubuntu 23.10 and later: a namespace made by a program no profile allows it has no
+    capabilities, so no mounts) or Debian's (`kernel.unprivileged_userns_clone = 0`: none)."""
 
     landlock_abi: int
     userns: bool
@@ -519,6 +523,21 @@ class Support:
     root: bool = False
     bwrap: str | None = BWRAP
     reset: str | None = None  # `env` where it has --default-signal (coreutils >= 8.31)
+    userns_limit: str | None = None
+
+    def agent_map_uid(self, switch: Switch | None) -> int | None:
+        """The uid a uid-0 agent is seen as, in a user namespace of its own (`nobody`'s): only
+        under a root supervisor, for an agent without `user =` (`switch`), where user
+        namespaces can be made; None (no user namespace: the agent is uid 0 without
+        capabilities, and its own sandboxes cannot nest) otherwise."""
+        if switch is None and self.root and self.userns:
+            return nobody_uid()
+        return None
+
+    def unprivileged_userns(self) -> bool:
+        """May an unprivileged process (a `user =` agent's bubblewrap) make user namespaces
+        here? Where the probe ran as root, only if no sysctl restricts them."""
+        return self.userns and self.userns_limit is None
 
     def missing(self) -> str | None:
         """What makes the fence impossible here, as one phrase; None when it can be built."""
@@ -527,7 +546,8 @@ class Support:
         if not self.root and not self.userns:
             return (
                 f"unprivileged user namespaces ({self.userns_error}); run the supervisor as "
-                "root (contrib/mcphost-supervise.service) to fence without them"
+                "root (contrib/systemd/mcphost-supervisor.service without User=) to fence "
+                "without them"
             )
         return None
 
@@ -544,6 +564,17 @@ class Support:
                 "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
                 f"namespaces ({self.userns_error})"
             )
+        elif self.userns_limit == APPARMOR_LIMIT:
+            out.append(
+                "agents' own sandboxes nest only through a program an AppArmor profile lets "
+                f"make user namespaces ({APPARMOR_LIMIT}; for bubblewrap: the "
+                "bwrap-userns-restrict profile, loaded by default from Ubuntu 25.04)"
+            )
+        elif self.userns_limit is not None:
+            out.append(
+                "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
+                f"namespaces for them ({self.userns_limit})"
+            )
         return tuple(out)
 
     def level(self) -> str:
@@ -551,7 +582,7 @@ class Support:
         name = "bwrap"
         if self.landlock_abi >= SCOPE_ABI:
             name += f"+landlock{self.landlock_abi}"
-        if not self.userns:
+        if not self.userns or self.userns_limit not in (None, APPARMOR_LIMIT):
             name += " (no nesting)"
         return name
 
@@ -603,11 +634,13 @@ def probe() -> Support:
     before the event loop runs: it waits for its own child."""
     global _SUPPORT
     if _SUPPORT is None:
+        bwrap = shutil.which(BWRAP)
         _SUPPORT = Support(
             landlock_abi(),
-            *_probe_userns(),
+            *_probe_userns(bwrap),
             root=os.geteuid() == 0,
-            bwrap=shutil.which(BWRAP),
+            bwrap=bwrap,
+            userns_limit=_userns_limit(),
             reset=_probe_reset(),
         )
     return _SUPPORT
@@ -629,7 +662,43 @@ def _probe_reset() -> str | None:
     return program if done.returncode == 0 else None
 
 
-def _probe_userns() -> tuple[bool, str | None]:
+def _userns_limit() -> str | None:
+    """The sysctl that restricts an unprivileged process's user namespaces here, as `name =
+    value`; None when neither is set."""
+    for limit in (APPARMOR_LIMIT, DEBIAN_LIMIT):
+        name, _, value = limit.partition(" = ")
+        try:
+            with open("/proc/sys/" + name.replace(".", "/")) as sysctl:
+                if sysctl.read().strip() == value:
+                    return limit
+        except OSError:
+            continue
+    return None
+
+
+def _probe_userns(bwrap: str | None) -> tuple[bool, str | None]:
+    """`_probe_unshare`, and where it fails, bubblewrap itself: an AppArmor profile
+    (bwrap-userns-restrict) may give bubblewrap the user namespace it refuses this interpreter,
+    and bubblewrap is what makes the fence's. A wrong yes fails closed anyway: bubblewrap then
+    refuses to run the agent."""
+    ok, error = _probe_unshare()
+    if ok or bwrap is None:
+        return ok, error
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--", "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ok, error
+    return (True, None) if done.returncode == 0 else (ok, error)
+
+
+def _probe_unshare() -> tuple[bool, str | None]:
     """Can this process make a user and mount namespace, map itself, and mount a tmpfs there
     (what bubblewrap needs from an unprivileged user, and what Ubuntu's AppArmor restriction
     refuses)? Tried for real in a forked child."""

@@ -51,6 +51,7 @@ AGENTS = [
         "last_exit": "signal 9",
         "last_reason": "killed by an operator",
         "sessions": 2,
+        "sandbox": "bwrap+landlock7",
     },
     {
         "agent_id": "agent-2",
@@ -62,6 +63,7 @@ AGENTS = [
         "last_exit": "exit 1",
         "last_reason": "5 restarts in 60 s\x1b[31m",
         "sessions": 0,
+        "sandbox": "none",
     },
 ]
 
@@ -191,15 +193,17 @@ def test_status_table(running: Running) -> None:
     )
     assert blank == ""
     assert lines[0].split() == [
-        "AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESSIONS", "LAST", "EXIT", "REASON"
+        "AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESS", "FENCE", "EXIT"
     ]  # fmt: skip
     first = lines[1].split()
-    assert first[:5] + first[6:8] == ["agent-1", "running", "4242", "7", "2", "2", "signal"]
+    assert first[:5] + first[6:9] == [
+        "agent-1", "running", "4242", "7", "2", "2", "bwrap+landlock7", "signal"
+    ]  # fmt: skip
     # started 192 s before this module was imported, however long ago that was (3m12s or more)
     assert re.fullmatch(r"([3-9]|\d\d+)m\d\ds|\d+h\d\dm", first[5]), first[5]
-    assert lines[1].endswith("killed by an operator")
-    assert lines[2].split()[:7] == ["agent-2", "failed", "-", "3", "5", "-", "0"]
-    assert "\x1b" not in done.stdout and lines[2].endswith("5 restarts in 60 s?[31m")
+    assert lines[1].endswith("signal 9: killed by an operator")
+    assert lines[2].split()[:8] == ["agent-2", "failed", "-", "3", "5", "-", "0", "none"]
+    assert "\x1b" not in done.stdout and lines[2].endswith("exit 1: 5 restarts in 60 s?[31m")
     assert done.stderr == ""
 
 
@@ -382,14 +386,37 @@ def test_human_duration(seconds: float, text: str) -> None:
 
 def test_status_table_of_nothing_and_of_odd_values() -> None:
     assert status_table([], 0).splitlines() == [
-        "AGENT  STATE  PID  GEN  RESTARTS  UPTIME  SESSIONS  LAST EXIT  REASON"
+        "AGENT  STATE  PID  GEN  RESTARTS  UPTIME  SESS  FENCE  EXIT"
     ]
     row = status_table([{"agent_id": "a", "state": "stopped", "started_at": 5}], 100)
     assert row.splitlines()[1].split() == ["a", "stopped", "-", "-", "-", "-", "-", "-", "-"]
+    reason_only = status_table([{"agent_id": "a", "last_reason": "its home could not be"}], 0)
+    assert reason_only.splitlines()[1].split()[:8] == ["a", *["-"] * 7]
+    assert reason_only.splitlines()[1].endswith("  its home could not be")
     assert describe_result("stop", "a", None) == "stop: done"
     assert describe_result("start", "a", {"agent_id": "a", "already": "running"}) == (
         "a: already running"
     )
+
+
+@pytest.mark.parametrize(
+    "level", ["bwrap+landlock7", "bwrap", "bwrap (no nesting)", "none"]
+)  # fmt: skip
+def test_status_table_shows_each_agents_fence_level_within_80_columns(level: str) -> None:
+    """The FENCE column is the agent's `sandbox` (its fence level, fence.py `Support.level()`,
+    or `none`); a usual fleet's rows, 7-digit pids included, stay within 80 columns."""
+    now = 1000.0
+    rows = [
+        {"agent_id": f"agent-{n}", "state": "running", "pid": 4194304, "generation": 12,
+         "restarts": 11, "started_at": now - 7500, "sessions": 2, "sandbox": level}
+        for n in range(1, 4)
+    ]  # fmt: skip
+    rows.append({"agent_id": "agent-9", "state": "failed", "sandbox": None, "last_reason": "x"})
+    lines = status_table(rows, now).splitlines()
+    fence = lines[0].index("FENCE")
+    assert [line[fence:].split("  ")[0] for line in lines[1:4]] == [level] * 3, lines
+    assert lines[4][fence:].startswith("- "), lines  # never started: no fence yet
+    assert max(len(line) for line in lines) <= 80, lines
 
 
 def test_status_table_shows_a_fenced_current_generation() -> None:

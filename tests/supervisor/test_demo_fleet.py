@@ -6,12 +6,15 @@ the restart at the next generation, a relay `send` landing in a peer's pane, a c
 print `ok` for every step and no `FAIL`, exit 0, and leave nothing behind: no process whose
 argv or working directory is in its temporary directory or whose environment carries this
 test's marker, and no temporary directory. Interrupted (SIGINT, as Ctrl-C) while its fleet
-runs, it must stop everything just the same and exit 1.
+runs, it must stop everything just the same and exit 1. On a kernel without user namespaces
+(tests/kernelsim.py `no-userns`, for the demo and everything it starts) it must walk the same
+with the supervisor as root, its agents fenced at the level `bwrap... (no nesting)`.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import signal
@@ -22,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from mcphost.supervisor import fence
 from mcphost.testing.fleet import left_running
+from tests import kernelsim
 from tests.waiting import until
 
 # deep (make test-slow): `mcphost demo fleet` twice, whole (~4 s of CPU each).
@@ -63,10 +68,26 @@ def working_dir(out: str) -> Path:
     return Path(match.group(1))
 
 
-def test_the_fleet_demo_walks_the_main_job_and_leaves_nothing_running() -> None:
+def simulated(kernel: str | None) -> None:
+    """Skip where `kernel` (a kernelsim mode) cannot run the demo: it needs a root supervisor
+    (without user namespaces an unprivileged one fences nothing: it refuses) and bubblewrap."""
+    if kernel is None:
+        return
+    if platform.machine() not in kernelsim.ARCHES:
+        pytest.skip("kernelsim: x86_64 and aarch64 only")
+    if os.geteuid() != 0:
+        pytest.skip("without user namespaces only a root supervisor fences")
+    if fence.probe().missing() is not None:
+        pytest.skip(f"no fence here: {fence.probe().missing()}")
+
+
+@pytest.mark.parametrize("kernel", [None, "no-userns"], ids=["this-kernel", "no-userns"])
+def test_the_fleet_demo_walks_the_main_job_and_leaves_nothing_running(kernel: str | None) -> None:
+    simulated(kernel)
     marker = f"demo-fleet-{uuid.uuid4().hex}"
+    demo = [sys.executable, "-m", "mcphost", "demo", "fleet"]
     done = subprocess.run(
-        [sys.executable, "-m", "mcphost", "demo", "fleet"],
+        kernelsim.argv(kernel, demo) if kernel else demo,
         capture_output=True,
         text=True,
         env=demo_env(marker),
@@ -86,6 +107,10 @@ def test_the_fleet_demo_walks_the_main_job_and_leaves_nothing_running() -> None:
     assert "agent_id=agent-2  generation=2" in out, out
     assert "agent-2@party: queued" in out, out
     assert "[agent-2] got: From: agent-1@party" in out, out
+    status = next(body for name, body in steps.items() if name.startswith("mcphost ctl status"))
+    (row,) = [line for line in status.splitlines() if line.split()[1:3] == ["agent-1", "running"]]
+    flat = kernel == "no-userns" or not fence.probe().userns  # agents cannot nest sandboxes
+    assert ("(no nesting)" in row) is flat, status
     root = working_dir(out)
     assert not root.exists()
     assert left_running(root, marker) == []

@@ -24,7 +24,7 @@ import socket
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -116,8 +116,19 @@ class AsUser(Supervised):
 
 
 def run_fleet(
-    sv: AsUser, center: DevCenter, runner: str, sandbox: str, port: int, outside: Path
+    sv: AsUser,
+    center: DevCenter,
+    runner: str,
+    sandbox: str,
+    port: int,
+    outside: Path,
+    *,
+    level: str | None = None,
+    while_running: Callable[[], None] | None = None,
 ) -> dict[str, dict[str, str]]:
+    """Every probe's outcome, by mode (`agent`, `escapee`, `exec`), once the fleet ran them.
+    `level`: the fence level the agents must show (default: this machine's); `while_running`
+    is called once every probe is in, before the supervisor stops."""
     marker = Path(tempfile.mkdtemp(prefix="fence-marker-")) / "host-only"
     marker.write_text("host")
     os.chmod(marker.parent, 0o755)
@@ -154,7 +165,8 @@ def run_fleet(
         )
         hostile_row = sv.wait_running("hostile")
         other_row = sv.wait_running("other")
-        assert hostile_row["sandbox"] == ("none" if sandbox == "none" else fence.probe().level())
+        expected = "none" if sandbox == "none" else (level or fence.probe().level())
+        assert hostile_row["sandbox"] == expected, hostile_row
         workspace = sv.workspace("hostile")
         go = {"supervisor": sv.proc.pid if sv.proc else 0, "other": other_row["pid"]}
         (workspace / ".go").write_text(json.dumps(go))
@@ -186,6 +198,8 @@ def run_fleet(
         results["tmp"] = {"host_sees_agent_tmp": str(any(path.exists() for path in written))}
         for path in written:
             path.unlink(missing_ok=True)
+        if while_running is not None:
+            while_running()
         return results
     finally:
         sv.close()
