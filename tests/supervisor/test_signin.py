@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pwd
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from mcphost.supervisor.plan import (
     plan_from_center,
 )
 from mcphost.supervisor.signin import Operator
+from tests.supervisor.supervise_harness import Supervised
 
 OAUTH = {
     "accessToken": "sk-ant-oat01-operator-access",
@@ -465,3 +468,45 @@ def test_a_fenced_agent_does_not_inherit_the_operator_s_claude_config_dir(state:
     assert agent_env(base, plan(sandbox="none"), home)["CLAUDE_CONFIG_DIR"] == "/root/.claude"
     with_home = plan(env=(("HOME", "/srv/a"),))
     assert agent_env(base, with_home, home)["CLAUDE_CONFIG_DIR"] == "/root/.claude"
+
+
+# -- `mcphost supervise --check`, the real command ---------------------------------------------
+
+
+def test_supervise_check_prints_one_sign_in_line_per_client_kind(
+    supervised: Supervised, tmp_path: Path
+) -> None:
+    """A default claude and a default codex agent, the operator signed in to neither: one line
+    each, saying so and how to fix it; signed in: one line each naming whose sign-in they get.
+    Informative only: the exit status is the preflight's."""
+    sv = supervised
+    sv.write_fleet([{"id": "agent-1", "client": "claude"}, {"id": "agent-2", "client": "codex"}])
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    sv.extra_env.update(HOME=str(empty))
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", *signin.INHERITED):
+        sv.extra_env[name] = ""
+    user = pwd.getpwuid(os.geteuid()).pw_name
+
+    def lines() -> tuple[int, list[str]]:
+        done = subprocess.run(
+            [*sv.argv(), "--check"], capture_output=True, text=True, env=sv.env(), timeout=120
+        )
+        found = [line for line in done.stderr.splitlines() if "signed" in line]
+        return done.returncode, found
+
+    status, found = lines()
+    assert status == 0, found
+    assert found == [
+        f"mcphost supervise --check: claude agents will start signed out (agent-1): sign Claude "
+        f"Code in once as {user} (`claude`, then /login) or give ANTHROPIC_API_KEY in "
+        "[defaults].env",
+        f"mcphost supervise --check: codex agents will start signed out (agent-2): sign Codex in "
+        f"once as {user} (`codex login`) or give OPENAI_API_KEY in [defaults].env",
+    ]
+    sv.extra_env["HOME"] = str(operator_home(tmp_path))
+    status, found = lines()
+    assert status == 0 and len(found) == 2, found
+    assert f"claude agents start signed in as {user} ({tmp_path}/operator/.claude/" in found[0]
+    assert f"codex agents start signed in as {user} ({tmp_path}/operator/.codex/" in found[1]
+    assert "sk-ant" not in "".join(found)
