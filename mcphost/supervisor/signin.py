@@ -270,8 +270,8 @@ def check_lines(fleet: Fleet, operator: Operator) -> list[str]:
     """`mcphost supervise --check`'s sign-in lines: one per client kind of the fleet whose
     agents take their sign-in from the supervisor (pure). Informative: never a problem."""
     plans = list(fleet.agents)
-    if fleet.center.fleet == "center":
-        plans.append(plan_from_center(fleet.defaults, "agent-from-the-center"))
+    if fleet.center.fleet == "center":  # the agents it will assign: planned from [defaults]
+        plans.append(plan_from_center(fleet.defaults, CENTER_ASSIGNED))
     lines = []
     claude = [p for p in plans if claude_home_is_its_own(p)]
     if claude:
@@ -307,7 +307,11 @@ def check_lines(fleet: Fleet, operator: Operator) -> list[str]:
     return [*lines, *(f"sign-in not copied: {problem}" for problem in operator.problems)]
 
 
+CENTER_ASSIGNED = "center-assigned"  # stands for the agents the center will assign
+
+
 def _some(ids: list[str], shown: int = 3) -> str:
+    ids = [("the agents the center assigns" if i == CENTER_ASSIGNED else i) for i in ids]
     more = len(ids) - shown
     return ", ".join(ids[:shown]) + (f" and {more} more" if more > 0 else "")
 

@@ -247,6 +247,12 @@ def test_check_says_per_client_kind_who_starts_signed_out_and_why() -> None:
     assert signin.check_lines(fleet(), refused) == [
         "sign-in not copied: /root/.claude.json: a symlink ... (not followed)"
     ]
+    from_center = dataclasses.replace(
+        fleet(), center=dataclasses.replace(fleet().center, fleet="center")
+    )
+    assert signin.check_lines(from_center, Operator(user="op"))[0].startswith(
+        "claude agents will start signed out (the agents the center assigns): "
+    )
     many = fleet(*(plan(f"a{i}") for i in range(5)))
     assert "(a0, a1, a2 and 2 more)" in signin.check_lines(many, Operator())[0]
 
