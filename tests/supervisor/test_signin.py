@@ -30,7 +30,7 @@ from mcphost.supervisor.plan import (
     plan_from_center,
 )
 from mcphost.supervisor.signin import Operator
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, inline
 
 OAUTH = {
     "accessToken": "sk-ant-oat01-operator-access",
@@ -516,3 +516,37 @@ def test_supervise_check_prints_one_sign_in_line_per_client_kind(
     assert f"claude agents start signed in as {user} ({tmp_path}/operator/.claude/" in found[0]
     assert f"codex agents start signed in as {user} ({tmp_path}/operator/.codex/" in found[1]
     assert "sk-ant" not in "".join(found)
+
+
+def test_a_supervisor_writes_the_sign_in_at_start_and_warns_of_agents_signed_out(
+    supervised: Supervised, tmp_path: Path
+) -> None:
+    """Through the real `mcphost supervise` (a held command stands in for Claude Code): signed
+    out, one `supervisor.signed_out` warning names the claude agents and nothing is written;
+    signed in, the next start writes each home's copy."""
+    sv = supervised
+    hold = inline("import signal; signal.pause()")
+    sv.write_fleet([{"id": a, "client": "claude", "command": hold} for a in ("agent-1", "agent-2")])
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    sv.extra_env.update({name: "" for name in ("CLAUDE_CONFIG_DIR", *signin.INHERITED)})
+    sv.extra_env["HOME"] = str(empty)
+    sv.start()
+    sv.wait_running("agent-1")
+    warned = [e for e in sv.events() if e.get("event") == "supervisor.signed_out"]
+    assert [(e["client"], e["agents"]) for e in warned] == [("claude", ["agent-1", "agent-2"])]
+    assert not (sv.state / "agents" / "agent-1" / ".claude.json").exists()
+    assert sv.terminate() == 0
+    sv.extra_env["HOME"] = str(operator_home(tmp_path))
+    sv.start()
+    sv.wait_running("agent-2")
+    assert (
+        len([e for e in sv.events(this_run=True) if e.get("event") == "supervisor.signed_out"]) == 0
+    )
+    for agent_id in ("agent-1", "agent-2"):
+        home = sv.state / "agents" / agent_id
+        assert json.loads((home / ".claude" / ".credentials.json").read_text()) == {
+            "claudeAiOauth": OAUTH
+        }
+        record = json.loads((home / ".claude.json").read_text())
+        assert record["projects"] == {str(home / "workspace"): {"hasTrustDialogAccepted": True}}
