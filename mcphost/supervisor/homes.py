@@ -24,8 +24,8 @@ Owns:
   `codex login --with-api-key` writes it (`{"auth_mode": "apikey", "OPENAI_API_KEY": ...}`),
   rewritten at each preparation: Codex's TUI reads its sign-in from `CODEX_HOME`, not from the
   environment, and would otherwise stop at its sign-in screen. Only that key, only in that
-  agent's own home; without one nothing is written (an `auth.json` already there, e.g. the
-  agent's own sign-in, is left as it is).
+  agent's own home; without one, the operator's sign-in (next point), else nothing is written
+  (an `auth.json` already there, e.g. the agent's own sign-in, is left as it is).
 - The sign-in of a default agent (signin.py says why and what): a fenced claude agent whose
   `env` gives neither `HOME` nor `CLAUDE_CONFIG_DIR` gets `<home>/.claude.json` (its own record,
   merged with onboarding done, its workspace trusted, its key approved, or the operator's
@@ -35,9 +35,9 @@ Owns:
   once per preparation of the fleet), 0600, the agent's, by descriptor like the config; the
   agent's own record is read beneath the home without following a symlink and bounded in size.
 - With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
-  the codex directory, the config and the sign-in belong to that user (the agent writes there); the logs
-  stay the supervisor's; `<state>/agents/` becomes 0711 so that user can reach its home (ids
-  are not listable).
+  the codex and `.claude` directories, the config and the sign-in belong to that user (the
+  agent writes there); the logs stay the supervisor's; `<state>/agents/` becomes 0711 so that
+  user can reach its home (ids are not listable).
 - `hold_home`: `prepare_home` keeping the workspace descriptor it opened (`HeldWorkspace`). The
   supervisor opens nothing in the workspace by path after that: each center session's file
   tools resolve beneath a dup of it, and every process started as the agent starts in it
