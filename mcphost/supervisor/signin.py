@@ -42,8 +42,8 @@ Where the operator's sign-in is read (`read_operator`, the edge): where Claude C
 run as the supervisor's user, in its environment, would look: `$CLAUDE_CONFIG_DIR` (else
 `$HOME/.claude`) for `.credentials.json`, `$CLAUDE_CONFIG_DIR/.claude.json` (else
 `$HOME/.claude.json`, else the legacy `$HOME/.claude/.config.json`), `$CODEX_HOME` (else
-`$HOME/.codex`) for `auth.json`. They are outside every agent's reach, read by the supervisor
-itself, at each home preparation (when the supervisor starts and when a reload adds or changes
+`$HOME/.codex`) for `auth.json`. They are the operator's, no agent's to write (the fence shows
+`/` read-only), read by the supervisor itself, at each home preparation (when the supervisor starts and when a reload adds or changes
 the agent), so a refreshed sign-in reaches the agent at that preparation. A file (or the
 `.claude`/`.codex` directory named on the way) that is a symlink, not a regular file, larger
 than `MAX_BYTES` or owned by another uid than the supervisor's is not read, and `--check`
@@ -51,7 +51,10 @@ names it.
 
 Why copies, not binds of the operator's files: nothing of the operator's is ever writable by an
 agent, and each agent's copy is its own: Claude Code rewrites its record at each start and its
-credentials at each token refresh, and an agent that refreshes changes only its copy. The
+credentials at each token refresh, and an agent that refreshes changes only its copy. Why not
+read-only copies: Claude Code 2.1.332 does run a turn with both bound read-only (measured), but
+it could then keep no refreshed token and none of its own state, and a read-only copy would
+protect nothing of the operator's that a copy does not already keep out of reach. The
 copies are 0600 and belong to the agent's user (homes.py writes them by descriptor, beneath the
 home, never through a path the agent controls). What this cannot give: an OAuth refresh token
 that the provider rotates on use (Codex's ChatGPT sign-in does, "refresh token was already
