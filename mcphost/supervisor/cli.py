@@ -6,7 +6,9 @@ exits 2 with one stderr line per problem, naming the file and key (or variable, 
 what is expected. It runs in the foreground (systemd or a terminal supervises it) and exits 0
 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
 file as at start (exit 2), then the token file, one pinned, harmless call to the center and the
-state directory, one line per problem naming the fleet key (exit 1), or exit 0.
+state directory, one line per problem naming the fleet key (exit 1), or exit 0. Before those it
+says what the fence will be and, per client kind, whether the agents start signed in
+(signin.py: informative lines, never a problem).
 
 Must never: write to stdout (logs and events go to stderr), or show a token (none is in the
 fleet file; the token file is read by the supervisor itself).
@@ -82,6 +84,10 @@ def main(argv: list[str]) -> int:
             print(f"mcphost supervise: {line}", file=sys.stderr)
         return 2
     if check:
+        from mcphost.supervisor.signin import check_lines, read_operator
+
+        for line in check_lines(fleet, read_operator(os.environ)):
+            print(f"mcphost supervise --check: {line}", file=sys.stderr)
         return _preflight(fleet, settings.state)
     from mcphost.supervisor.supervisor import run_supervisor
 

@@ -24,12 +24,20 @@ Owns:
   `codex login --with-api-key` writes it (`{"auth_mode": "apikey", "OPENAI_API_KEY": ...}`),
   rewritten at each preparation: Codex's TUI reads its sign-in from `CODEX_HOME`, not from the
   environment, and would otherwise stop at its sign-in screen. Only that key, only in that
-  agent's own home; without one nothing is written (an `auth.json` already there, e.g. the
-  agent's own sign-in, is left as it is).
+  agent's own home; without one, the operator's sign-in (next point), else nothing is written
+  (an `auth.json` already there, e.g. the agent's own sign-in, is left as it is).
+- The sign-in of a default agent (signin.py says why and what): a fenced claude agent whose
+  `env` gives neither `HOME` nor `CLAUDE_CONFIG_DIR` gets `<home>/.claude.json` (its own record,
+  merged with onboarding done, its workspace trusted, its key approved, or the operator's
+  sign-in keys) and, signed in as the operator, `<home>/.claude/.credentials.json`; a codex
+  agent without `OPENAI_API_KEY` in its `env` gets a copy of the operator's `auth.json`. Each is
+  written fresh at each preparation from the `Operator` the caller read (`signin.read_operator`,
+  once per preparation of the fleet), 0600, the agent's, by descriptor like the config; the
+  agent's own record is read beneath the home without following a symlink and bounded in size.
 - With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
-  the codex directory and the config belong to that user (the agent writes there); the logs
-  stay the supervisor's; `<state>/agents/` becomes 0711 so that user can reach its home (ids
-  are not listable).
+  the codex and `.claude` directories, the config and the sign-in belong to that user (the
+  agent writes there); the logs stay the supervisor's; `<state>/agents/` becomes 0711 so that
+  user can reach its home (ids are not listable).
 - `hold_home`: `prepare_home` keeping the workspace descriptor it opened (`HeldWorkspace`). The
   supervisor opens nothing in the workspace by path after that: each center session's file
   tools resolve beneath a dup of it, and every process started as the agent starts in it
@@ -42,12 +50,14 @@ Owns:
   `AGENTMUX_*` variable (identity, token and settings are the supervisor's) and minus systemd's
   per-service handles (`NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`), plus the plan's `env`, plus
   `CODEX_HOME` for codex agents; a fenced agent (fence.py) whose `env` gives no `HOME` gets its
-  home as `HOME` (the fence lets it write only there and where its `env` points).
+  home as `HOME` (the fence lets it write only there and where its `env` points), and loses a
+  `CLAUDE_CONFIG_DIR` inherited from the supervisor (the operator's own config, read-only
+  behind the fence, with the operator's history) unless its `env` gives one.
 
 Must never: write the token, the token file's path or the admin URL into a home or an agent's
 environment (this module is never given them), follow a symlink inside a home, put a file of
 the supervisor's (its logs) inside a home, write a config wider than 0600, or write a key the
-fleet did not give that very agent.
+fleet did not give that very agent or a sign-in signin.py did not select for it.
 """
 
 from __future__ import annotations
@@ -60,7 +70,9 @@ from dataclasses import dataclass
 from configgen import AgentConfig, AttachBinding, ConfigError, render, write_private
 from mcphost.errors import CodedFailure
 from mcphost.names import is_agent_id
+from mcphost.supervisor import signin
 from mcphost.supervisor.plan import RESERVED_ENV_PREFIXES, AgentPlan
+from mcphost.supervisor.signin import Operator
 
 AGENTS = "agents"
 WORKSPACE = "workspace"
@@ -185,16 +197,22 @@ def config_bytes(plan: AgentPlan, attach: AttachPoints) -> bytes:
     return tomli_w.dumps({CODEX_BASE_URL_KEY: base_url}).encode() + b"\n" + servers
 
 
-def prepare_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> Home:
-    """Create or repair `plan`'s home under `state_dir` and write its config; see the module
-    docstring. Idempotent. Raises `HomeError` (or `ConfigError` for bad attach points)."""
-    home, workspace = hold_home(state_dir, plan, attach)
+def prepare_home(
+    state_dir: str, plan: AgentPlan, attach: AttachPoints, operator: Operator | None = None
+) -> Home:
+    """Create or repair `plan`'s home under `state_dir` and write its config and sign-in (from
+    `operator`, the supervisor user's own; None: nobody signed in); see the module docstring.
+    Idempotent. Raises `HomeError` (or `ConfigError` for bad attach points)."""
+    home, workspace = hold_home(state_dir, plan, attach, operator)
     workspace.close()
     return home
 
 
-def hold_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> tuple[Home, HeldWorkspace]:
+def hold_home(
+    state_dir: str, plan: AgentPlan, attach: AttachPoints, operator: Operator | None = None
+) -> tuple[Home, HeldWorkspace]:
     """`prepare_home`, keeping the workspace it opened (the caller closes it)."""
+    operator = operator or Operator()
     home = home_paths(state_dir, plan.agent_id, plan.client)
     data = config_bytes(plan, attach)
     owner = _owner(plan.user)
@@ -224,12 +242,13 @@ def hold_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> tuple[Ho
             codex_fd = _directory(root_fd, CODEX_DIR, home.codex_home, owner)
             fds.append(codex_fd)
             _write(codex_fd, CODEX_CONFIG, home.mcp_config, data, owner)
-            auth = codex_auth_bytes(plan)
+            auth = signin.codex_auth(plan, operator)
             if auth is not None:
                 shown = os.path.join(home.codex_home, CODEX_AUTH)
                 _write(codex_fd, CODEX_AUTH, shown, auth, owner)
         else:
             _write(root_fd, MCP_JSON, home.mcp_config, data, owner)
+            _claude_sign_in(root_fd, home, state_dir, plan, operator, owner)
     except BaseException:
         if workspace >= 0:
             os.close(workspace)
@@ -242,12 +261,67 @@ def hold_home(state_dir: str, plan: AgentPlan, attach: AttachPoints) -> tuple[Ho
 
 def codex_auth_bytes(plan: AgentPlan) -> bytes | None:
     """`auth.json` for a codex agent whose `env` gives `OPENAI_API_KEY` (pure), else None."""
-    key = dict(plan.env).get(CODEX_KEY_ENV)
-    if plan.client != "codex" or not key:
+    if not dict(plan.env).get(CODEX_KEY_ENV):
         return None
-    import json
+    return signin.codex_auth(plan, Operator())
 
-    return json.dumps({"auth_mode": "apikey", CODEX_KEY_ENV: key}, indent=2).encode() + b"\n"
+
+def _claude_sign_in(
+    root_fd: int,
+    home: Home,
+    state_dir: str,
+    plan: AgentPlan,
+    operator: Operator,
+    owner: tuple[int, int] | None,
+) -> None:
+    """Write what signin.py selects for a claude agent: `.claude.json` (merged into the one its
+    Claude Code wrote, read here beneath the home without following a symlink) and
+    `.claude/.credentials.json`."""
+    if signin.claude_source(plan, operator) is None:
+        return
+    real = os.path.join(
+        os.path.realpath(state_dir), AGENTS, plan.agent_id, WORKSPACE
+    )  # the supervisor's own path: never walks into the home
+    trusted = tuple(dict.fromkeys((home.workspace, real)))
+    own = _read_own(root_fd, signin.CLAUDE_RECORD)
+    record, credentials = signin.claude_files(plan, operator, trusted, own)
+    if credentials is not None:
+        folder = os.path.join(home.root, signin.CLAUDE_DIR)
+        claude_fd = _directory(root_fd, signin.CLAUDE_DIR, folder, owner)
+        try:
+            shown = os.path.join(folder, signin.CLAUDE_CREDENTIALS)
+            _write(claude_fd, signin.CLAUDE_CREDENTIALS, shown, credentials, owner)
+        finally:
+            os.close(claude_fd)
+    if record is not None:
+        shown = os.path.join(home.root, signin.CLAUDE_RECORD)
+        _write(root_fd, signin.CLAUDE_RECORD, shown, record, owner)
+
+
+def _read_own(dir_fd: int, name: str) -> bytes | None:
+    """The agent's own file `name` beneath `dir_fd`: a regular file of at most
+    `signin.MAX_BYTES`, opened without following a symlink (or blocking on a FIFO); else None."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > signin.MAX_BYTES:
+            return None
+        chunks = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > signin.MAX_BYTES:
+                return None
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _state_of(home: Home) -> str:
@@ -264,8 +338,11 @@ def agent_env(base: Mapping[str, str], plan: AgentPlan, home: Home) -> dict[str,
         and not key.startswith(_SERVICE_ENV_PREFIXES)
     }
     env.update(plan.env)
-    if plan.sandbox != "none" and "HOME" not in dict(plan.env):
+    given = dict(plan.env)
+    if plan.sandbox != "none" and "HOME" not in given:
         env["HOME"] = home.root  # behind the fence the supervisor's HOME is read-only
+        if "CLAUDE_CONFIG_DIR" not in given:
+            env.pop("CLAUDE_CONFIG_DIR", None)  # the operator's: read-only, their history
     if plan.client == "codex" and home.codex_home is not None:
         env["CODEX_HOME"] = home.codex_home
     return env

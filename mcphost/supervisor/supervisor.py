@@ -72,6 +72,13 @@ from mcphost.supervisor.records import ProcessRecords
 from mcphost.supervisor.refusals import Refused
 from mcphost.supervisor.relayhost import RelayHost
 from mcphost.supervisor.sessions import AGENT_HELD_BYTES, Attached, SessionHub
+from mcphost.supervisor.signin import (
+    Operator,
+    claude_home_is_its_own,
+    claude_source,
+    codex_auth,
+    read_operator,
+)
 from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
@@ -339,13 +346,17 @@ class Supervisor:
         # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
         starting = changed + added
         attach = self.attach_points()
+        # The operator's own sign-in, read fresh at each preparation (signin.py).
+        operator = await asyncio.to_thread(read_operator, self.env) if starting else None
         homes = await asyncio.gather(
             *(
-                asyncio.to_thread(hold_home, self.state_dir, wanted[agent_id], attach)
+                asyncio.to_thread(hold_home, self.state_dir, wanted[agent_id], attach, operator)
                 for agent_id in starting
             ),
             return_exceptions=True,
         )
+        if operator is not None:
+            _signed_out(operator, [wanted[agent_id] for agent_id in starting])
         for home in homes:
             if isinstance(home, BaseException) and not isinstance(home, HomeError | OSError):
                 raise home  # a bug, not an unsafe home: before anything is stopped
@@ -806,6 +817,25 @@ class Supervisor:
         if current is not None and (below is None or current[0] < below):
             del self._relay_shares[agent_id]
             self._spawn(current[1].aclose())
+
+
+def _signed_out(operator: Operator, plans: list[AgentPlan]) -> None:
+    """One warning per client kind whose starting agents get no sign-in (signin.py), and one
+    per operator file not read; paths and agent ids only, never a secret."""
+    claude = [
+        p.agent_id
+        for p in plans
+        if claude_home_is_its_own(p) and claude_source(p, operator) is None
+    ]
+    codex = [p.agent_id for p in plans if p.client == "codex" and codex_auth(p, operator) is None]
+    for client, agents in (("claude", claude), ("codex", codex)):
+        if agents:
+            events.emit(
+                "supervisor.signed_out", level="warning", client=client, agents=agents,
+                user=operator.user,
+            )  # fmt: skip
+    for problem in operator.problems:
+        events.emit("supervisor.sign_in_not_copied", level="warning", problem=problem)
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:

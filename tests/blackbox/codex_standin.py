@@ -5,7 +5,8 @@ Owns: a real HTTP server (aiohttp, 127.0.0.1; the thread, loop and lifecycle of
 `model_standin.ModelStandIn`, reused) that answers `POST /v1/responses` with server-sent events
 (`response.created`, `response.output_item.done`, `response.completed`) and anything else with
 an empty JSON object; the script those answers follow; and a record of every request
-(`responses`: the bodies; `other_requests`: method and path).
+(`responses`: the bodies; `credentials`: their `Authorization` headers; `other_requests`:
+method and path).
 
 The script is a list of turns served in order, one per `POST /v1/responses`; past its end the
 last turn repeats. A `Say` turn is one assistant message. A `Code` turn is one call of Codex's
@@ -98,6 +99,7 @@ class ResponsesStandIn(ModelStandIn):
         }
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
+        self._note_credential(request)
         body = await request.json()
         turn = self.turns[min(len(self.responses), len(self.turns) - 1)]
         self.responses.append(body)

@@ -8,7 +8,9 @@ record of every model request: the tools it offered and the tool results it carr
 The script is a list of turns, served in order, one per model request; past the end, the last
 turn repeats. A turn may wait until the request offers a tool (`ToolUse.once_offered`): a
 condition on what the client sends, never a delay. Requests that offer no tools at all (side
-requests: titles, quota probes) get a short text answer and do not count as turns.
+requests: titles, quota probes) get a short text answer and do not count as turns. The
+credential of every model request (its `Authorization` or `x-api-key` header) is kept in order
+(`credentials`), so a test sees which sign-in a client used.
 
 "Offered" means what the model could see: the request's `tools` array plus the tool names
 Claude Code announces in text when its own tool search defers them (`offered_tools`).
@@ -147,6 +149,7 @@ class ModelStandIn:
         self.exchanges: list[Exchange] = []
         self.side_requests: list[dict[str, Any]] = []
         self.other_requests: list[tuple[str, str]] = []
+        self.credentials: list[str] = []  # "Bearer ..." or "x-api-key ...", per model request
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -171,7 +174,14 @@ class ModelStandIn:
         body = await request.read()
         return web.json_response({"input_tokens": max(1, len(body) // 4)})
 
+    def _note_credential(self, request: web.Request) -> None:
+        if "Authorization" in request.headers:
+            self.credentials.append(request.headers["Authorization"])
+        elif "x-api-key" in request.headers:
+            self.credentials.append(f"x-api-key {request.headers['x-api-key']}")
+
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        self._note_credential(request)
         body = await request.json()
         streamed = bool(body.get("stream"))
         tools = [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
