@@ -70,6 +70,7 @@ bind a path that is a symlink (`check_sources`, at each spawn), or run an agent 
 from __future__ import annotations
 
 import ctypes
+import glob
 import json
 import os
 import platform
@@ -100,6 +101,17 @@ RUN = "/run"
 # host's root run its program. bubblewrap covers /proc/irq, /proc/bus, /proc/sysrq-trigger
 # itself, but not this (the directory refuses access(W_OK) even to root).
 SYSCTLS = "/proc/sys"
+# Files only root may read, which a uid-0 agent (a root supervisor's, without `user =`) would
+# read through the read-only `/`: shown to it as an empty device (globs, expanded at plan time).
+ROOT_ONLY = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+    "/etc/ssh/ssh_host_*_key",
+)
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
@@ -140,6 +152,7 @@ class FencePlan:
     given: tuple[str, ...] = ()  # fleet-given paths outside every cover, bound writable
     map_uid: int | None = None  # uid-0 agent: seen as this uid in a user namespace of its own
     root_agent: bool = False  # uid 0 outside (a root supervisor's, no `user =`): sysctls read-only
+    blanks: tuple[str, ...] = ()  # root-only files shown as an empty device (a uid-0 agent's)
     switch: Switch | None = None  # `user =` agent under a root supervisor: setpriv inside
     unset_env: tuple[str, ...] = ()
 
@@ -149,7 +162,7 @@ class FencePlan:
     @classmethod
     def from_json(cls, text: str) -> FencePlan:
         data = json.loads(text)
-        tuples = ("covers", "keeps", "readonly", "private", "given", "unset_env")
+        tuples = ("covers", "keeps", "readonly", "private", "given", "unset_env", "blanks")
         for key in tuples:
             data[key] = tuple(data.get(key, ()))
         if data.get("switch") is not None:
@@ -198,6 +211,8 @@ class FencePlan:
             args += ["--ro-bind", path, path]
         for path in (*self.keeps, *self.given):
             args += ["--bind", path, path]
+        for path in self.blanks:
+            args += ["--ro-bind-try", "/dev/null", path]
         for cover in self.covers:
             args += ["--remount-ro", cover]
         for name in self.unset_env:
@@ -271,6 +286,8 @@ def plan(
     map_uid: int | None = None,
     switch: Switch | None = None,
     root_agent: bool = False,
+    operator_home: str | None = None,
+    root_only: tuple[str, ...] = (),
 ) -> FencePlan:
     """The fence of the agent whose home is `home` (beneath `state_dir`), starting in
     `workspace`, reaching `sockets` (its attach sockets), never `secrets` (the token and fleet
@@ -280,7 +297,10 @@ def plan(
     which belongs to the supervisor, and beneath the home, which comes back whole), with
     `runtime` (the supervisor's own programs) bound back read-only where a cover hides it, and
     `resolver` (the directory of `/etc/resolv.conf`'s target) back read-only when under /run,
-    and with `root_agent` (its processes are uid 0 outside) the sysctls read-only. Pure."""
+    and with `root_agent` (its processes are uid 0 outside) the sysctls read-only and
+    `root_only` (files only root may read: /etc/shadow, host keys) blanked. `operator_home`
+    (the supervisor's user's home: its sign-ins, keys, history) is hidden whole unless it is a
+    system directory; what the agent needs from it comes back like any kept path. Pure."""
     norm = os.path.normpath
     state = norm(state_dir)
     home = norm(home)
@@ -292,6 +312,8 @@ def plan(
         folder = os.path.dirname(secret)
         if folder not in SYSTEM_DIRS:
             hidden_dirs.append(folder)
+    if operator_home is not None and norm(operator_home) not in SYSTEM_DIRS:
+        hidden_dirs.append(norm(operator_home))
     private = PRIVATE
     covers = [
         c
@@ -347,6 +369,7 @@ def plan(
         map_uid=map_uid,
         switch=switch,
         root_agent=root_agent,
+        blanks=tuple(p for p in root_only if root_agent and not hides(norm(p))),
         unset_env=UNSET_ENV,
     )
 
@@ -482,6 +505,8 @@ def for_agent(
         map_uid=support.agent_map_uid(switch),
         switch=None if outside else switch,
         root_agent=switch is None and support.root,
+        operator_home=_operator_home(),
+        root_only=tuple(p for pattern in ROOT_ONLY for p in sorted(glob.glob(pattern))),
     )
     return Fence(
         planned,
@@ -492,6 +517,23 @@ def for_agent(
         switch_outside=outside,
         reset=support.reset,
     )
+
+
+def _operator_home() -> str | None:
+    """The supervisor's user's home directory (its passwd entry's, and `$HOME` when that is
+    another absolute path, the first that is a directory)."""
+    import pwd
+
+    found = []
+    try:
+        found.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        pass
+    found.append(os.environ.get("HOME", ""))
+    for path in found:
+        if os.path.isabs(path) and os.path.isdir(path):
+            return os.path.realpath(path)
+    return None
 
 
 def nobody_uid() -> int:

@@ -176,3 +176,27 @@ def test_the_probe_sees_this_machine() -> None:
     support = fence.probe()
     assert support.root == (os.geteuid() == 0)
     assert support.landlock_abi == fence.landlock_abi()
+
+
+def test_the_operators_home_is_hidden_and_what_the_agent_needs_from_it_comes_back() -> None:
+    # the supervisor's user's sign-ins, keys and history; its interpreter (pyenv) and a
+    # fleet-given HOME beneath it come back
+    got = planned(
+        operator_home="/root",
+        runtime=("/root/.pyenv/versions/3.11.7",),
+        given=("/root/agents/a1",),
+    )
+    assert "/root" in got.covers
+    assert not got.visible("/root/.ssh/id_ed25519") and not got.visible("/root/.claude.json")
+    assert "/root/.pyenv/versions/3.11.7" in got.readonly
+    assert "/root/agents/a1" in got.keeps
+    assert "/home" not in planned(operator_home="/home").covers  # a system directory: never
+
+
+def test_a_root_agent_sees_root_only_files_as_empty_devices() -> None:
+    root = planned(root_agent=True, root_only=("/etc/shadow", "/etc/ssh/ssh_host_ed25519_key"))
+    argv = root.argv(["x"])
+    assert root.blanks == ("/etc/shadow", "/etc/ssh/ssh_host_ed25519_key")
+    assert pairs(argv, "--ro-bind-try") == ["/dev/null", "/dev/null"]
+    assert argv[argv.index("/etc/shadow") - 2] == "--ro-bind-try"
+    assert planned(root_agent=False, root_only=("/etc/shadow",)).blanks == ()
