@@ -1,0 +1,86 @@
+"""What each agent of a fleet will reach on this machine, worked out from the fleet and the state
+directory alone, before anything runs: `mcphost supervise` at load and in `--check`, a reload,
+and the supervisor itself when it spawns.
+
+Owns:
+- the attach points under a state directory (`attach_points`: the pump, `interpreter -I -S
+  script`, and the sockets `<state>/run/center.sock` and `relay.sock`) and the control socket
+  (`CONTROL`);
+- the fence the supervisor gives an agent (`agent_fence`, with `secrets`: what no agent may
+  reach): `Supervisor` spawns with it, and the checks here plan with the very same call, so the
+  check and the spawn never disagree.
+
+Must never: spawn a process, change anything on disk, or take anything from an agent (it reads
+the fleet, this process's own paths, and stats of the host's files).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from mcphost.supervisor import fence as fences
+from mcphost.supervisor.homes import AttachPoints, Home, home_paths
+from mcphost.supervisor.kernel import resolve_user, switch_of
+from mcphost.supervisor.plan import AgentPlan, Fleet
+
+CONTROL = "control.sock"  # <state>/control.sock, `mcphost ctl`'s way in
+RUN = "run"  # <state>/run/: the attach sockets
+
+
+def attach_points(state_dir: str) -> AttachPoints:
+    """What every attach entry under `state_dir` runs: this interpreter, the installed pump
+    (configgen's rule), and the two attach sockets."""
+    from configgen import attach_script
+
+    state = os.path.abspath(state_dir)
+    return AttachPoints(
+        interpreter=sys.executable,
+        script=attach_script(),  # inside the installed package
+        center_socket=os.path.join(state, RUN, "center.sock"),
+        relay_socket=os.path.join(state, RUN, "relay.sock"),
+    )
+
+
+def secrets(fleet: Fleet) -> tuple[str, ...]:
+    """What no agent may reach: the token and fleet files, the center's runtime socket and
+    its admin socket (fence.py hides each one's directory)."""
+    center = fleet.center
+    found = [center.token_file, fleet.path]
+    if center.runtime_socket:
+        found.append(center.runtime_socket)
+    if center.admin_url.kind == "unix":
+        found.append(center.admin_url.path)
+    return tuple(os.path.abspath(p) for p in found)
+
+
+def agent_fence(
+    fleet: Fleet,
+    state_dir: str,
+    plan: AgentPlan,
+    home: Home | None = None,
+    *,
+    support: fences.Support | None = None,
+) -> fences.Fence | None:
+    """The agent's fence (fence.py): its home and attach sockets visible, the state, the token
+    and fleet files and the runtime directories hidden; None with `sandbox = "none"`. `home`:
+    its layout (`home_paths` when not given). `check_sandbox` refused "auto" at load where it
+    cannot be built; `check_users`, a user it cannot switch to."""
+    if plan.sandbox == "none":
+        return None
+    state = os.path.abspath(state_dir)
+    if home is None:
+        home = home_paths(state, plan.agent_id, plan.client)
+    attach = attach_points(state)
+    return fences.for_agent(
+        state_dir=state,
+        home=home.root,
+        workspace=home.workspace,
+        sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
+        secrets=secrets(fleet),
+        env=dict(plan.env),
+        switch=switch_of(resolve_user(plan.user)),
+        pump=attach.script,
+        tmp_size=plan.tmp_size,
+        support=support,
+    )
