@@ -3,7 +3,8 @@
 Owns: the command line (`--fleet`, `--state`; `MCPHOST_FLEET`, `MCPHOST_STATE` when a flag is
 absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
 exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
-what is expected. It runs in the foreground (systemd or a terminal supervises it) and exits 0
+what is expected; so does a state directory too long for its sockets (reach.py), in `--check`
+too. It runs in the foreground (systemd or a terminal supervises it) and exits 0
 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
 file as at start (exit 2), then the token file, one pinned, harmless call to the center and the
 state directory, one line per problem naming the fleet key (exit 1), or exit 0.
@@ -37,6 +38,19 @@ class SuperviseSettings(Settings):
         if isinstance(raw, str) and raw and "\0" not in raw:
             return os.path.abspath(raw)
         return raw
+
+    @field_validator("state")
+    @classmethod
+    def _state_fits(cls, value: str) -> str:
+        """A state directory whose sockets cannot be bound is refused here, before anything
+        runs (`--check` too): one line naming it and the limit (reach.py)."""
+        from mcphost.settings import Invalid
+        from mcphost.supervisor.reach import state_problem
+
+        problem = state_problem(value)
+        if problem is not None:
+            raise Invalid(problem, repr(value))
+        return value
 
 
 def _parser() -> object:

@@ -6,6 +6,12 @@ Owns:
 - the attach points under a state directory (`attach_points`: the pump, `interpreter -I -S
   script`, and the sockets `<state>/run/center.sock` and `relay.sock`) and the control socket
   (`CONTROL`);
+- the one bound on the state directory's length (`state_problem`): the sockets under it that are
+  reached by their path as it is (`socket_paths`: the control socket, which `mcphost ctl`
+  connects to, and the attach sockets, which the pump, stdlib only, connects to) must each fit
+  `sun_path` (`mcphost.unixsock.fits`, `SUN_PATH_MAX` bytes). The relay's socket and the tmux
+  servers' need no bound: they are reached through their directory when too long
+  (`unixsock.address`, relay/tmux.py); the homes and the gate FIFOs are no sockets;
 - the fence the supervisor gives an agent (`agent_fence`, with `secrets`: what no agent may
   reach): `Supervisor` spawns with it, and the checks here plan with the very same call, so the
   check and the spawn never disagree.
@@ -23,6 +29,7 @@ from mcphost.supervisor import fence as fences
 from mcphost.supervisor.homes import AttachPoints, Home, home_paths
 from mcphost.supervisor.kernel import resolve_user, switch_of
 from mcphost.supervisor.plan import AgentPlan, Fleet
+from mcphost.unixsock import SUN_PATH_MAX
 
 CONTROL = "control.sock"  # <state>/control.sock, `mcphost ctl`'s way in
 RUN = "run"  # <state>/run/: the attach sockets
@@ -39,6 +46,32 @@ def attach_points(state_dir: str) -> AttachPoints:
         script=attach_script(),  # inside the installed package
         center_socket=os.path.join(state, RUN, "center.sock"),
         relay_socket=os.path.join(state, RUN, "relay.sock"),
+    )
+
+
+def socket_paths(state_dir: str) -> tuple[str, ...]:
+    """The sockets under `state_dir` that are reached by their path as it is (see the module
+    docstring): each must fit `sun_path`."""
+    attach = attach_points(state_dir)
+    paths = [os.path.join(os.path.abspath(state_dir), CONTROL), attach.center_socket]
+    return (*paths, *([attach.relay_socket] if attach.relay_socket else []))
+
+
+def state_problem(state_dir: str) -> str | None:
+    """Why `state_dir` cannot be the supervisor's state directory by its path alone, as the
+    `expected` part of one operator line (None: it can): it must be absolute, and short enough
+    for every socket of `socket_paths` to fit a Unix socket path."""
+    if not state_dir or not os.path.isabs(state_dir) or "\0" in state_dir:
+        return "an absolute path: the supervisor's state directory"
+    state = os.path.abspath(state_dir)
+    longest = max(socket_paths(state), key=lambda p: len(os.fsencode(p)))
+    size, own = len(os.fsencode(longest)), len(os.fsencode(state))
+    if size <= SUN_PATH_MAX:
+        return None
+    shown = "<state>" + longest[len(state) :]
+    return (
+        f"a path of at most {SUN_PATH_MAX - (size - own)} bytes (it has {own}), so that "
+        f"{shown} fits the {SUN_PATH_MAX} bytes of a Unix socket path (it would have {size})"
     )
 
 
