@@ -6,8 +6,9 @@ exits 2 with one stderr line per problem, naming the file and key (or variable, 
 what is expected; so does a state directory too long for its sockets (reach.py), in `--check`
 too. It runs in the foreground (systemd or a terminal supervises it) and exits 0
 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
-file as at start (exit 2), then the token file, one pinned, harmless call to the center and the
-state directory, one line per problem naming the fleet key (exit 1), or exit 0.
+file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
+state directory and each fenced agent's program as that agent will look for it (reach.py), one
+line per problem naming the fleet key (exit 1), or exit 0.
 
 Must never: write to stdout (logs and events go to stderr), or show a token (none is in the
 fleet file; the token file is read by the supervisor itself).
@@ -108,9 +109,11 @@ def _preflight(fleet: object, state: str) -> int:
 
     from mcphost.supervisor.centerhealth import preflight
     from mcphost.supervisor.plan import Fleet
+    from mcphost.supervisor.reach import program_problems
 
     assert isinstance(fleet, Fleet)
     problems = asyncio.run(preflight(fleet, state))
+    problems += program_problems(fleet, state, os.environ)
     for line in problems:
         print(f"mcphost supervise: {line}", file=sys.stderr)
     verdict = "OK" if not problems else f"{len(problems)} problem(s)"

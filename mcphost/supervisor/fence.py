@@ -169,6 +169,15 @@ class FencePlan:
             ]
         return args + program
 
+    def hidden_by(self, path: str) -> str | None:
+        """The cover or private directory that hides `path` (absolute) in the fenced view;
+        None when the fence shows it (pure)."""
+        if self.visible(path):
+            return None
+        path = os.path.normpath(path)
+        hiding = [c for c in (*self.covers, *self.private) if beneath(path, c)]
+        return max(hiding, key=len) if hiding else None
+
     def visible(self, path: str) -> bool:
         """Does `path` (absolute, normalized) exist in the fenced view's tree, as far as the
         plan decides (a path beneath a cover shows only beneath what comes back)?"""
@@ -295,7 +304,9 @@ def resolve(planned: FencePlan, program: str, path: str) -> str:
             return program  # relative to the workspace: the agent's own, found inside
         if planned.visible(full) and os.access(full, os.X_OK):
             return program
-        raise FileNotFoundError(2, f"{full} is not there inside the agent's fence", program)
+        cover = planned.hidden_by(full)
+        where = f" (hidden by the fence: {cover})" if cover else ""
+        raise FileNotFoundError(2, f"{full} is not there inside the agent's fence{where}", program)
     hidden = []
     for entry in path.split(os.pathsep):
         if not os.path.isabs(entry):

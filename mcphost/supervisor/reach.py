@@ -15,6 +15,12 @@ Owns:
 - the fence the supervisor gives an agent (`agent_fence`, with `secrets`: what no agent may
   reach): `Supervisor` spawns with it, and the checks here plan with the very same call, so the
   check and the spawn never disagree.
+- `program_problems`: each fenced agent with a `command` finds its program as the fenced agent
+  will (`fence.resolve` over that very fence, with the `PATH` of the environment it is spawned
+  with, `homes.agent_env`: its `env`'s, else the supervisor's): `--check` prints one line per
+  agent that will not, naming the key, the agent, the program and what the fence hides. At
+  start and reload the agent is still started: its spawn fails with the same words in
+  `ctl status` (`Fence.wrap` refuses it), and succeeds once the program is where it can see it.
 
 Must never: spawn a process, change anything on disk, or take anything from an agent (it reads
 the fleet, this process's own paths, and stats of the host's files).
@@ -24,9 +30,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 from mcphost.supervisor import fence as fences
-from mcphost.supervisor.homes import AttachPoints, Home, home_paths
+from mcphost.supervisor.homes import AttachPoints, Home, agent_argv, agent_env, home_paths
 from mcphost.supervisor.kernel import resolve_user, switch_of
 from mcphost.supervisor.plan import AgentPlan, Fleet
 from mcphost.unixsock import SUN_PATH_MAX
@@ -117,3 +124,30 @@ def agent_fence(
         tmp_size=plan.tmp_size,
         support=support,
     )
+
+
+def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> list[str]:
+    """One line per fenced agent with a `command` that will not find its program inside its
+    fence (`env`: the supervisor's environment, which the agent's is made from): the key that
+    gives the command, the agent, and `fence.resolve`'s words (the program, the agent's PATH,
+    what the fence hides of it)."""
+    lines = []
+    for index, plan in enumerate(fleet.agents):
+        if plan.command is None or plan.sandbox == "none":
+            continue
+        home = home_paths(state_dir, plan.agent_id, plan.client)
+        fence = agent_fence(fleet, state_dir, plan, home)
+        assert fence is not None
+        program = agent_argv(plan, home)[0]
+        path = agent_env(env, plan, home).get("PATH", os.defpath)
+        try:
+            fences.resolve(fence.plan, program, path)
+        except FileNotFoundError as exc:
+            own = plan.command != fleet.defaults.command
+            key = f"agent[{index}].command" if own else "defaults.command"
+            lines.append(
+                f"{key} ({plan.agent_id}): {exc.strerror}: install it where the fence shows "
+                "it (not under /tmp, /run or the state directory) or name it by a path the "
+                "agent can see"
+            )
+    return lines

@@ -1,11 +1,18 @@
 """Unit tests of what the supervisor works out at load about what its agents will reach
-(mcphost/supervisor/reach.py): the state directory's room for its sockets."""
+(mcphost/supervisor/reach.py): the state directory's room for its sockets, and each fenced
+agent's program as it will look for it (fence.py's `resolve` and `FencePlan.hidden_by`)."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
-from mcphost.supervisor import reach
+import pytest
+
+from mcphost.admin.target import AdminTarget
+from mcphost.supervisor import fence, reach
+from mcphost.supervisor.plan import AgentDefaults, CenterConfig, Fleet, apply_defaults
 from mcphost.unixsock import SUN_PATH_MAX, fits
 
 ROOM = SUN_PATH_MAX - len("/run/center.sock")  # the longest socket reached by its path
@@ -47,3 +54,108 @@ def test_the_sockets_the_supervisor_binds_are_the_ones_checked() -> None:
         points.center_socket,
         points.relay_socket,
     }
+
+
+# -- the program a fenced agent will find ---------------------------------------------------------
+
+STATE = "/var/lib/mcphost"
+HOME = f"{STATE}/agents/a1"
+
+
+def a_plan() -> fence.FencePlan:
+    return fence.plan(
+        state_dir=STATE,
+        home=HOME,
+        workspace=f"{HOME}/workspace",
+        sockets=(f"{STATE}/run/center.sock",),
+        secrets=("/etc/mcphost/worker.token",),
+    )
+
+
+def test_hidden_by_names_the_cover_or_private_directory_that_hides_a_path() -> None:
+    planned = a_plan()
+    assert planned.hidden_by("/tmp/tools/bin/tool") == "/tmp"
+    assert planned.hidden_by(f"{STATE}/agents/a2/bin/tool") == STATE
+    assert planned.hidden_by("/etc/mcphost/other") == "/etc/mcphost"
+    assert planned.hidden_by(f"{HOME}/bin/tool") is None  # its home comes back
+    assert planned.hidden_by("/usr/bin/env") is None
+
+
+def executable(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    program = directory / name
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    return program
+
+
+@pytest.fixture
+def hidden_bin() -> Any:
+    """A directory of programs under /tmp (the fence gives every agent a private /tmp)."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="mcphost-reach-", dir="/tmp"))
+    yield base / "bin"
+    shutil.rmtree(base)
+
+
+def test_resolve_names_the_path_entries_the_fence_hides(hidden_bin: Path) -> None:
+    executable(hidden_bin, "mytool")
+    executable(hidden_bin, "env")  # also in /usr/bin, which the fence shows
+    planned = a_plan()
+    with pytest.raises(FileNotFoundError) as caught:
+        fence.resolve(planned, "mytool", f"{hidden_bin}:/usr/bin")
+    assert caught.value.strerror == (
+        f"mytool is not on the agent's PATH inside its fence (PATH={hidden_bin}:/usr/bin; "
+        f"hidden by the fence: {hidden_bin})"
+    )
+    assert fence.resolve(planned, "env", f"{hidden_bin}:/usr/bin") == "/usr/bin/env"
+    with pytest.raises(FileNotFoundError) as caught:
+        fence.resolve(planned, str(hidden_bin / "mytool"), "/usr/bin")
+    assert "(hidden by the fence: /tmp)" in caught.value.strerror
+
+
+def a_fleet(*agents: dict[str, Any], defaults: AgentDefaults | None = None) -> Fleet:
+    defaults = defaults or AgentDefaults(client="command")
+    return Fleet(
+        path="/etc/mcphost/fleet.toml",
+        center=CenterConfig(
+            admin_url=AdminTarget(kind="unix", path="/run/center/admin.sock"),
+            pins=(),
+            token_file="/etc/mcphost/worker.token",
+        ),
+        agents=tuple(apply_defaults(defaults, a.pop("id"), a) for a in agents),
+        defaults=defaults,
+    )
+
+
+def test_each_fenced_agent_that_will_not_find_its_program_is_one_line(hidden_bin: Path) -> None:
+    executable(hidden_bin, "mytool")
+    hidden_path = {"PATH": f"{hidden_bin}:/usr/bin:/bin"}
+    fleet = a_fleet(
+        {"id": "on-path", "command": ("mytool", "--flag"), "env": hidden_path},
+        {"id": "by-path", "command": (str(hidden_bin / "mytool"),)},
+        {"id": "unfenced", "command": ("mytool",), "env": hidden_path, "sandbox": "none"},
+        {"id": "found", "command": ("env",), "env": hidden_path},
+        {"id": "defaulted"},
+        defaults=AgentDefaults(client="command", command=(str(hidden_bin / "deftool"),)),
+    )
+    lines = reach.program_problems(fleet, STATE, {"PATH": "/usr/bin:/bin"})
+    assert len(lines) == 3, lines
+    on_path, by_path, defaulted = lines
+    assert on_path.startswith("agent[0].command (on-path): mytool is not on the agent's PATH")
+    assert f"hidden by the fence: {hidden_bin}" in on_path
+    assert by_path.startswith(f"agent[1].command (by-path): {hidden_bin}/mytool is not there")
+    assert "(hidden by the fence: /tmp)" in by_path
+    assert defaulted.startswith("defaults.command (defaulted): ")
+
+
+def test_the_agents_path_is_the_supervisors_when_its_env_gives_none(hidden_bin: Path) -> None:
+    executable(hidden_bin, "mytool")
+    fleet = a_fleet({"id": "a1", "command": ("mytool",)})
+    assert reach.program_problems(fleet, STATE, {"PATH": "/usr/bin:/bin"}) != []
+    lines = reach.program_problems(fleet, STATE, {"PATH": f"{hidden_bin}:/usr/bin"})
+    assert len(lines) == 1 and f"hidden by the fence: {hidden_bin}" in lines[0], lines
+    fleet = a_fleet({"id": "a1", "command": ("env",)})
+    assert reach.program_problems(fleet, STATE, {"PATH": f"{hidden_bin}:/usr/bin"}) == []

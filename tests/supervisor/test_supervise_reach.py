@@ -4,14 +4,22 @@ fleet's agents will reach (mcphost/supervisor/reach.py), through the real proces
 - A state directory too long for its sockets: one stderr line naming it and the limit, exit 2,
   from `--check` and from `supervise` alike, and nothing created; the longest one allowed runs
   an agent that attaches to both surfaces.
+- An agent whose program the fence will hide (a PATH entry under /tmp, a path under /tmp): one
+  `--check` line per agent naming its key, its id, the program and what hides it (exit 1);
+  `supervise` still runs the fleet, and each such agent's spawn fails with the same words as
+  one clean line in `ctl status` (a process agent and a tmux pane alike), while the others run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from mcphost.unixsock import SUN_PATH_MAX
@@ -72,3 +80,59 @@ def test_the_longest_state_directory_allowed_runs_an_agent_on_both_surfaces(
     assert {call["server"] for call in calls} == {"agent-center", "agentmux"}, calls
     assert all(call["ok"] for call in calls), calls
     assert len(os.fsencode(supervised.state / "run" / "center.sock")) == SUN_PATH_MAX
+
+
+@pytest.fixture
+def hidden_bin() -> Iterator[Path]:
+    """A directory holding `mytool` (exits 0) under /tmp, which every fenced agent sees private."""
+    base = Path(tempfile.mkdtemp(prefix="mcphost-bin-"))
+    tool = base / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    base.chmod(0o755)
+    yield tool.parent
+    shutil.rmtree(base)
+
+
+def test_an_agent_that_will_not_find_its_program_is_named_by_check_and_by_its_spawn(
+    supervised: Supervised, hidden_bin: Path
+) -> None:
+    path = {"PATH": f"{hidden_bin}:/usr/bin:/bin"}
+    agents = [
+        {"id": "on-path", "command": ["mytool"], "env": path},
+        {"id": "by-path", "command": [str(hidden_bin / "mytool")]},
+        {"id": "fine", "command": standin("--hold")},
+    ]
+    tmux = shutil.which("tmux") is not None
+    if tmux:
+        agents.append({"id": "pane", "runner": "tmux", "command": ["mytool"], "env": path})
+    supervised.write_fleet(agents, max_restarts=1)
+
+    done = check(supervised)
+    assert done.returncode == 1, done.stderr
+    problems = [line for line in done.stderr.splitlines() if "--check:" not in line]
+    assert len(problems) == len(agents) - 1, done.stderr
+    on_path, by_path = problems[:2]
+    assert "agent[0].command (on-path): mytool is not on the agent's PATH" in on_path
+    assert f"hidden by the fence: {hidden_bin}" in on_path
+    assert f"agent[1].command (by-path): {hidden_bin}/mytool is not there" in by_path
+    assert "hidden by the fence: /tmp" in by_path
+    if tmux:
+        assert problems[2].startswith("mcphost supervise: agent[3].command (pane): mytool ")
+
+    supervised.start()
+    supervised.wait_running("fine")
+    hidden = [a["id"] for a in agents if a["id"] != "fine"]
+    rows = until(
+        lambda: all(supervised.status()[a]["last_reason"] for a in hidden) and supervised.status(),
+        60,
+        "each hidden program's spawn to fail",
+    )
+    for agent in hidden:
+        reason = rows[agent]["last_reason"]
+        assert "\n" not in reason and "Errno" not in reason and "'mytool'" not in reason, reason
+        program = str(hidden_bin / "mytool") if agent == "by-path" else "mytool"
+        assert reason.startswith(f"cannot run {program}: "), reason
+        assert "hidden by the fence: " in reason and "[ENOENT]" in reason, reason
+    assert rows["fine"]["state"] == "running"
