@@ -3,9 +3,9 @@
 Owns: the command line (`--fleet`, `--state`; `MCPHOST_FLEET`, `MCPHOST_STATE` when a flag is
 absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
 exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
-what is expected; so does a state directory too long for its sockets (reach.py), in `--check`
-too. It runs in the foreground (systemd or a terminal supervises it) and exits 0
-after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
+what is expected; so do a state directory too long for its sockets and a `user =` that cannot
+start its agents' attach entries (reach.py), in `--check` too. It runs in the foreground
+(systemd or a terminal supervises it) and exits 0 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
 file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
 state directory and each fenced agent's program as that agent will look for it (reach.py), one
 line per problem naming the fleet key (exit 1), or exit 0.
@@ -85,6 +85,7 @@ def main(argv: list[str]) -> int:
         from mcphost.supervisor.fence import probe
         from mcphost.supervisor.fleet import load_fleet
         from mcphost.supervisor.plan import check_sandbox, check_users
+        from mcphost.supervisor.reach import check_reach
 
         fleet = load_fleet(settings.fleet, env=os.environ)
         check_users(fleet)
@@ -92,6 +93,7 @@ def main(argv: list[str]) -> int:
         if check:
             print(f"mcphost supervise --check: fence: {support.describe()}", file=sys.stderr)
         check_sandbox(fleet, support.missing())
+        check_reach(fleet, settings.state)
     except SettingError as exc:
         for line in exc.lines():
             print(f"mcphost supervise: {line}", file=sys.stderr)

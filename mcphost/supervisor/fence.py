@@ -83,6 +83,10 @@ PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")
 DEFAULT_TMP_SIZE = 256 * 1024 * 1024  # bytes per private tmpfs (`tmp_size` in the fleet file)
 COVER_SIZE = 1024 * 1024  # an empty cover holds only the mount points of what comes back
 RUN = "/run"
+# The mode bubblewrap (0.8) gives the directories it creates as the parents of a mount point
+# inside a tmpfs (`<state>/agents`, `<state>/run` under the state's cover): owned by whoever runs
+# it, so a user switched inside by setpriv cannot pass them.
+MOUNT_PARENT_MODE = 0o700
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
@@ -168,6 +172,24 @@ class FencePlan:
                 "--",
             ]
         return args + program
+
+    def made(self, path: str) -> int | None:
+        """The mode of `path` (absolute) when it is a directory the fence makes itself, owned
+        by whoever runs bubblewrap (None: it is the host's, or not there): a cover (0755), a
+        private tmpfs (1777), or a directory bubblewrap creates inside one as the parent of a
+        mount point (`MOUNT_PARENT_MODE`). What a user switched inside may pass (pure)."""
+        path = os.path.normpath(path)
+        bound = (*self.keeps, *self.readonly, *self.given)
+        if any(beneath(path, b) for b in bound):
+            return None
+        if path in self.private:
+            return 0o1777
+        if path in self.covers:
+            return 0o755
+        tops = (*self.covers, *self.private)
+        if any(beneath(path, t) for t in tops) and any(beneath(b, path) for b in bound):
+            return MOUNT_PARENT_MODE
+        return None
 
     def hidden_by(self, path: str) -> str | None:
         """The cover or private directory that hides `path` (absolute) in the fenced view;

@@ -491,6 +491,7 @@ class Supervisor:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
                 check_sandbox(fleet, fences.probe().missing())
+                reach.check_reach(fleet, self.state_dir)
             except SettingError as exc:
                 raise ControlError.row(
                     R.FLEET_INVALID,

@@ -159,3 +159,174 @@ def test_the_agents_path_is_the_supervisors_when_its_env_gives_none(hidden_bin: 
     assert len(lines) == 1 and f"hidden by the fence: {hidden_bin}" in lines[0], lines
     fleet = a_fleet({"id": "a1", "command": ("env",)})
     assert reach.program_problems(fleet, STATE, {"PATH": f"{hidden_bin}:/usr/bin"}) == []
+
+
+# -- what a user can reach ------------------------------------------------------------------------
+
+OTHER = 65534  # a uid that owns nothing here (nobody's)
+NO_GROUPS: frozenset[int] = frozenset({65534})
+
+
+@pytest.fixture
+def tree() -> Any:
+    """A fresh directory under /tmp, world-searchable; removed after the test."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="mcphost-walk-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+def test_a_private_directory_on_the_way_stops_another_user(tree: Path) -> None:
+    private = tree / "private"
+    program = executable(private / "bin", "python")
+    private.chmod(0o700)
+    stop = reach.unreachable(str(program), OTHER, NO_GROUPS, reach.SEARCH)
+    assert stop == reach.Blocked(
+        str(private), f"(mode 0700, owner uid {os.getuid()}) is not searchable by uid {OTHER}"
+    )
+    assert reach.unreachable(str(program), os.getuid(), NO_GROUPS, reach.SEARCH) is None
+
+
+def test_the_file_itself_must_be_readable_or_executable(tree: Path) -> None:
+    script = tree / "attach.py"
+    script.write_text("")
+    script.chmod(0o600)
+    stop = reach.unreachable(str(script), OTHER, NO_GROUPS, reach.READ)
+    assert stop is not None and stop.why.endswith(f"is not readable by uid {OTHER}")
+    script.chmod(0o644)
+    assert reach.unreachable(str(script), OTHER, NO_GROUPS, reach.READ) is None
+    stop = reach.unreachable(str(script), OTHER, NO_GROUPS, reach.SEARCH)
+    assert stop is not None and stop.why.endswith(f"is not executable by uid {OTHER}")
+
+
+def test_the_group_class_lets_a_member_through(tree: Path) -> None:
+    shared = tree / "shared"
+    script = shared / "attach.py"
+    shared.mkdir()
+    script.write_text("")
+    script.chmod(0o644)
+    shared.chmod(0o710)
+    group = os.stat(shared).st_gid
+    assert reach.unreachable(str(script), OTHER, frozenset({group}), reach.READ) is None
+    if group not in NO_GROUPS:
+        assert reach.unreachable(str(script), OTHER, NO_GROUPS, reach.READ) is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another uid needs root")
+def test_the_owner_class_decides_for_the_owner(tree: Path) -> None:
+    mine = tree / "mine"
+    script = mine / "attach.py"
+    mine.mkdir()
+    script.write_text("")
+    script.chmod(0o644)
+    os.chown(mine, OTHER, 0)
+    mine.chmod(0o075)  # everyone but its owner
+    stop = reach.unreachable(str(script), OTHER, frozenset({0}), reach.READ)
+    assert stop is not None and stop.path == str(mine), stop
+
+
+def test_symlinks_are_followed_to_where_they_lead(tree: Path) -> None:
+    private = tree / "private"
+    target = executable(private / "bin", "python3")
+    private.chmod(0o700)
+    (tree / "venv").mkdir()
+    link = tree / "venv" / "python"
+    link.symlink_to(os.path.relpath(target, link.parent))
+    stop = reach.unreachable(str(link), OTHER, NO_GROUPS, reach.SEARCH)
+    assert stop is not None and stop.path == str(private), stop
+    gone = tree / "venv" / "dangling"
+    gone.symlink_to(tree / "nowhere" / "python")
+    stop = reach.unreachable(str(gone), OTHER, NO_GROUPS, reach.SEARCH)
+    assert stop == reach.Blocked(str(tree / "nowhere"), "does not exist")
+
+
+def test_inside_the_fence_its_own_directories_decide_and_what_it_hides_is_not_there(
+    tree: Path,
+) -> None:
+    """A project under a private directory in /tmp, bound back by the fence: inside, /tmp is a
+    private tmpfs (1777), and the directories bubblewrap creates on the way to the bound
+    project are its own (0700, the supervisor's), whatever the host's are; what the fence does
+    not bind back is not there at all."""
+    private = tree / "private"
+    script = private / "project" / "mcphost" / "attach.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    script.chmod(0o644)
+    view = fence.plan(
+        state_dir=STATE,
+        home=HOME,
+        workspace=f"{HOME}/workspace",
+        sockets=(f"{STATE}/run/center.sock",),
+        secrets=(),
+        runtime=(str(private / "project"),),
+    )
+    assert view.made("/tmp") == 0o1777 and view.made(STATE) == 0o755
+    made = fence.MOUNT_PARENT_MODE
+    assert view.made(str(tree)) == made and view.made(str(private)) == made
+    assert view.made(f"{STATE}/run") == made and view.made(f"{STATE}/agents") == made
+    assert view.made(str(private / "project")) is None and view.made("/usr") is None
+    assert view.made(f"{STATE}/logs") is None  # under the cover, but nothing is bound there
+
+    assert reach.unreachable(str(script), OTHER, NO_GROUPS, reach.READ) is None  # the host's
+    stop = reach.unreachable(str(script), OTHER, NO_GROUPS, reach.READ, view)
+    assert stop == reach.Blocked(
+        str(tree),
+        f"(made by the fence, mode {made:04o}, owner uid {os.geteuid()}) is not searchable "
+        f"by uid {OTHER}",
+    )
+    stop = reach.unreachable(f"{STATE}/run", OTHER, NO_GROUPS, reach.SEARCH, view)
+    assert stop is not None and stop.path == f"{STATE}/run", stop
+    stop = reach.unreachable("/tmp/not-bound/elsewhere.py", OTHER, NO_GROUPS, reach.READ, view)
+    assert stop == reach.Blocked("/tmp/not-bound", "is hidden by the fence (under /tmp)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a user = agent needs a root supervisor")
+def test_check_reach_names_each_key_its_agents_the_user_and_the_path(tree: Path) -> None:
+    import pwd
+
+    from mcphost.settings import SettingError
+
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody on this machine")
+    private = tree / "private"
+    script = private / "attach.py"
+    private.mkdir()
+    script.write_text("")
+    script.chmod(0o644)
+    private.chmod(0o700)
+
+    def needs(state: str, fenced: bool) -> tuple[reach.Need, ...]:
+        return (("the pump " + str(script), str(script), reach.READ),)
+
+    fleet = a_fleet(
+        {"id": "a1", "command": ("env",), "user": "root"},
+        {"id": "a2", "command": ("env",)},
+        {"id": "a3", "command": ("env",)},
+        {"id": "a4", "command": ("env",), "sandbox": "auto"},
+        defaults=AgentDefaults(client="command", sandbox="none", user="nobody"),
+    )
+    with pytest.raises(SettingError) as caught:
+        reach.check_reach(fleet, STATE, needs)
+    lines = caught.value.lines()
+    assert len(lines) == 1, lines  # one key: defaults.user (a1's user is the supervisor's)
+    assert lines[0].startswith(
+        f"{fleet.path}: defaults.user is 'nobody' (uid 65534; agents: a2, a3, a4), who cannot "
+    )
+    blocked = f"{private} (mode 0700, owner uid 0) is not searchable by uid 65534"
+    assert f"{blocked}, on the way to the pump {script}" in lines[0]
+    # a4 is fenced: its /tmp is private, and the fence binds back only the supervisor's own
+    assert f"{tree} is hidden by the fence (under /tmp), on the way to the pump" in lines[0]
+
+    private.chmod(0o755)
+    with pytest.raises(SettingError) as caught:
+        reach.check_reach(fleet, STATE, needs)
+    assert "(uid 65534; agents: a4)" in caught.value.lines()[0]
+    fleet = a_fleet(
+        *({"id": f"a{i}", "command": ("env",)} for i in (2, 3)), defaults=fleet.defaults
+    )
+    reach.check_reach(fleet, STATE, needs)

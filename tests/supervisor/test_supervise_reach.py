@@ -8,6 +8,9 @@ fleet's agents will reach (mcphost/supervisor/reach.py), through the real proces
   `--check` line per agent naming its key, its id, the program and what hides it (exit 1);
   `supervise` still runs the fleet, and each such agent's spawn fails with the same words as
   one clean line in `ctl status` (a process agent and a tmux pane alike), while the others run.
+- A `user =` agent whose user cannot start its attach entries (the pump in a 0700 directory):
+  `--check` and `supervise` refuse the fleet (exit 2, one line naming the key, the agent, the
+  user and the directory), and a reload that adds it changes nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from mcphost.unixsock import SUN_PATH_MAX
-from tests.supervisor.supervise_harness import STATE_DIRS, Supervised, standin
+from tests.supervisor.supervise_harness import STATE_DIRS, Supervised, package_copy, standin
 from tests.waiting import until
 
 # <state>/run/center.sock: the longest socket reached by its path as it is
@@ -42,7 +45,12 @@ def state_of_length(length: int) -> Path:
 
 def check(sv: Supervised) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*sv.argv(), "--check"], capture_output=True, text=True, env=sv.env(), timeout=120
+        [*sv.argv(), "--check"],
+        capture_output=True,
+        text=True,
+        env=sv.env(),
+        timeout=120,
+        cwd=sv.cwd,
     )
 
 
@@ -136,3 +144,52 @@ def test_an_agent_that_will_not_find_its_program_is_named_by_check_and_by_its_sp
         assert reason.startswith(f"cannot run {program}: "), reason
         assert "hidden by the fence: " in reason and "[ENOENT]" in reason, reason
     assert rows["fine"]["state"] == "running"
+
+
+ROOT = os.geteuid() == 0
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+def test_a_user_that_cannot_start_the_pump_is_refused_at_load_and_at_reload(
+    supervised: Supervised,
+) -> None:
+    from tests.supervisor.test_supervise_user import nobody, python_for
+
+    user = nobody()
+    if user is None:
+        pytest.skip("no user nobody on this machine")
+    python = python_for(user)
+    if python is None:
+        pytest.skip("no interpreter of this version that nobody can run")
+    private = Path(tempfile.mkdtemp(prefix="mcphost-private-"))  # 0700, root's
+    STATE_DIRS.append(private)
+    supervised.python = python
+    supervised.use_tree(package_copy(private))  # so the pump is private/tree/mcphost/attach.py
+    own = {"id": "agent-1", "command": supervised.standin("--hold")}
+    other = {"id": "agent-2", "user": "nobody", "sandbox": "none"}
+    other["command"] = supervised.standin("--hold")
+    supervised.write_fleet([own, other])
+
+    for done in (check(supervised), supervised.run_to_exit()):
+        assert done.returncode == 2, (done.returncode, done.stderr)
+        lines = [line for line in done.stderr.splitlines() if "--check:" not in line]
+        assert len(lines) == 1, done.stderr
+        assert f"agent[1].user is 'nobody' (uid {user.pw_uid}; agents: agent-2)" in lines[0]
+        blocked = f"{private} (mode 0700, owner uid 0) is not searchable by uid {user.pw_uid}"
+        assert blocked in lines[0] and "on the way to the pump " in lines[0], lines[0]
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (supervised.state / "control.sock").exists()
+
+    supervised.write_fleet([own])
+    supervised.start()
+    before = supervised.wait_running("agent-1")
+    supervised.write_fleet([own, other])
+    done = supervised.ctl("reload", check=False)
+    assert done.returncode != 0 and "agent[1].user" in done.stderr, done.stderr
+    assert blocked in done.stderr, done.stderr
+    rows = supervised.status()
+    assert "agent-2" not in rows
+    assert (rows["agent-1"]["pid"], rows["agent-1"]["generation"]) == (
+        before["pid"],
+        before["generation"],
+    )
