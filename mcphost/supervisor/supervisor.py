@@ -218,6 +218,22 @@ class Supervisor:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    def _share_state(self, fleet: Fleet) -> None:
+        """The first agent of another user (a reload may bring it): `<state>`, `run/` and
+        `agents/` 0711 and the attach sockets 0666, as a start with it sets them; never
+        narrowed while running."""
+        if not any(a.user for a in fleet.agents) or all(
+            hub.mode == 0o666 for hub in self.hubs.values()
+        ):
+            return
+        try:
+            startup.prepare_state_dir(self.state_dir, fleet)
+            for hub in self.hubs.values():
+                os.chmod(hub.path, 0o666)
+                hub.mode = 0o666
+        except (SettingError, OSError) as exc:
+            events.emit("supervisor.state_share_failed", level="error", problem=str(exc))
+
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
         kernel-credential check is then the only gate, as it always is the real one)."""
@@ -330,6 +346,7 @@ class Supervisor:
     ) -> dict[str, list[str]]:
         if self.relay is not None:
             await self._configure_relay(fleet)
+        self._share_state(fleet)
         # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
         starting = changed + added
         attach = self.attach_points()

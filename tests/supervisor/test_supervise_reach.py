@@ -10,13 +10,16 @@ fleet's agents will reach (mcphost/supervisor/reach.py), through the real proces
   one clean line in `ctl status` (a process agent and a tmux pane alike), while the others run.
 - A `user =` agent whose user cannot start its attach entries (the pump in a 0700 directory):
   `--check` and `supervise` refuse the fleet (exit 2, one line naming the key, the agent, the
-  user and the directory), and a reload that adds it changes nothing.
+  user and the directory), and a reload that adds it changes nothing; once the directory lets
+  that user through, a reload starts it (the first agent of another user: the state directory
+  and the attach sockets open to it then, as at a start) and it calls the center.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -193,3 +196,13 @@ def test_a_user_that_cannot_start_the_pump_is_refused_at_load_and_at_reload(
         before["pid"],
         before["generation"],
     )
+
+    # Let through, the reload starts it: the first agent of another user, so the state
+    # directory and the attach sockets are opened to it as a start with it would have.
+    private.chmod(0o755)
+    supervised.ctl("reload")
+    supervised.wait_running("agent-2")
+    call = until(lambda: supervised.calls("agent-2"), 60, "agent-2's call")[0]
+    assert call["ok"], call
+    modes = {d: stat.S_IMODE(os.stat(supervised.state / d).st_mode) for d in (".", "run")}
+    assert modes == {".": 0o711, "run": 0o711}, modes
