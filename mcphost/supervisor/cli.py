@@ -67,7 +67,8 @@ def _parser() -> object:
         "--check",
         action="store_true",
         help="preflight: validate the fleet, reach the center (pinned), check the state "
-        "directory, then exit (0 ok, 1 problems, 2 bad fleet file)",
+        "directory and each fenced agent's program, then exit (0 ok, 1 problems, 2 bad fleet "
+        "file, state directory or user)",
     )
     return p
 
