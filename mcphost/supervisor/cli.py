@@ -3,10 +3,12 @@
 Owns: the command line (`--fleet`, `--state`; `MCPHOST_FLEET`, `MCPHOST_STATE` when a flag is
 absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
 exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
-what is expected. It runs in the foreground (systemd or a terminal supervises it) and exits 0
-after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
-file as at start (exit 2), then the token file, one pinned, harmless call to the center and the
-state directory, one line per problem naming the fleet key (exit 1), or exit 0. Before those it
+what is expected; so do a state directory too long for its sockets and a `user =` that cannot
+start its agents' attach entries (reach.py), in `--check` too. It runs in the foreground
+(systemd or a terminal supervises it) and exits 0 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
+file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
+state directory and each fenced agent's program as that agent will look for it (reach.py), one
+line per problem naming the fleet key (exit 1), or exit 0. Before those it
 says what the fence will be and, per client kind, whether the agents start signed in
 (signin.py: informative lines, never a problem).
 
@@ -40,6 +42,19 @@ class SuperviseSettings(Settings):
             return os.path.abspath(raw)
         return raw
 
+    @field_validator("state")
+    @classmethod
+    def _state_fits(cls, value: str) -> str:
+        """A state directory whose sockets cannot be bound is refused here, before anything
+        runs (`--check` too): one line naming it and the limit (reach.py)."""
+        from mcphost.settings import Invalid
+        from mcphost.supervisor.reach import state_problem
+
+        problem = state_problem(value)
+        if problem is not None:
+            raise Invalid(problem, repr(value))
+        return value
+
 
 def _parser() -> object:
     from mcphost.cliargs import Parser
@@ -54,7 +69,8 @@ def _parser() -> object:
         "--check",
         action="store_true",
         help="preflight: validate the fleet, reach the center (pinned), check the state "
-        "directory, then exit (0 ok, 1 problems, 2 bad fleet file)",
+        "directory and each fenced agent's program, then exit (0 ok, 1 problems, 2 bad fleet "
+        "file, state directory or user)",
     )
     return p
 
@@ -72,6 +88,7 @@ def main(argv: list[str]) -> int:
         from mcphost.supervisor.fence import probe
         from mcphost.supervisor.fleet import load_fleet
         from mcphost.supervisor.plan import check_sandbox, check_users
+        from mcphost.supervisor.reach import check_reach
 
         fleet = load_fleet(settings.fleet, env=os.environ)
         check_users(fleet)
@@ -79,6 +96,7 @@ def main(argv: list[str]) -> int:
         if check:
             print(f"mcphost supervise --check: fence: {support.describe()}", file=sys.stderr)
         check_sandbox(fleet, support.missing())
+        check_reach(fleet, settings.state)
     except SettingError as exc:
         for line in exc.lines():
             print(f"mcphost supervise: {line}", file=sys.stderr)
@@ -100,9 +118,11 @@ def _preflight(fleet: object, state: str) -> int:
 
     from mcphost.supervisor.centerhealth import preflight
     from mcphost.supervisor.plan import Fleet
+    from mcphost.supervisor.reach import program_problems
 
     assert isinstance(fleet, Fleet)
     problems = asyncio.run(preflight(fleet, state))
+    problems += program_problems(fleet, state, os.environ)
     for line in problems:
         print(f"mcphost supervise: {line}", file=sys.stderr)
     verdict = "OK" if not problems else f"{len(problems)} problem(s)"

@@ -112,6 +112,10 @@ ROOT_ONLY = (
     "/etc/security/opasswd",
     "/etc/ssh/ssh_host_*_key",
 )
+# The mode of the directories the fence makes inside a cover or private tmpfs as the parents
+# of what comes back (`<state>/agents`, `<state>/run`): traversable by any uid (a `user =`
+# agent), listing nothing (`FencePlan.argv` makes them with `--perms 0711 --dir`).
+MOUNT_PARENT_MODE = 0o711
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
 BWRAP = "bwrap"
@@ -206,7 +210,7 @@ class FencePlan:
         # the directories leading to what comes back, traversable by any uid (a `user =` agent
         # switched inside) and listing nothing: bubblewrap would make them with its umask
         for folder in self._ancestors():
-            args += ["--perms", "0711", "--dir", folder]
+            args += ["--perms", f"{MOUNT_PARENT_MODE:04o}", "--dir", folder]
         for path in self.readonly:
             args += ["--ro-bind", path, path]
         for path in (*self.keeps, *self.given):
@@ -248,6 +252,33 @@ class FencePlan:
                 if current not in found:
                     found.append(current)
         return found
+
+    def made(self, path: str) -> int | None:
+        """The mode of `path` (absolute) when it is a directory the fence makes itself, owned
+        by whoever runs bubblewrap (None: it is the host's, or not there): a cover (0755), a
+        private tmpfs (1777), or a directory bubblewrap creates inside one as the parent of a
+        mount point (`MOUNT_PARENT_MODE`). What a user switched inside may pass (pure)."""
+        path = os.path.normpath(path)
+        bound = (*self.keeps, *self.readonly, *self.given)
+        if any(beneath(path, b) for b in bound):
+            return None
+        if path in self.private:
+            return 0o1777
+        if path in self.covers:
+            return 0o755
+        tops = (*self.covers, *self.private)
+        if any(beneath(path, t) for t in tops) and any(beneath(b, path) for b in bound):
+            return MOUNT_PARENT_MODE
+        return None
+
+    def hidden_by(self, path: str) -> str | None:
+        """The cover or private directory that hides `path` (absolute) in the fenced view;
+        None when the fence shows it (pure)."""
+        if self.visible(path):
+            return None
+        path = os.path.normpath(path)
+        hiding = [c for c in (*self.covers, *self.private) if beneath(path, c)]
+        return max(hiding, key=len) if hiding else None
 
     def visible(self, path: str) -> bool:
         """Does `path` (absolute, normalized) exist in the fenced view's tree, as far as the
@@ -385,7 +416,9 @@ def resolve(planned: FencePlan, program: str, path: str) -> str:
             return program  # relative to the workspace: the agent's own, found inside
         if planned.visible(full) and os.access(full, os.X_OK):
             return program
-        raise FileNotFoundError(2, f"{full} is not there inside the agent's fence", program)
+        cover = planned.hidden_by(full)
+        where = f" (hidden by the fence: {cover})" if cover else ""
+        raise FileNotFoundError(2, f"{full} is not there inside the agent's fence{where}", program)
     hidden = []
     for entry in path.split(os.pathsep):
         if not os.path.isabs(entry):

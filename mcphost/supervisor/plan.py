@@ -311,6 +311,22 @@ def check_sandbox(fleet: Fleet, missing: str | None) -> None:
     )
 
 
+def user_keys(fleet: Fleet) -> list[tuple[str, str, tuple[AgentPlan, ...]]]:
+    """Each `user` the fleet names, by the key that names it (`defaults.user` for the agents
+    that have the default's, and for every agent a center assigns; else `agent[i].user`), with
+    the file's agents that run as it (none yet for a center's fleet)."""
+    keys: list[tuple[str, str, tuple[AgentPlan, ...]]] = []
+    default = fleet.defaults.user
+    if default is not None:
+        agents = tuple(a for a in fleet.agents if a.user == default)
+        if fleet.center.fleet == "center" or agents:
+            keys.append(("defaults.user", default, agents))
+    for index, plan in enumerate(fleet.agents):
+        if plan.user is not None and plan.user != default:
+            keys.append((f"agent[{index}].user", plan.user, (plan,)))
+    return keys
+
+
 def check_users(fleet: Fleet) -> None:
     """Refuse a `user` the supervisor could not run an agent as: no such user, or another uid
     while the supervisor is not root. Raises one `SettingError` naming each key (`agent[2].user`,
@@ -319,15 +335,7 @@ def check_users(fleet: Fleet) -> None:
 
     problems: list[SettingError] = []
     path = fleet.path
-    checked: list[tuple[str, str]] = []
-    if fleet.defaults.user is not None and (
-        fleet.center.fleet == "center" or any(a.user == fleet.defaults.user for a in fleet.agents)
-    ):
-        checked.append(("defaults.user", fleet.defaults.user))
-    for index, plan in enumerate(fleet.agents):
-        if plan.user is not None and plan.user != fleet.defaults.user:
-            checked.append((f"agent[{index}].user", plan.user))
-    for key, user in checked:
+    for key, user, _ in user_keys(fleet):
         name = f"{path}: {key}"
         try:
             entry = pwd.getpwnam(user)

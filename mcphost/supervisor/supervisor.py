@@ -15,6 +15,7 @@ tools, relay tools), the control socket, the relay host (relayhost.py: bundles i
 relay tools sessions share (the relay allows one per principal), and the order of start-up and
 shutdown. Beside it: startup.py (the token and the state directory, before anything else),
 records.py (every process it runs, in the state file, so a crash leaves none behind),
+reach.py (the attach points and each agent's fence, built as the load-time checks plan them),
 identity.py (the identity roots and the one vouch rule), operations.py (what `mcphost ctl`
 asks, served on the control socket).
 
@@ -42,12 +43,11 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from configgen import attach_script
 from mcphost import events, peer
 from mcphost.mcpserve.budget import Budgets
 from mcphost.settings import SettingError
 from mcphost.supervisor import fence as fences
-from mcphost.supervisor import kernel, startup
+from mcphost.supervisor import kernel, reach, startup
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.centerfleet import Generations
 from mcphost.supervisor.control.protocol import ControlError
@@ -64,7 +64,6 @@ from mcphost.supervisor.homes import (
     hold_home,
 )
 from mcphost.supervisor.identity import Identities
-from mcphost.supervisor.kernel import resolve_user, switch_of
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Intensity
 from mcphost.supervisor.operations import Operations, reload_failed
 from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users, user_uid
@@ -154,12 +153,7 @@ class Supervisor:
         return os.path.join(self.state_dir, *parts)
 
     def attach_points(self) -> AttachPoints:
-        return AttachPoints(
-            interpreter=sys.executable,
-            script=attach_script(),  # inside the installed package (configgen's rule)
-            center_socket=self.path("run", "center.sock"),
-            relay_socket=self.path("run", "relay.sock"),
-        )
+        return reach.attach_points(self.state_dir)
 
     # -- start and stop -------------------------------------------------------------------
     async def run(self) -> int:
@@ -185,7 +179,7 @@ class Supervisor:
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
         self.control = ControlServer(
-            self.path("control.sock"), self.operations, locked=True, refuse_descendants=True
+            self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
         )
         await self.control.start()
         budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
@@ -230,6 +224,22 @@ class Supervisor:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _share_state(self, fleet: Fleet) -> None:
+        """The first agent of another user (a reload may bring it): `<state>`, `run/` and
+        `agents/` 0711 and the attach sockets 0666, as a start with it sets them; never
+        narrowed while running."""
+        if not any(a.user for a in fleet.agents) or all(
+            hub.mode == 0o666 for hub in self.hubs.values()
+        ):
+            return
+        try:
+            startup.prepare_state_dir(self.state_dir, fleet)
+            for hub in self.hubs.values():
+                os.chmod(hub.path, 0o666)
+                hub.mode = 0o666
+        except (SettingError, OSError) as exc:
+            events.emit("supervisor.state_share_failed", level="error", problem=str(exc))
 
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
@@ -343,6 +353,7 @@ class Supervisor:
     ) -> dict[str, list[str]]:
         if self.relay is not None:
             await self._configure_relay(fleet)
+        self._share_state(fleet)
         # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
         starting = changed + added
         attach = self.attach_points()
@@ -455,34 +466,8 @@ class Supervisor:
         )
 
     def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
-        """The agent's fence (fence.py): its home and attach sockets visible, the state, the
-        token and fleet files and the user's runtime directory hidden; None with
-        `sandbox = "none"`. `check_sandbox` refused "auto" at load where it cannot be built."""
-        if plan.sandbox == "none":
-            return None
-        attach = self.attach_points()
-        return fences.for_agent(
-            state_dir=self.state_dir,
-            home=home.root,
-            workspace=home.workspace,
-            sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
-            secrets=self._secrets(),
-            env=dict(plan.env),
-            switch=switch_of(resolve_user(plan.user)),
-            pump=attach.script,
-            tmp_size=plan.tmp_size,
-        )
-
-    def _secrets(self) -> tuple[str, ...]:
-        """What no agent may reach: the token and fleet files, the center's runtime socket and
-        its admin socket (fence.py hides each one's directory)."""
-        center = self.fleet.center
-        found = [center.token_file, self.fleet.path]
-        if center.runtime_socket:
-            found.append(center.runtime_socket)
-        if center.admin_url.kind == "unix":
-            found.append(center.admin_url.path)
-        return tuple(os.path.abspath(p) for p in found)
+        """The agent's fence (reach.py builds it as the load-time checks plan it)."""
+        return reach.agent_fence(self.fleet, self.state_dir, plan, home)
 
     def _forget(self, slot: Slot) -> None:
         agent_id = slot.plan.agent_id
@@ -535,6 +520,7 @@ class Supervisor:
                 fleet = load_fleet(self.fleet.path, env=self.env)
                 check_users(fleet)
                 check_sandbox(fleet, fences.probe().missing())
+                reach.check_reach(fleet, self.state_dir)
             except SettingError as exc:
                 raise ControlError.row(
                     R.FLEET_INVALID,

@@ -155,13 +155,17 @@ class TmuxRunner(AgentRunner):
     async def _launch(self) -> _Run | None:
         await self._reserve_generation()
         generation = self._new_generation()
-        try:
-            # fenced: the command bubblewrap runs (its working directory set inside), and the
-            # pane starts in "/": the tmux server never opens a path the agent controls
-            message, cwd = NO_FENCE, os.fspath(self.home.workspace)
-            if self.fence is not None:
+        # fenced: the command bubblewrap runs (its working directory set inside), and the
+        # pane starts in "/": the tmux server never opens a path the agent controls
+        message, cwd = NO_FENCE, os.fspath(self.home.workspace)
+        if self.fence is not None:
+            try:  # refused as a process agent's spawn is: its program, named in one line
                 held = self._cwd  # the held workspace (/proc/self/fd/N), or its path
                 message, cwd = self.fence.message(list(self._argv), self._pane_env, held), "/"
+            except OSError as exc:
+                self._spawn_failed(generation, procs.spawn_failure_reason(self._argv[0], exc))
+                return None
+        try:
             await self._kill_session()  # a leftover of an earlier run or supervisor
             gated = [sys.executable, "-I", "-S", GATE, self._open_gate(), *self._argv]
             pid = await self.server.new_session(self.session, gated, cwd=cwd, env=self._pane_env)

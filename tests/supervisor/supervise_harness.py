@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,6 +78,8 @@ class Supervised:
         self.stderr_path = base / "supervisor.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.python = sys.executable  # the supervisor's interpreter (its pumps' too)
+        self.standin_script = STANDIN  # the stand-in agent (the copy's, after `use_tree`)
+        self.cwd: str | None = None  # the supervisor's (`-m` puts it first on sys.path)
         self.extra_env: dict[str, str] = {}  # added to the supervisor's (and ctl's) environment
         self._stderr_from = 0  # where the current run's stderr starts (a restart appends)
 
@@ -85,6 +89,19 @@ class Supervised:
         env["MCPHOST_LOG_LEVEL"] = "debug"
         env.update(self.extra_env)
         return env
+
+    def standin(self, *flags: str) -> list[str]:
+        """The stand-in agent's command as this supervisor's agents run it: its interpreter
+        and its project (`use_tree`)."""
+        return [self.python, self.standin_script, "{mcp_config}", *flags]
+
+    def use_tree(self, root: Path) -> None:
+        """Run the supervisor (so its pump) and the stand-in from the packages under `root`
+        (`package_copy`), ahead of the current interpreter's site-packages."""
+        site = sysconfig.get_paths()["purelib"]
+        self.extra_env["PYTHONPATH"] = os.pathsep.join((str(root), site))
+        self.cwd = str(root)  # not the checkout's: `python -m` would import from there first
+        self.standin_script = str(root / "mcphost" / "testing" / "standin_agent.py")
 
     def write_fleet(
         self,
@@ -106,7 +123,13 @@ class Supervised:
     def run_to_exit(self, **popen: Any) -> subprocess.CompletedProcess[str]:
         """Run the supervisor to its exit (for start-up refusals): its status and output."""
         return subprocess.run(  # type: ignore[no-any-return]
-            self.argv(), capture_output=True, text=True, env=self.env(), timeout=60, **popen
+            self.argv(),
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=60,
+            cwd=self.cwd,
+            **popen,
         )
 
     def start(self) -> Supervised:
@@ -119,6 +142,7 @@ class Supervised:
                 stdout=subprocess.PIPE,
                 stderr=err,
                 env=self.env(),
+                cwd=self.cwd,
             )
         until(lambda: self.ready() or self.proc_exited(), 60, "the supervisor to be ready")
         assert self.proc.poll() is None, self.stderr()
@@ -207,6 +231,40 @@ class Supervised:
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.terminate()
+
+
+def package_copy(parent: Path) -> Path:
+    """A copy of the packages a supervisor, its pumps and the stand-in agent run (`mcphost/`,
+    `configgen/`) under `parent`, without caches: its root, for `Supervised.use_tree`."""
+    root = parent / "tree"
+    for name in ("mcphost", "configgen"):
+        shutil.copytree(
+            Path(REPO) / name, root / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return root
+
+
+_REACHABLE_TREE: Path | None = None
+
+
+def tree_for(uid: int, gids: frozenset[int]) -> Path | None:
+    """None when `uid` can read the checkout's pump and stand-in; else the root of a copy of
+    the packages (`package_copy`, made once per test process) in a world-readable directory
+    under /tmp that it can: a checkout in a private directory (a clone under /root, 0700) is
+    fine for the supervisor (root), but not for an agent's `user`."""
+    global _REACHABLE_TREE
+    from mcphost.supervisor.reach import READ, unreachable
+
+    wanted = (str(Path(REPO) / "mcphost" / "attach.py"), STANDIN)
+    if all(unreachable(path, uid, gids, READ) is None for path in wanted):
+        return None
+    if _REACHABLE_TREE is None:
+        parent = Path(tempfile.mkdtemp(prefix="mcphost-tree-"))
+        STATE_DIRS.append(parent)  # removed when this test process ends (tests/conftest.py)
+        _REACHABLE_TREE = package_copy(parent)
+        for directory, _, _ in os.walk(parent):
+            os.chmod(directory, 0o755)
+    return _REACHABLE_TREE
 
 
 def descendants_alive(pids: Iterable[int]) -> list[int]:

@@ -4,7 +4,9 @@ crash, through real `mcphost supervise` processes.
 - A second `mcphost supervise` on a live state directory is refused before it changes anything:
   exit 3 (`control_in_use`), one stderr line naming the state directory and the running
   supervisor's pid; the modes of `<state>`, `run/` and `agents/` stay what the running one set
-  (0711 for a `user = "nobody"` agent), and that agent still attaches and calls.
+  (0711 for a `user = "nobody"` agent, unfenced), and that agent still attaches and calls.
+  Its interpreter, pump and stand-in are ones nobody can run wherever the checkout is
+  (`run_as`: a copy of the packages when the checkout is in a private directory).
 - After `kill -9` of the supervisor, an agent that ignores SIGTERM (so its parent-death signal)
   and an escapee that left its agent's session with a double fork and `setsid` keep running;
   the supervisor started again on the same state directory ends them (from what the dead one
@@ -39,10 +41,12 @@ def test_a_second_supervisor_on_a_live_state_is_refused_before_it_changes_anythi
 ) -> None:
     user = nobody()
     assert user is not None
-    python = run_as(supervised, user)
-    supervised.write_fleet(
-        [{"id": "agent-1", "user": "nobody", "command": [python, *standin("--hold")[1:]]}]
-    )
+    python = run_as(supervised, user)  # an interpreter and a pump nobody can run
+    # Unfenced: what is proved here is the host's modes of <state>, run/ and agents/, the
+    # only way in for an agent of another uid without the fence (inside it, the fence's own
+    # directories decide: tests/supervisor/test_supervise_user.py).
+    agent = {"id": "agent-1", "user": "nobody", "sandbox": "none"}
+    supervised.write_fleet([{**agent, "command": supervised.standin("--hold")}])
     supervised.start()
     supervised.wait_running("agent-1")
     until(lambda: supervised.calls("agent-1"), 60, "the agent's first call")
@@ -71,7 +75,7 @@ def test_a_second_supervisor_on_a_live_state_is_refused_before_it_changes_anythi
     # through the 0711 directories) reaches the center.
     calls = len(supervised.calls("agent-1"))
     config = supervised.state / "agents" / "agent-1" / "mcp.json"
-    supervised.ctl("exec", "agent-1", "--", python, standin()[1], str(config))
+    supervised.ctl("exec", "agent-1", "--", python, supervised.standin_script, str(config))
     latest = supervised.calls("agent-1")[calls:]
     assert latest and all(call["ok"] for call in latest), latest
     assert supervised.status()["agent-1"]["state"] == "running"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import REPO, STANDIN, Supervised, inner, standin
+from tests.supervisor.supervise_harness import REPO, Supervised, inner, standin, tree_for
 from tests.waiting import until
 
 # deep (make test-slow): agents under another user.
@@ -88,7 +88,9 @@ def python_for(user: pwd.struct_passwd) -> str | None:
 
 
 def run_as(supervised: Supervised, user: pwd.struct_passwd) -> str:
-    """Make `supervised` start with an interpreter `user` can run (the same site-packages)."""
+    """Make `supervised` start with an interpreter `user` can run (the same site-packages), and
+    its pump and stand-in (`Supervised.standin`) where `user` can read them: a copy of the
+    packages (`tree_for`) when the checkout is in a directory that user cannot pass."""
     python = python_for(user)
     if python is None:
         pytest.skip(f"no python{sys.version_info[0]}.{sys.version_info[1]} {user.pw_name} can run")
@@ -96,6 +98,10 @@ def run_as(supervised: Supervised, user: pwd.struct_passwd) -> str:
         site = sysconfig.get_paths()["purelib"]
         supervised.python = python
         supervised.extra_env["PYTHONPATH"] = os.pathsep.join((REPO, site))
+    gids = frozenset(os.getgrouplist(user.pw_name, user.pw_gid))
+    tree = tree_for(user.pw_uid, gids)
+    if tree is not None:
+        supervised.use_tree(tree)
     return python
 
 
@@ -155,7 +161,7 @@ def test_an_agent_runs_as_its_user_and_cannot_read_the_token(
                         "-c",
                         PROBE,
                         str(supervised.token_file),
-                        *standin("--hold")[1:],
+                        *supervised.standin("--hold")[1:],
                     ],
                 }
             ],
@@ -357,7 +363,7 @@ def test_a_swapped_workspace_never_lends_the_agent_root_file_access(
         home = supervised.state / "agents" / "agent-1"
         targets = [str(secret_dir), str(other)]
         done = supervised.ctl(
-            "exec", "agent-1", "--", python, "-c", SWAP, STANDIN,
+            "exec", "agent-1", "--", python, "-c", SWAP, supervised.standin_script,
             str(home / "mcp.json"), str(home), json.dumps(targets),
         )  # fmt: skip
         seen = json.loads(done.stdout)
@@ -482,7 +488,7 @@ def test_a_download_lands_as_the_agents_own_file(supervised: Supervised, center:
         supervised.wait_running("agent-1")
         home = supervised.state / "agents" / "agent-1"
         done = supervised.ctl(
-            "exec", "agent-1", "--", python, "-c", ROUND_TRIP, STANDIN,
+            "exec", "agent-1", "--", python, "-c", ROUND_TRIP, supervised.standin_script,
             str(home / "mcp.json"),
         )  # fmt: skip
         seen = json.loads(done.stdout)

@@ -1,0 +1,208 @@
+"""Black-box: what `mcphost supervise` and `mcphost supervise --check` say at load about what the
+fleet's agents will reach (mcphost/supervisor/reach.py), through the real processes.
+
+- A state directory too long for its sockets: one stderr line naming it and the limit, exit 2,
+  from `--check` and from `supervise` alike, and nothing created; the longest one allowed runs
+  an agent that attaches to both surfaces.
+- An agent whose program the fence will hide (a PATH entry under /tmp, a path under /tmp): one
+  `--check` line per agent naming its key, its id, the program and what hides it (exit 1);
+  `supervise` still runs the fleet, and each such agent's spawn fails with the same words as
+  one clean line in `ctl status` (a process agent and a tmux pane alike), while the others run.
+- A `user =` agent whose user cannot start its attach entries (the pump in a 0700 directory):
+  `--check` and `supervise` refuse the fleet (exit 2, one line naming the key, the agent, the
+  user and the directory), and a reload that adds it changes nothing; once the directory lets
+  that user through, a reload starts it (the first agent of another user: the state directory
+  and the attach sockets open to it then, as at a start) and it calls the center.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcphost.testing.devcenter import DevCenter
+from mcphost.unixsock import SUN_PATH_MAX
+from tests.supervisor.supervise_harness import STATE_DIRS, Supervised, package_copy, standin
+from tests.waiting import until
+
+# <state>/run/center.sock: the longest socket reached by its path as it is
+LONGEST_SUFFIX = len("/run/center.sock")
+
+
+def state_of_length(length: int) -> Path:
+    """A path of exactly `length` bytes (not created) in a fresh directory under /tmp, removed
+    when the test process ends."""
+    base = Path(tempfile.mkdtemp(prefix="mcphost-len-"))
+    STATE_DIRS.append(base)
+    pad = length - len(str(base)) - 1
+    assert pad > 0, (base, length)
+    return base / ("s" * pad)
+
+
+def check(sv: Supervised) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*sv.argv(), "--check"],
+        capture_output=True,
+        text=True,
+        env=sv.env(),
+        timeout=120,
+        cwd=sv.cwd,
+    )
+
+
+def test_a_state_directory_too_long_for_its_sockets_is_refused_in_one_line(
+    supervised: Supervised,
+) -> None:
+    limit = SUN_PATH_MAX - LONGEST_SUFFIX
+    supervised.state = state_of_length(limit + 1)
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
+    for done in (check(supervised), supervised.run_to_exit()):
+        assert done.returncode == 2, (done.returncode, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert str(supervised.state) in lines[0] and "--state" in lines[0], lines[0]
+        assert f"at most {limit} bytes" in lines[0] and f"{SUN_PATH_MAX} bytes" in lines[0]
+        assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr
+        assert done.stdout == ""
+        assert not supervised.state.exists()  # nothing was created
+
+
+def test_the_longest_state_directory_allowed_runs_an_agent_on_both_surfaces(
+    supervised: Supervised, center: DevCenter
+) -> None:
+    supervised.state = state_of_length(SUN_PATH_MAX - LONGEST_SUFFIX)
+    supervised.write_fleet([{"id": "agent-1", "bundle": "long", "command": standin("--hold")}])
+    done = check(supervised)
+    assert "--state" not in done.stderr, done.stderr
+    supervised.start()
+    supervised.wait_running("agent-1")
+    calls = until(
+        lambda: len(supervised.calls("agent-1")) >= 2 and supervised.calls("agent-1"),
+        60,
+        "a call on each surface",
+    )
+    assert {call["server"] for call in calls} == {"agent-center", "agentmux"}, calls
+    assert all(call["ok"] for call in calls), calls
+    assert len(os.fsencode(supervised.state / "run" / "center.sock")) == SUN_PATH_MAX
+
+
+@pytest.fixture
+def hidden_bin() -> Iterator[Path]:
+    """A directory holding `mytool` (exits 0) under /tmp, which every fenced agent sees private."""
+    base = Path(tempfile.mkdtemp(prefix="mcphost-bin-"))
+    tool = base / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    base.chmod(0o755)
+    yield tool.parent
+    shutil.rmtree(base)
+
+
+def test_an_agent_that_will_not_find_its_program_is_named_by_check_and_by_its_spawn(
+    supervised: Supervised, hidden_bin: Path
+) -> None:
+    path = {"PATH": f"{hidden_bin}:/usr/bin:/bin"}
+    agents = [
+        {"id": "on-path", "command": ["mytool"], "env": path},
+        {"id": "by-path", "command": [str(hidden_bin / "mytool")]},
+        {"id": "fine", "command": standin("--hold")},
+    ]
+    tmux = shutil.which("tmux") is not None
+    if tmux:
+        agents.append({"id": "pane", "runner": "tmux", "command": ["mytool"], "env": path})
+    supervised.write_fleet(agents, max_restarts=1)
+
+    done = check(supervised)
+    assert done.returncode == 1, done.stderr
+    problems = [line for line in done.stderr.splitlines() if "--check:" not in line]
+    assert len(problems) == len(agents) - 1, done.stderr
+    on_path, by_path = problems[:2]
+    assert "agent[0].command (on-path): mytool is not on the agent's PATH" in on_path
+    assert f"hidden by the fence: {hidden_bin}" in on_path
+    assert f"agent[1].command (by-path): {hidden_bin}/mytool is not there" in by_path
+    assert "hidden by the fence: /tmp" in by_path
+    if tmux:
+        assert problems[2].startswith("mcphost supervise: agent[3].command (pane): mytool ")
+
+    supervised.start()
+    supervised.wait_running("fine")
+    hidden = [a["id"] for a in agents if a["id"] != "fine"]
+    rows = until(
+        lambda: all(supervised.status()[a]["last_reason"] for a in hidden) and supervised.status(),
+        60,
+        "each hidden program's spawn to fail",
+    )
+    for agent in hidden:
+        reason = rows[agent]["last_reason"]
+        assert "\n" not in reason and "Errno" not in reason and "'mytool'" not in reason, reason
+        program = str(hidden_bin / "mytool") if agent == "by-path" else "mytool"
+        assert reason.startswith(f"cannot run {program}: "), reason
+        assert "hidden by the fence: " in reason and "[ENOENT]" in reason, reason
+    assert rows["fine"]["state"] == "running"
+
+
+ROOT = os.geteuid() == 0
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+def test_a_user_that_cannot_start_the_pump_is_refused_at_load_and_at_reload(
+    supervised: Supervised,
+) -> None:
+    from tests.supervisor.test_supervise_user import nobody, python_for
+
+    user = nobody()
+    if user is None:
+        pytest.skip("no user nobody on this machine")
+    python = python_for(user)
+    if python is None:
+        pytest.skip("no interpreter of this version that nobody can run")
+    private = Path(tempfile.mkdtemp(prefix="mcphost-private-"))  # 0700, root's
+    STATE_DIRS.append(private)
+    supervised.python = python
+    supervised.use_tree(package_copy(private))  # so the pump is private/tree/mcphost/attach.py
+    own = {"id": "agent-1", "command": supervised.standin("--hold")}
+    other = {"id": "agent-2", "user": "nobody", "sandbox": "none"}
+    other["command"] = supervised.standin("--hold")
+    supervised.write_fleet([own, other])
+
+    for done in (check(supervised), supervised.run_to_exit()):
+        assert done.returncode == 2, (done.returncode, done.stderr)
+        lines = [line for line in done.stderr.splitlines() if "--check:" not in line]
+        assert len(lines) == 1, done.stderr
+        assert f"agent[1].user is 'nobody' (uid {user.pw_uid}; agents: agent-2)" in lines[0]
+        blocked = f"{private} (mode 0700, owner uid 0) is not searchable by uid {user.pw_uid}"
+        assert blocked in lines[0] and "on the way to the pump " in lines[0], lines[0]
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (supervised.state / "control.sock").exists()
+
+    supervised.write_fleet([own])
+    supervised.start()
+    before = supervised.wait_running("agent-1")
+    supervised.write_fleet([own, other])
+    done = supervised.ctl("reload", check=False)
+    assert done.returncode != 0 and "agent[1].user" in done.stderr, done.stderr
+    assert blocked in done.stderr, done.stderr
+    rows = supervised.status()
+    assert "agent-2" not in rows
+    assert (rows["agent-1"]["pid"], rows["agent-1"]["generation"]) == (
+        before["pid"],
+        before["generation"],
+    )
+
+    # Let through, the reload starts it: the first agent of another user, so the state
+    # directory and the attach sockets are opened to it as a start with it would have.
+    private.chmod(0o755)
+    supervised.ctl("reload")
+    supervised.wait_running("agent-2")
+    call = until(lambda: supervised.calls("agent-2"), 60, "agent-2's call")[0]
+    assert call["ok"], call
+    modes = {d: stat.S_IMODE(os.stat(supervised.state / d).st_mode) for d in (".", "run")}
+    assert modes == {".": 0o711, "run": 0o711}, modes
