@@ -15,6 +15,7 @@ import ctypes
 import errno
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -118,7 +119,8 @@ def open_any_pts() -> Callable[[], object]:
 
 def session_keyring() -> int:
     """This process's session keyring id (keyctl GET_KEYRING_ID of KEY_SPEC_SESSION_KEYRING)."""
-    return int(libc.syscall(250, 0, -3, 0))  # x86_64 keyctl; the test compares with its own
+    keyctl = {"aarch64": 219}.get(platform.machine(), 250)  # x86_64's otherwise
+    return int(libc.syscall(keyctl, 0, -3, 0))  # the test compares it with its own
 
 
 def tmp_bytes() -> int:

@@ -231,7 +231,7 @@ def _run_socket() -> socket.socket | None:
 def session_keyring() -> int:
     """This process's session keyring id: the supervisor it starts inherits it."""
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.syscall(250, 0, -3, 0))
+    return int(libc.syscall(fence.SYS_KEYCTL, 0, -3, 0))
 
 
 def _load(path: Path) -> dict[str, str] | None:
