@@ -20,14 +20,20 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
   each of the token and fleet files (a whole directory, so a file renamed into it later, as a
   token rotation or an editor's save does, never shows: a mount over a file would pin the old
   inode only). A system directory (`/etc`, ...) holding one is not hidden whole: its other
-  entries come back read-only, each by name, the secret never;
+  entries come back read-only, each by name, the secret never. The supervisor's user's home
+  (its sign-ins, keys, history) is hidden whole too;
 - the home, attach sockets and fleet-given paths bound back, the supervisor's own programs
   (interpreter, environment, project) read-only where a cover would hide them;
 - its own `/proc` in its own PID namespace: it sees, signals and traces only its own
   processes, and everything it started ends when its first process does (escapees included);
 - its own `/dev` with a private devpts: no other pane's terminal is there;
 - for an agent that is uid 0 outside (a root supervisor's, without `user =`), `/proc/sys` bound
-  read-only: the kernel lets uid 0 write sysctls with no capability (`SYSCTLS`);
+  read-only: the kernel lets uid 0 write sysctls with no capability (`SYSCTLS`); and the usual
+  root-only files (`ROOT_ONLY`: /etc/shadow, host keys) shown as an empty device;
+- bubblewrap ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (`FORWARDED`: set in `enter`, given
+  back to the agent by `env --default-signal`), so a stop or a forwarded ^C reaches the agent
+  and bubblewrap exits with the agent's own status; its parent-death signal is SIGKILL, and its
+  init ends with it (`--die-with-parent`): nothing of the agent outlives the supervisor;
 - the working directory set *inside* (`--chdir`), never inherited from outside: the
   directory the supervisor created and holds as the workspace, by the path the kernel gives it
   at spawn (a workspace swapped for a symlink is not followed: the agent starts in the moved
@@ -35,11 +41,12 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
 - no capability (`--cap-drop ALL`), and every mount locked for whatever the agent nests.
 Nested sandboxes and /proc: a nested sandbox mounts a /proc of its own only where every /proc
 it can see is fully visible, and bubblewrap run as root covers parts of the agent's /proc
-(`/proc/irq`, `/proc/bus`; `/proc/sys` is ours), so inside the fence of a uid-0 or `user =`
-agent of a root supervisor nested sandboxes share the agent's /proc (Codex's falls back to that
-by itself; Claude Code's needs `sandbox.enableWeakerNestedSandbox`). That is on purpose for uid
-0: a /proc of its own would bring the sysctls back writable. An unprivileged supervisor's
-bubblewrap covers nothing, and there nested sandboxes get their own.
+(`/proc/irq`, `/proc/bus`; `/proc/sys` is ours), so inside the fence of a uid-0 agent of a
+root supervisor nested sandboxes share the agent's /proc (Codex's falls back to that by itself;
+Claude Code's needs `sandbox.enableWeakerNestedSandbox`). That is on purpose: a /proc of its
+own would bring the sysctls back writable to uid 0. A bubblewrap run by an unprivileged user
+(an unprivileged supervisor's, a `user =` agent's) covers nothing, and there nested sandboxes
+get their own.
 Before bubblewrap runs, `enter` gives the child a session keyring of its own (never the
 supervisor's) and, with Landlock ABI >= 6, a domain that scopes abstract Unix sockets and
 signals to the tree. It handles no filesystem right, so the agent's own sandbox (Claude Code's
@@ -49,8 +56,8 @@ rights forbids mounts and uid maps.
 Who runs bubblewrap: under a root supervisor, root (it needs no user namespace, as systemd's
 sandboxing needs none); a `user =` agent's runs as that user where user namespaces can be made
 (so it covers nothing of `/proc`, and the agent's own sandbox may mount one of its own), and
-elsewhere root's switches the agent to its user inside, by `setpriv`, after the mounts. A uid-0 agent is mapped to `nobody` in a user namespace of its own where the kernel
-allows one (still uid 0 outside, so its files and the identity check are unchanged), because
+elsewhere root's switches the agent to its user inside, by `setpriv`, after the mounts. A
+uid-0 agent is mapped to `nobody` in a user namespace of its own where the kernel allows one (still uid 0 outside, so its files and the identity check are unchanged), because
 a nested sandbox may map its own uid only when that uid is not 0. Under an unprivileged
 supervisor, bubblewrap makes the user namespace itself; where the kernel refuses one, there is
 no way to hide a path, and the fence fails closed (`Support.missing`).
