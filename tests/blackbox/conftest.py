@@ -9,6 +9,7 @@ real `mcphost supervise` per module whose agents hold still, with the server com
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,40 @@ if TYPE_CHECKING:
     from tests.supervisor.supervise_harness import Supervised
 
 HOST_ARGS = ["-m", "mcphost.cli", "host"]
+# The real CLIs' background traffic off (updates, telemetry, error reports): loopback only.
+QUIET = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+
+
+def needs_clis(*programs: Path) -> list[pytest.MarkDecorator]:
+    """The marks of a file that drives the real CLIs in tmux panes (deep: make test-slow)."""
+    return [
+        pytest.mark.deep,
+        pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+        *(
+            pytest.mark.skipif(not p.exists(), reason=f"{p} missing: run `make node`")
+            for p in programs
+        ),
+    ]
+
+
+def sandbox_probe(token_file: Path, state: Path, grep: str = "grep") -> list[str]:
+    """Shell commands a nested sandbox's command runs: what of the fence it can reach (the
+    token, the state, other homes), whose namespace and seccomp it is in, and whether it may
+    write the agent's home."""
+    return [
+        f"test -e {token_file} || echo token-hidden",
+        f"test -e {state}/state.sqlite3 || echo state-hidden",
+        f'echo "agents=$(ls {state}/agents)"',
+        f"{grep} -E '^(NSpid|Seccomp):' /proc/self/status",
+        '(echo x > "$HOME/home-probe") 2>/dev/null && echo home-written || echo home-refused',
+    ]
+
+
 HOLD = [sys.executable, "-c", "import signal; signal.pause()"]
 UNTIERED = "agent-1-untiered"  # supervised: tier_tools is per agent in the fleet file
 

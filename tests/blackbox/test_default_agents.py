@@ -28,7 +28,7 @@ import pytest
 
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import ResponsesStandIn
-from tests.blackbox.conftest import project_root
+from tests.blackbox.conftest import QUIET, needs_clis, project_root
 from tests.blackbox.model_standin import ModelStandIn, Say
 from tests.supervisor.supervise_harness import Supervised
 from tests.waiting import until
@@ -39,19 +39,7 @@ OBSERVE = 30.0  # seconds each agent must stay up: the issue's spec
 SIGN_IN = ("Sign in with ChatGPT", "Sign in with Device Code", "Provide your own API key")
 
 # deep (make test-slow): the real Claude Code and Codex TUIs kept up 30 s each.
-pytestmark = [
-    pytest.mark.deep,
-    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-    pytest.mark.skipif(not CLAUDE.exists(), reason=f"{CLAUDE} missing: run `make node`"),
-    pytest.mark.skipif(not CODEX.exists(), reason=f"{CODEX} missing: run `make node`"),
-]
-
-QUIET = {
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-}
+pytestmark = needs_clis(CLAUDE, CODEX)
 
 
 def claude_config_dir(directory: Path, workspace: Path, key: str) -> Path:

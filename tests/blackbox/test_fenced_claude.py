@@ -42,7 +42,7 @@ import pytest
 
 from mcphost.supervisor import fence
 from mcphost.testing import DevCenter
-from tests.blackbox.conftest import project_root
+from tests.blackbox.conftest import project_root, sandbox_probe
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
 from tests.supervisor.supervise_harness import REPO, Supervised, center_heard, fenced_turn
 from tests.supervisor.test_fence import AsUser
@@ -66,11 +66,7 @@ def probe(sv: Supervised) -> str:
     """The Bash command: what it can reach and write, and whose sandbox and /proc it is in."""
     return "; ".join(
         [
-            f"test -e {sv.token_file} || echo token-hidden",
-            f"test -e {sv.state}/state.sqlite3 || echo state-hidden",
-            f'echo "agents=$(ls {sv.state}/agents)"',
-            "command grep -E '^(NSpid|Seccomp):' /proc/self/status",
-            '(echo x > "$HOME/home-probe") 2>/dev/null && echo home-written || echo home-refused',
+            *sandbox_probe(sv.token_file, sv.state, grep="command grep"),
             # Claude Code's own process, found by one of its arguments, spelled so that no
             # argv of this command's own processes holds it
             "claude=invisible; for f in /proc/[0-9]*/cmdline; do"

@@ -42,7 +42,7 @@ import pytest
 from mcphost.supervisor import fence
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import Code, ResponsesStandIn, Say, tool_outputs
-from tests.blackbox.conftest import project_root
+from tests.blackbox.conftest import project_root, sandbox_probe
 from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_turn
 
 CODEX = project_root() / "tools" / "node_modules" / ".bin" / "codex"
@@ -81,11 +81,7 @@ def probe(sv: Supervised) -> str:
     """The shell command: what it can reach and write, and whose sandbox it is in."""
     return "; ".join(
         [
-            f"test -e {sv.token_file} || echo token-hidden",
-            f"test -e {sv.state}/state.sqlite3 || echo state-hidden",
-            f'echo "agents=$(ls {sv.state}/agents)"',
-            "grep -E '^(NSpid|Seccomp):' /proc/self/status",
-            '(echo x > "$HOME/home-probe") 2>/dev/null && echo home-written || echo home-refused',
+            *sandbox_probe(sv.token_file, sv.state),
             "(echo x > ran.txt) 2>/dev/null && echo workspace-written || echo workspace-refused",
             "true",
         ]

@@ -37,7 +37,7 @@ import pytest
 from mcphost.supervisor import signin
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import ResponsesStandIn
-from tests.blackbox.conftest import project_root
+from tests.blackbox.conftest import QUIET, needs_clis, project_root
 from tests.blackbox.model_standin import ModelStandIn, Say
 from tests.supervisor.supervise_harness import Supervised
 from tests.waiting import until
@@ -50,19 +50,7 @@ TOKEN = "sk-ant-oat01-operator-fake-access-token"
 SECRETS = (b"secret-project", b"hunter2", b"mcp-server-token", b"operator-history-line")
 
 # deep (make test-slow): the real Claude Code and Codex TUIs, each through a turn.
-pytestmark = [
-    pytest.mark.deep,
-    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-    pytest.mark.skipif(not CLAUDE.exists(), reason=f"{CLAUDE} missing: run `make node`"),
-    pytest.mark.skipif(not CODEX.exists(), reason=f"{CODEX} missing: run `make node`"),
-]
-
-QUIET = {
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-}
+pytestmark = needs_clis(CLAUDE, CODEX)
 
 
 def credentials(token: str) -> dict[str, Any]:

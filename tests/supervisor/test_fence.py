@@ -214,6 +214,17 @@ def run_fleet(
 HOLD = "import time\nwhile True: time.sleep(60)"
 
 
+def held(results: dict[str, dict[str, str]], mode: str) -> dict[str, str]:
+    """`mode`'s probes, after checking that every forbidden one was refused and every allowed
+    one worked."""
+    seen = results[mode]
+    got_in = {name: seen[name] for name in FORBIDDEN if seen[name] == "ok"}
+    assert not got_in, (mode, got_in, seen)
+    refused = {name: seen[name] for name in ALLOWED if seen[name] != "ok"}
+    assert not refused, (mode, refused, seen)
+    return seen
+
+
 def _run_socket() -> socket.socket | None:
     """A root-only listening socket under /run, as the system bus or a runtime socket is (a
     root supervisor's agents must not reach it); None where the test cannot make one."""
@@ -266,11 +277,7 @@ def test_every_probe_from_inside_the_fence_is_refused_and_the_agent_still_works(
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(sv.state, ignore_errors=True)
     for mode in ("agent", "escapee", "exec"):
-        seen = results[mode]
-        got_in = {name: seen[name] for name in FORBIDDEN if seen[name] == "ok"}
-        assert not got_in, (mode, got_in, seen)
-        refused = {name: seen[name] for name in ALLOWED if seen[name] != "ok"}
-        assert not refused, (mode, refused, seen)
+        seen = held(results, mode)
         assert seen["tmp_host_marker"] == "missing", (mode, seen)  # a private /tmp
         assert seen["tmux_env"] == "unset", (mode, seen)
         assert int(seen["tmp_bytes"]) == TMP_SIZE, (mode, seen)  # bounded by the fleet's key
