@@ -534,45 +534,79 @@ def agent_fence(base: Path) -> Any:
     )
 
 
+def options_of(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A bubblewrap command line's options and the program it runs (after `--`)."""
+    cut = argv.index("--")
+    return argv[1:cut], argv[cut + 1 :]
+
+
 def mounts(argv: list[str]) -> str:
     """What a bubblewrap command line mounts, in words."""
-    tmpfs = argv.count("--tmpfs")
-    binds = argv.count("--bind") + argv.count("--ro-bind") - 1
-    return f"`/` read-only, {tmpfs} tmpfs ({tmpfs - 3} covers, 3 private), {binds} binds back"
+    options, program = options_of(argv)
+    tmpfs = options.count("--tmpfs")
+    tries = options.count("--ro-bind-try")
+    binds = options.count("--bind") + options.count("--ro-bind") + tries - 1  # not `/`
+    text = (
+        f"`/` read-only, {tmpfs} tmpfs ({tmpfs - 3} covers, 3 private), {binds} binds "
+        f"({tries} of them `/dev/null` over root-only files), "
+        f"{options.count('--remount-ro')} `--remount-ro`, {options.count('--dir')} `--dir`"
+    )
+    if len(program) > 1 and os.path.basename(program[0]) in ("env", "setpriv"):
+        text += f", then `{os.path.basename(program[0])}` before the agent"
+    return text
 
 
 def bwrap_steps(full: list[str]) -> list[tuple[str, list[str]]]:
-    """bubblewrap's command line grown option by option up to the agent's own (`full`, ending
-    in `-- /bin/true`): what each step adds."""
-    bwrap, rest = full[0], full[1:]
-    user = []
-    if "--unshare-user" in rest:
-        at = rest.index("--unshare-user")
-        user = rest[at : at + 5]
-    devproc = ["--dev", "/dev", "--proc", "/proc"]
+    """bubblewrap's command line grown option by option up to the agent's own (`full`, whose
+    program ends in `/bin/true`): what each step adds."""
+    options, program = options_of(full)
+
+    def taken(*names: str, width: int = 1) -> list[str]:
+        """Each of `names` present in the options, with its `width` - 1 arguments."""
+        found: list[str] = []
+        for name in names:
+            if name in options:
+                at = options.index(name)
+                found += options[at : at + width]
+        return found
+
     private: list[str] = []
-    for at, arg in enumerate(rest):
-        if arg == "--tmpfs" and rest[at + 1] in ("/tmp", "/var/tmp", "/dev/shm"):
-            private += rest[at - 4 : at + 2]
-    base = [bwrap, "--ro-bind", "/", "/"]
-    caps = ["--cap-drop", "ALL"]
-    steps = [
+    for at, arg in enumerate(options):
+        if arg == "--tmpfs" and options[at + 1] in ("/tmp", "/var/tmp", "/dev/shm"):
+            private += options[at - 4 : at + 2]
+    user = taken("--unshare-user") + taken("--uid", "--gid", width=2)
+    namespaces = taken("--unshare-ipc", "--unshare-cgroup-try", "--die-with-parent")
+    namespaces += taken("--cap-drop", width=2)
+    devproc = ["--dev", "/dev", "--proc", "/proc"]
+    if "/proc/sys" in options:
+        devproc += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    base = [full[0], "--ro-bind", "/", "/"]
+    grown = [
         ("bwrap --ro-bind / / (a mount namespace)", base),
         ("+ --unshare-pid (its init: one more process)", [*base, "--unshare-pid"]),
         (
-            "+ --unshare-user --uid --gid (uid 0 seen as nobody)" if user else "+ (no user ns)",
+            "+ --unshare-user --uid --gid (uid 0 seen as nobody)"
+            if user
+            else "+ no user namespace",
             [*base, "--unshare-pid", *user],
         ),
-        (
-            "+ --unshare-ipc --unshare-cgroup-try --cap-drop ALL",
-            [*base, "--unshare-pid", *user, "--unshare-ipc", "--unshare-cgroup-try", *caps],
-        ),
+        ("+ " + " ".join(a for a in namespaces if a.startswith("--")), namespaces),
+        ("+ --dev /dev --proc /proc" + (" --ro-bind /proc/sys" if devproc[4:] else ""), devproc),
+        ("+ 3 private tmpfs (/tmp, /var/tmp, /dev/shm)", private),
     ]
-    last = steps[-1][1]
-    steps.append(("+ --dev /dev --proc /proc", [*last, *devproc]))
-    steps.append(("+ 3 private tmpfs (/tmp, /var/tmp, /dev/shm)", [*last, *devproc, *private]))
-    steps.append(("the agent's whole fence (+ covers, binds, --chdir)", full[:-2]))
-    return [(label, [*argv, "--", "/bin/true"]) for label, argv in steps]
+    steps, last = [], base
+    for label, added in grown:
+        last = added if added[:1] == [full[0]] else [*last, *added]
+        steps.append((label, [*last, "--", "/bin/true"]))
+    steps.append(
+        (
+            "the agent's whole fence (+ covers, binds, `--dir`, `--remount-ro`, `--chdir`)",
+            [full[0], *options, "--", "/bin/true"],
+        )
+    )
+    if program[:-1]:
+        steps.append((f"+ `{' '.join(program[:-1])}` before the program", full))
+    return steps
 
 
 def exec_samples(base: Path) -> dict[str, Any]:
@@ -684,12 +718,13 @@ def section_exec(base: Path, out: list[str]) -> None:
     probes = []
     for _ in range(20):
         start = time.perf_counter()
-        fence._probe_userns()
+        fence._probe_userns(fence.probe().bwrap)
         probes.append((time.perf_counter() - start) * 1000)
     out += [
         "",
-        "The probe (`fence.probe`: a forked child tries a user and a mount namespace and a "
-        "tmpfs) runs once per supervisor start, fenced agents or not, never per spawn: "
+        "The user-namespace probe (`fence.probe`: a forked child tries a user and a mount "
+        "namespace and a tmpfs) runs once per supervisor start, fenced agents or not, never per "
+        "spawn: "
         f"{spread(probes)} ms (20 runs).",
         "",
     ]
