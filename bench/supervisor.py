@@ -26,6 +26,10 @@ holds the session at a FIFO barrier, for the throughput burst. Both arms:
    all calls / (last end - first start), with the CPU seconds per 1000 calls of the serving
    side, the center and the agents.
 
+The supervised arm runs its agents unfenced (`sandbox = "none"`), as the standalone arm's are:
+this section measures the serving path, section 10 (bench/fence.py) the fence's cost. Fenced,
+the agents could not reach the burst's barrier FIFO (in the supervisor's state directory) or,
+for the latency agent, the worker token its standalone host reads: the fence hides both.
 Every call must succeed: any failed call fails the bench with the agent's record.
 Run alone with `python -m bench.supervisor`; `make bench` runs it as section 9 (a few minutes:
 the N = 100 standalone fleet dominates).
@@ -57,6 +61,7 @@ ROUNDS = [int(n) for n in os.environ.get("BENCH_SV_ROUNDS", "5,3,1").split(",")]
 CALLS = int(os.environ.get("BENCH_SV_CALLS", "400"))
 BURST_AGENTS = int(os.environ.get("BENCH_SV_BURST_AGENTS", "100"))
 BURST_CALLS = int(os.environ.get("BENCH_SV_BURST_CALLS", "30"))
+UNFENCED = ('sandbox = "none"',)  # the supervised arm's `[defaults]` (module docstring)
 HOST_MB = 90  # a standalone host (~57 MB PSS alone) plus its stand-in, with a margin
 TICK = os.sysconf("SC_CLK_TCK")
 PROTOCOL = "2025-06-18"
@@ -438,6 +443,8 @@ def fleet_round(
     `tree` and `defaults`."""
     prefix = "sv" if supervised else "sa"
     ids = [f"{prefix}-{i:03d}" for i in range(1, n + 1)]
+    if supervised:  # unfenced, as the standalone arm's agents: see the module docstring
+        options.setdefault("defaults", UNFENCED)
     arm = Arm(center, base, ids, supervised, **options)
     fifo = str(arm.dir / "go")
     os.mkfifo(fifo)
@@ -579,7 +586,7 @@ def section_startup(center: Any, base: Path, out: list[str]) -> dict[bool, list[
 def section_latency(center: Any, base: Path, out: list[str]) -> None:
     from bench.harness import Stats
 
-    arm = Arm(center, base, ["lat-sv"], supervised=True)
+    arm = Arm(center, base, ["lat-sv"], supervised=True, defaults=UNFENCED)
     host_config = arm.dir / "lat-sa.json"
     arm.host_config("lat-sa", arm.dir / "lat-sa" / "workspace", host_config)
     command = [PY, "-I", "-S", THIS, "latency", "{mcp_config}", str(host_config), str(CALLS)]
