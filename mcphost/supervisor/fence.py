@@ -199,14 +199,12 @@ class FencePlan:
         args += ["--die-with-parent"]  # bubblewrap's init (and so the namespace) ends with it
         if self.map_uid is not None:
             args += ["--unshare-user", "--uid", str(self.map_uid), "--gid", str(self.map_uid)]
+        args += ["--cap-drop", "ALL"]
         if self.switch is not None:
             # until setpriv has switched (which clears them): the switch, and the way into the
             # user's 0700 workspace for `--chdir`
-            args += ["--cap-drop", "ALL"]
             for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_DAC_READ_SEARCH"):
                 args += ["--cap-add", cap]
-        else:
-            args += ["--cap-drop", "ALL"]
         args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         if self.root_agent:
             args += ["--ro-bind", SYSCTLS, SYSCTLS]
