@@ -26,7 +26,8 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
   (interpreter, environment, project) read-only where a cover would hide them;
 - its own `/proc` in its own PID namespace: it sees, signals and traces only its own
   processes, and everything it started ends when its first process does (escapees included);
-- its own `/dev` with a private devpts: no other pane's terminal is there;
+- its own `/dev` with a private devpts: no other pane's terminal is there; read-only but for its
+  devices and the private `/dev/shm` (bubblewrap's tmpfs there has no size bound);
 - for an agent that is uid 0 outside (a root supervisor's, without `user =`), `/proc/sys` bound
   read-only: the kernel lets uid 0 write sysctls with no capability (`SYSCTLS`); and the usual
   root-only files (`ROOT_ONLY`: /etc/shadow, host keys) shown as an empty device;
@@ -222,7 +223,7 @@ class FencePlan:
             args += ["--bind", path, path]
         for path in self.blanks:
             args += ["--ro-bind-try", "/dev/null", path]
-        for cover in self.covers:
+        for cover in (*self.covers, "/dev"):  # /dev: bubblewrap's own tmpfs, unbounded
             args += ["--remount-ro", cover]
         for name in self.unset_env:
             args += ["--unsetenv", name]

@@ -180,6 +180,10 @@ def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
         # the working directory is set inside the fence: its parents lead only into covers
         "read_other_relative": outcome(read(f"../../{other}/mcp.json")),
         "open_other_pts": outcome(open_any_pts()),
+        # fenced only: unfenced, this would plant a file in the host's /dev
+        "write_dev": outcome(write(f"/dev/fence-probe-{cfg['mode']}"))
+        if cfg["fenced"]
+        else "EROFS",
         "read_other_cmdline": outcome(read(f"/proc/{go['other']}/cmdline")),
         "connect_run_socket": outcome(connect(str(cfg["run_socket"])))
         if cfg.get("run_socket")

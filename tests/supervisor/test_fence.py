@@ -43,6 +43,7 @@ FORBIDDEN = (
     "connect_other_tmux", "connect_own_tmux", "kill_supervisor", "kill_other",
     "ptrace_supervisor", "ptrace_other", "supervisor_environ", "undo",
     "read_other_relative", "open_other_pts", "read_other_cmdline", "connect_run_socket",
+    "write_dev",
     "same_keyring",
 )  # fmt: skip
 # What the same probes reach without the fence (the control): every forbidden one but the
@@ -56,6 +57,7 @@ UNFENCED_THROUGH = tuple(
     not in (
         "control_status", "connect_own_tmux", "ptrace_supervisor", "ptrace_other", "undo",
         "connect_run_socket", "same_keyring",  # the socket: root runs only; the keyring: below
+        "write_dev",  # tried fenced only
     )
 )  # fmt: skip
 TMP_SIZE = 16 << 20  # the fleet's tmp_size in these runs: each private tmpfs is this large
