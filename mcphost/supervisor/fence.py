@@ -243,6 +243,8 @@ class FencePlan:
         return args + program
 
     def _ancestors(self) -> list[str]:
+        """The directories between a cover or private tmpfs and what comes back beneath it,
+        outermost first: the fence makes them (`argv`'s `--dir`; `made` reads the same list)."""
         roots = (*self.private, *self.covers)
         found: list[str] = []
         for path in (*self.readonly, *self.keeps):
@@ -272,8 +274,7 @@ class FencePlan:
             return 0o1777
         if path in self.covers:
             return 0o755
-        tops = (*self.covers, *self.private)
-        if any(beneath(path, t) for t in tops) and any(beneath(b, path) for b in bound):
+        if path in self._ancestors():  # what `argv` makes with `--dir`
             return MOUNT_PARENT_MODE
         return None
 

@@ -39,9 +39,10 @@ argv, which drops `TMUX`/`TMUX_PANE`: the agent never reaches a tmux server), or
 only once it is known. EOF instead of the line (the runner gave up) ends the gate with status 1;
 a fence that cannot be built, with 126; an argv that cannot be exec'd, with 127.
 
-A fenced pane starts in `/`, and bubblewrap sets the workspace as its working directory inside
-the fence (resolved in the fenced view, where a workspace swapped for a symlink leads only into
-covers): the tmux server never opens a path the agent controls. An unfenced pane starts in the
+A fenced pane starts in `/`, and bubblewrap sets its working directory inside the fence: the
+workspace directory the supervisor holds, by the path the kernel gives that descriptor now
+(never through a symlink the agent planted), resolved again in the fenced view: the tmux server
+never opens a path the agent controls. An unfenced pane starts in the
 workspace path (`sandbox = "none"` agents reach everything their uid can anyway).
 
 Must never: run a shell, pass the environment in an argv, kill a session it does not own (the
