@@ -15,22 +15,27 @@ starts or stops a process itself; `up` / `down` ask the host.
 
 Operations and what each answers:
 - `list`: namespace (the frame's, else the requester's bundle) -> one ListedBundle (§1.3); a
-  member is ready when the host says so; `hosted` / `state` "up" iff at least one member is
+  member is ready when the host says so and its member (members.KINDS, bound to the host's
+  endpoint) does too, and carries its member's `state` / `state_reason_code` when the member
+  reports them (an ACP member); `hosted` / `state` "up" iff at least one member is
   ready; `startup_health` "healthy" (all ready) or "degraded" (some), only when up;
   `state_reason_code` `runtime_no_configured_sessions` (no members) or `runtime_startup_failed`
   (none ready while the host hosts the bundle); a bundle the host does not host is "down" with
   no reason. `GLOBAL` -> the users.toml principals plus live `@GLOBAL` connections, `ready` =
   a live connection. Capability `list.read`.
-- `look`: tmux capture of the target pane, `lines` 1..=1000 (default 120), `offset` only 0
-  (`validation_offset_unsupported`); `snapshot_format: "lines"`. Capability `look.inspect`.
+- `look`: the target member's own snapshot (`Member.look`: a tmux member captures its pane,
+  `snapshot_format: "lines"`), `lines` 1..=1000 (default: the kind's, 120 for tmux), `offset`
+  only 0 unless the kind supports it (`validation_offset_unsupported`). Capability
+  `look.inspect`.
 - `send`: targets fully qualified (bare names are the relay tools' job), deduplicated in order;
   broadcast = every other member of the sender's bundle. Each target gets a uuid4
-  `message_id` and its envelope (envelope.py), queued to the target's worker, which waits for the
-  coder's readiness gate (coders.toml `prompt-regex` etc.), takes the contiguous envelopes that
-  fit one batch (envelope.take_batch) and pastes them bracketed, then a separate "\\r". The
+  `message_id` and its envelope (envelope.py), queued to the target's worker, which hands the
+  member the contiguous envelopes that fit one batch (envelope.take_batch) as one unit
+  (`Member.deliver`: a tmux member waits for the coder's readiness gate, coders.toml
+  `prompt-regex` etc., then pastes them bracketed, then a separate "\\r"). The
   response is `queued` at once. A `@GLOBAL` target gets an `incoming_message` event on its live
-  connections (`connections.send_event`) instead. Explicit targets of an unsupported
-  transport (acp, pty, ui, pubsub members) fail the request with
+  connections (`connections.send_event`) instead. Explicit targets of a transport no
+  registered member kind hosts (pty; acp until its kind is registered; ui, pubsub) fail the request with
   `runtime_session_type_not_implemented` before anything is queued; in a broadcast such a member
   gets a result with outcome `not_submitted` and that reason code. Every envelope is text,
   never keys (envelope.neutralise). The queue is bounded per target, per sender and in all
@@ -54,8 +59,10 @@ Operations and what each answers:
   `change_psk` and `drop_peer` then revoke the principal's live connections
   (`connections.revoke`: `runtime_identity_revoked`), except when the requester rotates its own.
   Capabilities `new.peer`, `change.psk`, `drop.peer`.
-- `choices_list` -> empty `pending_requests`; `choices_pick` -> `runtime_choices_request_not_found`:
-  this relay hosts no ACP sessions, so there is never a pending choice. Capability `choose`.
+- `choices_list` -> the bundle's choices queue's `pending_requests` (a queue is made by the first
+  member kind of the bundle that keeps one: `MemberKind.choices_queue`; none: empty);
+  `choices_pick` -> the queue's decision (`Choices.decide`, decided by the requester), or
+  `runtime_choices_request_not_found` for a bundle without a queue. Capability `choose`.
 - `list_relays` -> the relay.toml peer aliases; `discover_namespaces` (no `relay`) -> the
   configured bundle ids; `discover_principals` (no `relay`) -> the namespace's ListedBundle.
   With a `relay`, and for any `!` target: `runtime_cross_relay_unavailable`. Capability
@@ -67,7 +74,7 @@ Operations and what each answers:
 Delivery outcomes (§3.4: `delivered`, `timeout` with the gate's reason code, `not_submitted`,
 `submission_unknown`, `failed` `dropped_on_shutdown`) are kept in `outcomes` (the last 4096, by
 message id) and inscribed as `relay.delivery.outcome`; a `@GLOBAL` sender also gets a
-`delivery_outcome` event, and a coder-backed (tmux) member sender, for every outcome of a queued
+`delivery_outcome` event, and a member sender of a registered kind, for every outcome of a queued
 send or raww but `delivered`, the terminal-outcome receipt: an envelope from `relay@RELAY`
 (envelope.receipt_body) queued to its own pane, best-effort (dropped when the sender is not
 running or the receipts' queue bound is full; never a receipt for a receipt), each one a
@@ -129,16 +136,17 @@ from mcphost.agentmux.wire import (
     parse_principal,
     utc_now,
 )
+from mcphost.errors import CodedFailure
 from mcphost.peer import PeerCred
-from mcphost.relay import admission
+from mcphost.relay import admission, members
 from mcphost.relay import envelope as env
-from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle, Users, bundle_ids, load_relay_settings, load_users
 from mcphost.relay.connections import Connections
 from mcphost.relay.credentials import Credentials
 from mcphost.relay.delivery import Delivery, _Item, _Worker
 from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
+from mcphost.relay.members.port import Choices, unavailable
 from mcphost.relay.policy import authorize, load_policies, member_policy
 from mcphost.relay.principals import (
     PrincipalStore,
@@ -154,7 +162,6 @@ from mcphost.relay.requester import (
     _opt_str,
     _session_type,
     _Target,
-    _unavailable,
 )
 
 __all__ = ["BundleHost", "MemberHealth", "RelayBehaviour"]
@@ -210,6 +217,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         self._workers: dict[tuple[str, str], _Worker] = {}
         self.queue_bounds = admission.Ledger()
         self.outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.choices: dict[str, Choices] = {}  # bundle id -> its choices queue (Delivery._choices)
         self._closed = False
         self._ops: dict[str, Callable[[Principal, Request], Any]] = {
             "list": self._list,
@@ -344,11 +352,18 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         ready_count = 0
         for session in bundle.sessions:
             ready, health = self.host.member_state(bundle, session.id)
+            member = self._member(bundle, session)
+            readiness = member.readiness() if member is not None else None
+            ready = ready and readiness is not None and readiness.ready
             entry: dict[str, Any] = {"id": session.principal_id(bundle.id)}
             if session.name is not None:
                 entry["name"] = session.name
             entry["transport"] = session.transport
             entry["ready"] = bool(ready)
+            if readiness is not None and readiness.state is not None:
+                entry["state"] = readiness.state
+            if readiness is not None and readiness.reason_code is not None:
+                entry["state_reason_code"] = readiness.reason_code
             principals.append(entry)
             ready_count += bool(ready)
             count += health.startup_failure_count
@@ -405,8 +420,8 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         target = self._target(raw_target, operation="look")
         bundle, session = target.bundle, target.session
         assert bundle is not None and session is not None
-        self._check_transport(bundle, session, "look")
-        if offset:
+        kind = self._member_kind(bundle, session, "look")
+        if offset and not kind.supports_offset:
             raise RelayError(
                 "validation_offset_unsupported",
                 "offset is only supported for ACP look targets",
@@ -414,21 +429,15 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
             )
         requester = self._requester(principal, body)
         authorize(requester.policy, "look.inspect", principal, [target.principal])
-        server = self.host.tmux(bundle)
-        if server is None:
-            raise _unavailable(target.principal.id, "the target's bundle is not hosted")
-        name = self.host.session_name(bundle, session.id)
-        try:
-            snapshot = await server.capture(name, lines or tm.DEFAULT_LOOK_LINES)
-        except tm.NoSuchSession:
-            raise _unavailable(target.principal.id, "the target session is not running") from None
-        except tm.TmuxError as exc:
-            raise _unavailable(target.principal.id, exc.message) from None
+        member = self._member(bundle, session)
+        if member is None:
+            raise unavailable(target.principal.id, "the target's bundle is not hosted")
+        snapshot = await member.look(lines or kind.default_look_lines, offset or 0)
         self.inscribe(
             "relay.look.response",
             requester_session=principal.id,
             target_session=target.principal.id,
-            snapshot_count=len(snapshot),
+            snapshot_count=snapshot.count,
         )
         out: dict[str, Any] = {
             "kind": "look",
@@ -436,8 +445,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
             "requester_session": principal.id,
             "target_session": target.principal.id,
             "captured_at": utc_now(),
-            "snapshot_format": "lines",
-            "snapshot_lines": snapshot,
+            **snapshot.fields,
         }
         if principal.verified:
             out["authenticated_identity"] = principal.id
@@ -462,8 +470,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
                 target = _Target(
                     parse_principal(session.principal_id(home.id)), home, session, session.name
                 )
-                coder = home.coder_for(session)
-                supported = session.transport == "tmux" and coder is not None and coder.tmux
+                supported = members.kind_of(home, session) is not None
                 (targets if supported else skipped).append(target)
         else:
             users = load_users(self.roots)
@@ -474,7 +481,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
                     continue
                 seen.add(target.principal.id)
                 if target.bundle is not None and target.session is not None:
-                    self._check_transport(target.bundle, target.session, "send")
+                    self._member_kind(target.bundle, target.session, "send")
                 targets.append(target)
         requester = self._requester(principal, body)
         authorize(
@@ -574,7 +581,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
         client_request_id = raww.request_id
         target = self._target(raw_target, operation="raww")
         assert target.bundle is not None and target.session is not None
-        self._check_transport(target.bundle, target.session, "raww")
+        kind = self._member_kind(target.bundle, target.session, "raww")
         requester = self._requester(principal, body)
         authorize(requester.policy, "raww.write", principal, [target.principal])
         if self._stopped(target):
@@ -597,7 +604,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
             "schema_version": SCHEMA_VERSION,
             "status": "queued",
             "target_session": target.principal.id,
-            "transport": "tmux",
+            "transport": kind.transport,
         }
         if client_request_id is not None:
             out["request_id"] = client_request_id
@@ -634,7 +641,7 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
                 entry["outcome"] = "hosted" if action == "up" else "unhosted"
             except Exception as exc:
                 code = "runtime_startup_failed" if action == "up" else "runtime_shutdown_failed"
-                reason = exc.message if isinstance(exc, RelayError | tm.TmuxError) else str(exc)
+                reason = exc.message if isinstance(exc, CodedFailure) else str(exc)
                 entry.update(outcome="failed", reason_code=code, reason=reason or code)
         self.inscribe(
             f"relay.bundle.{action}",
@@ -654,26 +661,48 @@ class RelayBehaviour(Resolution, Delivery, Credentials):
             "changed_any": changed,
         }
 
-    # -- choices (no ACP) ----------------------------------------------------------------------
+    # -- choices --------------------------------------------------------------------------------
 
     async def _choices_list(self, principal: Principal, request: Request) -> dict[str, Any]:
         bundle = self._bundle(self._subject(principal, request))
         requester = self._requester(principal, request.body)
         authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)
-        return {"kind": "choices_list", "schema_version": SCHEMA_VERSION, "pending_requests": []}
+        queue = self._choices(bundle)
+        pending = queue.pending() if queue is not None else []
+        return {
+            "kind": "choices_list",
+            "schema_version": SCHEMA_VERSION,
+            "pending_requests": pending,
+        }
 
     async def _choices_pick(self, principal: Principal, request: Request) -> dict[str, Any]:
         body = request.body
-        choice_id = ChoicesPickRequest.read(body).choice_request_id
+        pick = ChoicesPickRequest.read(body)
         bundle = self._bundle(self._subject(principal, request))
         requester = self._requester(principal, body)
         authorize(requester.policy, "choose", principal, subject_bundle=bundle.id)
-        raise RelayError(
-            "runtime_choices_request_not_found",
-            "choice request is not pending (this relay hosts no ACP sessions, so it never has "
-            "pending choices)",
-            {"choice_request_id": choice_id},
-        )
+        queue = self._choices(bundle)
+        if queue is None:
+            raise RelayError(
+                "runtime_choices_request_not_found",
+                "choice request is not pending (no member of this bundle raises choices, so it "
+                "never has pending choices)",
+                {"choice_request_id": pick.choice_request_id},
+            )
+        assert pick.outcome is not None  # the model's rules refused a body without one
+        resolved = queue.decide(pick.choice_request_id, pick.outcome, pick.option_id, principal.id)
+        out: dict[str, Any] = {
+            "kind": "choices_pick",
+            "schema_version": SCHEMA_VERSION,
+            "status": "resolved",
+            "choice_request_id": pick.choice_request_id,
+            "outcome": resolved.get("outcome", pick.outcome),
+            "decided_by": resolved.get("decided_by", principal.id),
+        }
+        for name in ("reason_code", "reason"):
+            if resolved.get(name) is not None:
+                out[name] = resolved[name]
+        return out
 
     # -- discovery (local only) ----------------------------------------------------------------
 

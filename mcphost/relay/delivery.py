@@ -1,12 +1,13 @@
 """Delivery: per-target queues, the readiness gate, batching, paste-and-submit, outcomes, receipts.
 
 Owns: the per-target delivery workers of `RelayBehaviour` (FIFO, one asyncio task per target
-with something queued; a raww is a batch barrier), the readiness gate built from the coder
-(`_gate`), the batch taken once the gate settles and pasted through `panes.deliver` (the one
-paste-and-submit, which the tests drive too), the queue bounds' ledger entries (admission.py),
+with something queued; a raww is a batch barrier), the target reached as a member of its kind
+(`_member`: `members.member`, with the context the relay lends it and the bundle's choices queue,
+`_choices`), the batch taken once the member takes input (`Member.deliver`: a tmux member's
+readiness gate, then one paste and submit), the queue bounds' ledger entries (admission.py),
 the recent outcomes (`outcomes`, the last `OUTCOMES_KEPT`), the `@GLOBAL` events
-(`incoming_message`, `delivery_outcome`), and the terminal-outcome receipts to a coder-backed
-sender.
+(`incoming_message`, `delivery_outcome`), and the terminal-outcome receipts to a sender that is a
+member of a registered kind.
 
 Must never: log a message body or raww text (ids, sizes and outcomes only), or start a process.
 """
@@ -30,20 +31,26 @@ from mcphost.agentmux.wire import (
     RelayError,
     parse_principal,
 )
-from mcphost.relay import admission, panes
+from mcphost.relay import admission, members
 from mcphost.relay import envelope as env
-from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import (
-    Bundle,
-    Session,
-    TmuxCoder,
-)
+from mcphost.relay.bundles import Bundle, Session, load_relay_settings
 from mcphost.relay.connections import Connections
 from mcphost.relay.hosting import BundleHost
 from mcphost.relay.inscriptions import RelayInscriptions
-from mcphost.relay.requester import GLOBAL, _Target, _unavailable
+from mcphost.relay.members.port import (
+    Batch,
+    Choices,
+    Member,
+    MemberContext,
+    MemberKind,
+    unavailable,
+)
+from mcphost.relay.outcome import UNREACHABLE
+from mcphost.relay.outcome import Delivery as Outcome
+from mcphost.relay.requester import GLOBAL, _Target
 
 OUTCOMES_KEPT = 4096
+CHOICE_CANCELLED = "runtime_choices_request_cancelled"
 
 
 @dataclass(slots=True)
@@ -82,14 +89,35 @@ class Delivery:
     outcomes: OrderedDict[str, dict[str, Any]]
     _workers: dict[tuple[str, str], _Worker]
     _closed: bool
+    _environ: dict[str, str] | None
+    choices: dict[str, Choices]
 
     if TYPE_CHECKING:
 
         def _bundle(self, bundle_id: str) -> Bundle: ...
 
-        def _check_transport(
-            self, bundle: Bundle, session: Session, operation: str
-        ) -> TmuxCoder: ...
+        def _member_kind(self, bundle: Bundle, session: Session, operation: str) -> MemberKind: ...
+
+    # -- members -------------------------------------------------------------------------------
+
+    def _choices(self, bundle: Bundle) -> Choices | None:
+        """The bundle's choices queue: made on first use by the first kind of its members that
+        keeps one (relay.toml `[choices] pending-max`), None when none does."""
+        queue = self.choices.get(bundle.id)
+        if queue is not None:
+            return queue
+        for session in bundle.sessions:
+            kind = members.kind_of(bundle, session)
+            if kind is not None and kind.choices_queue is not None:
+                settings = load_relay_settings(self.roots, self._environ)
+                queue = self.choices[bundle.id] = kind.choices_queue(settings.choices_pending_max)
+                return queue
+        return None
+
+    def _member(self, bundle: Bundle, session: Session) -> Member | None:
+        """The member bound to its host's endpoint (`members.member`), None when not hosted."""
+        context = MemberContext(self.quiet_ms, self.poll_ms, self._choices(bundle))
+        return members.member(bundle, session, self.host, context)
 
     def _deliver_event(self, item: _Item, body: str) -> None:
         """A `@GLOBAL` recipient: an `incoming_message` event on its live connections."""
@@ -102,18 +130,14 @@ class Delivery:
         else:
             self._record_delivery(
                 item,
-                panes.Delivery(
-                    "not_submitted", panes.UNREACHABLE, "the recipient has no live connection"
-                ),
+                Outcome("not_submitted", UNREACHABLE, "the recipient has no live connection"),
             )
 
     # -- delivery workers ----------------------------------------------------------------------
 
     def _enqueue(self, bundle_id: str, session_id: str, item: _Item) -> None:
         if self._closed:
-            self._record_delivery(
-                item, panes.Delivery("failed", "dropped_on_shutdown", "relay shut down")
-            )
+            self._record_delivery(item, Outcome("failed", "dropped_on_shutdown", "relay shut down"))
             return
         key = (bundle_id, session_id)
         worker = self._workers.get(key)
@@ -137,7 +161,7 @@ class Delivery:
                 except asyncio.CancelledError:
                     for item in batch:
                         self._record_delivery(
-                            item, panes.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+                            item, Outcome("failed", "dropped_on_shutdown", "relay shut down")
                         )
                     raise
                 except Exception as exc:  # one bad delivery must not stop the queue
@@ -149,7 +173,7 @@ class Delivery:
                     )
                     if not batch and worker.queue:
                         batch.append(worker.queue.popleft())
-                    result = panes.Delivery(
+                    result = Outcome(
                         "submission_unknown", "internal_unexpected_failure", type(exc).__name__
                     )
                 for item in batch:
@@ -157,18 +181,7 @@ class Delivery:
         finally:
             worker.task = None
 
-    def _gate(self, coder: TmuxCoder) -> panes.Gate:
-        return panes.Gate(
-            quiet_ms=self.quiet_ms,
-            prompt_regex=coder.prompt_regex,
-            inspect_lines=coder.prompt_inspect_lines,
-            idle_column=coder.prompt_idle_column,
-            timeout_ms=coder.readiness_timeout_ms,
-            prime_timeout_ms=coder.prime_timeout_ms,
-            poll_ms=self.poll_ms,
-        )
-
-    async def _deliver_next(self, worker: _Worker, batch: list[_Item]) -> panes.Delivery:
+    async def _deliver_next(self, worker: _Worker, batch: list[_Item]) -> Outcome:
         """Deliver the head of the queue (a raww, or the envelopes that fit one batch), moving
         the delivered items into `batch`; their outcome."""
         head = worker.queue[0]
@@ -176,34 +189,31 @@ class Delivery:
             bundle = self._bundle(worker.bundle_id)
             session = bundle.member(worker.session_id)
             if session is None:
-                raise _unavailable(head.target, "the target is no longer configured")
-            coder = self._check_transport(bundle, session, head.kind)
+                raise unavailable(head.target, "the target is no longer configured")
+            self._member_kind(bundle, session, head.kind)
         except RelayError as err:
             batch.append(worker.queue.popleft())
-            return panes.Delivery("not_submitted", err.code, err.message)
-        server = self.host.tmux(bundle)
-        name = self.host.session_name(bundle, session.id)
-        if server is None:
+            return Outcome("not_submitted", err.code, err.message)
+        member = self._member(bundle, session)
+        if member is None:
             batch.append(worker.queue.popleft())
-            return panes.Delivery("not_submitted", panes.UNREACHABLE, "the bundle is not hosted")
+            return Outcome("not_submitted", UNREACHABLE, "the bundle is not hosted")
         if head.kind == "raww":
             batch.append(worker.queue.popleft())
-            try:
-                return await panes.raw_write(server, name, head.text, head.no_enter)
-            except tm.TmuxError as exc:
-                return panes.Delivery("not_submitted", panes.UNREACHABLE, exc.message)
+            return await member.write_raw(head.text, head.no_enter)
 
-        def take() -> str:
+        def take() -> Batch:
             envelopes = list(itertools.takewhile(lambda i: i.kind == "envelope", worker.queue))
             count = env.take_batch([i.text for i in envelopes])
             batch.extend(worker.queue.popleft() for _ in range(count))
             # every envelope is text, never keys (envelope.neutralise), even one that reached
             # here without `envelope.render`
-            return env.neutralise(env.join_batch([i.text for i in batch]))
+            text = env.neutralise(env.join_batch([i.text for i in batch]))
+            return Batch(text, tuple(i.message_id for i in batch), tuple(i.sender for i in batch))
 
-        return await panes.deliver(server, name, self._gate(coder), take)
+        return await member.deliver(take)
 
-    def _record_delivery(self, item: _Item, result: panes.Delivery) -> None:
+    def _record_delivery(self, item: _Item, result: Outcome) -> None:
         if item.admitted:  # its outcome frees its place in the queue bounds
             item.admitted = False
             self.queue_bounds.release(item.sender, item.target, item.size)
@@ -219,9 +229,9 @@ class Delivery:
             return False
         return self.host.member_state(target.bundle, target.session.id)[1].stopped
 
-    def _receipt(self, item: _Item, result: panes.Delivery) -> None:
+    def _receipt(self, item: _Item, result: Outcome) -> None:
         """The terminal-outcome receipt (§3.4) for a queued item that was not delivered, to its
-        sender when that is a coder-backed member: an envelope from `relay@RELAY`
+        sender when that is a member of a registered kind (`members.KINDS`): an envelope from `relay@RELAY`
         (envelope.receipt_body) queued to the sender's pane like any message. Best-effort: a
         sender that is not running now, or whose queue is full (the receipts count in the
         queue bounds as sender `relay@RELAY`), loses it; a receipt's own outcome gets none;
@@ -237,8 +247,8 @@ class Delivery:
         except RelayError:
             bundle = None
         session = bundle.member(sender.name) if bundle is not None else None
-        if bundle is None or session is None or session.transport in ("ui", "pubsub"):
-            return  # not a coder-backed member (any more)
+        if bundle is None or session is None or members.kind_of(bundle, session) is None:
+            return  # not a member of a registered kind (any more)
         receipt_id = uuid.uuid4()
         body = env.receipt_body(
             item.message_id, item.target, result.outcome, result.reason_code, result.reason
@@ -249,7 +259,8 @@ class Delivery:
         receipt.receipt = True
         receipt.size = len(text.encode("utf-8", "surrogatepass"))
         dropped: str | None = None
-        if self.host.tmux(bundle) is None or not self.host.member_state(bundle, session.id)[0]:
+        hosted = self.host.member_endpoint(bundle, session.id) is not None
+        if not hosted or not self.host.member_state(bundle, session.id)[0]:
             dropped = "sender_not_running"
         else:
             try:
@@ -317,8 +328,13 @@ class Delivery:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Stop the workers; what is still queued is `dropped_on_shutdown`."""
+        """Stop the workers; what is still queued is `dropped_on_shutdown`, and every pending
+        choice is resolved cancelled (`runtime_choices_request_cancelled`)."""
         self._closed = True
+        for queue in self.choices.values():
+            for target in dict.fromkeys(c.get("target_session") for c in queue.pending()):
+                if isinstance(target, str):
+                    queue.invalidate(target, CHOICE_CANCELLED, "relay shut down")
         tasks = [w.task for w in self._workers.values() if w.task is not None]
         for task in tasks:
             task.cancel()
@@ -327,6 +343,6 @@ class Delivery:
             while worker.queue:
                 item = worker.queue.popleft()
                 self._record_delivery(
-                    item, panes.Delivery("failed", "dropped_on_shutdown", "relay shut down")
+                    item, Outcome("failed", "dropped_on_shutdown", "relay shut down")
                 )
         self.inscribe.close()

@@ -6,8 +6,8 @@ users.toml user: `member_of`, the one place it is written, used by the hello's `
 an in-process session's `admit` and every request), the requester with its policy (`_requester`: a
 `requester_session` naming anyone but the connection's principal is `validation_unknown_sender`),
 the routing namespace of a bundle-subject request (`_subject`, §2.3), target resolution
-(`_target`: fully qualified, existing; validation and existence errors only), the transport check
-(`_check_transport`), and the small request-body readers and refusals the operations share.
+(`_target`: fully qualified, existing; validation and existence errors only), the member kind
+check (`_member_kind`: the registered kind hosting a target, `members.KINDS`), and the small request-body readers and refusals the operations share.
 
 Must never: authorize (that is `policy.authorize`, called by the operations), or act on anything.
 """
@@ -24,10 +24,10 @@ from mcphost.agentmux.wire import (
     Request,
     parse_principal,
 )
+from mcphost.relay import members
 from mcphost.relay.bundles import (
     Bundle,
     Session,
-    TmuxCoder,
     User,
     Users,
     load_users,
@@ -36,6 +36,7 @@ from mcphost.relay.bundles import (
 from mcphost.relay.connections import Connections
 from mcphost.relay.hosting import BundleHost, Bundles
 from mcphost.relay.inscriptions import RelayInscriptions
+from mcphost.relay.members.port import MemberKind, session_type_not_implemented
 from mcphost.relay.policy import Policy, load_policies, member_policy
 
 GLOBAL = "GLOBAL"
@@ -83,12 +84,7 @@ def _fail_stopped(target: str) -> RelayError:
 
 
 def _session_type(bundle: Bundle, session: Session) -> RelayError:
-    return RelayError(
-        "runtime_session_type_not_implemented",
-        f"session transport {session.transport!r} is not implemented by this relay "
-        "(tmux sessions only)",
-        {"target_session": session.principal_id(bundle.id), "transport": session.transport},
-    )
+    return session_type_not_implemented(bundle, session, members.hosted_kinds())
 
 
 _NOT_A_MEMBER = {
@@ -126,14 +122,6 @@ class _Target:
     bundle: Bundle | None  # None for @GLOBAL
     session: Session | None
     display_name: str | None
-
-
-def _unavailable(target: str, reason: str) -> RelayError:
-    return RelayError(
-        "transport_unavailable",
-        f"target session is unavailable: {reason}",
-        {"target_session": target},
-    )
 
 
 class Resolution:
@@ -259,9 +247,9 @@ class Resolution:
     def _live(self) -> set[str]:
         return set(self.connections.live_principals())
 
-    def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
-        """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and
-        acp/pty members are not implemented."""
+    def _member_kind(self, bundle: Bundle, session: Session, operation: str) -> MemberKind:
+        """The registered kind hosting the member (`members.KINDS`); ui/pubsub members cannot be
+        looked at or written to, and a transport no kind hosts is not implemented."""
         if session.transport in ("ui", "pubsub"):
             raise RelayError(
                 "validation_unsupported_operation",
@@ -271,7 +259,7 @@ class Resolution:
                     "transport": session.transport,
                 },
             )
-        coder = bundle.coder_for(session)
-        if session.transport != "tmux" or coder is None or coder.tmux is None:
+        kind = members.kind_of(bundle, session)
+        if kind is None:
             raise _session_type(bundle, session)
-        return coder.tmux
+        return kind
