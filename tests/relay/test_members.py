@@ -36,7 +36,7 @@ class Notebook:
     """The endpoint a host hands over for a notebook member: what it was given, in order."""
 
     state: str = "available"
-    entries: list[str] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
     turns: list[tuple[str, ...]] = field(default_factory=list)
 
 
@@ -77,11 +77,11 @@ class NotebookMember:
     async def deliver(self, take: Callable[[], Batch]) -> Delivery:
         batch = take()
         self.book.turns.append(batch.message_ids)
-        self.book.entries.append(batch.text)
+        self.book.entries.append({"kind": "user", "lines": [batch.text]})
         return Delivery("delivered")
 
     async def write_raw(self, text: str, no_enter: bool) -> Delivery:
-        self.book.entries.append(text)
+        self.book.entries.append({"kind": "user", "lines": [text]})
         return Delivery("delivered")
 
     async def look(self, lines: int, offset: int) -> Snapshot:
@@ -180,7 +180,8 @@ async def test_send_raww_and_look_go_through_the_kind(world: World) -> None:
     await world.relay.drain()
     book = world.host.book
     assert book.turns == [(sent["results"][0]["message_id"],)]
-    assert "one" in book.entries[0] and book.entries[1] == "verbatim"
+    assert "one" in book.entries[0]["lines"][0]
+    assert book.entries[1] == {"kind": "user", "lines": ["verbatim"]}
     assert world.relay.outcomes[raww["message_id"]]["outcome"] == "delivered"
 
     look = await world.call("look", target_session="agent@mixed")  # the kind's default: 2
