@@ -39,7 +39,7 @@ import signal
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -422,6 +422,11 @@ class Supervisor:
     def _slot(self, plan: AgentPlan, home: Home, workspace: HeldWorkspace) -> Slot:
         assert self.store is not None and self.reaper is not None
 
+        sandbox = self._fence(plan, home)
+
+        def reserve(agent_id: str, local: int) -> Awaitable[int]:
+            return self.generations.next(self.admin, agent_id, local)
+
         runner: AgentRunner
         if plan.runner == "tmux":  # a pane: of its bundle's tmux server, or of its own
             from mcphost.supervisor.tmuxrunner import TmuxRunner, agent_server
@@ -441,6 +446,8 @@ class Supervisor:
                 argv=agent_argv(plan, home),
                 env=agent_env(self.env, plan, home),
                 cwd=workspace.cwd,
+                fence=sandbox,
+                reserve=reserve,
             )
         else:
             runner = AgentRunner(
@@ -453,9 +460,9 @@ class Supervisor:
                 argv=agent_argv(plan, home),
                 env=agent_env(self.env, plan, home),
                 cwd=workspace.cwd,
+                fence=sandbox,
+                reserve=reserve,
             )
-        runner.reserve = lambda agent_id, local: self.generations.next(self.admin, agent_id, local)
-        runner.fence = sandbox = self._fence(plan, home)
         return Slot(
             plan=plan,
             home=home,
@@ -548,7 +555,8 @@ class Supervisor:
                 fence = self._fence(slot.plan, slot.home)
                 if fence == slot.sandbox:
                     continue
-                slot.runner.fence = slot.sandbox = fence
+                slot.sandbox = fence
+                slot.runner.refence(fence)
                 running = slot.runner.status().state in (AgentState.STARTING, AgentState.RUNNING)
                 events.emit("supervisor.agent_refenced", agent_id=agent_id, restarted=running)
                 if running:

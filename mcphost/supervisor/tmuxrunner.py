@@ -62,7 +62,7 @@ from collections.abc import Mapping, Sequence
 from mcphost import fsutil, procs
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
-from mcphost.supervisor.fence import NO_FENCE
+from mcphost.supervisor.fence import NO_FENCE, Fence
 from mcphost.supervisor.kernel import Reaper, proc_starttime
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
@@ -71,6 +71,7 @@ from mcphost.supervisor.lifecycle import (
     OnExit,
     OnSpawn,
     Plan,
+    Reserve,
     _Run,
 )
 from mcphost.supervisor.relayhost import NO_TMUX
@@ -133,6 +134,8 @@ class TmuxRunner(AgentRunner):
         argv: Sequence[str],
         env: dict[str, str],
         cwd: str | None = None,
+        fence: Fence | None = None,
+        reserve: Reserve | None = None,
     ) -> None:
         super().__init__(
             plan,
@@ -144,6 +147,8 @@ class TmuxRunner(AgentRunner):
             argv=argv,
             env=env,
             cwd=cwd,
+            fence=fence,
+            reserve=reserve,
         )
         self.server = server
         self.session = tm.check_session_name(plan.agent_id)
@@ -159,10 +164,10 @@ class TmuxRunner(AgentRunner):
         # fenced: the command bubblewrap runs (its working directory set inside), and the
         # pane starts in "/": the tmux server never opens a path the agent controls
         message, cwd = NO_FENCE, os.fspath(self.home.workspace)
-        if self.fence is not None:
+        if self._fence is not None:
             try:  # refused as a process agent's spawn is: its program, named in one line
                 held = self._cwd  # the held workspace (/proc/self/fd/N), or its path
-                message, cwd = self.fence.message(list(self._argv), self._pane_env, held), "/"
+                message, cwd = self._fence.message(list(self._argv), self._pane_env, held), "/"
             except OSError as exc:
                 self._spawn_failed(generation, procs.spawn_failure_reason(self._argv[0], exc))
                 return None
