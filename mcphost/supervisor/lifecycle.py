@@ -60,7 +60,7 @@ from mcphost.supervisor.kernel import (
     resolve_user,
 )
 from mcphost.supervisor.logs import RotatingLog
-from mcphost.supervisor.state import StateStore
+from mcphost.supervisor.state import StateStore, generation_after
 
 if TYPE_CHECKING:
     from mcphost.supervisor.fence import Fence
@@ -400,7 +400,7 @@ class AgentRunner:
         every one it has seen), when the supervisor gave a way to ask (`reserve`)."""
         self._reserved = 1
         if self._reserve is not None:
-            local = (self._store.generation(self.agent_id) or 0) + 1
+            local = generation_after(self._store.generation(self.agent_id))
             self._reserved = await self._reserve(self.agent_id, local)
 
     def _new_generation(self) -> int:
