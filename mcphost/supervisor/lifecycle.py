@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import procs
 from mcphost.events import emit
@@ -64,6 +64,7 @@ from mcphost.supervisor.state import StateStore, generation_after
 
 if TYPE_CHECKING:
     from mcphost.supervisor.fence import Fence
+    from mcphost.supervisor.plan import AgentPlan
 
 
 class AgentState(StrEnum):
@@ -234,6 +235,22 @@ OnExit = Callable[["AgentRunner", int], None]
 Reserve = Callable[[str, int], Awaitable[int]]
 
 
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    """What every kind of runner is given at construction besides its plan and home (the
+    supervisor's reconciliation makes one per slot: `AgentRunner.hosted`)."""
+
+    store: StateStore
+    reaper: Reaper
+    on_spawn: OnSpawn
+    on_exit: OnExit
+    argv: Sequence[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    fence: Fence | None = None
+    reserve: Reserve | None = None
+
+
 class AgentRunner:
     """Runs one agent under its plan. Use from the event loop's thread only."""
 
@@ -290,6 +307,28 @@ class AgentRunner:
         previous = store.last_exit(plan.agent_id)
         self._last_exit = previous.exit if previous else None
         self._last_reason = previous.reason if previous else None
+
+    @classmethod
+    def hosted(
+        cls, plan: AgentPlan, home: HomeDirs, given: Collaborators, site: Any
+    ) -> AgentRunner:
+        """This kind of runner as the supervisor builds it (its table of kinds,
+        `reconcile.RUNNERS`): from what every runner is given and, for a kind that needs more
+        of its host, from `site` (the supervisor's reconciliation; such a kind overrides this
+        and states what it reads of `site` as a Protocol of its module: tmuxrunner.Site)."""
+        return cls(
+            plan,
+            home,
+            given.store,
+            given.reaper,
+            on_spawn=given.on_spawn,
+            on_exit=given.on_exit,
+            argv=given.argv,
+            env=given.env,
+            cwd=given.cwd,
+            fence=given.fence,
+            reserve=given.reserve,
+        )
 
     # -- public ---------------------------------------------------------------------------
     def status(self) -> AgentStatus:

@@ -58,6 +58,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from mcphost import fsutil, procs
 from mcphost.events import emit
@@ -67,6 +68,7 @@ from mcphost.supervisor.kernel import Reaper, proc_starttime
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
     AgentState,
+    Collaborators,
     HomeDirs,
     OnExit,
     OnSpawn,
@@ -74,7 +76,8 @@ from mcphost.supervisor.lifecycle import (
     Reserve,
     _Run,
 )
-from mcphost.supervisor.relayhost import NO_TMUX
+from mcphost.supervisor.plan import AgentPlan
+from mcphost.supervisor.relayhost import NO_TMUX, RelayHost
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
@@ -118,8 +121,43 @@ def wait_status(code: int | None) -> int:
     return (code & 0xFF) << 8
 
 
+class Site(Protocol):
+    """What a tmux runner reads of the supervisor when it is built (`TmuxRunner.hosted`)."""
+
+    @property
+    def state_dir(self) -> str: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def relay(self) -> RelayHost | None: ...
+
+
 class TmuxRunner(AgentRunner):
     """Runs one agent as a tmux session of `server` (its bundle's). Event loop thread only."""
+
+    @classmethod
+    def hosted(
+        cls, plan: AgentPlan, home: HomeDirs, given: Collaborators, site: Site
+    ) -> AgentRunner:
+        """A pane of its bundle's tmux server (the relay's), or of a server of its own."""
+        if plan.bundle is not None and site.relay is not None:
+            server = site.relay.tmux_server(plan.bundle)
+        else:
+            server = agent_server(site.state_dir, plan.agent_id, site.env, given.reaper.watch)
+        return cls(
+            plan,
+            home,
+            given.store,
+            given.reaper,
+            server=server,
+            on_spawn=given.on_spawn,
+            on_exit=given.on_exit,
+            argv=given.argv,
+            env=given.env,
+            cwd=given.cwd,
+            fence=given.fence,
+            reserve=given.reserve,
+        )
 
     def __init__(
         self,
