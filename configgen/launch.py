@@ -5,7 +5,7 @@ else the one on PATH), resolved to an absolute path so a config works outside th
 environment, and the same for upstream's `agentmux`; for attach entries, the running
 interpreter (`sys.executable`, the real Python, never a wrapper script) and the installed pump
 (`mcphost/attach.py`, found beside the imported `mcphost` package without importing it).
-Must never: be imported by the pure modules (model, clients, merge, toml).
+Must never: be imported by the pure modules (model, clients, merge, jsonedit).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ child subreaper (the supervisor, a `stop` pid here) or to PID 1, so an escaped d
 ends at a stop and fails closed.
 
 What it owns: the pure parse of `/proc/<pid>/stat` (`parse_stat`), the thin reads around it
-(`read_stat`, `peer_credentials`), the ancestry walk (`find_root`) and the reuse check
-(`still_same`). Roots are keyed by `(pid, starttime)`, so a PID reused by another process never
+(`read_stat`, `peer_credentials`), the one ancestry walk (`ancestry`) and its two questions
+(`find_root`: which agent's root; `descends_from`: below the supervisor, for its control
+socket), and the reuse check (`still_same`). Roots are keyed by `(pid, starttime)`, so a PID reused by another process never
 matches an agent; a parent that started after its child is a reused PID too, and ends the walk.
 
 What it must never do: trust the peer's environment, arguments or bytes; guess when a read
@@ -32,7 +33,7 @@ import errno
 import signal
 import socket
 import struct
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -117,28 +118,57 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
+class BrokenWalk(Exception):
+    """The ancestry walk broke off: a stat vanished mid-walk, a parent started after its child
+    (its PID was reused: the real parent is gone), or 64 steps passed."""
+
+
+def ancestry(pid: int, *, stop: Container[int] = ()) -> Iterator[ProcStat]:
+    """The stats of `pid`, its parent, its parent's parent, ...: the one pid -> ppid walk.
+
+    Ends (nothing more) at pid <= 1 or at a pid in `stop`, which is never yielded; raises
+    `BrokenWalk` when the walk cannot be trusted (each caller fails closed its own way).
+    """
+    child_start: int | None = None
+    for _ in range(MAX_DEPTH):
+        if pid <= 1 or pid in stop:
+            return
+        stat = read_stat(pid)
+        if stat is None or stat.pid != pid:
+            raise BrokenWalk(f"process {pid} vanished mid-walk")
+        if child_start is not None and stat.starttime > child_start:
+            raise BrokenWalk(f"process {pid} started after its child: a reused pid")
+        yield stat
+        child_start = stat.starttime
+        pid = stat.ppid
+    raise BrokenWalk(f"more than {MAX_DEPTH} ancestors")
+
+
 def find_root(pid: int, roots: Mapping[tuple[int, int], T], *, stop: Container[int]) -> T | None:
-    """Walk pid -> ppid and return `roots[(pid, starttime)]` of the first process that is one.
+    """Walk pid -> ppid (`ancestry`) and return `roots[(pid, starttime)]` of the first process
+    that is one.
 
     None (fail closed) at pid <= 1, at a pid in `stop` (the supervisor: orphans reparented to
     it are nobody's), after 64 steps, when a stat vanishes mid-walk, or when a parent started
     after its child (its PID was reused: the real parent is gone).
     """
-    child_start: int | None = None
-    for _ in range(MAX_DEPTH):
-        if pid <= 1 or pid in stop:
-            return None
-        stat = read_stat(pid)
-        if stat is None or stat.pid != pid:
-            return None
-        if child_start is not None and stat.starttime > child_start:
-            return None
-        hit = roots.get((pid, stat.starttime))
-        if hit is not None:
-            return hit
-        child_start = stat.starttime
-        pid = stat.ppid
+    try:
+        for stat in ancestry(pid, stop=stop):
+            hit = roots.get((stat.pid, stat.starttime))
+            if hit is not None:
+                return hit
+    except BrokenWalk:
+        pass
     return None
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Is process `pid` a descendant of `ancestor` (`ancestry`)? A walk that breaks off counts
+    as one (the caller refuses descendants: fail closed); pid <= 1 is not one."""
+    try:
+        return any(stat.ppid == ancestor for stat in ancestry(pid))
+    except BrokenWalk:
+        return True
 
 
 def still_same(cred: PeerCred, stat: ProcStat) -> bool:

@@ -29,7 +29,10 @@ Modules:
 - `relayhost`: the bundles in tmux, `runner = "tmux"` agents, the relay socket.
 - `startup`: before serving: the token, the state directory's lock and modes.
 - `records`: every process run or adopted, in the state file; what a crash left is ended.
-- `supervisor`: the orchestrator: the shared admin client, reconcile, signals, shutdown.
+- `reconcile`: the fleet in force and its slots: reconcile, reload, the agents' locks, and the
+  one table of runner kinds (`RUNNERS`).
+- `surfaces`: what each session is served (center tools, relay tools) and when it ends.
+- `supervisor`: the orchestrator: the run loop, the shared admin client, signals, shutdown.
 - `cli`: `mcphost supervise`.
 
 This package file imports nothing: `mcphost supervise` loads only what it uses.

@@ -41,6 +41,7 @@ from urllib.parse import quote
 from mcphost.admin.client import AdminClient, AdminRequest, Reply, read_capped
 from mcphost.errors import AdminFailure
 from mcphost.names import AGENT_ID_EXPECTED, is_agent_id
+from mcphost.supervisor.state import generation_after
 
 ROUTE = "/admin/worker/agents"
 MAX_AGENTS = 10_000
@@ -221,7 +222,7 @@ class Generations:
         from mcphost import events
         from mcphost.errors import AdminUnavailable, ToolFailure
 
-        at_least = max(local, self.seen.get(agent_id, 0) + 1)
+        at_least = generation_after(self.seen.get(agent_id), at_least=local)
         loop = asyncio.get_running_loop()
         if admin is None or loop.time() < self._paused_until:
             return at_least

@@ -5,7 +5,7 @@ first; at least the one the supervisor's `reserve` got from the center, awaited 
 the agent in its own session and process group (`start_new_session`) with its output piped
 into the agent's `RotatingLog` (after a `--- <id>, generation <n>, spawned (<UTC>) ---`
 line), arms the parent-death signal (after switching user when the plan names one, and
-fencing it: `fence`, fence.py, set by the supervisor), registers the pid with the Reaper (the
+fencing it: `fence`, fence.py; it and `reserve` are given at construction), registers the pid with the Reaper (the
 spawn and the watch are `procs.spawn`, mcphost/procs.py) and
 calls `on_spawn` -- all with no `await` in between, so the supervisor knows the new identity
 root before the agent can attach
@@ -20,7 +20,7 @@ systemd does). There is no readiness signal: `running` means the process exists.
 The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
 The process-specific part is small and overridable, so another host of the agent's process
 reuses the rest (policy, backoff, intensity, generations, group stop): `_launch` (one spawn:
-`_reserve_generation` (the center's say, when `reserve` is set), `_new_generation`, then
+`_reserve_generation` (the center's say, when a `reserve` was given), `_new_generation`, then
 `_register` or `_spawn_failed`) and `_run_ended` (after each run);
 `tmuxrunner.TmuxRunner` runs the agent as a tmux pane that way.
 `start()` and `stop()` run one at a time (a stop waits for a launch in progress, then ends what
@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import procs
 from mcphost.events import emit
@@ -60,10 +60,11 @@ from mcphost.supervisor.kernel import (
     resolve_user,
 )
 from mcphost.supervisor.logs import RotatingLog
-from mcphost.supervisor.state import StateStore
+from mcphost.supervisor.state import StateStore, generation_after
 
 if TYPE_CHECKING:
     from mcphost.supervisor.fence import Fence
+    from mcphost.supervisor.plan import AgentPlan
 
 
 class AgentState(StrEnum):
@@ -234,6 +235,22 @@ OnExit = Callable[["AgentRunner", int], None]
 Reserve = Callable[[str, int], Awaitable[int]]
 
 
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    """What every kind of runner is given at construction besides its plan and home (the
+    supervisor's reconciliation makes one per slot: `AgentRunner.hosted`)."""
+
+    store: StateStore
+    reaper: Reaper
+    on_spawn: OnSpawn
+    on_exit: OnExit
+    argv: Sequence[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    fence: Fence | None = None
+    reserve: Reserve | None = None
+
+
 class AgentRunner:
     """Runs one agent under its plan. Use from the event loop's thread only."""
 
@@ -249,9 +266,14 @@ class AgentRunner:
         argv: Sequence[str],
         env: dict[str, str],
         cwd: str | None = None,
+        fence: Fence | None = None,
+        reserve: Reserve | None = None,
     ) -> None:
         """`cwd`: where the agent starts, default `home.workspace`; the supervisor passes its
-        held workspace (`HeldWorkspace.cwd`), so the spawn never walks a path the agent owns."""
+        held workspace (`HeldWorkspace.cwd`), so the spawn never walks a path the agent owns.
+        `fence`: applied in the child after the user switch (fence.py; None: unfenced, changed
+        only by `refence`); `reserve`: asks the center for each spawn's generation (None: the
+        local counter alone)."""
         if not argv:
             raise ValueError("argv is empty")
         self.plan = plan
@@ -265,7 +287,7 @@ class AgentRunner:
         self._argv = list(argv)
         self._env = dict(env)
         self._creds = resolve_user(plan.user)  # KernelError now, not at spawn time
-        self.fence: Fence | None = None  # applied in the child after the user switch (fence.py)
+        self._fence = fence
         self._state = AgentState.STOPPED
         self._want = False
         self._closed = False  # `aclose()` began: this runner never spawns again
@@ -274,7 +296,7 @@ class AgentRunner:
         self._task: asyncio.Task[None] | None = None
         self._run: _Run | None = None
         self._generation = store.generation(plan.agent_id)
-        self.reserve: Reserve | None = None  # set by the supervisor: asks the center
+        self._reserve = reserve
         self._reserved = 1
         self._restarts = 0
         self._started_at: float | None = None
@@ -285,6 +307,28 @@ class AgentRunner:
         previous = store.last_exit(plan.agent_id)
         self._last_exit = previous.exit if previous else None
         self._last_reason = previous.reason if previous else None
+
+    @classmethod
+    def hosted(
+        cls, plan: AgentPlan, home: HomeDirs, given: Collaborators, site: Any
+    ) -> AgentRunner:
+        """This kind of runner as the supervisor builds it (its table of kinds,
+        `reconcile.RUNNERS`): from what every runner is given and, for a kind that needs more
+        of its host, from `site` (the supervisor's reconciliation; such a kind overrides this
+        and states what it reads of `site` as a Protocol of its module: tmuxrunner.Site)."""
+        return cls(
+            plan,
+            home,
+            given.store,
+            given.reaper,
+            on_spawn=given.on_spawn,
+            on_exit=given.on_exit,
+            argv=given.argv,
+            env=given.env,
+            cwd=given.cwd,
+            fence=given.fence,
+            reserve=given.reserve,
+        )
 
     # -- public ---------------------------------------------------------------------------
     def status(self) -> AgentStatus:
@@ -300,6 +344,16 @@ class AgentRunner:
             last_exit=self._last_exit,
             last_reason=self._last_reason,
         )
+
+    @property
+    def fence(self) -> Fence | None:
+        """The fence every spawn enters (None: `sandbox = "none"`)."""
+        return self._fence
+
+    def refence(self, fence: Fence | None) -> None:
+        """The fence of every later spawn (a reload moved what it must hide: the supervisor's
+        reconciliation then restarts a running agent into it)."""
+        self._fence = fence
 
     @property
     def closed(self) -> bool:
@@ -384,9 +438,9 @@ class AgentRunner:
         """Before `_new_generation`: the generation the center hands out for this spawn (above
         every one it has seen), when the supervisor gave a way to ask (`reserve`)."""
         self._reserved = 1
-        if self.reserve is not None:
-            local = (self._store.generation(self.agent_id) or 0) + 1
-            self._reserved = await self.reserve(self.agent_id, local)
+        if self._reserve is not None:
+            local = generation_after(self._store.generation(self.agent_id))
+            self._reserved = await self._reserve(self.agent_id, local)
 
     def _new_generation(self) -> int:
         self._state = AgentState.STARTING
@@ -443,7 +497,7 @@ class AgentRunner:
             emit("supervisor.log_write_failed", level="error", error=str(exc))
         try:
             setup = child_setup(
-                self._argv, cwd=self._cwd, env=self._env, creds=self._creds, fence=self.fence
+                self._argv, cwd=self._cwd, env=self._env, creds=self._creds, fence=self._fence
             )
             child = procs.spawn(
                 setup.argv,

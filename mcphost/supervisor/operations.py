@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 class Slot(Protocol):
-    """What the operations read of one agent's slot (`supervisor.Slot`)."""
+    """What the operations read of one agent's slot (`reconcile.Slot`)."""
 
     @property
     def plan(self) -> AgentPlan: ...

@@ -2,7 +2,9 @@
 
 Owns: the generation of every agent, strictly increasing across spawns and across supervisor
 restarts (and at least what the center reserved, so across state directories too:
-docs/supervisor.md "Restarts and generations"): `next_generation` increments inside one `BEGIN IMMEDIATE` transaction (so two
+docs/supervisor.md "Restarts and generations"), by the one rule of the next generation
+(`generation_after`, which the runner and the center's reservation use too): `next_generation`
+applies it inside one `BEGIN IMMEDIATE` transaction (so two
 processes on the same file serialise) and commits (synchronous=FULL, write-ahead log) before it
 returns, so a generation once handed to an agent is never handed out again, even if the
 supervisor is killed right after. Also the last exit of every agent (`record_exit`), so
@@ -68,6 +70,13 @@ class ProcessRecord:
     kind: str  # "agent" | "exec" | "adopted"
 
 
+def generation_after(last: int | None, *, at_least: int = 1) -> int:
+    """The generation that follows `last` (None: there was none): one more, or `at_least` when
+    that is higher. The one rule of the next generation, for the state file, the runner's ask of
+    the center and the center's last word alike."""
+    return max((last or 0) + 1, at_least)
+
+
 class StateStore:
     """Generations (and last exits) per agent in one SQLite file."""
 
@@ -90,23 +99,22 @@ class StateStore:
         self._db.executescript(_SCHEMA)
 
     def next_generation(self, agent_id: str, at_least: int = 1) -> int:
-        """Allocate the agent's next generation: one more than the last here (1 for the first
-        spawn), or `at_least` (what the center reserved) when that is higher; committed on
-        return."""
+        """Allocate the agent's next generation, `generation_after` the last here (1 for the
+        first spawn) and at least `at_least` (what the center reserved); committed on return."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")  # the read and the write in one writer's transaction
         try:
-            row = db.execute(
-                "INSERT INTO generations (agent_id, generation) VALUES (?, max(1, ?)) "
-                "ON CONFLICT(agent_id) DO UPDATE SET generation = max(generation + 1, ?) "
-                "RETURNING generation",
-                (agent_id, at_least, at_least),
-            ).fetchone()
+            generation = generation_after(self.generation(agent_id), at_least=at_least)
+            db.execute(
+                "INSERT INTO generations (agent_id, generation) VALUES (?, ?) "
+                "ON CONFLICT(agent_id) DO UPDATE SET generation = excluded.generation",
+                (agent_id, generation),
+            )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return int(row[0])
+        return generation
 
     def generation(self, agent_id: str) -> int | None:
         """The last generation handed out for the agent; None if it never had one."""

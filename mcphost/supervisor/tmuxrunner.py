@@ -58,22 +58,26 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from mcphost import fsutil, procs
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
-from mcphost.supervisor.fence import NO_FENCE
+from mcphost.supervisor.fence import NO_FENCE, Fence
 from mcphost.supervisor.kernel import Reaper, proc_starttime
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
     AgentState,
+    Collaborators,
     HomeDirs,
     OnExit,
     OnSpawn,
     Plan,
+    Reserve,
     _Run,
 )
-from mcphost.supervisor.relayhost import NO_TMUX
+from mcphost.supervisor.plan import AgentPlan
+from mcphost.supervisor.relayhost import NO_TMUX, RelayHost
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
@@ -117,8 +121,43 @@ def wait_status(code: int | None) -> int:
     return (code & 0xFF) << 8
 
 
+class Site(Protocol):
+    """What a tmux runner reads of the supervisor when it is built (`TmuxRunner.hosted`)."""
+
+    @property
+    def state_dir(self) -> str: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def relay(self) -> RelayHost | None: ...
+
+
 class TmuxRunner(AgentRunner):
     """Runs one agent as a tmux session of `server` (its bundle's). Event loop thread only."""
+
+    @classmethod
+    def hosted(
+        cls, plan: AgentPlan, home: HomeDirs, given: Collaborators, site: Site
+    ) -> AgentRunner:
+        """A pane of its bundle's tmux server (the relay's), or of a server of its own."""
+        if plan.bundle is not None and site.relay is not None:
+            server = site.relay.tmux_server(plan.bundle)
+        else:
+            server = agent_server(site.state_dir, plan.agent_id, site.env, given.reaper.watch)
+        return cls(
+            plan,
+            home,
+            given.store,
+            given.reaper,
+            server=server,
+            on_spawn=given.on_spawn,
+            on_exit=given.on_exit,
+            argv=given.argv,
+            env=given.env,
+            cwd=given.cwd,
+            fence=given.fence,
+            reserve=given.reserve,
+        )
 
     def __init__(
         self,
@@ -133,6 +172,8 @@ class TmuxRunner(AgentRunner):
         argv: Sequence[str],
         env: dict[str, str],
         cwd: str | None = None,
+        fence: Fence | None = None,
+        reserve: Reserve | None = None,
     ) -> None:
         super().__init__(
             plan,
@@ -144,6 +185,8 @@ class TmuxRunner(AgentRunner):
             argv=argv,
             env=env,
             cwd=cwd,
+            fence=fence,
+            reserve=reserve,
         )
         self.server = server
         self.session = tm.check_session_name(plan.agent_id)
@@ -159,10 +202,10 @@ class TmuxRunner(AgentRunner):
         # fenced: the command bubblewrap runs (its working directory set inside), and the
         # pane starts in "/": the tmux server never opens a path the agent controls
         message, cwd = NO_FENCE, os.fspath(self.home.workspace)
-        if self.fence is not None:
+        if self._fence is not None:
             try:  # refused as a process agent's spawn is: its program, named in one line
                 held = self._cwd  # the held workspace (/proc/self/fd/N), or its path
-                message, cwd = self.fence.message(list(self._argv), self._pane_env, held), "/"
+                message, cwd = self._fence.message(list(self._argv), self._pane_env, held), "/"
             except OSError as exc:
                 self._spawn_failed(generation, procs.spawn_failure_reason(self._argv[0], exc))
                 return None

@@ -24,6 +24,7 @@ from mcphost import peer
 from mcphost.peer import (
     PeerCred,
     ProcStat,
+    descends_from,
     find_root,
     parse_stat,
     peer_credentials,
@@ -174,6 +175,22 @@ def test_a_root_with_another_starttime_never_matches(monkeypatch: pytest.MonkeyP
     assert find_root(1000, {(1000, table[1000].starttime): "itself"}, stop=()) == "itself"
 
 
+def test_descends_from_walks_the_same_chain_but_fails_closed_as_a_descendant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = chain(5)  # 1000 -> 1001 -> ... -> 1004 -> 1
+    scripted(monkeypatch, table)
+    assert descends_from(1000, 1003) and descends_from(1000, 1004)
+    assert not descends_from(1000, 1000)  # a process is not its own descendant
+    assert not descends_from(1000, 999)
+    assert not descends_from(1, 1000) and not descends_from(0, 1000)
+    assert descends_from(1070, 999)  # no stat at all: the walk broke off, so refused
+    reused = table[1002]
+    table[1002] = ProcStat(reused.pid, reused.ppid, 0, 0, starttime=table[1001].starttime + 1)
+    assert descends_from(1000, 999)  # a reused parent pid: broken, refused
+    assert descends_from(1000, 1001)  # found below the break
+
+
 # --- real processes ---------------------------------------------------------------------------
 
 
@@ -204,6 +221,8 @@ def test_a_grandchild_finds_the_root_it_descends_from(
     me = {root_of(os.getpid()): "me"}
     assert find_root(grandchild, me, stop=()) == "me"  # the walk passes through the child
     assert find_root(grandchild, me, stop={child.pid}) is None
+    assert descends_from(grandchild, os.getpid()) and descends_from(grandchild, child.pid)
+    assert not descends_from(os.getpid(), os.getpid())
 
 
 def test_a_process_outside_the_tree_finds_nothing(

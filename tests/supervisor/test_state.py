@@ -9,7 +9,16 @@ import subprocess
 import sys
 import textwrap
 
-from mcphost.supervisor.state import StateStore
+from mcphost.supervisor.state import StateStore, generation_after
+
+
+def test_the_next_generation_is_one_more_or_at_least_what_is_asked() -> None:
+    assert generation_after(None) == 1  # the first spawn
+    assert generation_after(0) == 1  # a center that has seen generation 0
+    assert generation_after(4) == 5
+    assert generation_after(None, at_least=7) == 7
+    assert generation_after(9, at_least=3) == 10  # never backwards
+    assert generation_after(9, at_least=10) == 10
 
 
 def test_generations_start_at_one_and_increase_per_agent(tmp_path: object) -> None:
@@ -54,7 +63,7 @@ def test_a_generation_is_committed_before_it_is_returned(tmp_path: object) -> No
     script = textwrap.dedent(
         f"""
         import os, signal, sys
-        from mcphost.supervisor.state import StateStore
+        from mcphost.supervisor.state import StateStore, generation_after
         store = StateStore({path!r})
         for _ in range(4):
             generation = store.next_generation("a")
@@ -76,7 +85,7 @@ def test_two_processes_never_get_the_same_generation(tmp_path: object) -> None:
     StateStore(path).close()
     script = textwrap.dedent(
         f"""
-        from mcphost.supervisor.state import StateStore
+        from mcphost.supervisor.state import StateStore, generation_after
         store = StateStore({path!r})
         print(" ".join(str(store.next_generation("a")) for _ in range(40)))
         """

@@ -28,7 +28,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from mcphost.supervisor.sessions import AGENT_HELD_BYTES
-from mcphost.supervisor.supervisor import CENTER_CALLS_PER_AGENT, MAX_SESSIONS_PER_AGENT
+from mcphost.supervisor.supervisor import CENTER_CALLS_PER_AGENT
+from mcphost.supervisor.surfaces import MAX_SESSIONS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised
 from tests.supervisor.test_sessions import activity, reset_peak, status_kib

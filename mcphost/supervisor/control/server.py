@@ -50,6 +50,7 @@ import struct
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcphost.peer import descends_from
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import (
     EXEC_FDS,
@@ -113,23 +114,6 @@ def peer_uid(sock: socket.socket) -> int:
 def peer_pid(sock: socket.socket) -> int:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", raw)[0])
-
-
-def descends_from(pid: int, ancestor: int) -> bool:
-    """Is process `pid` a descendant of `ancestor` (walking ppid in /proc, at most 64 steps)?
-    A walk that breaks off (a process gone mid-walk) counts as one: fail closed."""
-    from mcphost.peer import read_stat
-
-    for _ in range(64):
-        if pid <= 1:
-            return False
-        stat = read_stat(pid)
-        if stat is None:
-            return True
-        if stat.ppid == ancestor:
-            return True
-        pid = stat.ppid
-    return True
 
 
 def peer_allowed(uid: int, owner: int) -> bool:

@@ -1,0 +1,478 @@
+"""Reconciliation: the fleet in force, and every change of it.
+
+Owns: the fleet in force (`Reconciler.fleet`), its slots (`Slot`: one agent's plan, home,
+runner, uid, held workspace and fence) and the agents whose home could not be prepared
+(`unstarted`); the reload lock and one lock per agent (`AgentLocks`) that reconciliation and
+every start / stop / restart of that agent (ctl, the relay's up / down, a fenced agent's
+replacement) hold, finding the agent's slot only under it (a `ctl restart` racing a reload once
+reached the runner the reload discarded and started a hidden second agent); `reconcile` (start
+what is new, stop what is gone, restart what changed, leave the rest alone; every fallible
+write -- the relay's configuration, the homes -- before anything is stopped, so a failed relay
+write is `reload_failed` with nothing changed); `reload` (the fleet file and the token file
+again: `[center]` and the token apply to the next call of every session, through the
+supervisor's one link), the fleet the center assigns (`poll_center`), `refence` (a fence that a
+reload made stale) and the replacement of a generation the center fenced (`replace_fenced`).
+A slot's runner is built by the kind its plan names, from one table (`RUNNERS`: a new kind of
+runner is a class with `hosted` and one line there), with every collaborator given at
+construction (`lifecycle.Collaborators`): the fence, the center's reservation of generations,
+and the supervisor's `spawned` / `exited` callbacks.
+
+Must never: start, stop or replace an agent without holding its lock, change `slots` without
+the reload lock, stop anything before every fallible write of a reconciliation succeeded, serve
+a session or decide an identity (the supervisor and its surfaces do: surfaces.py), or hand the
+token, its file's path or the admin URL to an agent (homes and fences are built from the plan,
+never from the link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcphost import events
+from mcphost.settings import SettingError
+from mcphost.supervisor import fence as fences
+from mcphost.supervisor import reach, startup
+from mcphost.supervisor import refusals as R
+from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.fence import Fence
+from mcphost.supervisor.fleet import load_fleet
+from mcphost.supervisor.homes import (
+    HeldWorkspace,
+    Home,
+    HomeError,
+    agent_argv,
+    agent_env,
+    hold_home,
+)
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Collaborators, Intensity
+from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users, user_uid
+from mcphost.supervisor.signin import (
+    Operator,
+    claude_home_is_its_own,
+    claude_source,
+    codex_auth,
+    read_operator,
+)
+from mcphost.supervisor.tmuxrunner import TmuxRunner
+
+if TYPE_CHECKING:
+    from mcphost.admin.client import AdminClient
+    from mcphost.supervisor.centerfleet import Generations
+    from mcphost.supervisor.centerhealth import CenterHealth
+    from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.kernel import Reaper
+    from mcphost.supervisor.relayhost import RelayHost
+    from mcphost.supervisor.sessions import SessionHub
+    from mcphost.supervisor.state import StateStore
+
+# `plan.runner` -> the kind of runner that runs it (each builds itself: `AgentRunner.hosted`).
+RUNNERS: dict[str, type[AgentRunner]] = {"process": AgentRunner, "tmux": TmuxRunner}
+
+
+@dataclass
+class Slot:
+    """One agent of the fleet in force: its plan, home, runner and the uid its processes run as;
+    `workspace`: the workspace directory held open (homes.py): sessions and spawns use it,
+    never the path, which the agent owns."""
+
+    plan: AgentPlan
+    home: Home
+    runner: AgentRunner
+    uid: int
+    workspace: HeldWorkspace
+    fenced: dict[str, Any] | None = None  # the last fence the center put on it (status rows)
+    fences: Intensity | None = None  # replacements of fenced generations, bounded like restarts
+    sandbox: Fence | None = None  # the agent's fence (fence.py); None: `sandbox = "none"`
+
+
+class AgentLocks:
+    """One lock per agent, held around every start / stop / restart of it (module doc)."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    @contextlib.asynccontextmanager
+    async def held(self, agent_ids: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the locks of `agent_ids` (in sorted order, so two holders never deadlock)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for agent_id in sorted(set(agent_ids)):
+                lock = self._locks.get(agent_id)
+                if lock is None:
+                    lock = self._locks[agent_id] = asyncio.Lock()
+                await stack.enter_async_context(lock)
+            yield
+
+
+class Supervised(Protocol):
+    """The supervisor as reconciliation sees it (`supervisor.Supervisor`): never imported, so
+    the orchestrator stays above this module."""
+
+    @property
+    def state_dir(self) -> str: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def store(self) -> StateStore | None: ...
+    @property
+    def reaper(self) -> Reaper | None: ...
+    @property
+    def relay(self) -> RelayHost | None: ...
+    @property
+    def link(self) -> CenterLink | None: ...
+    @property
+    def health(self) -> CenterHealth | None: ...
+    @property
+    def admin(self) -> AdminClient | None: ...
+    @property
+    def runtime(self) -> AdminClient | None: ...
+    @property
+    def hubs(self) -> Mapping[str, SessionHub]: ...
+    @property
+    def generations(self) -> Generations: ...
+    def spawned(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None: ...
+    def exited(self, runner: AgentRunner, generation: int) -> None: ...
+    def left(self, agent_id: str) -> None: ...
+
+
+class Reconciler:
+    """The fleet in force and its slots, changed only here (module doc)."""
+
+    def __init__(self, supervisor: Supervised, fleet: Fleet) -> None:
+        self.supervisor = supervisor
+        self.fleet = fleet
+        self.slots: dict[str, Slot] = {}
+        self.unstarted: dict[str, str] = {}  # agent -> why its home could not be prepared
+        self.locks = AgentLocks()
+        self._reload_lock = asyncio.Lock()
+
+    # -- reconciliation -------------------------------------------------------------------
+    async def start(self) -> None:
+        """The first reconciliation, of the fleet the supervisor started with."""
+        async with self._reload_lock:
+            await self._reconcile(self.fleet)
+
+    async def _reconcile(self, fleet: Fleet, *, quiet: bool = False) -> dict[str, list[str]]:
+        """Make the running set match `fleet`: start new, stop removed, restart changed
+        (`quiet`: a reconcile that changes nothing is logged at debug, not info).
+
+        Called with `_reload_lock` held (the only writer of `slots`); it holds the lock of every
+        agent it touches, so a ctl or relay start / stop / restart of one waits for it (and it
+        for them). Every fallible write (the relay's configuration, the homes' configs) comes
+        before anything is stopped: a failed relay write is `reload_failed` with nothing changed
+        (a home that cannot be prepared fails that agent only, as before)."""
+        wanted = {plan.agent_id: plan for plan in fleet.agents}
+        removed = [a for a in self.slots if a not in wanted]
+        changed = [a for a, p in wanted.items() if a in self.slots and self.slots[a].plan != p]
+        added = [a for a in wanted if a not in self.slots]
+        unchanged = [a for a in wanted if a in self.slots and a not in changed]
+        async with self.locks.held(removed + changed + added):
+            return await self._apply(fleet, wanted, removed, changed, added, unchanged, quiet=quiet)
+
+    async def _apply(
+        self,
+        fleet: Fleet,
+        wanted: dict[str, AgentPlan],
+        removed: list[str],
+        changed: list[str],
+        added: list[str],
+        unchanged: list[str],
+        *,
+        quiet: bool = False,
+    ) -> dict[str, list[str]]:
+        supervisor = self.supervisor
+        if supervisor.relay is not None:
+            await self._configure_relay(fleet)
+        self._share_state(fleet)
+        # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
+        starting = changed + added
+        attach = reach.attach_points(supervisor.state_dir)
+        # The operator's own sign-in, read fresh at each preparation (signin.py).
+        operator = await asyncio.to_thread(read_operator, supervisor.env) if starting else None
+        homes = await asyncio.gather(
+            *(
+                asyncio.to_thread(
+                    hold_home, supervisor.state_dir, wanted[agent_id], attach, operator
+                )
+                for agent_id in starting
+            ),
+            return_exceptions=True,
+        )
+        if operator is not None:
+            _signed_out(operator, [wanted[agent_id] for agent_id in starting])
+        for home in homes:
+            if isinstance(home, BaseException) and not isinstance(home, HomeError | OSError):
+                raise home  # a bug, not an unsafe home: before anything is stopped
+        self.fleet = fleet
+        for agent_id in removed + changed:
+            slot = self.slots.pop(agent_id)
+            await slot.runner.aclose()
+            supervisor.left(agent_id)
+            slot.workspace.close()  # open sessions hold their own duplicates
+        self.unstarted = {a: r for a, r in self.unstarted.items() if a in wanted}
+        for agent_id, home in zip(starting, homes, strict=True):
+            if isinstance(home, BaseException):
+                # One unsafe home (e.g. a symlink the agent planted) fails that agent only.
+                self.unstarted[agent_id] = f"its home could not be prepared: {home}"
+                events.emit(
+                    "supervisor.home_failed", level="error", agent_id=agent_id, problem=str(home)
+                )
+                continue
+            self.unstarted.pop(agent_id, None)
+            self.slots[agent_id] = slot = self._slot(wanted[agent_id], *home)
+            await slot.runner.start()
+        outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
+        events.emit(
+            "supervisor.reconciled",
+            level="debug" if quiet and not (added or removed or changed) else "info",
+            added=added,
+            removed=removed,
+            changed=changed,
+            unchanged=len(unchanged),
+        )
+        return outcome
+
+    async def _configure_relay(self, fleet: Fleet) -> None:
+        """The relay's generated configuration for `fleet` (and serving, once a bundle exists);
+        a failure is `reload_failed` (nothing is stopped before this)."""
+        from mcphost.agentmux.wire import RelayError
+        from mcphost.relay.server import RelayBindError
+
+        relay = self.supervisor.relay
+        assert relay is not None
+        try:
+            await relay.configure(fleet)
+        except (OSError, RelayError, RelayBindError) as exc:
+            problem = str(exc) if not isinstance(exc, RelayError) else exc.message
+            events.emit("supervisor.relay_configure_failed", level="error", problem=problem)
+            directory = str(relay.config)
+            raise ControlError.row(
+                R.RELAY_UNWRITABLE,
+                {"file": fleet.path, "directory": directory, "problem": problem},
+                problem=problem,
+                directory=directory,
+            ) from None
+
+    def _share_state(self, fleet: Fleet) -> None:
+        """The first agent of another user (a reload may bring it): `<state>`, `run/` and
+        `agents/` 0711 and the attach sockets 0666, as a start with it sets them; never
+        narrowed while running."""
+        hubs = self.supervisor.hubs.values()
+        if not any(a.user for a in fleet.agents) or all(hub.mode == 0o666 for hub in hubs):
+            return
+        try:
+            startup.prepare_state_dir(self.supervisor.state_dir, fleet)
+            for hub in hubs:
+                os.chmod(hub.path, 0o666)
+                hub.mode = 0o666
+        except (SettingError, OSError) as exc:
+            events.emit("supervisor.state_share_failed", level="error", problem=str(exc))
+
+    def _slot(self, plan: AgentPlan, home: Home, workspace: HeldWorkspace) -> Slot:
+        """The agent's slot, its runner of the kind `plan.runner` names (`RUNNERS`)."""
+        supervisor = self.supervisor
+        assert supervisor.store is not None and supervisor.reaper is not None
+        sandbox = self._fence(plan, home)
+
+        def reserve(agent_id: str, local: int) -> Awaitable[int]:
+            return supervisor.generations.next(supervisor.admin, agent_id, local)
+
+        given = Collaborators(
+            store=supervisor.store,
+            reaper=supervisor.reaper,
+            on_spawn=supervisor.spawned,
+            on_exit=supervisor.exited,
+            argv=agent_argv(plan, home),
+            env=agent_env(supervisor.env, plan, home),
+            cwd=workspace.cwd,
+            fence=sandbox,
+            reserve=reserve,
+        )
+        runner = RUNNERS[plan.runner].hosted(plan, home, given, supervisor)
+        return Slot(
+            plan=plan,
+            home=home,
+            runner=runner,
+            uid=user_uid(plan.user),
+            workspace=workspace,
+            sandbox=sandbox,
+        )
+
+    def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
+        """The agent's fence (reach.py builds it as the load-time checks plan it)."""
+        return reach.agent_fence(self.fleet, self.supervisor.state_dir, plan, home)
+
+    # -- reload ---------------------------------------------------------------------------
+    async def reload(self) -> dict[str, Any]:
+        """Re-read the fleet file (and the token file); a file that fails validation changes
+        nothing. A changed `[center]` or token applies to the next call of every session."""
+        async with self._reload_lock:
+            try:
+                fleet = load_fleet(self.fleet.path, env=self.supervisor.env)
+                check_users(fleet)
+                check_sandbox(fleet, fences.probe().missing())
+                reach.check_reach(fleet, self.supervisor.state_dir)
+            except SettingError as exc:
+                raise ControlError.row(
+                    R.FLEET_INVALID,
+                    {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
+                    problem=exc,
+                ) from None
+            await self._apply_center(fleet)
+            if fleet.center.fleet == "center":
+                outcome = await self._reload_from_center()
+            else:
+                outcome = await self._reconcile(fleet)
+            await self._refence()
+            return outcome
+
+    async def _refence(self) -> None:
+        """After a reload that moved `[center] token_file`, a fence planned with the old path
+        (and reused by restarts) would leave the new file readable: every fenced agent whose
+        plan differs now gets the new one, and a running one is restarted into it."""
+        for agent_id, slot in list(self.slots.items()):
+            if slot.sandbox is None:
+                continue
+            async with self.locks.held([agent_id]):
+                if self.slots.get(agent_id) is not slot:
+                    continue
+                fence = self._fence(slot.plan, slot.home)
+                if fence == slot.sandbox:
+                    continue
+                slot.sandbox = fence
+                slot.runner.refence(fence)
+                running = slot.runner.status().state in (AgentState.STARTING, AgentState.RUNNING)
+                events.emit("supervisor.agent_refenced", agent_id=agent_id, restarted=running)
+                if running:
+                    await slot.runner.restart()
+
+    async def _apply_center(self, fleet: Fleet) -> None:
+        """Make `fleet.center` (and its token file's token) the one the next call of every
+        session uses: no session is rebuilt, no agent restarted. Refused, changing nothing, when
+        the token file cannot be read or `[center] fleet` (where the agents come from) changed."""
+        from mcphost.binding import BindingError
+        from mcphost.supervisor.centerlink import read_token
+
+        center = fleet.center
+        if center.fleet != self.fleet.center.fleet:
+            raise ControlError.row(
+                R.CENTER_FLEET_CHANGED, {"file": fleet.path, "key": "[center] fleet"}
+            )
+        try:
+            token, stamp = await asyncio.to_thread(read_token, center.token_file)
+        except BindingError as exc:
+            raise ControlError.row(
+                R.TOKEN_UNREADABLE,
+                {"file": fleet.path, "key": "[center] token_file"},
+                path=center.token_file,
+                problem=exc.problem,
+                expected=exc.expected,
+            ) from None
+        supervisor = self.supervisor
+        assert supervisor.link is not None
+        changed = supervisor.link.apply(center, token, stamp)
+        old_runtime = self.fleet.center.runtime_socket
+        self.fleet = dataclasses.replace(self.fleet, center=center)
+        runtime = supervisor.runtime
+        if runtime is not None and center.runtime_socket and center.runtime_socket != old_runtime:
+            from mcphost.admin.client import AdminAccess
+            from mcphost.admin.target import AdminTarget
+
+            runtime.rebind(AdminAccess(AdminTarget(kind="unix", path=center.runtime_socket)))
+            changed.append("runtime_socket")
+        if changed:
+            events.emit("supervisor.center_changed", changed=changed)
+            if supervisor.health is not None:
+                supervisor.health.poke()
+
+    # -- the fleet the center assigns (`[center] fleet = "center"`) ------------------------
+    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
+        from mcphost.errors import ToolFailure
+        from mcphost.supervisor.centerfleet import fetch_fleet
+        from mcphost.supervisor.plan import fleet_with_agents
+
+        supervisor = self.supervisor
+        assert supervisor.admin is not None
+        try:
+            assigned = await fetch_fleet(supervisor.admin)
+            fleet = fleet_with_agents(self.fleet, assigned.ids)
+        except ToolFailure as exc:
+            raise ControlError.row(
+                R.CENTER_LIST_UNREADABLE,
+                {"center_code": exc.code},
+                code=exc.code,
+                problem=exc.message,
+            ) from None
+        except SettingError as exc:
+            raise ControlError.row(
+                R.CENTER_LIST_INVALID,
+                {"problems": [p.details for p in exc.problems]},
+                problem=exc,
+            ) from None
+        for agent_id, generation in assigned.generations.items():
+            supervisor.generations.saw(agent_id, generation)
+        return await self._reconcile(fleet, quiet=polled)
+
+    async def poll_center(self) -> None:
+        """Reconcile with the center's list every `[center] poll_seconds`, until cancelled."""
+        while True:
+            try:
+                async with self._reload_lock:
+                    await self._reload_from_center(polled=True)
+            except ControlError as exc:
+                events.emit(
+                    "supervisor.center_fleet_failed",
+                    level="warning",
+                    code=exc.code,
+                    message=exc.message,
+                )
+            await asyncio.sleep(self.fleet.center.poll_seconds)
+
+    # -- a generation the center fenced ---------------------------------------------------
+    async def replace_fenced(self, slot: Slot, generation: int) -> None:
+        """Restart a fenced agent with a generation above the center's (under the reload lock
+        and the agent's lock, so neither a reconcile nor a ctl operation sees it half done);
+        past `max_restarts` fences within `restart_window`, stop it instead (another host keeps
+        taking it over)."""
+        agent_id = slot.plan.agent_id
+        async with self._reload_lock, self.locks.held([agent_id]):
+            if (
+                self.slots.get(agent_id) is not slot
+                or slot.runner.status().generation != generation
+            ):
+                return
+            if slot.fences is None:
+                slot.fences = Intensity(slot.plan.max_restarts, slot.plan.restart_window)
+            assert slot.fenced is not None
+            if slot.fences.allow(asyncio.get_running_loop().time()):
+                slot.fenced["action"] = "restarted"
+                await slot.runner.restart()
+            else:
+                slot.fenced["action"] = "stopped"
+                events.emit("supervisor.agent_fenced_stopped", level="error", agent_id=agent_id)
+                await slot.runner.stop()
+
+
+def _signed_out(operator: Operator, plans: list[AgentPlan]) -> None:
+    """One warning per client kind whose starting agents get no sign-in (signin.py), and one
+    per operator file not read; paths and agent ids only, never a secret."""
+    claude = [
+        p.agent_id
+        for p in plans
+        if claude_home_is_its_own(p) and claude_source(p, operator) is None
+    ]
+    codex = [p.agent_id for p in plans if p.client == "codex" and codex_auth(p, operator) is None]
+    for client, agents in (("claude", claude), ("codex", codex)):
+        if agents:
+            events.emit(
+                "supervisor.signed_out", level="warning", client=client, agents=agents,
+                user=operator.user,
+            )  # fmt: skip
+    for problem in operator.problems:
+        events.emit("supervisor.sign_in_not_copied", level="warning", problem=problem)
