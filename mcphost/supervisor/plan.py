@@ -226,12 +226,11 @@ def runner_problem(plan: AgentPlan, requested: Runner) -> tuple[str, str, str] |
         )
     if plan.runner == "acp" and plan.bundle is None:
         return (
-            ("runner", repr(requested))
-            + (
-                "a bundle for an ACP agent (runner = \"acp\": it takes its work as prompt turns "
-                "from its bundle's relay, so without one nothing could ever reach it); give it "
-                'bundle = "...", or runner = "auto"',
-            )
+            "runner",
+            repr(requested),
+            'a bundle for an ACP agent (runner = "acp": it takes its work as prompt turns from '
+            "its bundle's relay, so without one nothing could ever reach it); give it "
+            'bundle = "...", or runner = "auto"',
         )
     if plan.runner == "tmux" and plan.user is not None:
         return (
