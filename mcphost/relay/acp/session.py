@@ -157,6 +157,7 @@ class AcpSession:
         self._turn: asyncio.Task[Any] | None = None
         self._written: asyncio.Future[None] | None = None
         self._asking = False  # a permission request of this turn is with the chooser
+        self._dropping: asyncio.Task[None] | None = None
         self._capture = False  # during initialize: keep request methods and raw results
         self._requests: dict[Any, str] = {}  # bootstrap: outgoing request id -> method
         self._results: dict[Any, Any] = {}  # bootstrap: incoming result by request id
@@ -428,6 +429,8 @@ class AcpSession:
             self.last_stop_reason = getattr(turn.result(), "stop_reason", None)
         elif isinstance(failure, ConnectionError):  # stdout closed (or a write failed) mid-turn
             self._unavailable(TRANSPORT_UNAVAILABLE, "the agent's connection closed mid-turn", True)
+            # a permission request still with the chooser can never be answered: drop it
+            self._dropping = asyncio.get_running_loop().create_task(self._drop_connection())
             return
         else:  # a JSON-RPC error or a malformed reply: the turn is over all the same
             self.last_stop_reason = None
