@@ -13,10 +13,12 @@ A prompt's text scripts its turn, line by line:
   (allow_once) and `reject` (reject_once); once answered, a `tool_call_update` (completed when
   allowed, failed otherwise) and an agent chunk `selected:<id>` or `cancelled`;
 - `ACP-DIE`: exit at once, mid-turn; `ACP-DIE: <title>`: ask as above, then exit unanswered;
-- `ACP-SLOW`: wait for `session/cancel` (the turn ends `cancelled`) or SIGUSR1 (it goes on);
+- `ACP-SLOW`: wait for `session/cancel` (the turn ends `cancelled`) or SIGUSR1 (it goes on;
+  one sent before the turn reached the line counts);
 - `ACP-MCP: <tool> <json arguments>`: call that tool on the first stdio MCP server given in
   `session/new`/`session/load` (spawned with its args and env; MCP initialize, then
   `tools/call`) and report `mcp:<result text>` (or `mcp-error:<why>`) in an agent chunk;
+- `ACP-UPDATE: <json>`: send that object as a `session/update`'s `update`, as it is;
 - any other lines: one agent chunk `echo: <them>`, then a thought chunk.
 The turn ends `end_turn`, or `cancelled` once a `session/cancel` arrived.
 
@@ -51,17 +53,12 @@ def log(text: str) -> None:
 
 
 class Turn:
-    """One running `session/prompt`: its request id and what can wake it."""
+    """One running `session/prompt`: its request id, and whether `session/cancel` came."""
 
     def __init__(self, request_id: Any, session_id: str) -> None:
         self.request_id = request_id
         self.session_id = session_id
         self.cancelled = threading.Event()
-        self.wake = threading.Event()  # set by session/cancel or SIGUSR1
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-        self.wake.set()
 
 
 class Agent:
@@ -75,6 +72,9 @@ class Agent:
         self.memory: list[dict[str, Any]] = []  # the history when there is no --history file
         self.turn: Turn | None = None
         self.calls = itertools.count(1)
+        self.signals = 0  # SIGUSR1s received; each lets one ACP-SLOW go on, even a later one
+        self.used = 0
+        self.poked = threading.Event()  # set by SIGUSR1 and session/cancel
 
     # -- the wire -----------------------------------------------------------------------------
 
@@ -135,7 +135,8 @@ class Agent:
         params = message.get("params") or {}
         if "id" not in message:
             if method == "session/cancel" and self.turn is not None:
-                self.turn.cancel()
+                self.turn.cancelled.set()
+                self.poked.set()
             return
         request_id = message["id"]
         if method in self.options.fail:
@@ -187,7 +188,7 @@ class Agent:
         text = "".join(
             block.get("text", "") for block in params.get("prompt") or [] if isinstance(block, dict)
         )
-        self.remember(session_id, {"sessionUpdate": "user_message_chunk", **_text(text)})
+        self.remember(session_id, {"sessionUpdate": "user_message_chunk", "content": _text(text)})
         self.turn = Turn(request_id, session_id)
         threading.Thread(target=self.run, args=(self.turn, text), daemon=True).start()
 
@@ -206,8 +207,9 @@ class Agent:
             elif directive in ("ACP-ASK", "ACP-DIE"):
                 self.permission(turn, rest, wait=directive == "ACP-ASK")
             elif line == "ACP-SLOW":
-                turn.wake.wait()
-                turn.wake.clear()
+                self.slow(turn)
+            elif directive == "ACP-UPDATE":
+                self.update(turn.session_id, json.loads(rest))
             elif directive == "ACP-MCP":
                 self.chunk(turn, "agent_message_chunk", self.call_mcp(turn.session_id, rest))
             else:
@@ -218,6 +220,15 @@ class Agent:
         stop = "cancelled" if turn.cancelled.is_set() else "end_turn"
         self.turn = None
         self.send({"id": turn.request_id, "result": {"stopReason": stop}})
+
+    def slow(self, turn: Turn) -> None:
+        """Wait for a SIGUSR1 not yet used (it may have come first) or for session/cancel."""
+        while not turn.cancelled.is_set():
+            if self.signals > self.used:
+                self.used += 1
+                return
+            self.poked.wait()
+            self.poked.clear()  # the loop checks again: nothing set meanwhile is lost
 
     def chunk(self, turn: Turn, kind: str, text: str) -> None:
         self.update(turn.session_id, {"sessionUpdate": kind, "content": _text(text)})
@@ -309,11 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail", action="append", default=[], help="answer METHOD with an error")
     agent = Agent(parser.parse_args(argv))
 
-    def wake(signum: int, frame: Any) -> None:
-        if agent.turn is not None:
-            agent.turn.wake.set()
+    def poke(signum: int, frame: Any) -> None:
+        agent.signals += 1
+        agent.poked.set()
 
-    signal.signal(signal.SIGUSR1, wake)
+    signal.signal(signal.SIGUSR1, poke)
     for line in sys.stdin.buffer:
         if not line.strip():
             continue
