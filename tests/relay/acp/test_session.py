@@ -126,6 +126,13 @@ async def test_a_prompt_is_delivered_once_written_and_the_turn_ends_available() 
         assert texts(await agent.turn("again"), "agent") == ["echo: again"]
 
 
+async def test_a_prompt_answered_with_an_error_still_ends_the_turn() -> None:
+    async with ready("--fail", "session/prompt") as agent:
+        assert await agent.turn("hello") == []
+        assert agent.session.state == "available" and agent.session.last_stop_reason is None
+        assert not agent.session.needs_respawn
+
+
 async def test_one_turn_at_a_time() -> None:
     async with ready() as agent:
         session = agent.session
