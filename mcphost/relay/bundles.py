@@ -241,11 +241,26 @@ class TmuxCoder:
 
 
 @dataclass(frozen=True, slots=True)
+class AcpCoder:
+    """`[coders.acp]`: how an ACP agent is reached. `stdio`: its `command` (split on whitespace,
+    no shell, as agentmux splits it) speaks ACP on its stdin and stdout; `http` loads but no
+    relay hosts it (agentmux: "not implemented")."""
+
+    channel: str  # "stdio" | "http"
+    command: str | None = None
+    url: str | None = None
+
+    def argv(self) -> list[str]:
+        return (self.command or "").split()
+
+
+@dataclass(frozen=True, slots=True)
 class Coder:
     id: str
     transport: str  # "tmux" | "acp" | "pty"
     environment: tuple[tuple[str, str], ...] = ()
     tmux: TmuxCoder | None = None
+    acp: AcpCoder | None = None
 
 
 def _tmux_keys(table: Table, *, pty: bool) -> TmuxCoder:
@@ -278,19 +293,30 @@ def _tmux_keys(table: Table, *, pty: bool) -> TmuxCoder:
     return tmux
 
 
-def _acp_keys(table: Table) -> None:
+def _acp_keys(table: Table) -> AcpCoder:
+    """`[coders.acp]` (acp.md §1): `channel` stdio (with a non-empty `command`, no `url`) or
+    http (with a `url`, no `command`); `headers` only for http. `prime-timeout-ms` was retired
+    with the ACP turn timeout (agentmux refuses it), so it is an unknown key here too."""
     channel = table.string("channel", required=True)
     if channel not in ("stdio", "http"):
         raise table.error("channel", f'must be "stdio" or "http", got {channel!r}')
     command = table.string("command")
     url = table.string("url")
-    table.environment("headers")
-    table.integer("prime-timeout-ms", low=1)
-    if channel == "stdio" and command is None:
-        raise table.error("command", "required when channel is stdio")
-    if channel == "http" and url is None:
-        raise table.error("url", "required when channel is http")
+    headers = table.environment("headers")
+    if channel == "stdio":
+        if command is None or not command.split():
+            raise table.error("command", "required (and not blank) when channel is stdio")
+        if url is not None:
+            raise table.error("url", "only for channel http")
+        if headers:
+            raise table.error("headers", "only for channel http")
+    else:
+        if url is None:
+            raise table.error("url", "required when channel is http")
+        if command is not None:
+            raise table.error("command", "only for channel stdio")
     table.done()
+    return AcpCoder(channel, command, url)
 
 
 def load_coders(roots: Sequence[Path]) -> dict[str, Coder]:
@@ -311,13 +337,13 @@ def load_coders(roots: Sequence[Path]) -> dict[str, Coder]:
         transport = shapes[0]
         section = entry.table(transport)
         assert section is not None
-        tmux = None
+        tmux = acp = None
         if transport == "acp":
-            _acp_keys(section)
+            acp = _acp_keys(section)
         else:
             tmux = _tmux_keys(section, pty=transport == "pty")
         entry.done()
-        coders[coder_id] = Coder(coder_id, transport, environment, tmux)
+        coders[coder_id] = Coder(coder_id, transport, environment, tmux, acp)
     top.done()
     return coders
 

@@ -41,15 +41,18 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mcphost import fsutil
+from mcphost.agentmux.wire import RelayError
 from mcphost.events import emit
-from mcphost.relay.acp.session import AcpError, AcpSession
+from mcphost.relay.acp.session import AcpSession
 from mcphost.supervisor.kernel import Reaper, killpg_quietly
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
+    AgentState,
     AgentStatus,
+    Collaborators,
     HomeDirs,
     OnExit,
     OnSpawn,
@@ -57,13 +60,24 @@ from mcphost.supervisor.lifecycle import (
     _LogPipe,
     _Run,
 )
+from mcphost.supervisor.plan import AgentPlan
 from mcphost.supervisor.state import StateStore
+
+ACP_DIR = "acp"  # <state>/acp/<agent id>.json: each ACP agent's persisted session id
 
 SESSION_SCHEMA = 2
 FRAME_LIMIT = 16 << 20  # one JSON-RPC line from the agent at most (a session/load replay frame)
 PERMANENT = frozenset({"validation_missing_acp_capability"})
+WORKER_UNAVAILABLE = "runtime_acp_worker_unavailable"
 
 OnSession = Callable[["AcpRunner", AcpSession | None], None]
+
+
+class Site(Protocol):
+    """What an ACP runner reads of the supervisor when it is built (`AcpRunner.hosted`)."""
+
+    @property
+    def state_dir(self) -> str: ...
 
 
 def read_session_id(path: str) -> str | None:
@@ -100,6 +114,42 @@ class AcpRunner(AgentRunner):
 
     STDIO = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
 
+    @classmethod
+    def hosted(
+        cls, plan: AgentPlan, home: HomeDirs, given: Collaborators, site: Site
+    ) -> AgentRunner:
+        """An ACP agent with its own attach entries as its MCP servers and its session id kept
+        under `<state>/acp/`."""
+        from configgen.clients import acp_servers
+        from mcphost.supervisor.homes import attach_config
+        from mcphost.supervisor.reach import attach_points
+
+        servers = acp_servers(attach_config(plan, attach_points(site.state_dir)))
+        held = given.cwd
+
+        def workspace() -> str:  # the held workspace, where it is now (the fence binds it there)
+            if held is not None and held.startswith("/proc/self/fd/"):
+                return os.readlink(held)
+            return os.path.realpath(os.fspath(home.workspace))
+
+        return cls(
+            plan,
+            home,
+            given.store,
+            given.reaper,
+            on_spawn=given.on_spawn,
+            on_exit=given.on_exit,
+            argv=given.argv,
+            env=given.env,
+            cwd=given.cwd,
+            fence=given.fence,
+            reserve=given.reserve,
+            session_file=os.path.join(site.state_dir, ACP_DIR, plan.agent_id + ".json"),
+            mcp_servers=servers,
+            workspace=workspace,
+            target_session=f"{plan.agent_id}@{plan.bundle}" if plan.bundle else None,
+        )
+
     def __init__(
         self,
         plan: Plan,
@@ -115,6 +165,7 @@ class AcpRunner(AgentRunner):
         session_file: str,
         mcp_servers: Sequence[dict[str, Any]],
         workspace: Callable[[], str],
+        target_session: str | None = None,
         **kwargs: Any,
     ) -> None:
         """`session_file`: where the ACP session id persists (the supervisor's state);
@@ -135,6 +186,7 @@ class AcpRunner(AgentRunner):
         self.session_file = session_file
         self._mcp_servers = [dict(server) for server in mcp_servers]
         self._workspace = workspace
+        self.target_session = target_session  # `<agent>@<bundle>`, the relay's name for it
         self.session: AcpSession | None = None
         self.on_session: OnSession | None = None  # the relay host's: a session came or went
         self._handshake: asyncio.Task[None] | None = None
@@ -150,6 +202,20 @@ class AcpRunner(AgentRunner):
         if state is None and self._reason_code is not None:
             state = "unavailable"
         return dataclasses.replace(base, protocol_state=state, state_reason_code=code)
+
+    # -- the relay's endpoint (relay/members/acp.py AcpEndpoint) ----------------------------
+    def idle_state(self) -> tuple[str, str | None]:
+        """The ACP state to report while there is no session: `recovering` while the policy
+        restarts the agent, `unavailable` once nothing will; with the last reason code."""
+        state = self.status().state
+        if state in (AgentState.STARTING, AgentState.RUNNING, AgentState.BACKOFF):
+            return "recovering", self._reason_code
+        return "unavailable", self._reason_code or WORKER_UNAVAILABLE
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing will start the agent again by itself (stopped, or failed for good)."""
+        return self.status().state in (AgentState.STOPPED, AgentState.FAILED)
 
     # -- one run ---------------------------------------------------------------------------
     async def _attach_output(self, run: _Run) -> None:
@@ -173,7 +239,7 @@ class AcpRunner(AgentRunner):
         writer = asyncio.StreamWriter(inp, protocol, None, loop)
         self._failure = None
         self._reason_code = None
-        session = AcpSession(reader, writer, name=self.agent_id)
+        session = AcpSession(reader, writer, target_session=self.target_session)
         self.session = session
         self._notify(session)
         self._handshake = loop.create_task(
@@ -184,10 +250,10 @@ class AcpRunner(AgentRunner):
         load = read_session_id(self.session_file)
         try:
             session_id = await session.bootstrap(
-                cwd=self._workspace(), mcp_servers=self._mcp_servers, load_session_id=load
+                cwd=self._workspace(), mcp_servers=self._mcp_servers, resume_session_id=load
             )
             write_session_id(self.session_file, session_id)
-        except AcpError as exc:
+        except RelayError as exc:
             self._handshake_failed(run, exc.code, exc.message)
             return
         except OSError as exc:
@@ -231,7 +297,7 @@ class AcpRunner(AgentRunner):
             task.cancel()
         session, self.session = self.session, None
         if session is not None:
-            await session.close("the agent exited")
+            await session.close()
             if self._reason_code is None:
                 self._reason_code = session.state_reason_code
         self._notify(None)

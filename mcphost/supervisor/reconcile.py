@@ -40,6 +40,7 @@ from mcphost.settings import SettingError
 from mcphost.supervisor import fence as fences
 from mcphost.supervisor import reach, startup
 from mcphost.supervisor import refusals as R
+from mcphost.supervisor.acprunner import AcpRunner
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.fence import Fence
 from mcphost.supervisor.fleet import load_fleet
@@ -73,7 +74,11 @@ if TYPE_CHECKING:
     from mcphost.supervisor.state import StateStore
 
 # `plan.runner` -> the kind of runner that runs it (each builds itself: `AgentRunner.hosted`).
-RUNNERS: dict[str, type[AgentRunner]] = {"process": AgentRunner, "tmux": TmuxRunner}
+RUNNERS: dict[str, type[AgentRunner]] = {
+    "process": AgentRunner,
+    "tmux": TmuxRunner,
+    "acp": AcpRunner,
+}
 
 
 @dataclass

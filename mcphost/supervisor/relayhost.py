@@ -70,7 +70,7 @@ import contextlib
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -80,8 +80,10 @@ from mcphost import events, fsutil, peer
 from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import Bundle, Coder, Session, TmuxCoder
+from mcphost.relay.bundles import AcpCoder, Bundle, Coder, Session, TmuxCoder
+from mcphost.relay.members.acp import READY_STATES
 from mcphost.relay.members.tmux import TmuxEndpoint
+from mcphost.supervisor.acprunner import AcpRunner
 from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
@@ -100,6 +102,7 @@ SOCKET = "relay.sock"
 CODER_PREFIX = "fleet-"
 NO_TMUX = "/tmux-not-found-on-PATH/tmux"
 ACTIVE = (AgentState.STARTING, AgentState.RUNNING, AgentState.BACKOFF)
+MEMBER_RUNNERS = ("tmux", "acp")  # the runners whose agents are the relay's bundle members
 
 
 class SlotLike(Protocol):
@@ -153,13 +156,23 @@ def bundle_toml(members: Sequence[tuple[AgentPlan, str]]) -> str:
     return _toml({"format-version": 1, "sessions": sessions})
 
 
-def coders_toml(coders: Sequence[tuple[str, Sequence[str]]]) -> str:
-    """`coders.toml`: one tmux coder per (agent id, argv); readiness = the output held still."""
+def coders_toml(coders: Sequence[tuple[str, Sequence[str]]], acp: Set[str] = frozenset()) -> str:
+    """`coders.toml`: one coder per (agent id, argv): an ACP coder (stdio) for the agents in
+    `acp`, else a tmux coder (readiness = the output held still)."""
     entries = [
-        {"id": CODER_PREFIX + agent_id, "tmux": {"initial-command": shlex.join(argv) or agent_id}}
+        {"id": CODER_PREFIX + agent_id, "acp": {"channel": "stdio", "command": _command(argv)}}
+        if agent_id in acp
+        else {
+            "id": CODER_PREFIX + agent_id,
+            "tmux": {"initial-command": shlex.join(argv) or agent_id},
+        }
         for agent_id, argv in coders
     ]
     return _toml({"format-version": 1, "coders": entries})
+
+
+def _command(argv: Sequence[str]) -> str:
+    return shlex.join(argv) or "-"
 
 
 def fleet_bundle(
@@ -171,18 +184,24 @@ def fleet_bundle(
     coders: dict[str, Coder] = {}
     for plan, workspace, argv in members:
         coder = CODER_PREFIX + plan.agent_id
+        transport = "acp" if plan.runner == "acp" else "tmux"
         sessions.append(
             Session(
                 id=plan.agent_id,
                 directory=workspace,
                 kind="coder",
-                transport="tmux",
+                transport=transport,
                 policy=plan.policy,
                 coder=coder,
             )
         )
-        command = shlex.join(argv) or plan.agent_id
-        coders[coder] = Coder(id=coder, transport="tmux", tmux=TmuxCoder(initial_command=command))
+        if transport == "acp":
+            acp = AcpCoder(channel="stdio", command=_command(argv))
+            coders[coder] = Coder(id=coder, transport="acp", acp=acp)
+        else:
+            command = shlex.join(argv) or plan.agent_id
+            tmux = TmuxCoder(initial_command=command)
+            coders[coder] = Coder(id=coder, transport="tmux", tmux=tmux)
     return Bundle(id=bundle_id, path=path, sessions=tuple(sessions), coders=coders)
 
 
@@ -285,7 +304,8 @@ class RelayHost:
         _private_dir(self.root)
         _private_dir(self.config)
         _private_dir(self.config / "bundles")
-        fsutil.write_atomic(self.config / "coders.toml", coders_toml(list(argvs.items())))
+        acp = {p.agent_id for members in bundles.values() for p, _ in members if p.runner == "acp"}
+        fsutil.write_atomic(self.config / "coders.toml", coders_toml(list(argvs.items()), acp))
         for bundle, members in bundles.items():
             fsutil.write_atomic(self.config / "bundles" / f"{bundle}.toml", bundle_toml(members))
         for entry in os.listdir(self.config / "bundles"):
@@ -413,7 +433,7 @@ class RelayHost:
     # -- BundleHost ---------------------------------------------------------------------------
     def _member(self, bundle: str, agent_id: str) -> AgentRunner | None:
         slot = self.agents.slots.get(agent_id)
-        if slot is None or slot.plan.bundle != bundle or slot.plan.runner != "tmux":
+        if slot is None or slot.plan.bundle != bundle or slot.plan.runner not in MEMBER_RUNNERS:
             return None
         return slot.runner
 
@@ -451,19 +471,25 @@ class RelayHost:
             elif runner.status().state not in ACTIVE:
                 await runner.start()
 
-    def member_endpoint(self, bundle: Bundle, session_id: str) -> TmuxEndpoint | None:
-        """A tmux member's endpoint: the bundle's server and its session (named as the agent)."""
+    def member_endpoint(self, bundle: Bundle, session_id: str) -> object | None:
+        """A member's endpoint: a tmux member's, the bundle's server and its session (named as
+        the agent); an ACP member's, its runner (`AcpRunner`: the live ACP session)."""
+        runner = self._member(bundle.id, session_id)
+        if isinstance(runner, AcpRunner):
+            return runner
         server = self.servers.get(bundle.id)
         return None if server is None else TmuxEndpoint(server, session_id)
 
     def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
         from mcphost.relay.behaviour import MemberHealth
 
-        slot = self.agents.slots.get(session_id)
-        if slot is None or slot.plan.bundle != bundle.id or slot.plan.runner != "tmux":
+        runner = self._member(bundle.id, session_id)
+        if runner is None:
             return False, MemberHealth()
-        status = slot.runner.status()
+        status = runner.status()
         failures = int(status.state == AgentState.FAILED)
         ready = status.state == AgentState.RUNNING and status.pid is not None
+        if isinstance(runner, AcpRunner):  # and its ACP session takes turns (or is in one)
+            ready = ready and status.protocol_state in READY_STATES
         stopped = status.state in (AgentState.STOPPED, AgentState.FAILED)
         return ready, MemberHealth(startup_failure_count=failures, stopped=stopped)

@@ -4,10 +4,12 @@
 - `config_tree(root)`: the bundle `party` (alpha: operator, named "Alpha"; bravo and charlie:
   the file default), each member a tiny interactive stand-in that prints the prompt `> ` and
   echoes what it reads (the coder's `prompt-regex` matches the prompt, so the readiness gate is
-  real); the bundle `mixed` (a tmux lead, an ACP member, a UI member); `policies.toml`
+  real); the bundle `mixed` (a tmux lead, an ACP member: the stand-in ACP agent of
+  acp_agent.py, a UI member and a pty member); `policies.toml`
   (`default`: list, look, send at home; `operator`: everything) and `users.toml` (`op@GLOBAL`).
 - `TmuxHost`: a small real `BundleHost`, one `TmuxServer` per bundle under `<state>/bundles`,
-  as the supervisor's `RelayHost` is; the members of a bundle it took `down` are stopped
+  as the supervisor's `RelayHost` is, and each ACP member a process of its own with its
+  `AcpSession` (`AcpProcess`, as the supervisor's `AcpRunner` is, without the fence); the members of a bundle it took `down` are stopped
   (`MemberHealth.stopped`) until it is `up` again, as an operator's stop makes them there.
 - `RealRelay`: the relay on `<state>/relay.sock` with `TmuxHost`, the bundle `party` up, on a
   thread of its own, so a test's blocking calls (or another process, such as the real `mcphost
@@ -33,6 +35,7 @@ from typing import Any, TypeVar
 
 from mcphost.agentmux.wire import SOCKET_TRUST, Hello, Principal, Request
 from mcphost.peer import PeerCred
+from mcphost.relay.acp.session import AcpSession
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
 from mcphost.relay.bundles import Bundle, require_bundle
 from mcphost.relay.members.tmux import TmuxEndpoint
@@ -110,7 +113,9 @@ def config_tree(root: Path) -> tuple[Path, Path]:
         'format-version = 1\n\n[[coders]]\nid = "standin"\n[coders.tmux]\n'
         f"initial-command = {command!r}\n"
         "prompt-regex = '^>\\s*$'\nprompt-inspect-lines = 1\n"
-        '\n[[coders]]\nid = "acpish"\n[coders.acp]\nchannel = "stdio"\ncommand = "true"\n'
+        '\n[[coders]]\nid = "acpish"\n[coders.acp]\nchannel = "stdio"\n'
+        f"command = {acp_command(root)!r}\n"
+        '\n[[coders]]\nid = "term"\n[coders.pty]\ninitial-command = "sh"\n'
     )
     members = ""
     for member, extra in (("alpha", 'name = "Alpha"\npolicy = "operator"\n'), ("bravo", ""),
@@ -125,12 +130,65 @@ def config_tree(root: Path) -> tuple[Path, Path]:
         f'[[sessions]]\nid = "lead"\ndirectory = "{work}"\ncoder = "standin"\npolicy = "operator"\n'
         f'[[sessions]]\nid = "agent"\ndirectory = "{work}"\ncoder = "acpish"\n'
         '[[sessions]]\nid = "panel"\n[sessions.ui]\n'
+        f'[[sessions]]\nid = "term"\ndirectory = "{work}"\ncoder = "term"\n'
     )
     (config / "policies.toml").write_text(POLICIES)
     (config / "users.toml").write_text(
         'format-version = 1\n\n[[sessions]]\nid = "op@GLOBAL"\npolicy = "operator"\n[sessions.ui]\n'
     )
     return config, state
+
+
+def acp_command(root: Path) -> str:
+    """The `acpish` coder's command: the stand-in ACP agent (mcphost/testing/acp_agent.py), its
+    history under `root` so a restarted one can load its session. No spaces in the paths: ACP
+    commands split on whitespace."""
+    return f"{sys.executable} -I -m mcphost.testing.acp_agent --history {root}/acp-history.json"
+
+
+@dataclass(eq=False)
+class AcpProcess:
+    """An ACP member the host runs: the coder's command with piped stdio, its `AcpSession`
+    (bootstrapped with no MCP servers), the endpoint the relay's ACP kind reads (`session`,
+    `idle_state`, `stopped`). `restart()` ends it and starts it again (loading its session)."""
+
+    argv: list[str]
+    cwd: str
+    proc: asyncio.subprocess.Process | None = None
+    session: AcpSession | None = None
+    session_id: str | None = None
+    stopped: bool = False
+    starts: int = 0
+
+    def idle_state(self) -> tuple[str, str | None]:
+        return ("unavailable" if self.stopped else "recovering"), None
+
+    async def start(self) -> None:
+        self.starts += 1
+        self.stopped = False
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, cwd=self.cwd, env=env, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            limit=16 << 20,
+        )  # fmt: skip
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        session = AcpSession(self.proc.stdout, self.proc.stdin)
+        self.session_id = await session.bootstrap(self.cwd, [], resume_session_id=self.session_id)
+        self.session = session
+
+    async def stop(self) -> None:
+        self.stopped = True
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
 
 
 @dataclass
@@ -141,6 +199,7 @@ class TmuxHost:
     servers: dict[str, TmuxServer] = field(default_factory=dict)
     pids: dict[tuple[str, str], int] = field(default_factory=dict)
     stopped: set[tuple[str, str]] = field(default_factory=set)
+    acp: dict[tuple[str, str], AcpProcess] = field(default_factory=dict)
     ups: int = 0
     downs: int = 0
 
@@ -154,7 +213,15 @@ class TmuxHost:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_root)}
         for session in bundle.sessions:
             coder = bundle.coder_for(session)
-            assert coder is not None and coder.tmux is not None and session.directory
+            if coder is not None and coder.acp is not None and session.directory:
+                key = (bundle.id, session.id)
+                member = self.acp[key] = AcpProcess(coder.acp.argv(), session.directory)
+                await member.start()
+                self.stopped.discard(key)
+                continue
+            if coder is None or coder.tmux is None:
+                continue  # a member no kind here hosts (ui, pty)
+            assert session.directory
             argv = shlex.split(coder.tmux.command(session.coder_session_id))
             name = self.session_name(bundle, session.id)
             pid = await server.new_session(name, argv, session.directory, env)
@@ -165,12 +232,18 @@ class TmuxHost:
         self.downs += 1
         server = self.servers.pop(bundle.id)
         for session in bundle.sessions:
+            member = self.acp.pop((bundle.id, session.id), None)
+            if member is not None:
+                await member.stop()
             await server.kill_session(self.session_name(bundle, session.id))
             self.pids.pop((bundle.id, session.id), None)
             self.stopped.add((bundle.id, session.id))
         await server.kill_server()
 
-    def member_endpoint(self, bundle: Bundle, session_id: str) -> TmuxEndpoint | None:
+    def member_endpoint(self, bundle: Bundle, session_id: str) -> object | None:
+        member = self.acp.get((bundle.id, session_id))
+        if member is not None:
+            return member
         server = self.servers.get(bundle.id)
         return (
             None if server is None else TmuxEndpoint(server, self.session_name(bundle, session_id))
@@ -180,6 +253,10 @@ class TmuxHost:
         return f"{bundle.id}-{session_id}"
 
     def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
+        member = self.acp.get((bundle.id, session_id))
+        if member is not None:
+            alive = member.proc is not None and member.proc.returncode is None
+            return alive, MemberHealth(stopped=member.stopped)
         pid = self.pids.get((bundle.id, session_id))
         alive = False
         if pid is not None:
@@ -265,6 +342,9 @@ class RealRelay:
             await self.server.aclose()
         if self.behaviour is not None:
             await self.behaviour.aclose()
+        for member in list(self.host.acp.values()):
+            await member.stop()
+        self.host.acp.clear()
         for bundle_id, server in list(self.host.servers.items()):
             for name in await server.sessions():
                 await server.kill_session(name)

@@ -861,23 +861,28 @@ async def test_members_this_relay_cannot_host(world: World) -> None:
             {"id": "lead@mixed", "transport": "tmux", "ready": False},
             {"id": "agent@mixed", "transport": "acp", "ready": False},
             {"id": "panel@mixed", "transport": "ui", "ready": False},
+            {"id": "term@mixed", "transport": "pty", "ready": False},
         ],
     }
     for operation, body in (
-        ("look", {"target_session": "agent@mixed"}),
-        ("raww", {"target_session": "agent@mixed", "text": "x"}),
-        ("send", {"message": "x", "targets": ["agent@mixed"]}),
+        ("look", {"target_session": "term@mixed"}),
+        ("raww", {"target_session": "term@mixed", "text": "x"}),
+        ("send", {"message": "x", "targets": ["term@mixed"]}),
     ):
         err = await world.refused("lead@mixed", operation, **body)
         assert err.code == "runtime_session_type_not_implemented", operation
-        assert err.details == {"target_session": "agent@mixed", "transport": "acp"}
+        assert err.details == {"target_session": "term@mixed", "transport": "pty"}
     err = await world.refused("lead@mixed", "look", target_session="panel@mixed")
     assert err.code == "validation_unsupported_operation"
+    # an ACP member is hosted by its kind: while its bundle is down it cannot be read
+    err = await world.refused("lead@mixed", "look", target_session="agent@mixed")
+    assert err.code == "transport_unavailable"
     # a broadcast reports the members it cannot reach, and queues nothing for them
     sent = await world.call("lead@mixed", "send", message="hi all", broadcast=True)
-    assert [(r["target_session"], r["outcome"], r["reason_code"]) for r in sent["results"]] == [
-        ("agent@mixed", "not_submitted", "runtime_session_type_not_implemented"),
+    assert [(r["target_session"], r["outcome"], r.get("reason_code")) for r in sent["results"]] == [
+        ("agent@mixed", "queued", None),
         ("panel@mixed", "not_submitted", "runtime_session_type_not_implemented"),
+        ("term@mixed", "not_submitted", "runtime_session_type_not_implemented"),
     ]
     # cross-bundle: the operator in party may look into mixed; a default member may not
     err = await world.refused("bravo@party", "look", target_session="lead@mixed")

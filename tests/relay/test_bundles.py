@@ -38,7 +38,6 @@ id = "agent"
 [coders.acp]
 channel = "stdio"
 command = "agent --acp"
-prime-timeout-ms = 750
 
 [[coders]]
 id = "web"
@@ -140,6 +139,9 @@ def test_coders_read_fully(cfg: Path) -> None:
     assert sh is not None
     assert (sh.prompt_inspect_lines, sh.readiness_timeout_ms, sh.prompt_regex) == (1, 900000, None)
     assert coders["agent"].tmux is None
+    assert coders["agent"].acp == B.AcpCoder("stdio", "agent --acp")
+    assert coders["agent"].acp.argv() == ["agent", "--acp"]
+    assert coders["web"].acp == B.AcpCoder("http", None, "http://127.0.0.1:1/acp")
 
 
 def test_command_choice_quotes_the_coder_session_id(cfg: Path) -> None:
@@ -216,7 +218,25 @@ CODER_ERRORS = [
         "coders[0].tmux.cols: unknown field",  # pty-only keys
     ),
     ('[[coders]]\nid = "x"\n[coders.acp]\nchannel = "pipe"', 'channel: must be "stdio" or "http"'),
-    ('[[coders]]\nid = "x"\n[coders.acp]\nchannel = "stdio"', "command: required when channel"),
+    ('[[coders]]\nid = "x"\n[coders.acp]\nchannel = "stdio"', "command: required (and not"),
+    (
+        '[[coders]]\nid = "x"\n[coders.acp]\nchannel = "stdio"\ncommand = " "',
+        "command: must be non-empty",
+    ),
+    (
+        '[[coders]]\nid = "x"\n[coders.acp]\nchannel = "stdio"\ncommand = "a"\nurl = "http://h"',
+        "url: only for channel http",
+    ),
+    (
+        '[[coders]]\nid = "x"\n[coders.acp]\nchannel = "http"\nurl = "http://h"\ncommand = "a"',
+        "command: only for channel stdio",
+    ),
+    # agentmux retired the ACP turn timeout: its key fails the load
+    (
+        '[[coders]]\nid = "x"\n[coders.acp]\nchannel = "stdio"\ncommand = "a"\n'
+        "prime-timeout-ms = 750",
+        "coders[0].acp.prime-timeout-ms: unknown field",
+    ),
     ('[[coders]]\nid = "x"\n[coders.acp]\nchannel = "http"', "url: required when channel is http"),
     (
         '[[coders]]\nid = "x"\nenvironment = [{ name = "1X", value = "v" }]\n[coders.tmux]\n'

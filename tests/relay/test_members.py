@@ -163,6 +163,7 @@ async def test_list_reports_the_kinds_readiness_and_state(world: World) -> None:
         {"id": "lead@mixed", "transport": "tmux", "ready": False},
         {"id": "agent@mixed", "transport": "acp", "ready": True, "state": "available"},
         {"id": "panel@mixed", "transport": "ui", "ready": False},
+        {"id": "term@mixed", "transport": "pty", "ready": False},
     ]
     world.host.book.state = "unavailable"
     listed = (await world.call("list"))["bundle"]

@@ -169,10 +169,15 @@ class AcpSession:
         cwd: str,
         mcp_servers: Iterable[Mapping[str, Any]] = (),
         load_session_id: str | None = None,
+        *,
+        resume_session_id: str | None = None,
     ) -> str:
         """`initialize`, then `session/load` of `load_session_id` (no fallback) or `session/new`;
-        the session id. `mcp_servers`: ACP stdio entries (`stdio_server`). Raises `RelayError`
-        with acp.md's codes; the state is then `unavailable` with that code."""
+        the session id. `resume_session_id`: a session to load only when the agent offers
+        `loadSession` (the id the runner persisted; an agent without it starts anew), where
+        `load_session_id` (a configured `coder-session-id`) requires it. `mcp_servers`: ACP
+        stdio entries (`stdio_server`). Raises `RelayError` with acp.md's codes; the state is
+        then `unavailable` with that code."""
         if self._conn is not None:
             raise RuntimeError("an AcpSession is bootstrapped once; make a new one per process")
         servers = [McpServerStdio.model_validate(dict(server)) for server in mcp_servers]
@@ -183,6 +188,8 @@ class AcpSession:
         try:
             await self._handshake()
             self._capture = False
+            if load_session_id is None and self.can_load:
+                load_session_id = resume_session_id
             if load_session_id is not None:
                 await self._load(cwd, servers, load_session_id)
             else:

@@ -6,7 +6,7 @@ reaches a member: the kind of its transport, bound to the endpoint its host hand
 (`BundleHost.member_endpoint`). A transport with no kind here is refused by the relay with
 `runtime_session_type_not_implemented` (`port.session_type_not_implemented`).
 
-Kinds: `tmux` (tmux.py).
+Kinds: `tmux` (tmux.py), `acp` (acp.py: Agent Client Protocol agents on stdio).
 
 Must never: import the relay's operations or `mcphost.supervisor`, or start a process.
 """
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.hosting import BundleHost
-from mcphost.relay.members import tmux
+from mcphost.relay.members import acp, tmux
 from mcphost.relay.members.port import Member, MemberContext, MemberKind
 
 KINDS: dict[str, MemberKind] = {
     tmux.TRANSPORT: tmux.KIND,
+    acp.TRANSPORT: acp.KIND,
 }
 
 
