@@ -22,7 +22,9 @@ Reading a body:
   the relay tools' schema check refuses a wrong type in the same words through them);
 - then the operation's rules, in agentmux's order, each with its own code (see the models).
 
-Every refusal is a `RelayError`; the relay tools carry it as a `ToolFailure` unchanged.
+Every refusal is a `RelayError`; the relay tools carry it as a `ToolFailure` unchanged. In
+process, the relay tools hand the model itself to the relay (`request(namespace)`: a
+`wire.Request` whose body is the model); over the socket they send `wire()`.
 
 Must never: do I/O, consult the configuration or the requester (who may send what is the
 relay's decision, made after this), or import `mcphost.relay` / `mcphost.relaytools`.
@@ -35,7 +37,14 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from mcphost.agentmux.wire import RAWW_MAX_BYTES, RelayError, json_type, raww_text_too_large
+from mcphost.agentmux.wire import (
+    RAWW_MAX_BYTES,
+    RelayError,
+    Request,
+    check_values,
+    json_type,
+    raww_text_too_large,
+)
 
 LOOK_LINES_MIN = 1
 LOOK_LINES_MAX = 1000
@@ -113,6 +122,13 @@ class WireRequest(BaseModel):
         `NULLS_SENT` (send's and raww's `request_id`, ...), sent as null as the relay tools
         always have."""
         return {k: v for k, v in self.model_dump().items() if v is not None or k in self.NULLS_SENT}
+
+    def request(self, namespace: str | None = None) -> Request:
+        """This body as an in-process request (no frame, no JSON): the relay reads the model
+        itself. Its values are checked as a decoded frame's are (`wire.check_values`); its
+        rules ran when it was read."""
+        check_values(self.model_dump())
+        return Request(None, namespace, self.operation, self)
 
 
 class SendRequest(WireRequest):
