@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mcphost.agentmux.wire import (
     RAWW_MAX_BYTES,
@@ -50,6 +50,9 @@ LOOK_LINES_MIN = 1
 LOOK_LINES_MAX = 1000
 CHOOSE_OUTCOMES = ("selected", "cancelled")
 DESTINATIONS = ("response", "config", "path")
+# what a field's JSON Schema states beyond its type (the relay tools' schemas are generated
+# from these models: relaytools/params.py)
+UINT32: dict[str, Any] = {"format": "uint32", "minimum": 0}
 
 # a JSON (schema) type -> what a field of it expects, in the relay tools' words: the tools'
 # schema check (relaytools/validation.py) and the body reader below both say it so
@@ -204,8 +207,8 @@ class LookRequest(WireRequest):
     NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"requester_session"})
     operation: Literal["look"] = "look"
     target_session: str = ""
-    lines: int | None = None
-    offset: int | None = None
+    lines: int | None = Field(None, json_schema_extra=UINT32)
+    offset: int | None = Field(None, json_schema_extra=UINT32)
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
@@ -235,7 +238,7 @@ class ChoicesPickRequest(WireRequest):
     OPERATION: ClassVar[str] = "choices_pick"
     operation: Literal["choices_pick"] = "choices_pick"
     choice_request_id: str = ""
-    outcome: str | None = None
+    outcome: str | None = Field(None, json_schema_extra={"enum": list(CHOOSE_OUTCOMES)})
     option_id: str | None = None
 
     @model_validator(mode="after")
