@@ -22,7 +22,9 @@ Reading a body:
   the relay tools' schema check refuses a wrong type in the same words through them);
 - then the operation's rules, in agentmux's order, each with its own code (see the models).
 
-Every refusal is a `RelayError`; the relay tools carry it as a `ToolFailure` unchanged.
+Every refusal is a `RelayError`; the relay tools carry it as a `ToolFailure` unchanged. In
+process, the relay tools hand the model itself to the relay (`request(namespace)`: a
+`wire.Request` whose body is the model); over the socket they send `wire()`.
 
 Must never: do I/O, consult the configuration or the requester (who may send what is the
 relay's decision, made after this), or import `mcphost.relay` / `mcphost.relaytools`.
@@ -33,14 +35,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mcphost.agentmux.wire import RAWW_MAX_BYTES, RelayError, json_type, raww_text_too_large
+from mcphost.agentmux.wire import (
+    RAWW_MAX_BYTES,
+    RelayError,
+    Request,
+    check_values,
+    json_type,
+    raww_text_too_large,
+)
 
 LOOK_LINES_MIN = 1
 LOOK_LINES_MAX = 1000
 CHOOSE_OUTCOMES = ("selected", "cancelled")
 DESTINATIONS = ("response", "config", "path")
+# what a field's JSON Schema states beyond its type (the relay tools' schemas are generated
+# from these models: relaytools/params.py)
+UINT32: dict[str, Any] = {"format": "uint32", "minimum": 0}
 
 # a JSON (schema) type -> what a field of it expects, in the relay tools' words: the tools'
 # schema check (relaytools/validation.py) and the body reader below both say it so
@@ -113,6 +125,13 @@ class WireRequest(BaseModel):
         `NULLS_SENT` (send's and raww's `request_id`, ...), sent as null as the relay tools
         always have."""
         return {k: v for k, v in self.model_dump().items() if v is not None or k in self.NULLS_SENT}
+
+    def request(self, namespace: str | None = None) -> Request:
+        """This body as an in-process request (no frame, no JSON): the relay reads the model
+        itself. Its values are checked as a decoded frame's are (`wire.check_values`); its
+        rules ran when it was read."""
+        check_values(self.model_dump())
+        return Request(None, namespace, self.operation, self)
 
 
 class SendRequest(WireRequest):
@@ -188,8 +207,8 @@ class LookRequest(WireRequest):
     NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"requester_session"})
     operation: Literal["look"] = "look"
     target_session: str = ""
-    lines: int | None = None
-    offset: int | None = None
+    lines: int | None = Field(None, json_schema_extra=UINT32)
+    offset: int | None = Field(None, json_schema_extra=UINT32)
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
@@ -219,7 +238,7 @@ class ChoicesPickRequest(WireRequest):
     OPERATION: ClassVar[str] = "choices_pick"
     operation: Literal["choices_pick"] = "choices_pick"
     choice_request_id: str = ""
-    outcome: str | None = None
+    outcome: str | None = Field(None, json_schema_extra={"enum": list(CHOOSE_OUTCOMES)})
     option_id: str | None = None
 
     @model_validator(mode="after")

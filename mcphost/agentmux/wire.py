@@ -1,7 +1,9 @@
 """The relay wire protocol's frames and errors (reference `agentmux-relay.md` §2): pure.
 
 Owns: parsing one client line into a `Hello` or a `Request` (`parse_frame`; an in-process
-client's request dict: `parse_request`), building the
+client's request dict: `parse_request`; an in-process client's typed body, an
+`agentmux.operations` model, is `WireRequest.request`, its values checked by `check_values` as a
+decoded frame's are), building the
 relay's frames (`hello_ack`, `response`, `error_response`, `event`) and their bytes (`encode`:
 compact JSON + "\\n"), the §2.8 error shape (`RelayError.wire`), the raww size bound (`RAWW_MAX_BYTES`), and principal ids
 (`parse_principal`: split at the last "@", the namespace classifies the kind).
@@ -37,9 +39,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcphost.errors import CodedFailure
+
+if TYPE_CHECKING:
+    from mcphost.agentmux.operations import WireRequest
 
 SCHEMA_VERSION = "1"
 MAX_FRAME_BYTES = 1 << 20
@@ -99,7 +104,9 @@ class Request:
     request_id: str | None
     namespace: str | None
     operation: str
-    body: dict[str, Any]  # the whole "request" object, "operation" included
+    # the whole "request" object, "operation" included: decoded (a socket frame, a dict an
+    # in-process client built) or typed (the operation's model, an in-process client's)
+    body: dict[str, Any] | WireRequest
 
 
 @dataclass(frozen=True)
@@ -268,15 +275,21 @@ def _request(frame: dict[str, Any]) -> Request:
     return Request(request_id, namespace, operation, body)
 
 
-def parse_request(frame: dict[str, Any]) -> Request:
-    """A request frame an in-process client built as a dict (no JSON line to decode): the
-    checks `parse_frame` makes on a decoded request frame, with its failures."""
+def check_values(value: Any) -> None:
+    """What `parse_frame` checks of a decoded frame's values (depth, strings encodable as
+    UTF-8), for one an in-process client built; RelayError (the parse failure) otherwise."""
     try:
-        _check_tree(frame)
+        _check_tree(value)
     except UnicodeEncodeError:
         raise _parse_failure("a string holds a lone surrogate escape") from None
     except ValueError as exc:
         raise _parse_failure(str(exc)[:200]) from None
+
+
+def parse_request(frame: dict[str, Any]) -> Request:
+    """A request frame an in-process client built as a dict (no JSON line to decode): the
+    checks `parse_frame` makes on a decoded request frame, with its failures."""
+    check_values(frame)
     return _request(frame)
 
 

@@ -77,6 +77,7 @@ from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root
 from mcphost.relay.members.port import Choices
 from mcphost.relay.ops import OPERATIONS, choices
+from mcphost.relay.ops.base import Operation
 from mcphost.relay.policy import load_policies, member_policy
 from mcphost.relay.principals import PrincipalStore, check_expiry
 from mcphost.relay.state import DEFAULT_POLL_MS, DEFAULT_QUIET_MS, RelayState
@@ -216,8 +217,7 @@ class RelayBehaviour:
         try:
             if op is None:
                 raise rq.not_implemented(request.operation, "unknown operation")
-            body: WireRequest = op.request.read(request.body)
-            response = await op.run(self.state, principal, body, request.namespace)
+            response = await op.run(self.state, principal, _typed(op, request), request.namespace)
         except RelayError as err:
             details = err.details or {}
             self.state.inscribe(
@@ -240,3 +240,13 @@ class RelayBehaviour:
         choices.close(self.state)
         await delivery.aclose(self.state)
         self.state.inscribe.close()
+
+
+def _typed(op: Operation[Any], request: Request) -> WireRequest:
+    """The request's body as the operation's model: an in-process caller's model as it is (its
+    rules ran when it was read), a decoded body read by the model (`read`: its rules, codes and
+    messages)."""
+    body = request.body
+    if isinstance(body, op.request):
+        return body
+    return op.request.read(body if isinstance(body, dict) else body.wire())

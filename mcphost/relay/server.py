@@ -71,6 +71,7 @@ from typing import Any, cast
 
 from mcphost import events, unixsock
 from mcphost.agentmux import wire
+from mcphost.agentmux.operations import WireRequest
 from mcphost.agentmux.wire import Hello, Principal, RelayError, Request
 from mcphost.peer import PeerCred, peer_credentials
 from mcphost.relay.connections import CLAIM_CONFLICT_MESSAGE as CLAIM_CONFLICT_MESSAGE
@@ -457,8 +458,9 @@ class LocalSession:
     without the socket. Its first request (and the first after a revocation) admits the
     principal and takes its identity claim (`runtime_identity_claim_conflict` while a live
     socket connection holds it); `close` releases the claim. Requests are served by the
-    server's `_run`, one at a time and in order, from the dict the caller built (checked as a
-    decoded request frame is: `wire.parse_request`); the response body comes back as the
+    server's `_run`, one at a time and in order, from the operation's model the caller built
+    (`WireRequest.request`), or a dict (checked as a decoded request frame is:
+    `wire.parse_request`); the response body comes back as the
     object the behaviour built, never encoded."""
 
     def __init__(
@@ -476,16 +478,17 @@ class LocalSession:
     def live(self) -> bool:
         return not self.closing and self.principal is not None
 
-    async def request(self, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        """The response body for `body` (`{"operation": ..., ...}`) in `namespace`; raises
-        RelayError where a socket client's hello or frame would be refused."""
-        frame: dict[str, Any] = {"frame": "request", "request": body}
-        if namespace is not None:
-            frame["namespace"] = namespace
+    async def request(
+        self, body: dict[str, Any] | WireRequest, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """The response body for `body` in `namespace`: the operation's model (handed to the
+        behaviour as it is: `WireRequest.request`), or a dict (`{"operation": ..., ...}`, checked
+        as a decoded frame is); raises RelayError where a socket client's hello or frame would
+        be refused."""
         async with self._turn:
             if self.closing:
                 raise RelayError("internal_unexpected_failure", "the relay session is closed")
-            request = wire.parse_request(frame)
+            request = _local_request(body, namespace)
             principal = self.principal
             if principal is None:
                 principal = self._server._admit_local(self.principal_id)
@@ -514,6 +517,15 @@ class LocalSession:
 
 def _drop_event(frame: dict[str, Any]) -> None:
     pass
+
+
+def _local_request(body: dict[str, Any] | WireRequest, namespace: str | None) -> Request:
+    if isinstance(body, WireRequest):
+        return body.request(namespace)
+    frame: dict[str, Any] = {"frame": "request", "request": body}
+    if namespace is not None:
+        frame["namespace"] = namespace
+    return wire.parse_request(frame)
 
 
 def _unexpected() -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Per-tool relay work: validated request -> relay request frame(s) -> MCP payload.
 
-Owns: the relay request bodies (exact field names; `null` where upstream sends null, omitted where
-it omits; every body with fields is an `mcphost.agentmux.operations` model, sent as `wire()`), which `namespace` each frame carries, the expected response `kind` per operation, the
+Owns: the relay request bodies (every body is its operation's `mcphost.agentmux.operations` model,
+handed to the relay as it is: the stream sends it as `wire()` over a socket, with exact field
+names, `null` where upstream sends null, omitted where it omits; an in-process stream hands the
+model itself to the relay), which `namespace` each frame carries, the expected response `kind` per operation, the
 pass-through of success payloads (only the `kind` tag is dropped), the `list principals`
 algorithm (fan-out, the appended GLOBAL view, the synthesized down bundles), and the
 `mcp.tool.<name>.<phase>` inscriptions around every relay call.
@@ -19,11 +21,16 @@ from typing import Any, Protocol
 
 from mcphost.agentmux.operations import (
     ChangePskRequest,
+    ChoicesListRequest,
     ChoicesPickRequest,
+    DownRequest,
+    ListRequest,
     LookRequest,
     NewPeerRequest,
     RawwRequest,
     SendRequest,
+    UpRequest,
+    WireRequest,
 )
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import (
@@ -41,7 +48,7 @@ SCHEMA_VERSION = "1"
 
 
 class Relay(Protocol):
-    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any: ...
+    async def request(self, body: WireRequest, namespace: str | None = None) -> Any: ...
 
 
 Inscribe = Callable[..., None]
@@ -104,7 +111,7 @@ class Handlers:
 
     # -- the one relay round trip -----------------------------------------------------------
 
-    async def _raw(self, event: str, body: dict[str, Any], namespace: str | None) -> Any:
+    async def _raw(self, event: str, body: WireRequest, namespace: str | None) -> Any:
         """The raw response object; transport failures inscribed and re-raised unmapped."""
         try:
             return await self.relay.request(body, namespace)
@@ -136,7 +143,7 @@ class Handlers:
         return {k: v for k, v in response.items() if k != "kind"}
 
     async def _call(
-        self, event: str, body: dict[str, Any], kind: str, namespace: str | None = None
+        self, event: str, body: WireRequest, kind: str, namespace: str | None = None
     ) -> dict[str, Any]:
         try:
             response = await self._raw(event, body, namespace)
@@ -168,7 +175,7 @@ class Handlers:
             bundles = self.layout.configured_bundles()
         else:
             bundles = [namespace]
-        body = {"operation": "list", "requester_session": self.session}
+        body = ListRequest(requester_session=self.session)
         # every frame goes out at once; answers are assembled in the deterministic order
         outcomes = await asyncio.gather(
             *(self._raw("mcp.tool.list", body, ns) for ns in bundles),
@@ -203,9 +210,7 @@ class Handlers:
     async def list_decisions(self, _req: V.ListDecisions) -> dict[str, Any]:
         event = "mcp.tool.list.decisions"
         self.inscribe(f"{event}.request", namespace=self.bundle)
-        payload = await self._call(
-            event, {"operation": "choices_list"}, "choices_list", self.bundle
-        )
+        payload = await self._call(event, ChoicesListRequest(), "choices_list", self.bundle)
         pending = payload.get("pending_requests")
         self.inscribe(
             f"{event}.success", pending_count=len(pending) if isinstance(pending, list) else 0
@@ -226,7 +231,7 @@ class Handlers:
             message_length=len(req.message),
         )
         body = req.model_copy(update={"requester_session": self.session, "targets": targets})
-        payload = await self._call(event, body.wire(), "send")
+        payload = await self._call(event, body, "send")
         results = payload.get("results")
         self.inscribe(
             f"{event}.success", result_count=len(results) if isinstance(results, list) else 0
@@ -243,7 +248,7 @@ class Handlers:
             lines=req.lines,
             offset=req.offset,
         )
-        body = req.model_copy(update={"requester_session": self.session}).wire()
+        body = req.model_copy(update={"requester_session": self.session})
         payload = await self._call(event, body, "look")
         snapshot = payload.get("snapshot_lines", payload.get("snapshot_entries"))
         self._succeeded(
@@ -265,7 +270,7 @@ class Handlers:
             no_enter=req.no_enter,
         )
         body = req.model_copy(update={"requester_session": self.session})
-        payload = await self._call(event, body.wire(), "raww")
+        payload = await self._call(event, body, "raww")
         self._succeeded(
             event, payload, ("status", "target_session", "transport"), namespace=self.bundle
         )
@@ -280,7 +285,7 @@ class Handlers:
             outcome=req.outcome,
             has_option_id=req.option_id is not None,
         )
-        payload = await self._call(event, req.wire(), "choices_pick")
+        payload = await self._call(event, req, "choices_pick")
         self._succeeded(
             event, payload, ("choice_request_id", "status", "outcome"), namespace=self.bundle
         )
@@ -291,7 +296,8 @@ class Handlers:
     async def updown(self, req: V.Updown) -> dict[str, Any]:
         event = f"mcp.tool.updown.{req.command}"
         self.inscribe(f"{event}.request", namespace=self.bundle, command=req.command)
-        payload = await self._call(event, {"operation": req.command}, "bundle_transition")
+        body = UpRequest() if req.command == "up" else DownRequest()
+        payload = await self._call(event, body, "bundle_transition")
         self._succeeded(
             event,
             payload,
@@ -308,7 +314,7 @@ class Handlers:
             principal_id=req.principal_id,
             has_output=req.destination["kind"] != "response",
         )
-        payload = await self._call(event, req.wire(), "new_peer")
+        payload = await self._call(event, req, "new_peer")
         self._succeeded(
             event, payload, ("principal_id", "principal_type"), written="written_path" in payload
         )
@@ -317,6 +323,6 @@ class Handlers:
     async def change_psk(self, req: ChangePskRequest) -> dict[str, Any]:
         event = "mcp.tool.change.psk"
         self.inscribe(f"{event}.request", principal_id=req.principal_id)
-        payload = await self._call(event, req.wire(), "change_psk")
+        payload = await self._call(event, req, "change_psk")
         self._succeeded(event, payload, ("principal_id",))
         return payload

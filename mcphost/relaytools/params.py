@@ -1,8 +1,14 @@
-"""Input schemas as data: each tool's parameters and each meta-tool command's `args`.
+"""Input schemas: each tool's parameters and each meta-tool command's `args`, generated from models.
 
-Owns: the JSON Schemas that `tools/list` advertises and `help` renders, and the constants they
-are built from (commands, bounds). The schemas are also the source of truth for the unknown-field
-and JSON-type checks in `validation`.
+Owns: the JSON Schemas that `tools/list` advertises and `help` renders, generated from typed
+models (`schema`): a tool that sends one relay operation's body is that operation's
+`mcphost.agentmux.operations` model (send, look, raww, choose), its fields' types, defaults and
+stated facts (`lines` a uint32, `outcome` one of `CHOOSE_OUTCOMES`) the model's; the meta-tools'
+`args` and `help` have their own models here (`ListPrincipalsArgs`, `NewPeerArgs`, ...). What a
+schema adds is the relay tools' own: which fields a tool exposes, in which order, what each says
+to the model (the descriptions) and which are required. The constants the schemas are built
+from (commands) are here too. The schemas are also the source of truth for the unknown-field and
+JSON-type checks in `validation`.
 
 Rules every schema here keeps (upstream's "MiMo compatibility" and strictness rules):
 - no `["x", "null"]` type unions anywhere: an optional field is a plain single type, just not
@@ -13,14 +19,34 @@ Rules every schema here keeps (upstream's "MiMo compatibility" and strictness ru
 
 The look bounds and choose outcomes are `mcphost.agentmux.operations`' own (their one home).
 
+Generating (`schema(model, fields, required)`): a field's JSON type from its annotation (str,
+bool, int, a list of them; `X | None` is X: an optional field is not required, never a null
+union), then what the field states (`json_schema_extra`), then its default when it has a real
+one (not None, not the empty string a model uses for "absent, refused by the rules"), then the
+description. pydantic's own `model_json_schema` is not used: it writes `anyOf` null unions,
+titles and `$defs` the wire's schemas never had.
+
 Must never: do I/O, or import anything of mcphost but `mcphost.agentmux` (import-linter).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import types
+from collections.abc import Mapping
+from typing import Any, Union, get_args, get_origin
 
-from mcphost.agentmux.operations import CHOOSE_OUTCOMES, LOOK_LINES_MAX, LOOK_LINES_MIN
+from pydantic import BaseModel, ConfigDict
+from pydantic.fields import FieldInfo
+
+from mcphost.agentmux.operations import (
+    CHOOSE_OUTCOMES,
+    LOOK_LINES_MAX,
+    LOOK_LINES_MIN,
+    ChoicesPickRequest,
+    LookRequest,
+    RawwRequest,
+    SendRequest,
+)
 
 __all__ = ["CHOOSE_OUTCOMES", "LOOK_LINES_MAX", "LOOK_LINES_MIN"]  # and the schemas below
 
@@ -34,10 +60,37 @@ GLOBAL = "GLOBAL"
 FAN_OUT = "*"
 
 Schema = dict[str, Any]
+_JSON_TYPES: dict[Any, str] = {str: "string", bool: "boolean", int: "integer"}
 
 
-def _string(description: str) -> Schema:
-    return {"type": "string", "description": description}
+def _type(annotation: Any) -> Schema:
+    """The JSON Schema type of a field's annotation (module doc)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        (inner,) = (a for a in get_args(annotation) if a is not type(None))
+        return _type(inner)
+    if get_origin(annotation) is list:
+        (item,) = get_args(annotation)
+        return {"type": "array", "items": _type(item)}
+    return {"type": _JSON_TYPES[annotation]}
+
+
+def _property(info: FieldInfo, description: str) -> Schema:
+    out = _type(info.annotation)
+    if isinstance(info.json_schema_extra, dict):
+        out.update(info.json_schema_extra)
+    default = info.get_default(call_default_factory=True)
+    if not info.is_required() and default is not None and default != "":
+        out["default"] = default
+    out["description"] = description
+    return out
+
+
+def schema(
+    model: type[BaseModel], fields: Mapping[str, str], required: tuple[str, ...] = ()
+) -> Schema:
+    """The object schema of `model`'s `fields` (name -> description, in the order given)."""
+    properties = {name: _property(model.model_fields[name], text) for name, text in fields.items()}
+    return _object(properties, required)
 
 
 def _object(
@@ -55,34 +108,69 @@ def _object(
 
 # -- meta-tool args ----------------------------------------------------------------------------
 
-_NAMESPACE = _string(
-    'Which namespace to list: omit for the home bundle, a bundle name, "GLOBAL", '
-    'or "*" for every configured bundle.'
-)
-_PRINCIPAL_ID = _string("The principal, fully qualified as <id>@<namespace>.")
-_OUTPUT_PATH = _string(
+
+class Args(BaseModel):
+    """A meta-tool command's `args` (or `help`'s parameters): the typed shape its schema is
+    generated from."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ListPrincipalsArgs(Args):
+    namespace: str | None = None
+
+
+class NoArgs(Args):
+    pass
+
+
+class NewPeerArgs(Args):
+    principal_id: str | None = None
+    scope: str | None = None
+    output_path: str | None = None
+    write_to_config: bool | None = None
+
+
+class ChangePskArgs(Args):
+    principal_id: str | None = None
+    output_path: str | None = None
+    write_to_config: bool | None = None
+
+
+class HelpParams(Args):
+    query: str | None = None
+
+
+_PRINCIPAL_ID = "The principal, fully qualified as <id>@<namespace>."
+_OUTPUT_PATH = (
     "Absolute path the relay writes the PSK to (mode 0600) instead of returning it; "
     "mutually exclusive with write_to_config."
 )
-_WRITE_TO_CONFIG = {
-    "type": "boolean",
-    "description": "Write the PSK to the session's own credential file; "
-    "mutually exclusive with output_path.",
-}
+_WRITE_TO_CONFIG = (
+    "Write the PSK to the session's own credential file; mutually exclusive with output_path."
+)
 
-LIST_PRINCIPALS_ARGS = _object({"namespace": _NAMESPACE})
-LIST_DECISIONS_ARGS = _object({})
-UPDOWN_ARGS = _object({})
-NEW_PEER_ARGS = _object(
+LIST_PRINCIPALS_ARGS = schema(
+    ListPrincipalsArgs,
+    {
+        "namespace": 'Which namespace to list: omit for the home bundle, a bundle name, "GLOBAL", '
+        'or "*" for every configured bundle.'
+    },
+)
+LIST_DECISIONS_ARGS = schema(NoArgs, {})
+UPDOWN_ARGS = schema(NoArgs, {})
+NEW_PEER_ARGS = schema(
+    NewPeerArgs,
     {
         "principal_id": _PRINCIPAL_ID,
-        "scope": _string("Peer scope recorded on the principal (for @RELAY / @EXTERNAL)."),
+        "scope": "Peer scope recorded on the principal (for @RELAY / @EXTERNAL).",
         "output_path": _OUTPUT_PATH,
         "write_to_config": _WRITE_TO_CONFIG,
     },
     required=("principal_id",),
 )
-CHANGE_PSK_ARGS = _object(
+CHANGE_PSK_ARGS = schema(
+    ChangePskArgs,
     {
         "principal_id": _PRINCIPAL_ID,
         "output_path": _OUTPUT_PATH,
@@ -148,79 +236,55 @@ CHANGE_PARAMS = _meta(
 )
 CHANGE_PARAMS["properties"]["args"]["required"] = ["principal_id"]
 
-HELP_PARAMS = _object(
+HELP_PARAMS = schema(
+    HelpParams,
     {
-        "query": _string(
-            "Empty for the inventory; a tool ('list') or a command ('list.principals') "
-            "for its schema."
-        )
-    }
+        "query": "Empty for the inventory; a tool ('list') or a command ('list.principals') "
+        "for its schema."
+    },
 )
 
-SEND_PARAMS = _object(
+SEND_PARAMS = schema(
+    SendRequest,
     {
-        "message": _string("The message body; must not be blank."),
-        "targets": {
-            "type": "array",
-            "items": {"type": "string"},
-            "default": [],
-            "description": "Recipients: a bare session id in the associated bundle, "
-            "or <id>@<namespace>. Leave empty with broadcast=true.",
-        },
-        "broadcast": {
-            "type": "boolean",
-            "default": False,
-            "description": "Send to every other member of the associated bundle.",
-        },
-        "request_id": _string("Optional caller id echoed back in the result."),
+        "message": "The message body; must not be blank.",
+        "targets": "Recipients: a bare session id in the associated bundle, "
+        "or <id>@<namespace>. Leave empty with broadcast=true.",
+        "broadcast": "Send to every other member of the associated bundle.",
+        "request_id": "Optional caller id echoed back in the result.",
     },
     required=("message",),
 )
 
-LOOK_PARAMS = _object(
+LOOK_PARAMS = schema(
+    LookRequest,
     {
-        "target_session": _string("The session to inspect, fully qualified as <id>@<namespace>."),
-        "lines": {
-            "type": "integer",
-            "format": "uint32",
-            "minimum": 0,
-            "description": f"Window size, {LOOK_LINES_MIN}..{LOOK_LINES_MAX}: tmux pane lines "
-            "(default 120) or ACP replay entries (default 50).",
-        },
-        "offset": {
-            "type": "integer",
-            "format": "uint32",
-            "minimum": 0,
-            "description": "ACP only: entries to skip from the newest end, to walk back.",
-        },
+        "target_session": "The session to inspect, fully qualified as <id>@<namespace>.",
+        "lines": f"Window size, {LOOK_LINES_MIN}..{LOOK_LINES_MAX}: tmux pane lines "
+        "(default 120) or ACP replay entries (default 50).",
+        "offset": "ACP only: entries to skip from the newest end, to walk back.",
     },
     required=("target_session",),
 )
 
-RAWW_PARAMS = _object(
+RAWW_PARAMS = schema(
+    RawwRequest,
     {
-        "target_session": _string("The session to write to, fully qualified as <id>@<namespace>."),
-        "text": _string("Raw text written to the target's input (at most 32 KiB)."),
-        "no_enter": {
-            "type": "boolean",
-            "default": False,
-            "description": "Do not press Enter after the text.",
-        },
-        "request_id": _string("Optional caller id."),
+        "target_session": "The session to write to, fully qualified as <id>@<namespace>.",
+        "text": "Raw text written to the target's input (at most 32 KiB).",
+        "no_enter": "Do not press Enter after the text.",
+        "request_id": "Optional caller id.",
     },
     required=("target_session", "text"),
 )
 
-CHOOSE_PARAMS = _object(
+CHOOSE_PARAMS = schema(
+    ChoicesPickRequest,
     {
-        "choice_request_id": _string("The pending choice, from list command='decisions'."),
-        "outcome": {
-            "type": "string",
-            "enum": list(CHOOSE_OUTCOMES),
-            "description": '"selected" (needs option_id) or "cancelled" (must omit option_id).',
-        },
-        "option_id": _string("The chosen option's id; only with outcome='selected'."),
-    }
+        "choice_request_id": "The pending choice, from list command='decisions'.",
+        "outcome": '"selected" (needs option_id) or "cancelled" (must omit option_id).',
+        "option_id": "The chosen option's id; only with outcome='selected'.",
+    },
 )
 
 TOOL_PARAMS: dict[str, Schema] = {

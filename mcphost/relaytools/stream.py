@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from mcphost import unixsock
+from mcphost.agentmux.operations import WireRequest
 from mcphost.agentmux.wire import SCHEMA_VERSION, RelayError
 from mcphost.relaytools.errors import (
     ClaimConflict,
@@ -56,6 +57,8 @@ from mcphost.relaytools.errors import (
 )
 
 READ_LIMIT = 64 * 1024 * 1024
+# a request body: the operation's model (what the relay tools send), or a dict (a raw body)
+Body = dict[str, Any] | WireRequest
 
 
 def new_request_id() -> str:
@@ -177,14 +180,15 @@ class RelayStream(_CountsEvents):
 
     # -- public ---------------------------------------------------------------------------
 
-    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any:
-        """Send one relay request; return the raw `response` object the relay answered with."""
+    async def request(self, body: Body, namespace: str | None = None) -> Any:
+        """Send one relay request (a model is sent as its `wire()` body); return the raw
+        `response` object the relay answered with."""
         conn = await self._ensure()
         request_id = new_request_id()
         frame: dict[str, Any] = {"frame": "request", "request_id": request_id}
         if namespace is not None:
             frame["namespace"] = namespace
-        frame["request"] = body
+        frame["request"] = body.wire() if isinstance(body, WireRequest) else body
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         conn.pending[request_id] = fut
@@ -372,9 +376,7 @@ class LocalRelay(Protocol):
     """An in-process relay session (the relay's `LocalSession`): one request's response body,
     a `RelayError` where a socket client's hello or frame would be refused; `close` ends it."""
 
-    async def request(
-        self, body: dict[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]: ...
+    async def request(self, body: Body, namespace: str | None = None) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -383,8 +385,8 @@ class InProcessStream(_CountsEvents):
     """The relay tools' stream onto an in-process relay session, for a host that runs the
     relay itself (the supervisor): what `RelayStream` is without the socket, the JSON and the
     hello. `open_session(on_event)` gives the session (its principal is the one the host
-    established); each call hands the request dict to it and returns the response body it
-    built. The same contract as `RelayStream.request`: a call waits up to `request_timeout`
+    established); each call hands the request to it as it is (the operation's model: no dict,
+    no JSON) and returns the response body it built. The same contract as `RelayStream.request`: a call waits up to `request_timeout`
     (`TimedOut`; the request goes on, as one written to a socket would); a claim conflict is
     retried every 50 ms for `claim_retry` before the request runs, then reported as
     `errors.claim_conflict`; any other refusal is the relay's error (`from_relay_error`).
@@ -413,7 +415,7 @@ class InProcessStream(_CountsEvents):
     def closed(self) -> bool:
         return self._closed
 
-    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any:
+    async def request(self, body: Body, namespace: str | None = None) -> Any:
         deadline = time.monotonic() + self.claim_retry
         while True:
             if self._closed:
@@ -447,7 +449,7 @@ class Stream(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any: ...
+    async def request(self, body: Body, namespace: str | None = None) -> Any: ...
 
     async def aclose(self) -> None: ...
 
@@ -512,7 +514,7 @@ class StreamHandle:
         self.on_events = on_events
         self.on_note = on_note
 
-    async def request(self, body: dict[str, Any], namespace: str | None = None) -> Any:
+    async def request(self, body: Body, namespace: str | None = None) -> Any:
         return await self.share.stream.request(body, namespace)
 
     async def aclose(self) -> None:

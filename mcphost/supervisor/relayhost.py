@@ -46,8 +46,8 @@ before).
 
 No loopback (issue #20): the supervisor's own relay tools never use the socket of the relay it
 serves. `tools_stream` gives an agent's relay tools an `InProcessStream` onto
-`RelayServer.local_session("<agent>@<bundle>")`: the request dict goes straight to the
-behaviour under the principal the kernel established when the session attached (no JSON line,
+`RelayServer.local_session("<agent>@<bundle>")`: the request (the operation's model) goes
+straight to the behaviour under the principal the kernel established when the session attached (no JSON line,
 no hello, no second identity check); the supervisor shares one per agent generation among that
 agent's MCP sessions, and it holds the identity claim as a connection would. The socket is for
 external clients only.

@@ -368,7 +368,11 @@ class RealRelay:
         return principal
 
     async def _handle(self, principal: Principal, request: Request) -> dict[str, Any]:
-        frame: dict[str, Any] = {"principal_id": principal.id, "request": request.body}
+        body = request.body
+        frame: dict[str, Any] = {
+            "principal_id": principal.id,
+            "request": body if isinstance(body, dict) else body.wire(),
+        }
         if request.request_id is not None:
             frame["request_id"] = request.request_id
         if request.namespace is not None:

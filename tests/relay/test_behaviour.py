@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux.operations import ListRequest, LookRequest, SendRequest
 from mcphost.agentmux.wire import Hello, Principal, RelayError, Request, parse_principal
 from mcphost.peer import PeerCred
 from mcphost.relay import admission
@@ -323,6 +324,26 @@ async def test_request_bodies_are_refused_as_the_relay_tools_refuse_them(
         "alpha@party", "raww", target_session="bravo@party", text="x", future_field={"a": [1]}
     )
     assert response["status"] == "queued"
+
+
+async def test_an_in_process_caller_hands_the_model_itself(world: World) -> None:
+    """In process the relay tools hand the operation's model to the relay (no dict, no JSON):
+    the answer is the one its `wire()` body gets, and its strings are checked as a decoded
+    frame's are."""
+    alpha = world.principal("alpha@party")
+    typed = ListRequest(requester_session="alpha")
+    request = typed.request("party")
+    assert request.body is typed
+    by_model = await world.relay.handle(alpha, request)
+    by_dict = await world.relay.handle(alpha, Request(None, "party", "list", typed.wire()))
+    assert by_model == by_dict and by_model["kind"] == "list"
+    look = LookRequest.read({"target_session": "bravo@party", "lines": 3})
+    assert (await world.relay.handle(alpha, look.request()))["snapshot_format"] == "lines"
+    lone = SendRequest.read({"message": "\ud800", "targets": ["bravo@party"]})
+    with pytest.raises(RelayError) as caught:
+        lone.request()
+    assert caught.value.code == "validation_invalid_arguments"
+    assert caught.value.details == {"cause": "a string holds a lone surrogate escape"}
 
 
 # -- raww and look ----------------------------------------------------------------------------
