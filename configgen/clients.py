@@ -196,3 +196,19 @@ def render(client_name: str, config: AgentConfig) -> bytes:
     if fmt.syntax == "toml":
         return (CODEX_HEADER + "\n" + codex_tables(fmt, ours)).encode("utf-8")
     return dump_json({fmt.servers_key: ours})
+
+
+def acp_servers(config: AgentConfig, *, tier_tools_default: bool = True) -> list[Entry]:
+    """Our servers as an ACP client hands them to its agent in `session/new` / `session/load`
+    (`mcpServers`: a list of stdio servers, `{name, command, args, env}` with `env` a list of
+    `{name, value}`), in name order. ACP agents are editors' agents: they take their MCP
+    servers from the client, never from a file, so this is a shape, not a file. Pure."""
+    return [
+        {
+            "name": name,
+            "command": server.command,
+            "args": list(server.args),
+            "env": [{"name": key, "value": value} for key, value in server.env.items()],
+        }
+        for name, server in servers(config, tier_tools_default=tier_tools_default).items()
+    ]

@@ -1,14 +1,17 @@
 """Typed request bodies of the relay wire, one model per operation (reference §2.4-§2.6).
 
 Owns: the field names, defaults, constants and request rules of the operations both ends speak
-(send, raww, look, choices_pick, new_peer, change_psk, drop_peer, change_scope; the raww bound
+(every operation of §2.4: send, raww, look, choices_pick, new_peer, change_psk, drop_peer,
+change_scope, and the bodies without rules of their own: list, up, down, choices_list,
+list_relays, discover_namespaces, discover_principals, identity_introspect; the look bounds
+`LOOK_LINES_MIN` / `LOOK_LINES_MAX`, which the relay tools' schemas state; the raww bound
 `RAWW_MAX_BYTES` is `wire`'s, which the relay's pane writer shares), and the ONE reader of such
 a body (`<Model>.read(body)`), with the codes and messages of its refusals. The relay tools
 build with it (`relaytools/validation.py` reads the checked tool arguments through `read`;
 `handlers.py` sends `wire()`), the relay parses with it (`relay/behaviour.py` and
 `relay/credentials.py` read `request.body` through `read`): a body is validated once, by one
-set of rules, whichever end meets the flaw first. Bodies without fields of their own (list,
-up, down, choices_list, the discovery operations) have no model.
+set of rules, whichever end meets the flaw first. `MODELS` maps each operation to its model
+(the relay's operation table reads a body through it).
 
 Reading a body:
 - unknown fields are dropped, as the wire says (§2.4; the relay tools refused them already
@@ -35,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from mcphost.agentmux.wire import RAWW_MAX_BYTES, RelayError, json_type, raww_text_too_large
 
 LOOK_LINES_MIN = 1
-LOOK_LINES_MAX = 1000  # the relay tools' schema says so too (relaytools/params.py: stdlib only)
+LOOK_LINES_MAX = 1000
 CHOOSE_OUTCOMES = ("selected", "cancelled")
 DESTINATIONS = ("response", "config", "path")
 
@@ -312,3 +315,64 @@ class ChangeScopeRequest(CredentialRequest):
     OPERATION: ClassVar[str] = "change_scope"
     operation: Literal["change_scope"] = "change_scope"
     scope: str | None = None
+
+
+class ListRequest(WireRequest):
+    """`list` (§1.3): the namespace is the frame's, not the body's."""
+
+    OPERATION: ClassVar[str] = "list"
+    NULLS_SENT: ClassVar[frozenset[str]] = frozenset({"requester_session"})
+    operation: Literal["list"] = "list"
+
+
+class UpRequest(WireRequest):
+    OPERATION: ClassVar[str] = "up"
+    operation: Literal["up"] = "up"
+
+
+class DownRequest(WireRequest):
+    OPERATION: ClassVar[str] = "down"
+    operation: Literal["down"] = "down"
+
+
+class ChoicesListRequest(WireRequest):
+    OPERATION: ClassVar[str] = "choices_list"
+    operation: Literal["choices_list"] = "choices_list"
+
+
+class IdentityIntrospectRequest(WireRequest):
+    OPERATION: ClassVar[str] = "identity_introspect"
+    operation: Literal["identity_introspect"] = "identity_introspect"
+
+
+class ListRelaysRequest(WireRequest):
+    OPERATION: ClassVar[str] = "list_relays"
+    operation: Literal["list_relays"] = "list_relays"
+
+
+class DiscoverNamespacesRequest(WireRequest):
+    """`discover_namespaces`: `relay` names a peer relay (the relay refuses any, §1.12)."""
+
+    OPERATION: ClassVar[str] = "discover_namespaces"
+    operation: Literal["discover_namespaces"] = "discover_namespaces"
+    relay: str | None = None
+
+
+class DiscoverPrincipalsRequest(WireRequest):
+    """`discover_principals`: `namespace` is required, after the relay's `relay` check."""
+
+    OPERATION: ClassVar[str] = "discover_principals"
+    operation: Literal["discover_principals"] = "discover_principals"
+    relay: str | None = None
+    namespace: str | None = None
+
+
+MODELS: dict[str, type[WireRequest]] = {
+    model.OPERATION: model
+    for model in (
+        ListRequest, LookRequest, SendRequest, RawwRequest, UpRequest, DownRequest,
+        ChoicesListRequest, ChoicesPickRequest, NewPeerRequest, ChangePskRequest,
+        DropPeerRequest, ChangeScopeRequest, IdentityIntrospectRequest, ListRelaysRequest,
+        DiscoverNamespacesRequest, DiscoverPrincipalsRequest,
+    )
+}  # fmt: skip

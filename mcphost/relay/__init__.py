@@ -13,13 +13,19 @@ conventions, shared with the relay tools, in `mcphost.agentmux`. Modules:
 - `bundles`: bundle, coder, users and relay configuration for the relay.
 - `envelope`: the pane envelope of §3.4 (pure).
 - `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, a pane's exit.
-- `panes`: the readiness gate and delivery into one pane (deliver, raw_write, outcomes).
+- `panes`: the readiness gate and delivery into one pane (deliver, raw_write).
+- `outcome`: a delivery's terminal outcome, whatever the member.
 - `hosting`: `BundleHost` / `MemberHealth`, what the relay asks of the supervisor.
-- `requester`: who is asking, about whom: the membership rule, targets, the transport check.
-- `delivery`: per-target queues, readiness gate, batching, paste-and-submit, outcomes, receipts.
-- `credentials`: new_peer, change_psk, drop_peer (the principal store's changes).
-- `behaviour`: `RelayBehaviour`, the operation table (list, look, send, raww, up, down, ...),
-  composed of the three above.
+- `members`: the member port (`members.port`: `Member`, `MemberKind`) and the registry of kinds
+  (`members.KINDS`: `tmux`), bound to the endpoints the host hands over.
+- `state`: `RelayState`, the one state object every operation is handed.
+- `requester`: who is asking, about whom: the membership rule, targets, the member kind check,
+  the target bound as a member, the bundle's choices queue (functions of the state).
+- `delivery`: per-target queues, batching, handing a batch to its member, outcomes, receipts.
+- `ops`: one module per operation (list, look, send, raww, up/down, choices, credentials,
+  discovery), each with its response models and capability; `ops.OPERATIONS` the table.
+- `behaviour`: `RelayBehaviour`, identity (authenticate, admit) and the dispatcher over the
+  table: what RelayServer calls.
 
 Nothing here imports `mcphost.supervisor` or `mcphost.relaytools` (import-linter checks both): peer credentials come from `mcphost.peer`, which
 sits below both (the supervisor imports the relay and hosts it). This package file imports

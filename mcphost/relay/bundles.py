@@ -20,8 +20,8 @@ unreadable layer `validation_unreadable_configuration_layer`; a bad group name
 `validation_invalid_group_name` / `validation_reserved_group_name`; a bundle id outside the
 grammar `validation_invalid_params`; a bundle no layer configures `validation_unknown_bundle`;
 ACP and pty coders are recognised and validated; the relay answers
-`runtime_session_type_not_implemented` for them (and for ui/pubsub members: requester.py) since
-this relay hosts tmux sessions only.
+`runtime_session_type_not_implemented` for a member no registered member kind hosts
+(`relay.members.KINDS`; ui/pubsub members: `validation_unsupported_operation`, requester.py).
 
 Must never: write anything, import `mcphost.supervisor`, or build a path from a name outside the
 grammars (bundle ids and session ids are checked before any path is made).

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcphost.peer import PeerCred
-from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle
 
 
@@ -36,12 +35,14 @@ class BundleHost(Protocol):
 
     - `hosted(bundle)`: whether the bundle's hosting intent is "run" (after `up`, or autostart),
       whatever its members' current state.
-    - `up(bundle)`: start every tmux member of the bundle (its tmux server, one session per
-      member, restarted by the supervisor like a plain process) and return once they are
+    - `up(bundle)`: start every member of the bundle (a tmux member: a session of the bundle's
+      tmux server; restarted by the supervisor like a plain process) and return once they are
       started (not necessarily ready); raise to report a failure (the transition is `failed`).
-    - `down(bundle)`: stop every member and the bundle's tmux server; return once they are gone.
-    - `tmux(bundle)`: the bundle's `TmuxServer`, or None while it is not hosted.
-    - `session_name(bundle, session_id)`: the tmux session name of that member.
+    - `down(bundle)`: stop every member (and the bundle's tmux server); return once they are gone.
+    - `member_endpoint(bundle, session_id)`: what the member's kind reaches it through
+      (`members.port`: a tmux member's `members.tmux.TmuxEndpoint(server, session name)`; an
+      ACP member's client session), or None while the member is not hosted. The relay binds it
+      to the member's kind (`members.member`) for look, send, raww and `list`'s readiness.
     - `member_state(bundle, session_id)`: `(ready, MemberHealth)`; ready means the member's
       session exists and its process runs (the relay's §1.3 readiness); the health carries the
       member's startup failure count and recent failure records (`{session_id, transport, code,
@@ -56,9 +57,7 @@ class BundleHost(Protocol):
 
     async def down(self, bundle: Bundle) -> None: ...
 
-    def tmux(self, bundle: Bundle) -> tm.TmuxServer | None: ...
-
-    def session_name(self, bundle: Bundle, session_id: str) -> str: ...
+    def member_endpoint(self, bundle: Bundle, session_id: str) -> object | None: ...
 
     def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]: ...
 

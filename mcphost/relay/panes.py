@@ -1,7 +1,8 @@
 """Readiness and delivery into one tmux pane (reference §3.4): the gate, then paste and submit.
 
-Owns: the readiness gate (`Gate` and its `wait`), a delivery's terminal outcome (`Delivery`, the
-reason codes, `OUTCOME_OF`), the gated paste-and-submit of a batch (`deliver`, the one the relay's
+Owns: the readiness gate (`Gate` and its `wait`), the gate's reason codes and the outcome each
+maps to (`OUTCOME_OF`; the outcome itself is `outcome.Delivery`, shared by every kind of member),
+the gated paste-and-submit of a batch (`deliver`, the one the relay's
 delivery workers and the tests both use), raww's ungated write (`raw_write`) and its size check
 (`check_raw_text`, `RawTextTooLarge`: `agentmux.wire.RAWW_MAX_BYTES`). The tmux mechanics
 (snapshot, paste, submit, pane state) are `tmux.TmuxServer`'s.
@@ -27,14 +28,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mcphost.agentmux.wire import RAWW_MAX_BYTES, raww_text_too_large
+from mcphost.relay.outcome import SUBMIT_FAILED, UNREACHABLE, Delivery
 from mcphost.relay.tmux import NoSuchSession, TmuxError, TmuxServer
 
+__all__ = [
+    "NEVER_SETTLED", "NOT_READY", "OUTCOME_OF", "READY", "SUBMIT_FAILED", "UNREACHABLE",
+    "UNRESPONSIVE", "Delivery", "Gate", "RawTextTooLarge", "check_raw_text", "deliver",
+    "prompt_text", "raw_write",
+]  # fmt: skip
+
 READY = "ready"
-UNREACHABLE = "delivery_target_unreachable"
 NEVER_SETTLED = "target_never_settled"
 NOT_READY = "target_not_ready"
 UNRESPONSIVE = "target_unresponsive"
-SUBMIT_FAILED = "delivery_submit_failed"
 
 
 class RawTextTooLarge(TmuxError):
@@ -43,15 +49,6 @@ class RawTextTooLarge(TmuxError):
     def __init__(self, size: int) -> None:
         err = raww_text_too_large(size)
         super().__init__(err.code, err.message, err.details)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A terminal outcome (§3.4): `delivered`, `timeout`, `not_submitted`, `submission_unknown`."""
-
-    outcome: str
-    reason_code: str | None = None
-    reason: str | None = None
 
 
 OUTCOME_OF = {

@@ -1,13 +1,16 @@
 """Requester and target resolution for the relay's operations: who is asking, about whom.
 
-Owns: bundle lookup (`_bundle`: the host's in-memory layer, then the file layers), the
-membership rule (a session principal is a member of its configured bundle, a user principal a
-users.toml user: `member_of`, the one place it is written, used by the hello's `authenticate`,
-an in-process session's `admit` and every request), the requester with its policy (`_requester`: a
-`requester_session` naming anyone but the connection's principal is `validation_unknown_sender`),
-the routing namespace of a bundle-subject request (`_subject`, §2.3), target resolution
-(`_target`: fully qualified, existing; validation and existence errors only), the transport check
-(`_check_transport`), and the small request-body readers and refusals the operations share.
+Owns, as functions of the relay's state (`state.RelayState`): bundle lookup (`bundle`: the host's
+in-memory layer, then the file layers), the membership rule (a session principal is a member of
+its configured bundle, a user principal a users.toml user: `member_of`, the one place it is
+written, used by the hello's `authenticate`, an in-process session's `admit` and every request),
+the requester with its policy (`requester`: a `requester_session` naming anyone but the
+connection's principal is `validation_unknown_sender`), the routing namespace of a
+bundle-subject request (`subject`, §2.3), target resolution (`target`: fully qualified,
+existing; validation and existence errors only), the member kind check (`member_kind`: the
+registered kind hosting a target, `members.KINDS`), the target reached as a member (`member`:
+bound to its host's endpoint, with the context the relay lends it and its bundle's choices queue,
+`choices`), and the refusals the operations share.
 
 Must never: authorize (that is `policy.authorize`, called by the operations), or act on anything.
 """
@@ -15,28 +18,28 @@ Must never: authorize (that is `policy.authorize`, called by the operations), or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from mcphost.agentmux.wire import (
-    Principal,
-    RelayError,
-    Request,
-    parse_principal,
-)
+from mcphost.agentmux.wire import Principal, RelayError, parse_principal
+from mcphost.relay import members
 from mcphost.relay.bundles import (
     Bundle,
     Session,
-    TmuxCoder,
     User,
     Users,
+    load_relay_settings,
     load_users,
     require_bundle,
 )
-from mcphost.relay.connections import Connections
-from mcphost.relay.hosting import BundleHost, Bundles
-from mcphost.relay.inscriptions import RelayInscriptions
+from mcphost.relay.members.port import (
+    Choices,
+    Member,
+    MemberContext,
+    MemberKind,
+    session_type_not_implemented,
+)
 from mcphost.relay.policy import Policy, load_policies, member_policy
+from mcphost.relay.state import RelayState
 
 GLOBAL = "GLOBAL"
 FAIL_STOPPED = "delivery_target_fail_stopped"
@@ -45,18 +48,11 @@ FAIL_STOPPED = "delivery_target_fail_stopped"
 # -- small helpers -----------------------------------------------------------------------------
 
 
-def _bad(message: str, details: dict[str, Any] | None = None) -> RelayError:
+def bad(message: str, details: dict[str, Any] | None = None) -> RelayError:
     return RelayError("validation_invalid_arguments", message, details)
 
 
-def _opt_str(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise _bad(f"{name} must be a string", {"field": name})
-
-
-def _not_implemented(operation: str, why: str) -> RelayError:
+def not_implemented(operation: str, why: str) -> RelayError:
     return RelayError(
         "runtime_operation_not_implemented",
         f"{operation} is not implemented by this relay: {why}",
@@ -64,7 +60,7 @@ def _not_implemented(operation: str, why: str) -> RelayError:
     )
 
 
-def _cross_relay(target: str) -> RelayError:
+def cross_relay(target: str) -> RelayError:
     return RelayError(
         "runtime_cross_relay_unavailable",
         "cross-relay routing is not available on this relay (no peer relays)",
@@ -72,7 +68,7 @@ def _cross_relay(target: str) -> RelayError:
     )
 
 
-def _fail_stopped(target: str) -> RelayError:
+def fail_stopped(target: str) -> RelayError:
     """agentmux's refusal of a target that accepts nothing until an operator acts (§3.4)."""
     return RelayError(
         FAIL_STOPPED,
@@ -82,13 +78,8 @@ def _fail_stopped(target: str) -> RelayError:
     )
 
 
-def _session_type(bundle: Bundle, session: Session) -> RelayError:
-    return RelayError(
-        "runtime_session_type_not_implemented",
-        f"session transport {session.transport!r} is not implemented by this relay "
-        "(tmux sessions only)",
-        {"target_session": session.principal_id(bundle.id), "transport": session.transport},
-    )
+def session_type(bundle: Bundle, session: Session) -> RelayError:
+    return session_type_not_implemented(bundle, session, members.hosted_kinds())
 
 
 _NOT_A_MEMBER = {
@@ -107,7 +98,7 @@ def _unknown_sender(principal: Principal, when: str, message: str) -> RelayError
 
 
 @dataclass(frozen=True, slots=True)
-class _Requester:
+class Requester:
     principal: Principal
     policy: Policy
     member: Session | None  # a session principal's bundle member
@@ -121,157 +112,165 @@ class _Requester:
 
 
 @dataclass(frozen=True, slots=True)
-class _Target:
+class Target:
     principal: Principal
     bundle: Bundle | None  # None for @GLOBAL
     session: Session | None
     display_name: str | None
 
 
-def _unavailable(target: str, reason: str) -> RelayError:
-    return RelayError(
-        "transport_unavailable",
-        f"target session is unavailable: {reason}",
-        {"target_session": target},
-    )
+def bundle(state: RelayState, bundle_id: str) -> Bundle:
+    """The bundle `bundle_id`: the host's in-memory layer first, then the file layers
+    (`validation_unknown_bundle` when neither configures it)."""
+    if state.bundles is not None:
+        found = state.bundles().get(bundle_id)
+        if found is not None:
+            return found
+    return require_bundle(state.roots, bundle_id)
 
 
-class Resolution:
-    """The requester and target resolution of `RelayBehaviour` (a mixin over its state)."""
-
-    # set by RelayBehaviour.__init__
-    roots: tuple[Path, ...]
-    state_root: Path
-    host: BundleHost
-    inscribe: RelayInscriptions
-    connections: Connections
-    bundles: Bundles | None
-
-    def _bundle(self, bundle_id: str) -> Bundle:
-        """The bundle `bundle_id`: the host's in-memory layer first, then the file layers
-        (`validation_unknown_bundle` when neither configures it)."""
-        if self.bundles is not None:
-            found = self.bundles().get(bundle_id)
-            if found is not None:
-                return found
-        return require_bundle(self.roots, bundle_id)
-
-    def _requester(self, principal: Principal, body: dict[str, Any]) -> _Requester:
-        """The connection's principal with its policy; a `requester_session` naming anyone
-        else is `validation_unknown_sender`."""
-        claimed = _opt_str(body, "requester_session")
-        if claimed is not None:
-            bare = claimed.removesuffix("@" + principal.namespace)
-            if bare != principal.name:
-                raise RelayError(
-                    "validation_unknown_sender",
-                    "requester_session does not name this connection's principal",
-                    {"requester_session": claimed, "principal_id": principal.id},
-                )
-        member, user = self.member_of(principal, "request")
-        policies = load_policies(self.roots)
-        # application / relay principals (neither): authorize() refuses them everything
-        return _Requester(principal, member_policy(policies, member or user), member, user)
-
-    def member_of(
-        self, principal: Principal, when: Literal["hello", "request"]
-    ) -> tuple[Session | None, User | None]:
-        """The membership rule, the one place it is written: a session principal must be a
-        member of its configured bundle (`validation_unknown_bundle` when the bundle is not),
-        a user principal a users.toml user; else `validation_unknown_sender`, worded for the
-        hello or the request it refuses. Application and relay principals are neither."""
-        if principal.kind == "session":
-            member = self._bundle(principal.namespace).member(principal.name)
-            if member is None:
-                raise _unknown_sender(principal, when, _NOT_A_MEMBER[when])
-            return member, None
-        if principal.kind == "user":
-            user = load_users(self.roots).get(principal.id)
-            if user is None:
-                raise _unknown_sender(principal, when, _NOT_A_USER[when])
-            return None, user
-        return None, None
-
-    def _subject(self, principal: Principal, request: Request) -> str:
-        """The routing namespace of a bundle-subject request (§2.3)."""
-        namespace = request.namespace
-        if namespace is None:
-            if principal.kind != "session":
-                raise RelayError(
-                    "validation_missing_routing_namespace",
-                    "a relay-wide principal must name the namespace of this request",
-                    {"operation": request.operation},
-                )
-            return principal.namespace
-        if namespace in ("EXTERNAL", "RELAY"):
+def requester(state: RelayState, principal: Principal, claimed: str | None) -> Requester:
+    """The connection's principal with its policy; a `requester_session` (`claimed`) naming
+    anyone else is `validation_unknown_sender`."""
+    if claimed is not None:
+        bare = claimed.removesuffix("@" + principal.namespace)
+        if bare != principal.name:
             raise RelayError(
-                "validation_unsupported_namespace",
-                f"namespace {namespace!r} cannot be routed to",
-                {"namespace": namespace},
+                "validation_unknown_sender",
+                "requester_session does not name this connection's principal",
+                {"requester_session": claimed, "principal_id": principal.id},
             )
-        return namespace
+    member, user = member_of(state, principal, "request")
+    policies = load_policies(state.roots)
+    # application / relay principals (neither): authorize() refuses them everything
+    return Requester(principal, member_policy(policies, member or user), member, user)
 
-    def _target(self, raw: Any, *, operation: str, users: Users | None = None) -> _Target:
-        """A fully-qualified target, resolved; validation and existence errors only."""
-        if not isinstance(raw, str) or not raw.strip():
-            raise RelayError("validation_unknown_target", "target_session must be non-empty")
-        if "!" in raw:
-            raise _cross_relay(raw)
-        if "@" not in raw:
-            raise RelayError(
-                "validation_unqualified_target",
-                "target must be a fully-qualified principal id (id@namespace)",
-                {"target": raw},
-            )
-        target = parse_principal(raw)
-        if target.namespace in ("EXTERNAL", "RELAY"):
-            raise RelayError(
-                "validation_unsupported_namespace",
-                f"targets in namespace {target.namespace!r} are not supported",
-                {"target": raw, "namespace": target.namespace},
-            )
-        if target.namespace == GLOBAL:
-            if operation != "send":
-                raise RelayError(
-                    "validation_unsupported_operation",
-                    f"{operation} cannot target a relay-wide principal",
-                    {"target_session": raw},
-                )
-            users = users if users is not None else load_users(self.roots)
-            user = users.get(raw)
-            if user is None and raw not in self._live():
-                raise RelayError(
-                    "validation_unknown_target",
-                    "target is not a configured or connected principal",
-                    {"target_session": raw},
-                )
-            return _Target(target, None, None, user.name if user else None)
-        bundle = self._bundle(target.namespace)
-        session = bundle.member(target.name)
-        if session is None:
-            raise RelayError(
-                "validation_unknown_target",
-                "target is not a member of its bundle",
-                {"target_session": raw},
-            )
-        return _Target(target, bundle, session, session.name)
 
-    def _live(self) -> set[str]:
-        return set(self.connections.live_principals())
+def member_of(
+    state: RelayState, principal: Principal, when: Literal["hello", "request"]
+) -> tuple[Session | None, User | None]:
+    """The membership rule, the one place it is written: a session principal must be a
+    member of its configured bundle (`validation_unknown_bundle` when the bundle is not),
+    a user principal a users.toml user; else `validation_unknown_sender`, worded for the
+    hello or the request it refuses. Application and relay principals are neither."""
+    if principal.kind == "session":
+        member = bundle(state, principal.namespace).member(principal.name)
+        if member is None:
+            raise _unknown_sender(principal, when, _NOT_A_MEMBER[when])
+        return member, None
+    if principal.kind == "user":
+        user = load_users(state.roots).get(principal.id)
+        if user is None:
+            raise _unknown_sender(principal, when, _NOT_A_USER[when])
+        return None, user
+    return None, None
 
-    def _check_transport(self, bundle: Bundle, session: Session, operation: str) -> TmuxCoder:
-        """The member's tmux coder; ui/pubsub members cannot be looked at or written to, and
-        acp/pty members are not implemented."""
-        if session.transport in ("ui", "pubsub"):
+
+def subject(principal: Principal, namespace: str | None, operation: str) -> str:
+    """The routing namespace of a bundle-subject request (§2.3): the frame's `namespace`,
+    else the requester's bundle."""
+    if namespace is None:
+        if principal.kind != "session":
+            raise RelayError(
+                "validation_missing_routing_namespace",
+                "a relay-wide principal must name the namespace of this request",
+                {"operation": operation},
+            )
+        return principal.namespace
+    if namespace in ("EXTERNAL", "RELAY"):
+        raise RelayError(
+            "validation_unsupported_namespace",
+            f"namespace {namespace!r} cannot be routed to",
+            {"namespace": namespace},
+        )
+    return namespace
+
+
+def target(state: RelayState, raw: Any, *, operation: str, users: Users | None = None) -> Target:
+    """A fully-qualified target, resolved; validation and existence errors only."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise RelayError("validation_unknown_target", "target_session must be non-empty")
+    if "!" in raw:
+        raise cross_relay(raw)
+    if "@" not in raw:
+        raise RelayError(
+            "validation_unqualified_target",
+            "target must be a fully-qualified principal id (id@namespace)",
+            {"target": raw},
+        )
+    principal = parse_principal(raw)
+    if principal.namespace in ("EXTERNAL", "RELAY"):
+        raise RelayError(
+            "validation_unsupported_namespace",
+            f"targets in namespace {principal.namespace!r} are not supported",
+            {"target": raw, "namespace": principal.namespace},
+        )
+    if principal.namespace == GLOBAL:
+        if operation != "send":
             raise RelayError(
                 "validation_unsupported_operation",
-                f"{operation} is not supported for a {session.transport} session",
-                {
-                    "target_session": session.principal_id(bundle.id),
-                    "transport": session.transport,
-                },
+                f"{operation} cannot target a relay-wide principal",
+                {"target_session": raw},
             )
-        coder = bundle.coder_for(session)
-        if session.transport != "tmux" or coder is None or coder.tmux is None:
-            raise _session_type(bundle, session)
-        return coder.tmux
+        users = users if users is not None else load_users(state.roots)
+        user = users.get(raw)
+        if user is None and raw not in live(state):
+            raise RelayError(
+                "validation_unknown_target",
+                "target is not a configured or connected principal",
+                {"target_session": raw},
+            )
+        return Target(principal, None, None, user.name if user else None)
+    home = bundle(state, principal.namespace)
+    session = home.member(principal.name)
+    if session is None:
+        raise RelayError(
+            "validation_unknown_target",
+            "target is not a member of its bundle",
+            {"target_session": raw},
+        )
+    return Target(principal, home, session, session.name)
+
+
+def live(state: RelayState) -> set[str]:
+    """The principals with a live connection (or in-process session) now."""
+    return set(state.connections.live_principals())
+
+
+def member_kind(bundle: Bundle, session: Session, operation: str) -> MemberKind:
+    """The registered kind hosting the member (`members.KINDS`); ui/pubsub members cannot be
+    looked at or written to, and a transport no kind hosts is not implemented."""
+    if session.transport in ("ui", "pubsub"):
+        raise RelayError(
+            "validation_unsupported_operation",
+            f"{operation} is not supported for a {session.transport} session",
+            {
+                "target_session": session.principal_id(bundle.id),
+                "transport": session.transport,
+            },
+        )
+    kind = members.kind_of(bundle, session)
+    if kind is None:
+        raise session_type(bundle, session)
+    return kind
+
+
+def choices(state: RelayState, bundle: Bundle) -> Choices | None:
+    """The bundle's choices queue: made on first use by the first kind of its members that
+    keeps one (relay.toml `[choices] pending-max`), None when none does."""
+    queue = state.choices.get(bundle.id)
+    if queue is not None:
+        return queue
+    for session in bundle.sessions:
+        kind = members.kind_of(bundle, session)
+        if kind is not None and kind.choices_queue is not None:
+            settings = load_relay_settings(state.roots, state.environ)
+            queue = state.choices[bundle.id] = kind.choices_queue(settings.choices_pending_max)
+            return queue
+    return None
+
+
+def member(state: RelayState, bundle: Bundle, session: Session) -> Member | None:
+    """The member bound to its host's endpoint (`members.member`), None when not hosted."""
+    context = MemberContext(state.quiet_ms, state.poll_ms, choices(state, bundle))
+    return members.member(bundle, session, state.host, context)

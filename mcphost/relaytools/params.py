@@ -11,25 +11,23 @@ Rules every schema here keeps (upstream's "MiMo compatibility" and strictness ru
 - meta-tool `command` fields are flat string enums (an unsupported value still reaches
   validation and gets `validation_invalid_params`).
 
-The look bounds and choose outcomes restate `mcphost.agentmux.operations`' own (this module may
-import nothing of mcphost; `test_relaytools_pure.py::test_the_schemas_state_the_wire_bounds`
-holds them equal).
+The look bounds and choose outcomes are `mcphost.agentmux.operations`' own (their one home).
 
-Must never: do I/O or import anything but the standard library.
+Must never: do I/O, or import anything of mcphost but `mcphost.agentmux` (import-linter).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-LOOK_LINES_MIN = 1
-LOOK_LINES_MAX = 1000
+from mcphost.agentmux.operations import CHOOSE_OUTCOMES, LOOK_LINES_MAX, LOOK_LINES_MIN
+
+__all__ = ["CHOOSE_OUTCOMES", "LOOK_LINES_MAX", "LOOK_LINES_MIN"]  # and the schemas below
 
 LIST_COMMANDS = ("principals", "decisions")
 UPDOWN_COMMANDS = ("up", "down")
 NEW_COMMANDS = ("peer",)
 CHANGE_COMMANDS = ("psk",)
-CHOOSE_OUTCOMES = ("selected", "cancelled")
 
 RESERVED_NAMESPACES = ("ALL", "EXTERNAL", "RELAY")
 GLOBAL = "GLOBAL"

@@ -203,6 +203,11 @@ def _state_cell(agent: Mapping[str, Any]) -> str:
     """The state, with `fenced (<code>)` while the center fences the agent's current generation
     (the supervisor is replacing it: `ctl status --json` has the whole `fenced` record)."""
     state = _clean(agent.get("state"))
+    protocol = agent.get("protocol_state")
+    if protocol and agent.get("state") in _UP_STATES:  # an ACP agent: `running, acp busy`
+        code = agent.get("state_reason_code")
+        state += f", {_clean(agent.get('runner'))} {_clean(protocol)}"
+        state += f" ({_clean(code)})" if code else ""
     fenced = agent.get("fenced")
     if isinstance(fenced, Mapping) and fenced.get("generation") == agent.get("generation"):
         return f"{state}, fenced ({_clean(fenced.get('code'))})"

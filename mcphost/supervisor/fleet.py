@@ -39,7 +39,7 @@ checks:
 - `bundle`: agentmux's bundle grammar (`mcphost.names`), at most the plan's `BUNDLE_NAME_MAX`
   (128) characters (it names a directory, a file and a relay principal's namespace; agent ids
   are capped at 128 by their grammar). `user`: a user name.
-- `runner`: `"auto"` (default), `"process"` or `"tmux"`; a combination that cannot work (an
+- `runner`: `"auto"` (default), `"process"`, `"tmux"` or `"acp"`; a combination that cannot work (an
   interactive client in a process without a `command`, `user` with tmux) is refused, named at
   the key that asks for it (`mcphost.supervisor.plan` resolves and explains runners).
   `policy`: a relay policy id. `sandbox`: `"auto"` (default) or `"none"`.
@@ -223,8 +223,9 @@ class _Tunable(_Section):
     env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
     runner: Runner | None = Field(
         None,
-        description='"auto", "process" or "tmux" (tmux: the agent runs in a tmux pane; auto: tmux '
-        "for claude or codex without a command, else process)",
+        description='"auto", "process", "tmux" or "acp" (tmux: the agent runs in a tmux pane; acp: '
+        "an Agent Client Protocol agent its bundle's relay drives; auto: tmux for claude or codex "
+        "without a command, else process)",
     )
     policy: str | None = Field(None, description=_POLICY_EXPECTED)
     sandbox: Sandbox | None = Field(

@@ -84,6 +84,9 @@ CODEX_AUTH = "auth.json"
 CODEX_KEY_ENV = "OPENAI_API_KEY"
 CODEX_BASE_URL_ENV = "OPENAI_BASE_URL"
 CODEX_BASE_URL_KEY = "openai_base_url"  # Codex's own setting for the model API's address
+# The ACP adapters a `runner = "acp"` agent of these clients runs by default (their npm
+# packages' programs: @zed-industries/claude-code-acp and @zed-industries/codex-acp)
+ACP_ADAPTERS = {"claude": "claude-code-acp", "codex": "codex-acp"}
 # systemd hands these to the service; an agent must not talk to systemd as the supervisor.
 _SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 _SERVICE_ENV_PREFIXES = ("LISTEN_",)
@@ -446,7 +449,8 @@ def _write(dir_fd: int, name: str, shown: str, data: bytes, owner: tuple[int, in
 
 def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
     """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
-    default (`claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
+    default (an ACP agent: its client's ACP adapter, `ACP_ADAPTERS`, which takes its MCP servers
+    in ACP's `session/new`; `claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
     daemon_auto_start`, which finds its config through CODEX_HOME: Codex would otherwise start
     a detached app-server daemon, which leaves the agent's process tree, so neither its MCP
     servers' identity nor the agent's stop could reach it). A program not found stays bare;
@@ -461,6 +465,9 @@ def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
         return [item.format(**values) for item in plan.command]
     from configgen.launch import find_command
 
+    if plan.runner == "acp" and plan.client in ACP_ADAPTERS:
+        adapter = ACP_ADAPTERS[plan.client]
+        return [find_command(adapter) or adapter]
     if plan.client == "claude":
         program = find_command("claude") or "claude"
         return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]

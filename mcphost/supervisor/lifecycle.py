@@ -86,6 +86,10 @@ class AgentStatus:
     started_at: float | None  # wall clock of the current run; None when not running
     last_exit: str | None  # "exit 1", "signal 9"; None before the first exit or a failed spawn
     last_reason: str | None
+    # a runner that speaks a protocol with its agent (acprunner.py): the protocol's own state
+    # ("initializing", "available", "busy", "recovering", "unavailable") and its reason code
+    protocol_state: str | None = None
+    state_reason_code: str | None = None
 
 
 class Plan(Protocol):
@@ -253,6 +257,10 @@ class Collaborators:
 
 class AgentRunner:
     """Runs one agent under its plan. Use from the event loop's thread only."""
+
+    # the child's stdin, stdout, stderr: no input, its output (both streams) into its log; a
+    # runner that talks to its agent over stdio (acprunner.py) pipes all three
+    STDIO: tuple[int, int, int] = (subprocess.DEVNULL, subprocess.PIPE, subprocess.STDOUT)
 
     def __init__(
         self,
@@ -499,13 +507,14 @@ class AgentRunner:
             setup = child_setup(
                 self._argv, cwd=self._cwd, env=self._env, creds=self._creds, fence=self._fence
             )
+            stdin, stdout, stderr = self.STDIO
             child = procs.spawn(
                 setup.argv,
                 cwd=setup.cwd,
                 env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
                 new_session=True,
                 preexec=setup.preexec,
                 watch=self._reaper.watch,
@@ -537,7 +546,7 @@ class AgentRunner:
         uptime = loop.time() - run.started
         stopped_by_us = not self._want
         self._last_exit = describe_status(status)
-        self._last_reason = exit_reason(code, stopped_by_us)
+        self._last_reason = self._exit_reason(code, stopped_by_us)
         self._store.record_exit(self.agent_id, run.generation, self._last_exit, self._last_reason)
         emit(
             "supervisor.agent_exited",
@@ -556,6 +565,16 @@ class AgentRunner:
                 "supervisor.on_exit_failed", level="error", agent_id=self.agent_id, error=repr(exc)
             )
         return code, uptime
+
+    def _exit_reason(self, code: int, stopped_by_us: bool) -> str:
+        """Why the run ended, in the operator's words (a subclass that ended its agent for a
+        reason of its own, acprunner.py's failed handshake, says that instead)."""
+        return exit_reason(code, stopped_by_us)
+
+    def _given_up(self) -> str | None:
+        """A reason the agent must not be restarted whatever the policy (None: the policy
+        decides); a subclass that met a failure no restart can mend says it here."""
+        return None
 
     async def _end_group(self, pgid: int, leader: asyncio.Future[int]) -> None:
         """SIGTERM the group; once `stop_grace` passed with the leader or a member alive,
@@ -584,6 +603,10 @@ class AgentRunner:
                     await self._end_group(run.pid, run.exit)  # what the agent left behind
                 await self._run_ended(run)
             if not self._want:
+                return
+            permanent = self._given_up()
+            if permanent is not None:
+                self._fail(permanent)
                 return
             policy = self.plan.restart
             if not should_restart(policy, code, stopped_by_us=False):

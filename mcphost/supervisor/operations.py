@@ -129,6 +129,9 @@ class Operations:
                     "sessions": sum(hub.count(agent_id) for hub in supervisor.hubs.values()),
                     "fenced": slot.fenced,
                     "sandbox": "none" if slot.sandbox is None else slot.sandbox.name,
+                    "runner": slot.plan.runner,
+                    "protocol_state": status.protocol_state,
+                    "state_reason_code": status.state_reason_code,
                 }
             )
         for agent_id, reason in sorted(supervisor.unstarted.items()):

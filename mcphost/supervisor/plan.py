@@ -10,14 +10,16 @@ came from (the bundle-name bound `is_fleet_bundle`, the variables the supervisor
 `check_users`). The fleet file and its loader are `mcphost.supervisor.fleet`, above this
 module: it reads the file, then builds its `Fleet` here.
 
-- `runner`: `"auto"` (default), `"process"` or `"tmux"`, resolved in the plan (`resolve_runner`)
-  to `"tmux"` or `"process"`: `auto` is `tmux` for an interactive client (`claude`, `codex`)
+- `runner`: `"auto"` (default), `"process"`, `"tmux"` or `"acp"`, resolved in the plan
+  (`resolve_runner`) to one of the last three: `auto` is `tmux` for an interactive client (`claude`, `codex`)
   without a `command` (its default command is the interactive program, which needs a
   terminal), else `process`. A tmux agent runs as one session of its bundle's tmux server
   (hosted by the supervisor as the bundle's relay), or of a tmux server of its own without a
   bundle; tmux refuses `user` (the tmux server runs as the supervisor's user), and `process`
   refuses an interactive client without a `command` (stdin would be /dev/null: the client
-  exits at once). `policy`: the relay policy id of the agent's bundle member (None: the
+  exits at once). `acp` runs the agent as an Agent Client Protocol agent on stdio (its command,
+  or for `claude` / `codex` their ACP adapters), driven by its bundle's relay (acprunner.py);
+  it needs a bundle. `policy`: the relay policy id of the agent's bundle member (None: the
   policies file's default, else the built-in).
 - `sandbox`: `"auto"` (default: the fence of fence.py) or `"none"` (opt out). `check_sandbox`
   refuses `"auto"` at load where this machine cannot build the fence (fail closed).
@@ -58,7 +60,7 @@ from mcphost.names import (
 from mcphost.settings import SettingError
 
 Client = Literal["claude", "codex", "command"]
-Runner = Literal["auto", "process", "tmux"]
+Runner = Literal["auto", "process", "tmux", "acp"]
 INTERACTIVE: tuple[Client, ...] = ("claude", "codex")  # their default command needs a terminal
 Restart = Literal["always", "on-failure", "never"]
 Sandbox = Literal["auto", "none"]  # the fence (fence.py): on by default, "none" opts out
@@ -156,7 +158,7 @@ class AgentPlan:
     stop_grace: float
     log_max_bytes: int
     log_keep: int
-    runner: Runner = "process"  # resolved (`resolve_runner`): "process" or "tmux" (a pane)
+    runner: Runner = "process"  # resolved (`resolve_runner`): "process", "tmux" (a pane), "acp"
     policy: str | None = None  # the relay policy of the agent's bundle member
     sandbox: Sandbox = "auto"  # "auto": fenced (fence.py); "none": not
     tmp_size: int = 256 << 20  # bytes of each private tmpfs (/tmp, /var/tmp, /dev/shm) when fenced
@@ -221,6 +223,14 @@ def runner_problem(plan: AgentPlan, requested: Runner) -> tuple[str, str, str] |
             f'runner = "auto" or "tmux" for client = "{plan.client}" without a command (its '
             "default command is the interactive program, which needs a terminal; a process "
             "agent's stdin is /dev/null), or a command that needs no terminal",
+        )
+    if plan.runner == "acp" and plan.bundle is None:
+        return (
+            "runner",
+            repr(requested),
+            'a bundle for an ACP agent (runner = "acp": it takes its work as prompt turns from '
+            "its bundle's relay, so without one nothing could ever reach it); give it "
+            'bundle = "...", or runner = "auto"',
         )
     if plan.runner == "tmux" and plan.user is not None:
         return (

@@ -81,6 +81,7 @@ from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle, Coder, Session, TmuxCoder
+from mcphost.relay.members.tmux import TmuxEndpoint
 from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
@@ -450,11 +451,10 @@ class RelayHost:
             elif runner.status().state not in ACTIVE:
                 await runner.start()
 
-    def tmux(self, bundle: Bundle) -> tm.TmuxServer | None:
-        return self.servers.get(bundle.id)
-
-    def session_name(self, bundle: Bundle, session_id: str) -> str:
-        return session_id
+    def member_endpoint(self, bundle: Bundle, session_id: str) -> TmuxEndpoint | None:
+        """A tmux member's endpoint: the bundle's server and its session (named as the agent)."""
+        server = self.servers.get(bundle.id)
+        return None if server is None else TmuxEndpoint(server, session_id)
 
     def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
         from mcphost.relay.behaviour import MemberHealth

@@ -35,6 +35,7 @@ from mcphost.agentmux.wire import SOCKET_TRUST, Hello, Principal, Request
 from mcphost.peer import PeerCred
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
 from mcphost.relay.bundles import Bundle, require_bundle
+from mcphost.relay.members.tmux import TmuxEndpoint
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer
 
@@ -169,8 +170,11 @@ class TmuxHost:
             self.stopped.add((bundle.id, session.id))
         await server.kill_server()
 
-    def tmux(self, bundle: Bundle) -> TmuxServer | None:
-        return self.servers.get(bundle.id)
+    def member_endpoint(self, bundle: Bundle, session_id: str) -> TmuxEndpoint | None:
+        server = self.servers.get(bundle.id)
+        return (
+            None if server is None else TmuxEndpoint(server, self.session_name(bundle, session_id))
+        )
 
     def session_name(self, bundle: Bundle, session_id: str) -> str:
         return f"{bundle.id}-{session_id}"

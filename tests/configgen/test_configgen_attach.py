@@ -276,3 +276,28 @@ def test_cli_attach_misuse_is_one_line_and_exit_2(args: list[str], message: str)
     assert message in done.stderr
     assert done.stderr.count("\n") == 1
     assert "acat_secret" not in done.stderr
+
+
+def test_acp_servers_are_the_attach_entries_in_acp_session_new_shape() -> None:
+    from configgen.clients import acp_servers
+
+    entries = acp_servers(attach_config())
+    assert entries == [
+        {
+            "name": "agent-center",
+            "command": PY,
+            "args": ["-I", "-S", SCRIPT, CENTER_SOCK],
+            "env": [{"name": MARKER, "value": "1"}],
+        },
+        {
+            "name": "agentmux",
+            "command": PY,
+            "args": ["-I", "-S", SCRIPT, RELAY_SOCK],
+            "env": [{"name": MARKER, "value": "1"}],
+        },
+    ]
+    # every entry validates as the ACP SDK's own stdio server model
+    from acp.schema import McpServerStdio
+
+    for entry in entries:
+        assert McpServerStdio.model_validate(entry).name == entry["name"]

@@ -525,7 +525,7 @@ async def test_credential_destinations(world: World, root: Path) -> None:
         destination={"kind": "path", "path": "relative.psk"},
     )  # fmt: skip
     assert err.code == "validation_invalid_output_path"
-    assert world.relay.store.get("y@EXTERNAL") is None
+    assert world.relay.state.store.get("y@EXTERNAL") is None
     # drop: never oneself; then the principal is gone and its connections revoked
     err = await world.refused("alpha@party", "drop_peer", principal_id="alpha@party")
     assert err.code == "validation_self_drop_forbidden"
@@ -629,7 +629,7 @@ async def test_a_stopped_target_is_refused_at_admission(world: World) -> None:
         "was queued: start it again (ctl start, or updown up) and send then",
         {"target_session": "bravo@party"},
     )
-    assert world.relay.outcomes == before and world.relay.queue_bounds.count == 0
+    assert world.relay.outcomes == before and world.relay.state.queue_bounds.count == 0
     err = await world.refused("alpha@party", "raww", target_session="bravo@party", text="x")
     assert (err.code, err.details) == (
         "delivery_target_fail_stopped",
@@ -720,7 +720,7 @@ async def test_a_non_delivered_outcome_is_receipted_to_a_coder_sender(world: Wor
             "dropped": None,
         }
     ]
-    assert world.relay.queue_bounds.count == 0  # the receipt's place was freed too
+    assert world.relay.state.queue_bounds.count == 0  # the receipt's place was freed too
 
     # a user sender: no receipt (it is told by its delivery_outcome event)
     sent = await world.call("op@GLOBAL", "send", message="lost too", targets=["bravo@party"])
@@ -799,7 +799,7 @@ async def test_list_and_send_through_a_relay_server(world: World, root: Path) ->
             vouched.append(principal_id)
         return ok
 
-    world.relay.socket_trust = kernel_says
+    world.relay.state.socket_trust = kernel_says
     await server.start()
     stream = RelayStream(path, "alpha@party", lambda: "socket-trust")
     operator = RelayStream(path, "op@GLOBAL", lambda: "socket-trust")
@@ -943,7 +943,7 @@ async def test_the_queue_is_bounded_and_a_request_is_refused_whole(world: World)
     """SECURITY.md X8: what waits for a target is bounded (admission.py); over the bound the
     request is refused with `runtime_delivery_queue_full` and nothing of it is queued; every
     outcome (delivered, dropped) frees its place."""
-    bounds = world.relay.queue_bounds
+    bounds = world.relay.state.queue_bounds
     await world.call("alpha@party", "raww", target_session="bravo@party", text="hold")
     await world.pane("bravo", "holding")
     await world.relay.drain()
@@ -974,7 +974,9 @@ async def test_the_queue_is_bounded_and_a_request_is_refused_whole(world: World)
 
 
 async def test_an_expired_credential_is_refused(world: World) -> None:
-    psk = world.relay.store.mint("charlie@party", "session", expires_at="2000-01-01T00:00:00Z")
+    psk = world.relay.state.store.mint(
+        "charlie@party", "session", expires_at="2000-01-01T00:00:00Z"
+    )
     with pytest.raises(RelayError) as caught:
         world.relay.authenticate(Hello("1", "charlie@party", psk), None)
     assert caught.value.code == "runtime_identity_expired"

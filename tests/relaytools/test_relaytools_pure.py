@@ -464,18 +464,6 @@ def test_validation_only_ever_raises_tool_failures(
         assert failure.details is None or isinstance(failure.details, dict)
 
 
-def test_the_schemas_state_the_wire_bounds() -> None:
-    """params.py is standard library only (import-linter), so it restates the wire's bounds
-    for the schemas it advertises: they must be agentmux.operations' own."""
-    from mcphost.agentmux import operations
-
-    assert (params.LOOK_LINES_MIN, params.LOOK_LINES_MAX) == (
-        operations.LOOK_LINES_MIN,
-        operations.LOOK_LINES_MAX,
-    )
-    assert params.CHOOSE_OUTCOMES == operations.CHOOSE_OUTCOMES
-
-
 @pytest.mark.parametrize(
     ("validate", "arguments"),
     [

@@ -564,6 +564,11 @@ def test_runner_auto_gives_an_interactive_client_without_a_command_a_terminal(
             "defaults.user is 'nobody': expected no user",
         ),
         ('[[agent]]\nid = "a"\nbundle = "p"\npolicy = "../x"\n', "agent[0].policy is '../x'"),
+        # an ACP agent takes its work from its bundle's relay
+        (
+            '[[agent]]\nid = "a"\nrunner = "acp"\n',
+            "agent[0].runner is 'acp': expected a bundle for an ACP agent",
+        ),
     ],
 )
 def test_bad_runner_or_policy_is_named(tmp_path: Path, body: str, expected: str) -> None:
@@ -579,3 +584,24 @@ def test_plan_from_center_refuses_a_runner_that_cannot_work() -> None:
     tmux = dataclasses.replace(AgentDefaults(), runner="tmux", client="command", command=("x",))
     assert plan_from_center(tmux, "a").runner == "tmux"  # a tmux server of its own
     assert plan_from_center(tmux, "a", bundle="party").runner == "tmux"
+
+
+def test_an_acp_agent_runs_its_clients_adapter_or_its_own_command(tmp_path: Path) -> None:
+    from mcphost.supervisor.homes import ACP_ADAPTERS
+
+    fleet = load_fleet(
+        write(
+            tmp_path,
+            CENTER + '[defaults]\nrunner = "acp"\nbundle = "party"\n'
+            '[[agent]]\nid = "c"\n[[agent]]\nid = "x"\nclient = "codex"\n'
+            '[[agent]]\nid = "s"\nclient = "command"\ncommand = ["my-acp", "--stdio"]\n',
+        )
+    )
+    argv = {
+        plan.agent_id: agent_argv(plan, home_paths(str(tmp_path), plan.agent_id, plan.client))
+        for plan in fleet.agents
+    }
+    assert [p.runner for p in fleet.agents] == ["acp", "acp", "acp"]
+    assert os.path.basename(argv["c"][0]) == ACP_ADAPTERS["claude"] == "claude-code-acp"
+    assert os.path.basename(argv["x"][0]) == ACP_ADAPTERS["codex"] == "codex-acp"
+    assert argv["s"] == ["my-acp", "--stdio"]

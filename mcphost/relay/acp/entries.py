@@ -1,0 +1,201 @@
+"""What `look` shows of an ACP member: the structured_entries_v1 buffer and its freshness (acp.md §5).
+
+Owns: `EntryBuffer` (ingest of `session/update` payloads, the relay's own prompts, coalescing,
+the merge of `tool_call`/`tool_call_update` by call id, orphans, the cap and its eviction, the
+look window) and `freshness` (look's fresh/stale verdict, its stale reason code and its
+`snapshot_source`), with look's ACP constants.
+
+Entries, tagged by `kind`: `user {lines}`, `agent {lines}`, `cognition {lines}`,
+`update {update_kind, lines}` and `invocation {call_id, status, invocation, result}`, `status`
+written `"Pending"`/`"Completed"` as agentmux writes it on the wire. A `tool_call` whose
+`toolCallId` is missing is dropped (agentmux needs the id); every other kind of update is kept.
+
+Must never: do IO, read a clock, or import the SDK: it is pure, fed synchronously in frame order
+by `session.AcpSession` (the SDK runs each incoming message in its own task, so ingest happens
+where the frame is read, never in a handler task).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, Literal
+
+ENTRIES_MAX = 1000
+"""The buffer's cap, counted after coalescing; the oldest entries are evicted first."""
+LOOK_DEFAULT_LINES = 50
+"""`look`'s default `lines` for an ACP member (120 for tmux)."""
+PRIME_WAIT_SECONDS = 0.75
+"""How long `look` waits, polling every `PRIME_POLL_SECONDS`, while the member is initializing."""
+PRIME_POLL_SECONDS = 0.025
+
+PENDING = "Pending"
+COMPLETED = "Completed"
+
+_KIND_OF_CHUNK = {
+    "user_message_chunk": "user",
+    "agent_message_chunk": "agent",
+    "agent_thought_chunk": "cognition",
+}
+
+Freshness = Literal["fresh", "stale"]
+SnapshotSource = Literal["live_buffer", "none"]
+
+
+@dataclass(eq=False)
+class _Entry:
+    kind: str
+    lines: list[str] = field(default_factory=list)
+    update_kind: str | None = None  # kind "update"
+    from_relay: bool = False  # kind "user": the relay's own prompt, never merged
+    call_id: str | None = None  # kind "invocation"
+    status: str = PENDING
+    invocation: Any = None
+    result: Any = None
+
+    def joins(self, later: _Entry) -> bool:
+        """Whether `later`, arriving right after this entry, merges its lines into it."""
+        if later.kind != self.kind or later.kind == "invocation":
+            return False
+        if later.kind == "user":
+            return not (self.from_relay or later.from_relay)
+        return later.update_kind == self.update_kind
+
+    def wire(self) -> dict[str, Any]:
+        if self.kind == "invocation":
+            return {
+                "kind": "invocation",
+                "call_id": self.call_id,
+                "status": self.status,
+                "invocation": copy.deepcopy(self.invocation),
+                "result": copy.deepcopy(self.result),
+            }
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "update":
+            out["update_kind"] = self.update_kind
+        out["lines"] = list(self.lines)
+        return out
+
+
+def text_lines(value: Any) -> list[str]:
+    """Every string field named `text` at any depth, split on `\\n`, a trailing `\\r` stripped,
+    empty lines dropped (acp.md §5 "Lines")."""
+    return [line for text in _texts(value) for line in _split(text)]
+
+
+def _split(text: str) -> Iterator[str]:
+    for line in text.split("\n"):
+        line = line.removesuffix("\r")
+        if line:
+            yield line
+
+
+def _texts(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "text" and isinstance(item, str):
+                yield item
+            else:
+                yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+
+
+class EntryBuffer:
+    """One ACP member's look buffer: newest last, at most `cap` entries after coalescing."""
+
+    def __init__(self, cap: int = ENTRIES_MAX) -> None:
+        if cap < 1:
+            raise ValueError("cap must be at least 1")
+        self.cap = cap
+        self._entries: deque[_Entry] = deque()
+        self._pending: dict[str, _Entry] = {}  # call id -> its Pending invocation, still held
+
+    @property
+    def total(self) -> int:
+        return len(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def ingest(self, update: Any) -> None:
+        """One `session/update`'s `params.update`: an object or an array of them. An item
+        without a string `sessionUpdate` is dropped."""
+        for item in update if isinstance(update, list) else [update]:
+            if isinstance(item, dict) and isinstance(item.get("sessionUpdate"), str):
+                self._ingest_one(item)
+
+    def add_prompt(self, text: str) -> None:
+        """The relay's own prompt, after its write succeeded: a `user` entry never merged."""
+        self._append(_Entry("user", list(_split(text)), from_relay=True))
+
+    def window(self, lines: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Entries `[start, end)`, oldest first, with `end = max(0, total - offset)` and
+        `start = max(0, end - lines)`, and the whole buffer's `total`. Copies: the caller may
+        keep or change them. `lines` and `offset` are the caller's to validate (look's)."""
+        total = len(self._entries)
+        end = max(0, total - offset)
+        start = max(0, end - lines)
+        return [entry.wire() for entry in islice(self._entries, start, end)], total
+
+    def _ingest_one(self, update: dict[str, Any]) -> None:
+        kind = update["sessionUpdate"]
+        if kind in _KIND_OF_CHUNK:
+            lines = text_lines(update)
+            if lines:  # a chunk with no text adds nothing
+                self._append(_Entry(_KIND_OF_CHUNK[kind], lines))
+        elif kind == "tool_call":
+            call_id = update.get("toolCallId")
+            if isinstance(call_id, str):
+                entry = _Entry("invocation", call_id=call_id, invocation=copy.deepcopy(update))
+                self._append(entry)  # never merged, never the one evicted (the cap is >= 1)
+                self._pending[call_id] = entry
+        elif kind == "tool_call_update":
+            self._complete(update)
+        else:
+            self._append(_Entry("update", text_lines(update), update_kind=kind))
+
+    def _complete(self, update: dict[str, Any]) -> None:
+        call_id = update.get("toolCallId")
+        call_id = call_id if isinstance(call_id, str) else None
+        pending = self._pending.pop(call_id, None) if call_id is not None else None
+        if pending is not None:
+            pending.status = COMPLETED
+            pending.result = copy.deepcopy(update)
+            return
+        orphan = _Entry("invocation", call_id=call_id, status=COMPLETED, invocation={})
+        orphan.result = copy.deepcopy(update)
+        self._append(orphan)
+
+    def _append(self, entry: _Entry) -> None:
+        if self._entries and self._entries[-1].joins(entry):
+            self._entries[-1].lines.extend(entry.lines)
+            return
+        self._entries.append(entry)
+        while len(self._entries) > self.cap:
+            evicted = self._entries.popleft()
+            if evicted.call_id is not None and self._pending.get(evicted.call_id) is evicted:
+                del self._pending[evicted.call_id]  # its later update becomes an orphan
+
+
+def freshness(
+    state: str | None, total: int, prime_expired: bool
+) -> tuple[Freshness, str | None, SnapshotSource]:
+    """look's verdict on an ACP member (acp.md §5 "Freshness"): `(freshness, stale_reason_code
+    or None when fresh, snapshot_source)`. `state` is the session's state (None: no session);
+    `prime_expired` says look's prime wait (`PRIME_WAIT_SECONDS` while initializing) ran out."""
+    source: SnapshotSource = "live_buffer" if total > 0 else "none"
+    if state is None or state == "unavailable":
+        return "stale", "acp_worker_unavailable", source
+    if state == "recovering":
+        return "stale", "acp_worker_recovering", source
+    if total == 0:
+        reason = "acp_snapshot_prime_timeout" if prime_expired else "acp_worker_initializing"
+        return "stale", reason, source
+    if state in ("available", "busy"):
+        return "fresh", None, source
+    return "stale", "acp_worker_initializing", source

@@ -1,0 +1,276 @@
+"""`AcpRunner`: an agent driven over the Agent Client Protocol (`runner = "acp"`, plan.py).
+
+Owns: the ACP agent's stdio and its ACP session for the agent's life. One run: a new
+generation, the agent spawned like any process agent (fenced, its own session and process
+group, `on_spawn` before anything can attach) but with three pipes: its stdin and stdout carry
+ACP's newline-delimited JSON-RPC (`mcphost.relay.acp.session.AcpSession`, the client side), its
+stderr goes to its `RotatingLog` (what `ctl logs` shows). Then the handshake, as its own task:
+`initialize`, then `session/load` with the session id this runner persisted for the agent when
+the agent offers `loadSession`, else `session/new`; both carry the agent's MCP servers (its own
+attach entries: the center host and the relay tools through the pump, so the kernel identifies
+them as the agent's; never a token). The id is persisted (`{"schema_version": 2,
+"acp_session_id": ...}`, 0600, in the supervisor's state directory, never the agent's home,
+which the agent could rewrite) for the next spawn.
+
+Failures keep agentmux's codes (reference acp.md §2, §6) as the state reason:
+`runtime_acp_initialize_failed`, `runtime_acp_session_new_failed`,
+`runtime_acp_session_load_failed` (no fallback to a new session: a load that fails is reported,
+and the next spawn tries again), `runtime_startup_failed`. The runner then ends the agent's
+process group and the restart policy decides, with backoff and a new generation, as for every
+agent (`AgentRunner`); `validation_missing_acp_capability` (no prompt support) is permanent: the
+agent is `failed` at once, since no restart can mend it. The ACP state
+(initializing, available, busy, recovering, unavailable) and its reason code are in `status()`,
+so `ctl status` and the relay's `list` show them.
+
+The relay reaches the session through the host (relayhost.py) as the member's endpoint:
+`session` is the live `AcpSession`, None between runs. The runner closes it when its run ends,
+which ends a turn in flight and hands the pending choices of the agent back cancelled (the
+relay's ACP member, `mcphost/relay/members/acp.py`, invalidates them with a reason).
+
+Must never: give the agent a token, a socket of the supervisor's or an environment variable the
+plan did not (its MCP servers are attach entries), read the persisted id from anywhere the agent
+can write, or decide restarts itself beyond the one permanent failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mcphost import fsutil
+from mcphost.events import emit
+from mcphost.relay.acp.session import AcpError, AcpSession
+from mcphost.supervisor.kernel import Reaper, killpg_quietly
+from mcphost.supervisor.lifecycle import (
+    AgentRunner,
+    AgentStatus,
+    HomeDirs,
+    OnExit,
+    OnSpawn,
+    Plan,
+    _LogPipe,
+    _Run,
+)
+from mcphost.supervisor.state import StateStore
+
+SESSION_SCHEMA = 2
+FRAME_LIMIT = 16 << 20  # one JSON-RPC line from the agent at most (a session/load replay frame)
+PERMANENT = frozenset({"validation_missing_acp_capability"})
+
+OnSession = Callable[["AcpRunner", AcpSession | None], None]
+
+
+def read_session_id(path: str) -> str | None:
+    """The persisted ACP session id at `path`, or None; a file that does not parse, or of
+    another schema, is removed and treated as absent (agentmux's rule)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1 << 16))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        data = None
+    value = data.get("acp_session_id") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("schema_version") != SESSION_SCHEMA:
+        value = None
+    if not isinstance(value, str) or not value:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+    return value
+
+
+def write_session_id(path: str, session_id: str) -> None:
+    """Persist `session_id` at `path` (0600, atomically, its directory 0700)."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    body = json.dumps({"schema_version": SESSION_SCHEMA, "acp_session_id": session_id})
+    fsutil.write_atomic(path, body.encode(), 0o600)
+
+
+class AcpRunner(AgentRunner):
+    """Runs one ACP agent under its plan (see the module docstring)."""
+
+    STDIO = (subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
+
+    def __init__(
+        self,
+        plan: Plan,
+        home: HomeDirs,
+        store: StateStore,
+        reaper: Reaper,
+        *,
+        on_spawn: OnSpawn,
+        on_exit: OnExit,
+        argv: Sequence[str],
+        env: dict[str, str],
+        cwd: str | None = None,
+        session_file: str,
+        mcp_servers: Sequence[dict[str, Any]],
+        workspace: Callable[[], str],
+        **kwargs: Any,
+    ) -> None:
+        """`session_file`: where the ACP session id persists (the supervisor's state);
+        `mcp_servers`: the agent's own MCP servers in ACP's shape (configgen.acp_servers);
+        `workspace`: the agent's working directory as the agent sees it (ACP's `cwd`)."""
+        super().__init__(
+            plan,
+            home,
+            store,
+            reaper,
+            on_spawn=on_spawn,
+            on_exit=on_exit,
+            argv=argv,
+            env=env,
+            cwd=cwd,
+            **kwargs,
+        )
+        self.session_file = session_file
+        self._mcp_servers = [dict(server) for server in mcp_servers]
+        self._workspace = workspace
+        self.session: AcpSession | None = None
+        self.on_session: OnSession | None = None  # the relay host's: a session came or went
+        self._handshake: asyncio.Task[None] | None = None
+        self._failure: tuple[str, str] | None = None  # (code, message) of this run's handshake
+        self._reason_code: str | None = None
+
+    # -- status ----------------------------------------------------------------------------
+    def status(self) -> AgentStatus:
+        base = super().status()
+        session = self.session
+        state = session.state if session is not None else None
+        code = session.state_reason_code if session is not None else self._reason_code
+        if state is None and self._reason_code is not None:
+            state = "unavailable"
+        return dataclasses.replace(base, protocol_state=state, state_reason_code=code)
+
+    # -- one run ---------------------------------------------------------------------------
+    async def _attach_output(self, run: _Run) -> None:
+        proc = run.proc
+        if proc is None or proc.stdout is None or proc.stdin is None or proc.stderr is None:
+            return
+        loop = asyncio.get_running_loop()
+        log = self._ensure_log()
+        err, _ = await loop.connect_read_pipe(
+            lambda: _LogPipe(log, self._pipes.discard), proc.stderr
+        )
+        self._pipes.add(err)
+        reader = asyncio.StreamReader(limit=FRAME_LIMIT)
+        out, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), proc.stdout
+        )
+        self._pipes.add(out)
+        protocol = _WriteProtocol()
+        inp, _ = await loop.connect_write_pipe(lambda: protocol, proc.stdin)
+        self._pipes.add(inp)
+        writer = asyncio.StreamWriter(inp, protocol, None, loop)
+        self._failure = None
+        self._reason_code = None
+        session = AcpSession(reader, writer, name=self.agent_id)
+        self.session = session
+        self._notify(session)
+        self._handshake = loop.create_task(
+            self._bootstrap(run, session), name=f"acp-handshake:{self.agent_id}"
+        )
+
+    async def _bootstrap(self, run: _Run, session: AcpSession) -> None:
+        load = read_session_id(self.session_file)
+        try:
+            session_id = await session.bootstrap(
+                cwd=self._workspace(), mcp_servers=self._mcp_servers, load_session_id=load
+            )
+            write_session_id(self.session_file, session_id)
+        except AcpError as exc:
+            self._handshake_failed(run, exc.code, exc.message)
+            return
+        except OSError as exc:
+            self._handshake_failed(run, "runtime_startup_failed", f"cannot persist: {exc}")
+            return
+        emit(
+            "supervisor.acp_ready",
+            agent_id=self.agent_id,
+            generation=run.generation,
+            loaded=load is not None and load == session_id,
+        )
+
+    def _handshake_failed(self, run: _Run, code: str, message: str) -> None:
+        self._failure = (code, message)
+        self._reason_code = code
+        emit(
+            "supervisor.acp_handshake_failed",
+            level="error",
+            agent_id=self.agent_id,
+            generation=run.generation,
+            code=code,
+            reason=message,
+        )
+        if not run.exit.done():
+            killpg_quietly(run.pid, signal.SIGTERM)
+
+    def _exit_reason(self, code: int, stopped_by_us: bool) -> str:
+        if self._failure is not None and not stopped_by_us:
+            failure_code, message = self._failure
+            return f"{failure_code}: {message}"
+        return super()._exit_reason(code, stopped_by_us)
+
+    def _given_up(self) -> str | None:
+        if self._failure is not None and self._failure[0] in PERMANENT:
+            return f"{self._failure[0]}: {self._failure[1]} (no restart can mend it)"
+        return None
+
+    async def _run_ended(self, run: _Run) -> None:
+        task, self._handshake = self._handshake, None
+        if task is not None and not task.done():
+            task.cancel()
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close("the agent exited")
+            if self._reason_code is None:
+                self._reason_code = session.state_reason_code
+        self._notify(None)
+
+    def _notify(self, session: AcpSession | None) -> None:
+        if self.on_session is not None:
+            try:
+                self.on_session(self, session)
+            except Exception as exc:
+                emit("supervisor.on_session_failed", level="error", error=repr(exc))
+
+
+class _WriteProtocol(asyncio.Protocol):
+    """A write pipe's protocol with the flow control `StreamWriter.drain` needs."""
+
+    def __init__(self) -> None:
+        self._paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._lost = False
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.resume_writing()
+
+    async def _drain_helper(self) -> None:
+        if self._lost:
+            raise ConnectionResetError("the agent's stdin is closed")
+        if not self._paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter

@@ -1,0 +1,270 @@
+"""EntryBuffer and freshness (mcphost/relay/acp/entries.py): every rule of acp.md §5, pure."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcphost.relay.acp.entries import ENTRIES_MAX, EntryBuffer, freshness, text_lines
+from tests.thorough import examples
+
+
+def chunk(kind: str, text: str) -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def call(call_id: str, **fields: Any) -> dict[str, Any]:
+    return {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": "t", **fields}
+
+
+def done(call_id: str, status: str = "completed") -> dict[str, Any]:
+    return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status}
+
+
+def entries(buffer: EntryBuffer) -> list[dict[str, Any]]:
+    return buffer.window(buffer.total or 1)[0]
+
+
+def test_chunks_map_to_kinds_and_their_text_to_lines() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(chunk("user_message_chunk", "hi"))
+    buffer.ingest(chunk("agent_message_chunk", "a\r\n\nb\n"))
+    buffer.ingest(chunk("agent_thought_chunk", "hmm"))
+    assert entries(buffer) == [
+        {"kind": "user", "lines": ["hi"]},
+        {"kind": "agent", "lines": ["a", "b"]},
+        {"kind": "cognition", "lines": ["hmm"]},
+    ]
+
+
+def test_lines_take_every_text_field_at_any_depth() -> None:
+    nested = {"a": {"text": "one\r"}, "b": [{"text": "two\nthree"}, {"text": 5}], "text": ""}
+    assert text_lines(nested) == ["one", "two", "three"]
+    assert text_lines({"texts": "no", "content": [{"type": "image"}]}) == []
+
+
+def test_a_chunk_without_text_adds_nothing() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest({"sessionUpdate": "agent_message_chunk", "content": {"type": "image"}})
+    buffer.ingest(chunk("agent_thought_chunk", "\n\r\n"))
+    assert buffer.total == 0
+
+
+def test_adjacent_same_kind_entries_coalesce() -> None:
+    buffer = EntryBuffer()
+    for kind, text in [
+        ("agent_message_chunk", "a1"),
+        ("agent_message_chunk", "a2"),
+        ("agent_thought_chunk", "c1"),
+        ("agent_thought_chunk", "c2"),
+        ("agent_message_chunk", "a3"),
+        ("user_message_chunk", "u1"),
+        ("user_message_chunk", "u2"),
+    ]:
+        buffer.ingest(chunk(kind, text))
+    assert entries(buffer) == [
+        {"kind": "agent", "lines": ["a1", "a2"]},
+        {"kind": "cognition", "lines": ["c1", "c2"]},
+        {"kind": "agent", "lines": ["a3"]},
+        {"kind": "user", "lines": ["u1", "u2"]},
+    ]
+
+
+def test_updates_coalesce_only_with_the_same_update_kind_and_are_never_dropped() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest({"sessionUpdate": "plan", "entries": [{"content": "x"}]})
+    buffer.ingest({"sessionUpdate": "plan", "entries": [], "note": {"text": "p"}})
+    buffer.ingest({"sessionUpdate": "available_commands_update", "availableCommands": []})
+    buffer.ingest({"sessionUpdate": "some_future_kind", "text": "f"})
+    assert entries(buffer) == [
+        {"kind": "update", "update_kind": "plan", "lines": ["p"]},
+        {"kind": "update", "update_kind": "available_commands_update", "lines": []},
+        {"kind": "update", "update_kind": "some_future_kind", "lines": ["f"]},
+    ]
+
+
+def test_the_relays_prompt_is_a_user_entry_never_merged() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(chunk("user_message_chunk", "from the agent"))
+    buffer.add_prompt("first\r\nprompt")
+    buffer.add_prompt("second")
+    buffer.ingest(chunk("user_message_chunk", "replayed"))
+    assert entries(buffer) == [
+        {"kind": "user", "lines": ["from the agent"]},
+        {"kind": "user", "lines": ["first", "prompt"]},
+        {"kind": "user", "lines": ["second"]},
+        {"kind": "user", "lines": ["replayed"]},
+    ]
+
+
+def test_an_update_may_be_an_array_and_items_without_session_update_are_dropped() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest([chunk("agent_message_chunk", "a"), {"content": {"text": "x"}}, "junk", None])
+    buffer.ingest({"sessionUpdate": 3, "text": "y"})
+    buffer.ingest(None)
+    assert entries(buffer) == [{"kind": "agent", "lines": ["a"]}]
+
+
+def test_the_first_tool_call_update_completes_the_invocation_in_place() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(call("c1"))
+    buffer.ingest(chunk("agent_message_chunk", "working"))
+    assert entries(buffer)[0] == {
+        "kind": "invocation",
+        "call_id": "c1",
+        "status": "Pending",
+        "invocation": call("c1"),
+        "result": None,
+    }
+    buffer.ingest(done("c1", status="in_progress"))  # whatever its status
+    first, agent = entries(buffer)
+    assert first["status"] == "Completed" and first["result"] == done("c1", "in_progress")
+    assert agent == {"kind": "agent", "lines": ["working"]}
+
+
+def test_a_tool_call_update_with_nothing_pending_appends_an_orphan() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(call("c1"))
+    buffer.ingest(done("c1"))
+    buffer.ingest(done("c1", "failed"))  # the second update for c1
+    buffer.ingest(done("never-started"))
+    buffer.ingest({"sessionUpdate": "tool_call_update", "status": "completed"})  # no id
+    orphans = entries(buffer)[1:]
+    assert [(o["call_id"], o["status"], o["invocation"]) for o in orphans] == [
+        ("c1", "Completed", {}),
+        ("never-started", "Completed", {}),
+        (None, "Completed", {}),
+    ]
+    assert orphans[0]["result"] == done("c1", "failed")
+
+
+def test_invocations_never_merge_and_a_tool_call_without_an_id_is_dropped() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(call("c1"))
+    buffer.ingest(call("c2"))
+    buffer.ingest({"sessionUpdate": "tool_call", "title": "no id"})
+    assert [e["call_id"] for e in entries(buffer)] == ["c1", "c2"]
+
+
+def test_the_cap_counts_after_coalescing_and_evicts_the_oldest() -> None:
+    assert EntryBuffer().cap == ENTRIES_MAX == 1000
+    buffer = EntryBuffer(cap=3)
+    for n in range(10):
+        buffer.ingest(chunk("agent_message_chunk", f"a{n}"))  # one entry, coalesced
+    assert buffer.total == 1
+    buffer.ingest(chunk("agent_thought_chunk", "c"))
+    buffer.add_prompt("p1")
+    buffer.add_prompt("p2")
+    assert buffer.total == 3
+    assert [e["kind"] for e in entries(buffer)] == ["cognition", "user", "user"]
+    with pytest.raises(ValueError):
+        EntryBuffer(cap=0)
+
+
+def test_eviction_shifts_a_pending_invocation_which_still_completes_in_place() -> None:
+    buffer = EntryBuffer(cap=3)
+    buffer.add_prompt("old")
+    buffer.ingest(call("c1"))
+    buffer.add_prompt("p1")
+    buffer.add_prompt("p2")  # evicts "old": c1 moves from position 1 to 0
+    buffer.ingest(done("c1"))
+    window, total = buffer.window(3)
+    assert total == 3
+    assert window[0]["call_id"] == "c1" and window[0]["status"] == "Completed"
+    assert [e["kind"] for e in window] == ["invocation", "user", "user"]
+
+
+def test_an_evicted_pending_invocation_turns_its_update_into_an_orphan() -> None:
+    buffer = EntryBuffer(cap=2)
+    buffer.ingest(call("c1"))
+    buffer.add_prompt("p1")
+    buffer.add_prompt("p2")  # evicts c1 while pending
+    buffer.ingest(done("c1"))
+    window, _ = buffer.window(2)
+    assert window[0] == {"kind": "user", "lines": ["p2"]}
+    assert window[1]["invocation"] == {} and window[1]["result"] == done("c1")
+
+
+def test_window_takes_the_newest_lines_before_offset() -> None:
+    buffer = EntryBuffer()
+    for n in range(5):
+        buffer.add_prompt(str(n))
+
+    def texts(lines: int, offset: int) -> tuple[list[str], int]:
+        window, total = buffer.window(lines, offset)
+        return [e["lines"][0] for e in window], total
+
+    assert texts(2, 0) == (["3", "4"], 5)
+    assert texts(2, 1) == (["2", "3"], 5)
+    assert texts(10, 3) == (["0", "1"], 5)
+    assert texts(3, 5) == ([], 5)
+    assert texts(3, 50) == ([], 5)
+    assert EntryBuffer().window(50) == ([], 0)
+
+
+def test_window_returns_copies() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(call("c1", rawInput={"cmd": "ls"}))
+    window, _ = buffer.window(1)
+    window[0]["invocation"]["rawInput"]["cmd"] = "rm"
+    window[0]["status"] = "x"
+    again, _ = buffer.window(1)
+    assert again[0]["invocation"]["rawInput"] == {"cmd": "ls"} and again[0]["status"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("state", "total", "expired", "expected"),
+    [
+        (None, 3, False, ("stale", "acp_worker_unavailable", "live_buffer")),
+        ("unavailable", 0, True, ("stale", "acp_worker_unavailable", "none")),
+        ("recovering", 2, False, ("stale", "acp_worker_recovering", "live_buffer")),
+        ("available", 0, False, ("stale", "acp_worker_initializing", "none")),
+        ("busy", 0, True, ("stale", "acp_snapshot_prime_timeout", "none")),
+        ("initializing", 0, True, ("stale", "acp_snapshot_prime_timeout", "none")),
+        ("initializing", 4, False, ("stale", "acp_worker_initializing", "live_buffer")),
+        ("available", 1, True, ("fresh", None, "live_buffer")),
+        ("busy", 7, False, ("fresh", None, "live_buffer")),
+    ],
+)
+def test_freshness(state: str | None, total: int, expired: bool, expected: tuple[Any, ...]) -> None:
+    assert freshness(state, total, expired) == expected
+
+
+KINDS = ["user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "plan"]
+steps = st.one_of(
+    st.tuples(st.sampled_from(KINDS), st.sampled_from(["", "x", "y\nz"])),
+    st.tuples(st.sampled_from(["tool_call", "tool_call_update"]), st.sampled_from(["c1", "c2"])),
+    st.tuples(st.just("prompt"), st.just("p")),
+)
+
+
+@examples(full=2000, quick=200)
+@given(
+    st.lists(steps, max_size=60),
+    st.integers(1, 8),
+    st.integers(1, 10),
+    st.integers(0, 12),
+)
+def test_buffer_properties(steps: list[tuple[str, str]], cap: int, lines: int, offset: int) -> None:
+    """Bounded by the cap; no two adjacent entries that should have merged; every window is the
+    matching slice of the whole buffer."""
+    buffer = EntryBuffer(cap=cap)
+    for kind, arg in steps:
+        if kind == "prompt":
+            buffer.add_prompt(arg)
+        elif kind.startswith("tool_call"):
+            buffer.ingest({"sessionUpdate": kind, "toolCallId": arg})
+        else:
+            buffer.ingest(chunk(kind, arg))
+    whole, total = buffer.window(cap)
+    assert total == len(whole) <= cap
+    for earlier, later in pairwise(whole):
+        mergeable = ("agent", "cognition", "update")
+        if earlier["kind"] == later["kind"] and earlier["kind"] in mergeable:
+            assert earlier.get("update_kind") != later.get("update_kind")  # would have merged
+    end = max(0, total - offset)
+    assert buffer.window(lines, offset) == (whole[max(0, end - lines) : end], total)
