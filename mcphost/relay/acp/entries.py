@@ -18,6 +18,7 @@ where the frame is read, never in a handler task).
 from __future__ import annotations
 
 import copy
+import json
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,16 @@ from typing import Any, Literal
 
 ENTRIES_MAX = 1000
 """The buffer's cap, counted after coalescing; the oldest entries are evicted first."""
+BYTES_MAX = 8 << 20
+"""The buffer's bound in bytes (UTF-8 of its lines, JSON of its invocations and results): the
+oldest entries are evicted first, and the oldest lines of an entry that alone exceeds it. What an
+agent sends cannot grow the relay beyond this per member, however it coalesces."""
+LINE_MAX = 64 << 10
+"""One line at most (longer: cut, with `TRUNCATED` appended)."""
+RAW_MAX = 256 << 10
+"""An invocation's `invocation` or `result` at most, as JSON; larger: `{"truncated": true,
+"bytes": N}` in its place."""
+TRUNCATED = " [...]"
 LOOK_DEFAULT_LINES = 50
 """`look`'s default `lines` for an ACP member (120 for tmux)."""
 PRIME_WAIT_SECONDS = 0.75
@@ -55,6 +66,12 @@ class _Entry:
     status: str = PENDING
     invocation: Any = None
     result: Any = None
+    size: int = 0  # bytes this entry counts against the buffer's BYTES_MAX
+
+    def measure(self) -> int:
+        self.size = sum(len(line.encode("utf-8", "surrogatepass")) for line in self.lines)
+        self.size += _json_size(self.invocation) + _json_size(self.result)
+        return self.size
 
     def joins(self, later: _Entry) -> bool:
         """Whether `later`, arriving right after this entry, merges its lines into it."""
@@ -89,8 +106,22 @@ def text_lines(value: Any) -> list[str]:
 def _split(text: str) -> Iterator[str]:
     for line in text.split("\n"):
         line = line.removesuffix("\r")
+        if len(line) > LINE_MAX:
+            line = line[:LINE_MAX] + TRUNCATED
         if line:
             yield line
+
+
+def _json_size(value: Any) -> int:
+    if value is None:
+        return 0
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "replace"))
+
+
+def _bounded(value: Any) -> Any:
+    """`value` (an agent's raw update), or a marker in its place when its JSON exceeds RAW_MAX."""
+    size = _json_size(value)
+    return copy.deepcopy(value) if size <= RAW_MAX else {"truncated": True, "bytes": size}
 
 
 def _texts(value: Any) -> Iterator[str]:
@@ -108,10 +139,12 @@ def _texts(value: Any) -> Iterator[str]:
 class EntryBuffer:
     """One ACP member's look buffer: newest last, at most `cap` entries after coalescing."""
 
-    def __init__(self, cap: int = ENTRIES_MAX) -> None:
-        if cap < 1:
-            raise ValueError("cap must be at least 1")
+    def __init__(self, cap: int = ENTRIES_MAX, max_bytes: int = BYTES_MAX) -> None:
+        if cap < 1 or max_bytes < 1:
+            raise ValueError("cap and max_bytes must be at least 1")
         self.cap = cap
+        self.max_bytes = max_bytes
+        self.bytes = 0  # what the entries count against max_bytes
         self._entries: deque[_Entry] = deque()
         self._pending: dict[str, _Entry] = {}  # call id -> its Pending invocation, still held
 
@@ -151,7 +184,7 @@ class EntryBuffer:
         elif kind == "tool_call":
             call_id = update.get("toolCallId")
             if isinstance(call_id, str):
-                entry = _Entry("invocation", call_id=call_id, invocation=copy.deepcopy(update))
+                entry = _Entry("invocation", call_id=call_id, invocation=_bounded(update))
                 self._append(entry)  # never merged, never the one evicted (the cap is >= 1)
                 self._pending[call_id] = entry
         elif kind == "tool_call_update":
@@ -165,19 +198,45 @@ class EntryBuffer:
         pending = self._pending.pop(call_id, None) if call_id is not None else None
         if pending is not None:
             pending.status = COMPLETED
-            pending.result = copy.deepcopy(update)
+            pending.result = _bounded(update)
+            before = pending.size
+            self.bytes += pending.measure() - before
+            self._trim()
             return
         orphan = _Entry("invocation", call_id=call_id, status=COMPLETED, invocation={})
-        orphan.result = copy.deepcopy(update)
+        orphan.result = _bounded(update)
         self._append(orphan)
 
     def _append(self, entry: _Entry) -> None:
+        entry.measure()
         if self._entries and self._entries[-1].joins(entry):
-            self._entries[-1].lines.extend(entry.lines)
-            return
-        self._entries.append(entry)
-        while len(self._entries) > self.cap:
+            last = self._entries[-1]
+            last.lines.extend(entry.lines)
+            last.size += entry.size
+            self.bytes += entry.size
+        else:
+            self._entries.append(entry)
+            self.bytes += entry.size
+        self._trim()
+
+    def _trim(self) -> None:
+        """Evict the oldest entries over the cap or the byte bound; an entry that alone is over
+        the bound loses its oldest lines (its invocation data is bounded already: RAW_MAX)."""
+        while len(self._entries) > self.cap or (
+            self.bytes > self.max_bytes and len(self._entries) > 1
+        ):
+            self._evict()
+        if self.bytes > self.max_bytes and self._entries:
+            only = self._entries[0]
+            while only.lines and self.bytes > self.max_bytes:
+                dropped = len(only.lines.pop(0).encode("utf-8", "surrogatepass"))
+                only.size -= dropped
+                self.bytes -= dropped
+
+    def _evict(self) -> None:
+        if self._entries:
             evicted = self._entries.popleft()
+            self.bytes -= evicted.size
             if evicted.call_id is not None and self._pending.get(evicted.call_id) is evicted:
                 del self._pending[evicted.call_id]  # its later update becomes an orphan
 

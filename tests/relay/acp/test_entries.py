@@ -268,3 +268,45 @@ def test_buffer_properties(steps: list[tuple[str, str]], cap: int, lines: int, o
             assert earlier.get("update_kind") != later.get("update_kind")  # would have merged
     end = max(0, total - offset)
     assert buffer.window(lines, offset) == (whole[max(0, end - lines) : end], total)
+
+
+# -- the byte bound: what a hostile agent sends cannot grow the buffer past it ----------------
+
+
+def _chunk(text: str, kind: str = "agent_message_chunk") -> dict[str, object]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def test_coalesced_chunks_stay_within_the_byte_bound() -> None:
+    buffer = EntryBuffer(max_bytes=64 << 10)
+    for _ in range(2000):  # one ever-growing agent entry, merged chunk after chunk
+        buffer.ingest(_chunk("x" * 1000 + "\n"))
+    assert buffer.bytes <= 64 << 10
+    entries, total = buffer.window(10)
+    assert total == 1 and entries[0]["kind"] == "agent"
+    assert sum(len(line) for line in entries[0]["lines"]) == buffer.bytes
+
+
+def test_many_entries_are_evicted_oldest_first_by_bytes() -> None:
+    buffer = EntryBuffer(max_bytes=10_000)
+    for index in range(100):  # alternate kinds, so nothing merges
+        kind = "agent_message_chunk" if index % 2 else "agent_thought_chunk"
+        buffer.ingest(_chunk(f"{index:03d}" + "y" * 997, kind))
+    entries, total = buffer.window(1000)
+    assert buffer.bytes <= 10_000 and total == len(entries) < 100
+    assert entries[-1]["lines"][0].startswith("099")  # the newest stays
+
+
+def test_a_huge_line_and_a_huge_raw_update_are_cut() -> None:
+    from mcphost.relay.acp.entries import LINE_MAX, RAW_MAX, TRUNCATED
+
+    buffer = EntryBuffer()
+    buffer.ingest(_chunk("z" * (LINE_MAX + 10)))
+    [entry], _ = buffer.window(1)
+    assert entry["lines"] == ["z" * LINE_MAX + TRUNCATED]
+    huge = {"sessionUpdate": "tool_call", "toolCallId": "c1", "rawInput": "w" * RAW_MAX}
+    buffer.ingest(huge)
+    buffer.ingest({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed"})
+    entry = buffer.window(1)[0][0]
+    assert entry["invocation"]["truncated"] is True and entry["invocation"]["bytes"] > RAW_MAX
+    assert entry["status"] == "Completed" and entry["result"]["status"] == "completed"
