@@ -18,7 +18,7 @@
   or not, accepted or not; never the token) and each request frame it served.
 
 Used by tests/relay/test_behaviour.py (in its own loop), tests/relay/test_inscriptions.py and
-tests/relaytools/test_relaytools_realrelay.py.
+tests/relaytools/test_relay_tools_realrelay.py.
 """
 
 from __future__ import annotations

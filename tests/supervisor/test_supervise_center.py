@@ -1,4 +1,4 @@
-"""The center's health and `[center]` changes without downtime, black-box: a real `mcphost
+"""Black-box: the center's health and `[center]` changes without downtime, through a real `mcphost
 supervise`, the real reference center (with TLS where a pin matters), `mcphost ctl`, and a
 stand-in agent (`loop_agent.py`) calling `get_my_work` in a loop through its own sessions.
 

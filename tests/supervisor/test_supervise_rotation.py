@@ -1,4 +1,4 @@
-"""Token rotation without downtime, black-box: a real `mcphost supervise` whose `[center]
+"""Black-box: token rotation without downtime, through a real `mcphost supervise` whose `[center]
 token_file` is the reference center's own token file, a stand-in agent (`loop_agent.py`) with
 four sessions calling `get_my_work` in a loop, and the devcenter's rotation
 (`POST /_devcenter/workers/<worker>/token`). No call is lost and the agent keeps its PID and

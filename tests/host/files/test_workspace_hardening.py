@@ -39,7 +39,7 @@ from tests.hardening.conftest import ROOT, RawHost, host_env, run_in_process
 from tests.host.files.conftest import mark, since
 from tests.host.files.stub_center import FILE_ID as STUB_FILE
 from tests.host.files.stub_center import StubCenter
-from tests.host.files.test_cancel_e2e import listing, until
+from tests.host.files.test_transfer_cancel import listing, until
 
 # deep (make test-slow): the workspace attack scenarios, host by host.
 pytestmark = [pytest.mark.deep, pytest.mark.timeout(300)]

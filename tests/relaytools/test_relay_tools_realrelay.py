@@ -1,6 +1,6 @@
 """Black-box: the real `mcphost relay-tools` process over stdio against the REAL relay.
 
-The same tools process and drivers as test_relaytools_blackbox.py (the official SDK client, the
+The same tools process and drivers as test_relay_tools.py (the official SDK client, the
 raw JSON-RPC driver with its schema check), but the socket is served by a real `RelayServer` +
 `RelayBehaviour` over a real `BundleHost` on real tmux (mcphost/testing/realrelay.py: the bundle
 `party` of three stand-in agents that print `> ` and echo what they read, alpha with the
@@ -10,7 +10,7 @@ module is one worker), serving the configuration tree and state root the tools r
 (`--configuration-directory <config> --state-directory <state>`; socket trust for the tree's
 principals, as the supervisor vouches for its agents).
 
-Run against both relays (here with real answers, in test_relaytools_blackbox.py with canned ones):
+Run against both relays (here with real answers, in test_relay_tools.py with canned ones):
 the association and help (help never reaches the relay), the start-up Hello, `list` (home +
 GLOBAL fan-out, `*`, validation before the relay), `send` (forwarded frame, per-target results,
 broadcast, then the message seen in the target's pane through `look`), `look` (bounds, real
@@ -37,10 +37,10 @@ need no relay at all), and why:
   test_list_unreachable_relay_synthesizes_down_views, test_unassociated_server_lists_tools_and_
   refuses_relay_tools, test_explicit_bad_association_is_a_retained_fault: no relay, or a relay
   started mid-test (relay-independent by construction);
-- test_relaytools_stream.py: the client's reaction to fake revocations, hello rejections, hello
+- test_stream.py: the client's reaction to fake revocations, hello rejections, hello
   timeouts, out-of-order answers and connection-level errors (tests/relay/test_server.py drives
   our client against the real server for those the server can produce);
-- test_relaytools_member_ids.py: the relay is never dialled, or only the Hello's PSK matters.
+- test_layout_member_ids.py: the relay is never dialled, or only the Hello's PSK matters.
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
-"""Pure parts of the relay tools: validation order and messages, schemas, help, errors, layout."""
+"""Pure request validation (mcphost/relaytools/validation.py): order and messages, totality, and
+the body the relay reads back (agentmux.operations)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcphost.agentmux.inscriptions import Inscriptions, log_path, sanitize
 from mcphost.agentmux.operations import ChoicesPickRequest, LookRequest, SendRequest
 from mcphost.agentmux.wire import RelayError
-from mcphost.relaytools import errors, help, layout, params, tools
 from mcphost.relaytools import validation as V
 from mcphost.relaytools.errors import ToolFailure
-from mcphost.testing.relayharness import Env
 from tests.thorough import examples
 
 
@@ -23,81 +20,6 @@ def fails(fn: Any, arguments: dict[str, Any]) -> ToolFailure:
     with pytest.raises(ToolFailure) as info:
         fn(arguments)
     return info.value
-
-
-# -- schemas ---------------------------------------------------------------------------------
-
-
-def _walk(schema: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    if isinstance(schema, dict):
-        out.append((path, schema))
-        for key, value in schema.items():
-            out += _walk(value, f"{path}/{key}")
-    elif isinstance(schema, list):
-        for i, value in enumerate(schema):
-            out += _walk(value, f"{path}/{i}")
-    return out
-
-
-ALL_SCHEMAS = {**params.TOOL_PARAMS, **{f"args:{k}": v for k, v in params.COMMAND_ARGS.items()}}
-
-
-@pytest.mark.parametrize("name", sorted(ALL_SCHEMAS))
-def test_schema_has_no_null_unions_and_closes_every_object(name: str) -> None:
-    for path, node in _walk(ALL_SCHEMAS[name]):
-        if isinstance(node.get("type"), list):
-            raise AssertionError(f"{name}{path}: type union {node['type']}")
-        assert node.get("type") != "null", f"{name}{path}"
-        if node.get("type") == "object":
-            assert node.get("additionalProperties") is False, f"{name}{path}"
-
-
-def test_schemas_are_generated_from_the_models() -> None:
-    """The wire's bodies state the types, defaults, bounds and enums (agentmux.operations); the
-    schemas add the descriptions and what is required. Pinned for two tools, whole."""
-    assert params.LOOK_PARAMS == {
-        "type": "object",
-        "properties": {
-            "target_session": {"type": "string", "description": "The session to inspect, "
-                               "fully qualified as <id>@<namespace>."},
-            "lines": {"type": "integer", "format": "uint32", "minimum": 0,
-                      "description": "Window size, 1..1000: tmux pane lines (default 120) or "
-                      "ACP replay entries (default 50)."},
-            "offset": {"type": "integer", "format": "uint32", "minimum": 0,
-                       "description": "ACP only: entries to skip from the newest end, to walk "
-                       "back."},
-        },
-        "required": ["target_session"],
-        "additionalProperties": False,
-    }  # fmt: skip
-    send = params.SEND_PARAMS["properties"]
-    assert send["targets"] == {
-        "type": "array", "items": {"type": "string"}, "default": [],
-        "description": "Recipients: a bare session id in the associated bundle, or "
-        "<id>@<namespace>. Leave empty with broadcast=true.",
-    }  # fmt: skip
-    assert send["broadcast"]["default"] is False and "default" not in send["message"]
-    assert params.CHOOSE_PARAMS["properties"]["outcome"]["enum"] == list(params.CHOOSE_OUTCOMES)
-    # a meta-tool's args schema names every field of its model, and only those
-    for model, args in (
-        (params.ListPrincipalsArgs, params.LIST_PRINCIPALS_ARGS),
-        (params.NewPeerArgs, params.NEW_PEER_ARGS),
-        (params.ChangePskArgs, params.CHANGE_PSK_ARGS),
-        (params.NoArgs, params.UPDOWN_ARGS),
-        (params.HelpParams, params.HELP_PARAMS),
-    ):
-        assert list(args["properties"]) == list(model.model_fields)
-
-
-def test_tool_specs_registration_order_and_kinds() -> None:
-    assert [s.name for s in tools.tool_specs()] == list(tools.REGISTRATION_ORDER)
-    assert [t for t in tools.INVENTORY_ORDER if tools.TOOLS[t].kind == "meta_tool"] == [
-        "list",
-        "updown",
-        "new",
-        "change",
-    ]
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -294,156 +216,6 @@ def test_qualify_target() -> None:
         V.qualify_target("bravo", None)
     assert info.value.code == "validation_unqualified_target"
     assert info.value.details == {"target": "bravo"}
-
-
-# -- help ------------------------------------------------------------------------------------
-
-
-def test_help_documents() -> None:
-    block = help.association_block("party", "alpha", True)
-    inventory = help.render("", block)
-    assert inventory["tools"][0]["tool"] == "list"
-    assert inventory["tools"][0]["kind"] == "meta_tool"
-    assert len(inventory["tools"]) == 9
-    assert inventory["association"] == {
-        "associated": True,
-        "namespace": "party",
-        "session": "alpha",
-    }
-    assert help.render("agentmux", block) == inventory
-    listing = help.render("list", block)
-    assert [c["command"] for c in listing["commands"]] == ["list.principals", "list.decisions"]
-    doc = help.render("list.principals", block)
-    assert doc["args_schema"]["properties"].keys() == {"namespace"}
-    assert doc["args_schema"]["additionalProperties"] is False
-    assert help.render("choose", block)["invoke"]["params"]["outcome"] == "selected"
-    assert help.render("new.peer", block)["invoke"] == {
-        "tool": "new",
-        "params": {"command": "peer", "args": {"principal_id": "<id>@<namespace>"}},
-    }
-    for query in help.QUERIES:
-        help.render(query, block)
-    with pytest.raises(ToolFailure) as info:
-        help.render("nope", block)
-    assert info.value.code == "validation_invalid_params"
-    assert info.value.details == {"query": "nope"}
-    assert help.association_block(None, None, False) == {
-        "associated": False,
-        "remedy": errors.REMEDY,
-    }
-
-
-# -- errors ----------------------------------------------------------------------------------
-
-
-def test_rpc_codes() -> None:
-    assert errors.rpc_code_for("validation_unknown_target") == -32602
-    assert errors.rpc_code_for("authorization_forbidden") == -32602
-    for code in ("relay_unavailable", "runtime_choices_queue_full", "internal_principal_store"):
-        assert errors.rpc_code_for(code) == -32603
-
-
-@pytest.mark.parametrize(
-    ("exc", "code", "kind"),
-    [
-        (FileNotFoundError(2, "x"), "relay_unavailable", "NotFound"),
-        (ConnectionRefusedError(), "relay_unavailable", "ConnectionRefused"),
-        (ConnectionResetError(), "relay_unavailable", "ConnectionReset"),
-        (BrokenPipeError(), "relay_unavailable", "BrokenPipe"),
-        (errors.RelayIOError("UnexpectedEof", "eof"), "relay_unavailable", "UnexpectedEof"),
-        (TimeoutError(), "relay_timeout", "TimedOut"),
-        (PermissionError(13, "denied"), "internal_unexpected_failure", "PermissionDenied"),
-        (OSError("weird"), "internal_unexpected_failure", "Other"),
-    ],
-)
-def test_relay_io_classification(exc: BaseException, code: str, kind: str) -> None:
-    failure = errors.relay_io_failure("/s/relay.sock", exc)
-    assert failure.code == code
-    assert failure.details is not None
-    assert failure.details["relay_socket"] == "/s/relay.sock"
-    assert failure.details["io_error_kind"] == kind
-    assert set(failure.details) == {"relay_socket", "io_error_kind", "cause"}
-
-
-def test_relay_error_passthrough_keeps_code_and_details() -> None:
-    f = errors.from_relay_error({"code": "runtime_x", "message": "m"})
-    assert f.data() == {"code": "runtime_x", "message": "m", "details": None}
-    assert f.rpc_code == -32603
-
-
-# -- layout ----------------------------------------------------------------------------------
-
-
-def test_roots_precedence(tmp_path: Path) -> None:
-    env = {"HOME": "/h", "XDG_CONFIG_HOME": "/xc", "XDG_STATE_HOME": "/xs"}
-    assert layout.configuration_roots([], env) == (Path("/xc/agentmux"),)
-    assert layout.state_root(None, env) == Path("/xs/agentmux")
-    assert layout.state_root(None, {"HOME": "/h"}) == Path("/h/.local/state/agentmux")
-    env["AGENTMUX_CONFIGURATION_DIRECTORY"] = "/a:/b"
-    env["AGENTMUX_STATE_DIRECTORY"] = "/st"
-    assert layout.configuration_roots([], env) == (Path("/a"), Path("/b"))
-    assert layout.state_root(None, env) == Path("/st")
-    assert layout.configuration_roots(["/f"], env) == (Path("/f"),)
-    assert layout.state_root("/g", env) == Path("/g")
-
-
-def test_association(env: Env) -> None:
-    base = {"configuration_flags": [str(env.config)], "state_flag": str(env.state)}
-    ok = layout.resolve(bundle_flag="party", session_flag="alpha", env={}, **base)
-    assert ok.associated and ok.principal_id == "alpha@party"
-    assert [m.transport for m in ok.members] == ["tmux", "tmux", "acp"]
-    assert ok.socket_path == env.state / "relay.sock"
-    assert ok.inscriptions_root == env.state / "inscriptions"
-    via_env = layout.resolve(env={"AGENTMUX_BUNDLE": "party", "AGENTMUX_SESSION": "bravo"}, **base)
-    assert via_env.principal_id == "bravo@party"
-    bare = layout.resolve(env={}, **base)
-    assert not bare.associated and bare.fault is None and bare.reason == "no_bundle"
-    by_cwd = layout.resolve(
-        env={"AGENTMUX_BUNDLE": "party"}, cwd=str(env.root / "work/charlie"), **base
-    )
-    assert by_cwd.session == "charlie"
-    outsider = layout.resolve(bundle_flag="party", session_flag="zed", env={}, **base)
-    assert outsider.fault and outsider.fault.code == "validation_unknown_sender"
-    unknown = layout.resolve(bundle_flag="nope", session_flag="alpha", env={}, **base)
-    assert unknown.fault and unknown.fault.code == "validation_unknown_bundle"
-    implicit = layout.resolve(default_bundle="nope", env={}, **base)
-    assert implicit.fault is None and not implicit.associated
-    (env.config / "mcp.toml").write_text('bundle_name = "party"\nsession_name = "bravo"\n')
-    from_file = layout.resolve(env={}, **base)
-    assert from_file.principal_id == "bravo@party"
-    assert layout.resolve(env={}, **base).configured_bundles() == ["alpha", "party", "zeta"]
-
-
-def test_identity_token(env: Env) -> None:
-    lay = layout.resolve(
-        bundle_flag="party",
-        session_flag="alpha",
-        configuration_flags=[str(env.config)],
-        state_flag=str(env.state),
-        env={},
-    )
-    assert lay.identity_token() == "socket-trust"
-    psk = env.state / "bundles/party/sessions/alpha/identity.psk"
-    psk.parent.mkdir(parents=True)
-    psk.write_text("  c2VjcmV0\n")
-    assert lay.identity_token() == "c2VjcmV0"
-
-
-def test_inscriptions(tmp_path: Path) -> None:
-    assert sanitize("a/b c") == "a_b_c"
-    assert sanitize("") == "unknown"
-    assert log_path(tmp_path, None, None) == tmp_path / "mcp/unassociated.log"
-    path = log_path(tmp_path, "p", "s")
-    sink = Inscriptions(path)
-    sink.write("mcp.startup", x=1)
-    sink.close()
-    import json
-
-    record = json.loads(path.read_text())
-    assert set(record) == {"timestamp", "pid", "event", "details"}
-    assert record["timestamp"].endswith("Z")
-    assert path.stat().st_mode & 0o777 == 0o600
-    assert (tmp_path / "bundles").stat().st_mode & 0o777 == 0o700
 
 
 # -- property: validation is total ----------------------------------------------------------

@@ -31,8 +31,8 @@ import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised
-from tests.supervisor.test_relay_hosting import HELLOS, drive
-from tests.supervisor.test_relay_shared_stream import holding_party
+from tests.supervisor.test_relayhost import HELLOS, drive
+from tests.supervisor.test_supervise_relay_shared_stream import holding_party
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -1,4 +1,5 @@
-"""The center as a process: files it writes, TLS pinning, restarts, shutdown, controls, OpenAPI."""
+"""Black-box: the center as a process (`mcphost devcenter`): files it writes, TLS pinning,
+restarts, shutdown, controls, OpenAPI."""
 
 from __future__ import annotations
 

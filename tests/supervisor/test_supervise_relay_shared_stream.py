@@ -33,7 +33,7 @@ import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, inline
-from tests.supervisor.test_relay_hosting import POLICIES, echo_agent
+from tests.supervisor.test_relayhost import POLICIES, echo_agent
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

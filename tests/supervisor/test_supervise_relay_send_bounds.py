@@ -35,7 +35,7 @@ import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, inline
-from tests.supervisor.test_relay_hosting import (
+from tests.supervisor.test_relayhost import (
     POLICIES,
     USERS,
     _alive,

@@ -27,8 +27,8 @@ import pytest
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, inline
-from tests.supervisor.test_relay_hosting import POLICIES, drive, echo_agent, payload
-from tests.supervisor.test_relay_send_bounds import CLOCK, pane
+from tests.supervisor.test_relayhost import POLICIES, drive, echo_agent, payload
+from tests.supervisor.test_supervise_relay_send_bounds import CLOCK, pane
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
