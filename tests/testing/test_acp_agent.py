@@ -100,13 +100,12 @@ def test_quit_ends_the_turn_cancelled_with_its_permission_request_unanswered(wir
     session = wire.call("session/new", {"cwd": "/", "mcpServers": []})["result"]["sessionId"]
     request_id = next(wire.ids)
     text = {"type": "text", "text": "ACP-QUIT: rm -rf /tmp/x\nnever echoed"}
-    wire.send({"id": request_id, "method": "session/prompt",
-               "params": {"sessionId": session, "prompt": [text]}})  # fmt: skip
+    prompt = {"sessionId": session, "prompt": [text]}
+    wire.send({"id": request_id, "method": "session/prompt", "params": prompt})
     assert wire.reply(request_id)["result"] == {"stopReason": "cancelled"}
     (asked,) = [f for f in wire.seen if f.get("method") == "session/request_permission"]
     assert asked["params"]["toolCall"]["title"] == "rm -rf /tmp/x"
     # the late answer is ignored, and the agent takes the next turn
     wire.send({"id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}})
-    again = wire.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text",
-                                                                          "text": "next"}]})  # fmt: skip
-    assert again["result"] == {"stopReason": "end_turn"}
+    next_turn = {"sessionId": session, "prompt": [{"type": "text", "text": "next"}]}
+    assert wire.call("session/prompt", next_turn)["result"] == {"stopReason": "end_turn"}
