@@ -308,7 +308,17 @@ async def test_an_agent_that_dies_takes_its_pending_choice_with_it(world: World)
                               outcome="selected", option_id="allow")  # fmt: skip
     assert err.code == "runtime_choices_request_already_resolved"
     agent = (await world.call(LEAD, "list"))["bundle"]["principals"][1]
-    assert (agent["ready"], agent["state"]) == (False, "unavailable")
+    assert agent == {
+        "id": AGENT, "transport": "acp", "ready": False, "state": "unavailable",
+        "state_reason_code": "transport_unavailable",
+    }  # fmt: skip
+    look = await world.look()
+    assert (look["freshness"], look["stale_reason_code"], look["snapshot_source"]) == (
+        "stale",
+        "acp_worker_unavailable",
+        "live_buffer",
+    )
+    assert [e["kind"] for e in look["snapshot_entries"]] == ["user", "invocation"]
     await world.relay.drain()
     assert world.relay.outcomes[message_id]["outcome"] == "delivered"  # the turn's end: no change
 
@@ -389,11 +399,22 @@ async def test_a_restarted_agent_loads_its_session_and_look_shows_the_earlier_tu
     world: World,
 ) -> None:
     await world.send("before-the-restart")
-    before = await world.shows("thought about", "cognition")
+    await world.shows("thought about", "cognition")
+    asked = await world.send("ACP-ASK: during-the-restart")  # a turn waits on a choice
+    (choice,) = await world.pending()
+    before = (await world.look(lines=1000))["snapshot_entries"]
+    assert [e["kind"] for e in before] == ["user", "agent", "cognition", "user", "invocation"]
     process = world.process()
     session_id = process.session_id
     await process.restart()  # the host restarts it: session/load of the persisted id
     assert (process.starts, process.session_id) == (2, session_id)
+    (resolved,) = world.records("relay.choices.resolved")  # the restart took the choice
+    assert (resolved["choice_request_id"], resolved["message_id"], resolved["reason_code"]) == (
+        choice["choice_request_id"],
+        asked,
+        "runtime_choices_request_invalidated_by_respawn",
+    )
+    assert (await world.call(LEAD, "choices_list"))["pending_requests"] == []
     look = await world.look()
     assert look["snapshot_entries"] == before  # the history replayed into the new buffer
     assert (look["freshness"], look["snapshot_source"]) == ("fresh", "live_buffer")
