@@ -283,6 +283,12 @@ async def test_a_full_queue_answers_the_agent_cancelled_and_keeps_the_first(root
         await world.send("ACP-ASK: no room", HELPER)
         await world.shows("cancelled", "agent", target=HELPER)  # answered at once, by the relay
         assert await world.pending(1) == [kept]
+        (full,) = world.records("relay.choices.resolved")
+        assert (full["outcome"], full["reason_code"], full["decided_by"]) == (
+            "cancelled",
+            "runtime_choices_queue_full",
+            "relay",
+        )
         await world.pick(kept["choice_request_id"], "selected", "allow")
         await world.shows("selected:allow", "agent")
 
@@ -349,6 +355,21 @@ async def test_an_agent_that_gives_up_its_turn_takes_its_pending_choice_with_it(
     assert err.code == "runtime_choices_request_already_resolved"
     await world.send("after-the-quit")  # the agent takes the next turn
     await world.shows("after-the-quit", "agent")
+
+
+async def test_a_relay_that_shuts_down_answers_pending_choices_cancelled(world: World) -> None:
+    message_id = await world.send("ACP-ASK: shut down")
+    (choice,) = await world.pending()
+    await world.relay.aclose()
+    (record,) = world.records("relay.choices.resolved")
+    assert record == {
+        "choice_request_id": choice["choice_request_id"],
+        "message_id": message_id,
+        "outcome": "cancelled",
+        "reason_code": "runtime_choices_request_cancelled",
+        "decided_by": "relay",
+    }
+    await world.shows("cancelled", "agent")  # the agent was told no
 
 
 # -- windowing and offsets ---------------------------------------------------------------------
