@@ -1,4 +1,5 @@
-"""`until()`: poll for a condition instead of sleeping for a guess or bounding wall time.
+"""`until()`, and `eventually()` on an event loop: poll for a condition instead of sleeping
+for a guess or bounding wall time.
 
 A sleep long enough for a quiet machine is too short on a loaded one, and an upper bound on
 wall time fails whenever the machine is busy. Tests wait for the condition they need (a request
@@ -8,6 +9,8 @@ real hang reaches; how long things take is measured in `make bench`, not asserte
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -37,3 +40,24 @@ def arrived(center: Any, route: str, before: int) -> Callable[[], bool]:
 def count(center: Any, route: str) -> int:
     """How many requests to `route` the center's request log holds (its last 1,000)."""
     return sum(1 for entry in center.requests(1000) if entry.get("route") == route)
+
+
+async def eventually(
+    condition: Callable[[], Any],
+    what: str = "condition",
+    timeout: float = 30.0,
+    every: float = 0.01,
+) -> Any:
+    """`until` for a test on an event loop: `condition()` (a value, or an awaitable of one) is
+    polled without blocking the loop until it is truthy; that value is returned."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met within {timeout:.0f}s")
+        await asyncio.sleep(every)

@@ -14,6 +14,7 @@ set of rules, whichever end meets the flaw first. `MODELS` maps each operation t
 (the relay's operation table reads a body through it).
 
 Reading a body:
+- a field the relay stamps itself is refused (`STAMPED`: choices_pick's caller identity fields);
 - unknown fields are dropped, as the wire says (§2.4; the relay tools refused them already
   against the tool's own schema, with its own message), and null reads as absent (§7);
 - the rest is validated strictly (no coercion: "1" is not a number, 1 is not a boolean); a field
@@ -108,11 +109,21 @@ class WireRequest(BaseModel):
     OPERATION: ClassVar[str]
     # fields sent as null when absent (upstream's own bodies do); every other absent one is omitted
     NULLS_SENT: ClassVar[frozenset[str]] = frozenset()
+    # fields the relay stamps itself: a body carrying one is refused, not read with it dropped
+    STAMPED: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def read(cls, body: Mapping[str, Any]) -> Self:
-        """The typed body: unknown fields and nulls dropped, the rest strictly validated, then
-        the operation's rules. Raises RelayError."""
+        """The typed body: a `STAMPED` field refused (`validation_invalid_params`), unknown
+        fields and nulls dropped, the rest strictly validated, then the operation's rules.
+        Raises RelayError."""
+        stamped = sorted(cls.STAMPED & body.keys())
+        if stamped:
+            raise RelayError(
+                "validation_invalid_params",
+                f"{stamped[0]} is stamped by the relay from the caller's identity: leave it out",
+                {"field": stamped[0]},
+            )
         data = {k: v for k, v in body.items() if k in cls.model_fields and v is not None}
         data.setdefault("operation", cls.OPERATION)
         try:
@@ -232,10 +243,15 @@ class LookRequest(WireRequest):
 
 class ChoicesPickRequest(WireRequest):
     """`choices_pick` (the `choose` tool, §1.8): every refusal `validation_invalid_params`, in
-    order: a blank `choice_request_id`, an `outcome` other than "selected" / "cancelled",
-    "selected" without a non-blank `option_id`, "cancelled" with one."""
+    order: a caller identity field (`decided_by`, `ui_session_id`, `operator_session_id`,
+    `bundle_name`: the relay stamps the decider from the connection, acp.md §4), a blank
+    `choice_request_id`, an `outcome` other than "selected" / "cancelled", "selected" without a
+    non-blank `option_id`, "cancelled" with one."""
 
     OPERATION: ClassVar[str] = "choices_pick"
+    STAMPED: ClassVar[frozenset[str]] = frozenset(
+        {"decided_by", "ui_session_id", "operator_session_id", "bundle_name"}
+    )
     operation: Literal["choices_pick"] = "choices_pick"
     choice_request_id: str = ""
     outcome: str | None = Field(None, json_schema_extra={"enum": list(CHOOSE_OUTCOMES)})

@@ -42,7 +42,9 @@ Inscriptions (§5, inscriptions.py): requests and outcomes are `relay.*` records
 `relay.send.envelope.metadata` per envelope (schema_version, message_id, namespace,
 sender_session, target_sessions, cc_sessions, created_at: what the pane never shows),
 `relay.raww.request`, `relay.delivery.outcome`, `relay.bundle.up|down`,
-`relay.identity.principal_registered|psk_rotated|principal_dropped`, and
+`relay.identity.principal_registered|psk_rotated|principal_dropped`,
+`relay.choices.requested|resolved` (a bundle's choices queue: ids, kinds, outcome, reason code
+and decider; requester.choices), and
 `relay.request.refused` (operation, code, the capability of an authorization refusal) for a
 request answered with an error. `inscribe` is handed to
 the server too (its connection records).

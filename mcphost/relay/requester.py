@@ -10,7 +10,8 @@ bundle-subject request (`subject`, §2.3), target resolution (`target`: fully qu
 existing; validation and existence errors only), the member kind check (`member_kind`: the
 registered kind hosting a target, `members.KINDS`), the target reached as a member (`member`:
 bound to its host's endpoint, with the context the relay lends it and its bundle's choices queue,
-`choices`), and the refusals the operations share.
+`choices`, whose records it inscribes: `relay.choices.requested` / `relay.choices.resolved`),
+and the refusals the operations share.
 
 Must never: authorize (that is `policy.authorize`, called by the operations), or act on anything.
 """
@@ -257,7 +258,9 @@ def member_kind(bundle: Bundle, session: Session, operation: str) -> MemberKind:
 
 def choices(state: RelayState, bundle: Bundle) -> Choices | None:
     """The bundle's choices queue: made on first use by the first kind of its members that
-    keeps one (relay.toml `[choices] pending-max`), None when none does."""
+    keeps one (relay.toml `[choices] pending-max`), None when none does. Its records are
+    inscribed: `relay.choices.requested` (the ids and the kind, never the agent's params or
+    tool title) and `relay.choices.resolved` (the outcome, its reason code and the decider)."""
     queue = state.choices.get(bundle.id)
     if queue is not None:
         return queue
@@ -265,9 +268,41 @@ def choices(state: RelayState, bundle: Bundle) -> Choices | None:
         kind = members.kind_of(bundle, session)
         if kind is not None and kind.choices_queue is not None:
             settings = load_relay_settings(state.roots, state.environ)
-            queue = state.choices[bundle.id] = kind.choices_queue(settings.choices_pending_max)
+            queue = state.choices[bundle.id] = kind.choices_queue(
+                settings.choices_pending_max,
+                lambda record: _inscribe_requested(state, record),
+                lambda record: _inscribe_resolved(state, record),
+            )
             return queue
     return None
+
+
+def _inscribe_requested(state: RelayState, record: dict[str, Any]) -> None:
+    details = record.get("requested_details")
+    details = details if isinstance(details, dict) else {}
+    options = details.get("options")
+    state.inscribe(
+        "relay.choices.requested",
+        choice_request_id=record.get("choice_request_id"),
+        message_id=record.get("message_id"),
+        target_session=record.get("target_session"),
+        requested_kind=record.get("requested_kind"),
+        acp_request_id=details.get("acp_request_id"),
+        option_ids=[o.get("option_id") for o in options if isinstance(o, dict)]
+        if isinstance(options, list)
+        else [],
+    )
+
+
+def _inscribe_resolved(state: RelayState, record: dict[str, Any]) -> None:
+    state.inscribe(
+        "relay.choices.resolved",
+        choice_request_id=record.get("choice_request_id"),
+        message_id=record.get("message_id"),
+        outcome=record.get("outcome"),
+        reason_code=record.get("reason_code"),
+        decided_by=record.get("decided_by"),
+    )
 
 
 def member(state: RelayState, bundle: Bundle, session: Session) -> Member | None:

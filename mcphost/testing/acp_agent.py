@@ -13,6 +13,9 @@ A prompt's text scripts its turn, line by line:
   (allow_once) and `reject` (reject_once); once answered, a `tool_call_update` (completed when
   allowed, failed otherwise) and an agent chunk `selected:<id>` or `cancelled`;
 - `ACP-DIE`: exit at once, mid-turn; `ACP-DIE: <title>`: ask as above, then exit unanswered;
+- `ACP-QUIT: <title>`: ask as above, then end the turn `cancelled` at once, unanswered (an
+  agent that gives up its turn while a permission request is pending; the late answer is
+  ignored);
 - `ACP-SLOW`: wait for `session/cancel` (the turn ends `cancelled`) or SIGUSR1 (it goes on;
   one sent before the turn reached the line counts);
 - `ACP-MCP: <tool> <json arguments>`: call that tool on the first stdio MCP server given in
@@ -204,8 +207,8 @@ class Agent:
             if line == "ACP-DIE":
                 log("dying mid-turn")
                 os._exit(3)
-            elif directive in ("ACP-ASK", "ACP-DIE"):
-                self.permission(turn, rest, wait=directive == "ACP-ASK")
+            elif directive in ("ACP-ASK", "ACP-DIE", "ACP-QUIT"):
+                self.permission(turn, rest, then=directive)
             elif line == "ACP-SLOW":
                 self.slow(turn)
             elif directive == "ACP-UPDATE":
@@ -233,14 +236,20 @@ class Agent:
     def chunk(self, turn: Turn, kind: str, text: str) -> None:
         self.update(turn.session_id, {"sessionUpdate": kind, "content": _text(text)})
 
-    def permission(self, turn: Turn, title: str, wait: bool) -> None:
+    def permission(self, turn: Turn, title: str, then: str) -> None:
+        """Ask; `then` the directive: ACP-ASK waits for the answer, ACP-DIE exits, ACP-QUIT
+        ends the turn cancelled."""
         call = {"toolCallId": f"call-{next(self.calls)}", "title": title, "kind": "execute"}
         self.update(turn.session_id, {"sessionUpdate": "tool_call", "status": "pending", **call})
         params = {"sessionId": turn.session_id, "toolCall": call, "options": OPTIONS}
         request_id = self.ask("session/request_permission", params)
-        if not wait:
+        if then == "ACP-DIE":
             log("dying with a permission request unanswered")
             os._exit(3)
+        if then == "ACP-QUIT":
+            log("giving up the turn with a permission request unanswered")
+            turn.cancelled.set()
+            return
         outcome = (self.answer_of(request_id).get("result") or {}).get("outcome") or {}
         selected = outcome.get("optionId") if outcome.get("outcome") == "selected" else None
         status = "completed" if selected == "allow" else "failed"

@@ -781,7 +781,8 @@ async def test_choices_and_unimplemented_operations(world: World) -> None:
         "alpha@party", "choices_pick", choice_request_id="c-1", outcome="selected",
         option_id="allow_once",
     )  # fmt: skip
-    assert err.code == "runtime_choices_request_not_found"
+    assert err.code == "runtime_choices_request_already_resolved"  # nothing pending in party
+    assert err.details == {"choice_request_id": "c-1"}
     err = await world.refused("alpha@party", "choices_pick", choice_request_id="c-1",
                               outcome="cancelled", option_id="")  # fmt: skip
     assert err.code == "validation_invalid_params"

@@ -20,15 +20,17 @@ the relay accepts), policy refusals (`authorization_forbidden` with the capabili
 parallel calls on one connection, the raw wire shapes, and the inscriptions (the tools' `mcp.log`
 beside the relay's `relay.log`).
 
+An ACP member (test_acp_member_send_decisions_choose_and_look): `lead` brings `mixed` up, whose
+`agent` is the stand-in ACP agent (mcphost/testing/acp_agent.py), sends it a task that asks
+permission, sees the request in `list` command=decisions, `choose`s an option, and reads the
+turn back with `look` as structured entries; then takes `mixed` down again.
+
 Fake-only (they assert canned fake-relay behaviour a real relay cannot be made to produce, or
 need no relay at all), and why:
-- test_list_decisions_passthrough, and choose in test_choose_and_updown: pending choices and
-  resolved picks need ACP sessions, which this relay does not host (it answers
-  `runtime_choices_request_not_found`);
 - the error passthrough parts of the send / look / raww / choose tests: arbitrary relay errors
   (`delivery_target_fail_stopped`, a `look` answer to a `send`, `validation_unknown_sender` for
-  a configured sender, ACP `structured_entries_v1` snapshots) are canned; here only the errors
-  the real relay really gives are checked;
+  a configured sender) are canned; here only the errors the real relay really gives are
+  checked;
 - test_parallel_calls_are_all_in_flight_at_once: the fake holds every answer until all 16
   requests arrived and answers in reverse; a real relay serves a connection's requests in order
   (§2.1), so only "all answered on one connection" is relay-independent (checked here);
@@ -282,6 +284,8 @@ async def test_look_bounds_and_real_errors(world: World) -> None:
         code, data = await error_of(c, "look", {"target_session": "bravo"})
         assert (code, data["code"]) == (-32602, "validation_unqualified_target")
         code, data = await error_of(c, "look", {"target_session": "agent@mixed"})
+        assert (code, data["code"]) == (-32603, "transport_unavailable")  # mixed is not up
+        code, data = await error_of(c, "look", {"target_session": "term@mixed"})
         assert (code, data["code"]) == (-32603, "runtime_session_type_not_implemented")
 
 
@@ -467,3 +471,47 @@ async def test_the_relays_inscriptions_sit_beside_the_tools(world: World) -> Non
         for r in relay
     )
     assert marker not in relay_log.read_text()
+
+
+# -- an ACP member -----------------------------------------------------------------------------
+
+
+async def test_acp_member_send_decisions_choose_and_look(world: World) -> None:
+    async with sdk_client(world.env, world.env.args(bundle="mixed", session="lead")) as c:
+        out = await ok(c, "updown", {"command": "up"})
+        assert out["bundles"] == [{"bundle_name": "mixed", "outcome": "hosted"}]
+        try:
+            sent = await ok(c, "send", {"message": "ACP-ASK: run tests", "targets": ["agent"]})
+            message_id = sent["results"][0]["message_id"]
+
+            async def pending() -> list[dict[str, Any]]:
+                listed = await ok(c, "list", {"command": "decisions"})
+                result: list[dict[str, Any]] = listed["pending_requests"]
+                return result
+
+            (choice,) = await eventually(pending, "the permission request in list decisions")
+            assert (choice["message_id"], choice["target_session"]) == (message_id, "agent@mixed")
+            assert choice["requested_details"]["tool_call_title"] == "run tests"
+            picked = await ok(
+                c,
+                "choose",
+                {"choice_request_id": choice["choice_request_id"], "outcome": "selected",
+                 "option_id": "allow"},
+            )  # fmt: skip
+            assert (picked["status"], picked["decided_by"]) == ("resolved", "lead@mixed")
+
+            async def finished() -> dict[str, Any] | None:
+                look: dict[str, Any] = await ok(c, "look", {"target_session": "agent@mixed"})
+                kinds = [e["kind"] for e in look["snapshot_entries"]]
+                return look if kinds[-1:] == ["cognition"] else None
+
+            look = await eventually(finished, "the turn's end in look")
+            assert look["snapshot_format"] == "structured_entries_v1"
+            entries = look["snapshot_entries"]
+            assert [e["kind"] for e in entries] == ["user", "invocation", "agent", "cognition"]
+            assert entries[1]["status"] == "Completed"
+            assert entries[2]["lines"][0] == "selected:allow"
+            assert await pending() == []
+        finally:
+            out = await ok(c, "updown", {"command": "down"})
+            assert out["bundles"] == [{"bundle_name": "mixed", "outcome": "unhosted"}]

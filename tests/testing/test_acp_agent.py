@@ -94,3 +94,18 @@ def test_session_cancel_ends_a_slow_turn_cancelled(wire: Wire) -> None:
     wire.send({"method": "session/cancel", "params": {"sessionId": session}})
     assert wire.reply(request_id)["result"] == {"stopReason": "cancelled"}
     assert all(frame.get("method") != "session/update" for frame in wire.seen)  # no echo
+
+
+def test_quit_ends_the_turn_cancelled_with_its_permission_request_unanswered(wire: Wire) -> None:
+    session = wire.call("session/new", {"cwd": "/", "mcpServers": []})["result"]["sessionId"]
+    request_id = next(wire.ids)
+    text = {"type": "text", "text": "ACP-QUIT: rm -rf /tmp/x\nnever echoed"}
+    prompt = {"sessionId": session, "prompt": [text]}
+    wire.send({"id": request_id, "method": "session/prompt", "params": prompt})
+    assert wire.reply(request_id)["result"] == {"stopReason": "cancelled"}
+    (asked,) = [f for f in wire.seen if f.get("method") == "session/request_permission"]
+    assert asked["params"]["toolCall"]["title"] == "rm -rf /tmp/x"
+    # the late answer is ignored, and the agent takes the next turn
+    wire.send({"id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+    next_turn = {"sessionId": session, "prompt": [{"type": "text", "text": "next"}]}
+    assert wire.call("session/prompt", next_turn)["result"] == {"stopReason": "end_turn"}

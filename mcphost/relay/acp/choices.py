@@ -6,7 +6,8 @@ awaits), the parse of a `session/request_permission`'s params into the record, t
 decision (`check_decision`) and the `choices.resolved` record of every resolution.
 
 Rules: a request beyond `pending_max` is not queued (`request` returns None; `ask` answers the
-agent cancelled at once, `runtime_choices_queue_full`). A decision is checked in full before
+agent cancelled at once, `runtime_choices_queue_full`, and hands `on_resolved` that resolution
+under a fresh id, never listed: `decided_by: "relay"`). A decision is checked in full before
 anything changes: its params, then that the request is pending
 (`runtime_choices_request_already_resolved`, unknown ids included), then that a selected option
 was offered (`validation_invalid_params`; the request stays pending, unlike agentmux, which
@@ -192,6 +193,17 @@ class ChoicesQueue:
         (`runtime_choices_queue_full`). What a session's chooser awaits."""
         choice = self.request(target_session, message_id, params, acp_request_id)
         if choice is None:
+            self._report(
+                self._record(
+                    message_id,
+                    str(uuid.uuid4()),
+                    "cancelled",
+                    QUEUE_FULL,
+                    RELAY,
+                    f"the bundle's choices queue holds {self.pending_max} pending requests "
+                    "(relay.toml [choices] pending-max): decide some (choose) or raise the bound",
+                )
+            )
             return dict(ACP_CANCELLED)
         return await asyncio.shield(choice.future)
 
@@ -262,15 +274,37 @@ class ChoicesQueue:
         del self._pending[choice.choice_request_id]
         if not choice.future.done():  # its waiter may have gone (the agent's connection closed)
             choice.future.set_result(dict(acp_outcome))
-        record = {
-            "message_id": choice.message_id,
-            "choice_request_id": choice.choice_request_id,
-            "outcome": acp_outcome["outcome"],
+        record = self._record(
+            choice.message_id,
+            choice.choice_request_id,
+            acp_outcome["outcome"],
+            reason_code,
+            decided_by,
+            reason,
+        )
+        self._report(record)
+        return record
+
+    @staticmethod
+    def _record(
+        message_id: str | None,
+        choice_request_id: str,
+        outcome: str,
+        reason_code: str | None,
+        decided_by: str,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        """A `choices.resolved` record."""
+        return {
+            "message_id": message_id,
+            "choice_request_id": choice_request_id,
+            "outcome": outcome,
             "reason_code": reason_code,
             "decided_by": decided_by,
             "reason": reason,
             "resolved_at": _now(),
         }
+
+    def _report(self, record: dict[str, Any]) -> None:
         if self.on_resolved is not None:
             self.on_resolved(dict(record))
-        return record

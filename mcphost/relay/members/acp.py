@@ -42,7 +42,9 @@ from mcphost.relay.acp.session import AcpSession
 from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.members.port import (
     Batch,
+    ChoiceRecord,
     Choices,
+    ChoicesFactory,
     MemberContext,
     Readiness,
     Snapshot,
@@ -73,8 +75,12 @@ class AcpEndpoint(Protocol):
     def stopped(self) -> bool: ...
 
 
-def _queue(pending_max: int = PENDING_MAX_DEFAULT) -> Choices:
-    return ChoicesQueue(pending_max)
+def _queue(
+    pending_max: int = PENDING_MAX_DEFAULT,
+    on_requested: ChoiceRecord | None = None,
+    on_resolved: ChoiceRecord | None = None,
+) -> Choices:
+    return ChoicesQueue(pending_max, on_requested=on_requested, on_resolved=on_resolved)
 
 
 @dataclass(eq=False)
@@ -195,7 +201,7 @@ class AcpKind:
     transport = TRANSPORT
     default_look_lines = DEFAULT_LOOK_LINES
     supports_offset = True
-    choices_queue: Callable[[int], Choices] | None = staticmethod(_queue)
+    choices_queue: ChoicesFactory | None = staticmethod(_queue)
 
     def accepts(self, bundle: Bundle, session: Session) -> bool:
         coder = bundle.coder_for(session)

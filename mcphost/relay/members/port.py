@@ -9,7 +9,8 @@ Owns: the interface every kind of member implements, and the small values that c
   outcome), `write_raw(text, no_enter)` (raww), `look(lines, offset)`.
 - `Readiness`, `Batch`, `Snapshot`, `MemberContext` (what the relay lends a member it binds: the
   readiness gate's timing and the bundle's choices queue), `Choices` (that queue, as the relay's
-  `choices_list` / `choices_pick` and shutdown use it), and the refusals a member raises
+  `choices_list` / `choices_pick` and shutdown use it), `ChoiceRecord` / `ChoicesFactory` (the
+  relay's hooks a queue hands its records to; a kind's factory of its queue), and the refusals a member raises
   (`unavailable`, `session_type_not_implemented`).
 
 How a member is reached: the relay asks its host `BundleHost.member_endpoint(bundle,
@@ -121,12 +122,21 @@ class Member(Protocol):
     async def look(self, lines: int, offset: int) -> Snapshot: ...
 
 
+ChoiceRecord = Callable[[dict[str, Any]], None]
+"""What a choices queue hands each `choices.requested` / `choices.resolved` record to."""
+ChoicesFactory = Callable[[int, ChoiceRecord, ChoiceRecord], Choices]
+"""A kind's `choices_queue`: `(pending_max, on_requested, on_resolved) -> the queue`."""
+
+
 class MemberKind(Protocol):
     """One transport's kind of member (module doc). `accepts(bundle, session)`: whether the
     configured member is one this kind hosts (its coder has this kind's section); `bind(...)` a
     member over the host's endpoint, None when the endpoint is not this kind's;
-    `choices_queue`: the factory of a bundle's choices queue (called with relay.toml's `[choices]
-    pending-max`) when members of this kind raise choices, else None."""
+    `choices_queue`: the factory of a bundle's choices queue when members of this kind raise
+    choices, else None; called with relay.toml's `[choices] pending-max` and the relay's two
+    hooks, `on_requested(record)` and `on_resolved(record)` (the relay inscribes them), which
+    the queue calls with each `choices.requested` record it queues and each `choices.resolved`
+    record of a resolution."""
 
     @property
     def transport(self) -> str: ...
@@ -140,7 +150,7 @@ class MemberKind(Protocol):
     def accepts(self, bundle: Bundle, session: Session) -> bool: ...
 
     @property
-    def choices_queue(self) -> Callable[[int], Choices] | None: ...
+    def choices_queue(self) -> ChoicesFactory | None: ...
 
     def bind(
         self, bundle: Bundle, session: Session, endpoint: object, context: MemberContext

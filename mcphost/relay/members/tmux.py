@@ -23,7 +23,7 @@ from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import Bundle, Session, TmuxCoder
 from mcphost.relay.members.port import (
     Batch,
-    Choices,
+    ChoicesFactory,
     MemberContext,
     Readiness,
     Snapshot,
@@ -94,7 +94,7 @@ class TmuxKind:
     transport = TRANSPORT
     default_look_lines = tm.DEFAULT_LOOK_LINES
     supports_offset = False
-    choices_queue: Callable[[int], Choices] | None = None
+    choices_queue: ChoicesFactory | None = None
 
     def accepts(self, bundle: Bundle, session: Session) -> bool:
         coder = bundle.coder_for(session)

@@ -3,13 +3,17 @@ choices and the decisions on them. Capability `choose`.
 
 Owns: the responses (`ChoicesListResponse`: the queue's `pending_requests`;
 `ChoicesPickResponse`: `resolved`, the outcome, `decided_by` = the requester) and the rules:
-the bundle is the frame's namespace, else the requester's; its queue is
+the bundle is the frame's namespace, else the requester's; both need `choose` at `home` in it
+(`all` for another bundle; a `choices_pick` refusal names its `choice_request_id`); its queue is
 `requester.choices` (made by the first kind of its members that keeps one, `MemberKind.
 choices_queue`: the same queue the kind installs as its members' chooser); a bundle without one
-has nothing pending (`choices_pick`: `runtime_choices_request_not_found`); a decision is the
-queue's (`Choices.decide`: not pending `runtime_choices_request_already_resolved`, an option not
-offered `validation_invalid_params`, first decision wins). `close` resolves every pending choice
-cancelled when the relay shuts down (`runtime_choices_request_cancelled`).
+has nothing pending (`choices_pick`: `runtime_choices_request_already_resolved`, as for any id
+not pending); a decision is the queue's (`Choices.decide`: not pending
+`runtime_choices_request_already_resolved`, an option not offered `validation_invalid_params`,
+first decision wins), its `decided_by` the requester (the connection's principal: a body
+naming the decider was refused when it was read, `ChoicesPickRequest.STAMPED`). `close`
+resolves every pending choice cancelled when the relay shuts down
+(`runtime_choices_request_cancelled`).
 
 Must never: decide for anyone but the requester.
 """
@@ -28,6 +32,7 @@ from mcphost.relay.state import RelayState
 
 CAPABILITY = "choose"
 CANCELLED = "runtime_choices_request_cancelled"
+ALREADY_RESOLVED = "runtime_choices_request_already_resolved"
 
 
 class ChoicesListResponse(Response):
@@ -46,20 +51,29 @@ class ChoicesPickResponse(Response):
 
 
 def _bundle(
-    state: RelayState, principal: Principal, namespace: str | None, operation: str,
-    claimed: str | None,
-) -> Bundle:  # fmt: skip
-    """The subject bundle, once the requester may choose in it."""
-    bundle = rq.bundle(state, rq.subject(principal, namespace, operation))
-    requester = rq.requester(state, principal, claimed)
-    authorize(requester.policy, CAPABILITY, principal, subject_bundle=bundle.id)
+    state: RelayState,
+    principal: Principal,
+    namespace: str | None,
+    request: ChoicesListRequest | ChoicesPickRequest,
+) -> Bundle:
+    """The subject bundle, once the requester may choose in it (a `choices_pick` refusal
+    names the choice request too)."""
+    bundle = rq.bundle(state, rq.subject(principal, namespace, request.operation))
+    requester = rq.requester(state, principal, request.requester_session)
+    try:
+        authorize(requester.policy, CAPABILITY, principal, subject_bundle=bundle.id)
+    except RelayError as err:
+        if isinstance(request, ChoicesPickRequest):
+            details = {**(err.details or {}), "choice_request_id": request.choice_request_id}
+            raise RelayError(err.code, err.message, details) from None
+        raise
     return bundle
 
 
 async def run_list(
     state: RelayState, principal: Principal, request: ChoicesListRequest, namespace: str | None
 ) -> ChoicesListResponse:
-    bundle = _bundle(state, principal, namespace, request.operation, request.requester_session)
+    bundle = _bundle(state, principal, namespace, request)
     queue = rq.choices(state, bundle)
     return ChoicesListResponse(pending_requests=queue.pending() if queue is not None else [])
 
@@ -67,13 +81,14 @@ async def run_list(
 async def run_pick(
     state: RelayState, principal: Principal, request: ChoicesPickRequest, namespace: str | None
 ) -> ChoicesPickResponse:
-    bundle = _bundle(state, principal, namespace, request.operation, request.requester_session)
+    bundle = _bundle(state, principal, namespace, request)
     queue = rq.choices(state, bundle)
     if queue is None:
         raise RelayError(
-            "runtime_choices_request_not_found",
-            "choice request is not pending (no member of this bundle raises choices, so it "
-            "never has pending choices)",
+            ALREADY_RESOLVED,
+            f"choice request {request.choice_request_id} is not pending: no member of bundle "
+            f"{bundle.id} raises choices (only ACP members do), so it has none; list the "
+            "pending ones with list command=decisions",
             {"choice_request_id": request.choice_request_id},
         )
     assert request.outcome is not None  # the model's rules refused a body without one

@@ -230,12 +230,22 @@ def test_the_first_decision_wins_and_a_late_or_unknown_one_is_already_resolved()
 
 def test_the_queue_is_bounded_and_a_full_queue_answers_cancelled_at_once() -> None:
     async def test() -> None:
-        queue = ChoicesQueue(pending_max=2)
+        resolved: list[dict[str, Any]] = []
+        queue = ChoicesQueue(pending_max=2, on_resolved=resolved.append)
         first = queue.request("a@p", "m1", params())
         assert first is not None and queue.request("a@p", "m2", params()) is not None
         assert queue.request("a@p", "m3", params()) is None
         assert await queue.ask("a@p", "m3", params()) == {"outcome": "cancelled"}
         assert len(queue) == 2
+        (full,) = resolved  # the refusal is a resolution of its own, under an id never listed
+        assert {k: full[k] for k in ("message_id", "outcome", "reason_code", "decided_by")} == {
+            "message_id": "m3",
+            "outcome": "cancelled",
+            "reason_code": QUEUE_FULL,
+            "decided_by": "relay",
+        }
+        assert full["choice_request_id"] not in {c["choice_request_id"] for c in queue.pending()}
+        assert "pending-max" in full["reason"]
         queue.decide(first.choice_request_id, "cancelled", None, "ui@p")
         assert queue.request("a@p", "m4", params()) is not None
         assert QUEUE_FULL == "runtime_choices_queue_full"

@@ -23,7 +23,14 @@ from mcphost.agentmux.wire import RelayError, Request, parse_principal
 from mcphost.relay import members
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
 from mcphost.relay.bundles import Bundle, Session
-from mcphost.relay.members.port import Batch, Choices, MemberContext, Readiness, Snapshot
+from mcphost.relay.members.port import (
+    Batch,
+    ChoiceRecord,
+    ChoicesFactory,
+    MemberContext,
+    Readiness,
+    Snapshot,
+)
 from mcphost.relay.members.tmux import TmuxEndpoint
 from mcphost.relay.outcome import Delivery
 from mcphost.testing.realrelay import config_tree
@@ -43,7 +50,9 @@ class Notebook:
 class Queue:
     """A per-bundle choices queue with the port's three methods."""
 
-    def __init__(self, pending_max: int) -> None:
+    def __init__(
+        self, pending_max: int, on_requested: ChoiceRecord, on_resolved: ChoiceRecord
+    ) -> None:
         self.pending_max = pending_max
         self.items: dict[str, dict[str, Any]] = {}
 
@@ -97,7 +106,7 @@ class NotebookKind:
     transport = "acp"
     default_look_lines = 2
     supports_offset = True
-    choices_queue: Callable[[int], Choices] | None = Queue
+    choices_queue: ChoicesFactory | None = Queue
 
     def accepts(self, bundle: Bundle, session: Session) -> bool:
         return session.transport == self.transport
