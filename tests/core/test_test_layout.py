@@ -74,7 +74,6 @@ NOT_NAMED = {
     "mcphost/relay/delivery.py": "the dispatcher's: tests/relay/test_behaviour.py",
     "mcphost/relay/hosting.py": "the host's protocol: tests/relay/test_behaviour.py",
     "mcphost/relay/members/__init__.py": "the kinds' registry: tests/relay/members/test_port.py",
-    "mcphost/relay/members/acp.py": "the ACP kind: tests/relay/test_behaviour.py",
     "mcphost/relay/members/tmux.py": "the tmux kind: tests/relay/test_behaviour.py",
     "mcphost/relay/ops/": "one module per operation, each run by the dispatcher: "
     "tests/relay/test_behaviour.py",
@@ -84,7 +83,6 @@ NOT_NAMED = {
     "mcphost/relay/state.py": "the dispatcher's: tests/relay/test_behaviour.py",
     "mcphost/relaytools/handlers.py": "through the process: tests/relaytools/test_relay_tools.py",
     "mcphost/relaytools/settings.py": "on the settings base: tests/core/test_settings.py",
-    "mcphost/relaytools/surface.py": "through the process: tests/relaytools/test_relay_tools.py",
     "mcphost/supervisor/acprunner.py": "an ACP agent in the fleet: tests/supervisor/test_fleet.py",
     "mcphost/supervisor/centerhealth.py": "tests/supervisor/test_supervise_center.py",
     "mcphost/supervisor/centerlink.py": "tests/supervisor/test_supervise_center.py, "

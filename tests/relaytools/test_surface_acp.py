@@ -7,7 +7,7 @@ session of the relay's `RelayServer` (`local_session`), which serves the real `R
 with the bundle `mixed` hosted by the real `TmuxHost` (tests/relay/members/acp_world.py: `lead`
 with the `operator` policy, `agent` the stand-in ACP agent as a real process). Tools called as
 `lead` decide; as `agent` (the file default: no `choose`) they are refused. The real
-`mcphost relay-tools` process against a real relay is test_relaytools_realrelay.py's (deep).
+`mcphost relay-tools` process against a real relay is test_relay_tools_realrelay.py's (deep).
 
 No sleeps: waits poll `look` or `list decisions` (`tests.waiting.eventually`).
 """
