@@ -256,12 +256,17 @@ async def section(out: list[str]) -> None:
             for kind in ("acp", "tmux") if i % 2 == 0 else ("tmux", "acp"):
                 started = time.monotonic()
                 message_id = await send(kind, f"task {i} for {kind}")
-                await until(
-                    lambda m=message_id: m in outcomes.at and stamps.get(m) is not None,
-                    f"send {i} to {kind}: delivered and read",
-                )
+                await until(lambda m=message_id: m in outcomes.at, f"send {i} to {kind}: outcome")
                 if outcomes[message_id]["outcome"] != "delivered":
                     raise RuntimeError(f"send {i} to {kind}: {outcomes[message_id]}")
+                try:
+                    await until(lambda m=message_id: stamps.get(m) is not None, "the stamp")
+                except RuntimeError:
+                    screen = await tmux.capture("bench-pane", 60)
+                    raise RuntimeError(
+                        f"send {i} to {kind} ({message_id}): delivered, never read; "
+                        f"stamps {stamps.at}; pane: {screen}"
+                    ) from None
                 if i >= WARMUP_SENDS:
                     handed[kind].append(outcomes.at[message_id] - started)
                     read[kind].append((stamps.get(message_id) or 0.0) - started)

@@ -22,8 +22,7 @@ while True:
     text = line.rstrip("\n")
     if text == "" and closed and message_id is not None:
         stamps.write(f"{message_id} {time.monotonic()!r}\n")
-        message_id, closed = None, False
-        continue
+        message_id = None  # then echoed as any line: the prompt always starts a line
     if text.startswith("Message-Id: "):
         message_id = text.removeprefix("Message-Id: ").strip()
     closed = text.startswith("--agentmux-") and text.endswith("--")
