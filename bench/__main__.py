@@ -1,4 +1,5 @@
-"""`make bench`: start-up, per-call latency (Unix and TLS), peers, concurrency, files, relay.
+"""`make bench`: start-up, per-call latency (Unix and TLS), peers, concurrency, files, relay
+(tools, real relay, an ACP member against a tmux member), lifecycle, attach, supervisor, fence.
 
 Prints one markdown report and writes it to bench/results/latest.md. Every figure is a median
 with its interquartile range, next to a baseline measured in the same run, and a ratio.
@@ -285,6 +286,7 @@ async def main() -> None:
         "bench.files",
         "bench.relay",
         "bench.relay_real",
+        "bench.acp",
         "bench.lifecycle",
         "bench.attach",
         "bench.supervisor",
