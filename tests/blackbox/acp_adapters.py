@@ -38,6 +38,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -100,8 +101,14 @@ class StdioServer:
 
     def tool(self, client: Client, name: str) -> str:
         """How `client`'s model names this server's tool `name` (Claude Code:
-        `mcp__<server>__<tool>`; Codex puts it in the namespace `mcp__<server>`)."""
+        `mcp__<server>__<tool>`; Codex: `name`, in the namespace `codex_namespace`)."""
         return f"mcp__{self.name}__{name}" if client == "claude" else name
+
+    @property
+    def codex_namespace(self) -> str:
+        """The namespace Codex offers this server's tools in: `mcp__` and the server's name,
+        each character outside [A-Za-z0-9_] made `_` (`agent-center`: `mcp__agent_center`)."""
+        return "mcp__" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
 
 
 def notes_server(record: Path) -> StdioServer:
@@ -191,7 +198,9 @@ def claude_turns(tool: str, arguments: dict[str, Any], command: str) -> tuple[li
     return script, ToolUse("ToolSearch", {"query": f"select:{tool}"})
 
 
-def codex_turns(server: str, tool: str, arguments: dict[str, Any], command: str) -> list[CodexTurn]:
+def codex_turns(
+    server: StdioServer, tool: str, arguments: dict[str, Any], command: str
+) -> list[CodexTurn]:
     """Codex's script: call `server`'s `tool`, run `command` asking to leave the sandbox
     (`require_escalated`, which asks permission), say `FINAL`."""
     escalate = {
@@ -200,7 +209,7 @@ def codex_turns(server: str, tool: str, arguments: dict[str, Any], command: str)
         "justification": "Write the file",
     }
     return [
-        Call(tool, arguments, namespace=f"mcp__{server}"),
+        Call(tool, arguments, namespace=server.codex_namespace),
         Call("exec_command", escalate),
         Say(FINAL),
     ]

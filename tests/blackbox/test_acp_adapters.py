@@ -14,7 +14,9 @@ Measured (claude-code-acp 0.16.2 with its bundled Claude Code 2.1.44; codex-acp 
   request carries the earlier turn. Neither echoes a live prompt as `user_message_chunk`.
 - Both ask permission for an MCP tool too, in their default modes, unless the server is
   pre-approved (Claude Code: `permissions.allow` in its settings; Codex: the server's
-  `default_tools_approval_mode = "approve"` in `config.toml`).
+  `default_tools_approval_mode = "approve"` in `config.toml`); Codex runs a tool annotated
+  read-only (`readOnlyHint`) without asking, Claude Code asks for it all the same. Codex names
+  a server's tools in the namespace `mcp__<server>` with `-` made `_` (`mcp__agent_center`).
 - The permission requests: Claude Code's `toolCall` holds only `toolCallId`, `rawInput` and
   `title`, and its options are `allow_always` / `allow` / `reject` (kinds allow_always,
   allow_once, reject_once) for every tool; Codex's `toolCall` has `kind`, `status: pending`,
@@ -62,9 +64,9 @@ from tests.blackbox.acp_adapters import (
     Transcript,
     frames_text,
 )
-from tests.blackbox.codex_standin import ResponsesStandIn
+from tests.blackbox.codex_standin import Call, ResponsesStandIn
 from tests.blackbox.conftest import HOLD, QUIET
-from tests.blackbox.model_standin import ModelStandIn, Say
+from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
 from tests.supervisor.supervise_harness import REPO, Supervised, center_heard
 
 pytestmark = [
@@ -145,7 +147,7 @@ def turn(
         with ModelStandIn(script, meanwhile=meanwhile).running() as model:
             adapter = acp.claude_adapter(model, place.home, [server.name] if preapproved else ())
             return _run(adapter, place, chooser), adapter
-    codex_script = acp.codex_turns(server.name, "note", NOTE, COMMAND)
+    codex_script = acp.codex_turns(server, "note", NOTE, COMMAND)
     with ResponsesStandIn(FINAL, codex_script).running() as responses:
         adapter = acp.codex_adapter(responses, place.home, [server] if preapproved else ())
         return _run(adapter, place, chooser), adapter
@@ -268,6 +270,30 @@ def test_adapter_asks_for_an_mcp_tool_not_preapproved(client: Client, place: Pla
 
 
 @pytest.mark.parametrize("client", CLIENTS)
+def test_adapter_asks_for_a_read_only_mcp_tool(client: Client, place: Place) -> None:
+    """A tool annotated read-only (`readOnlyHint`, as the center's reading tools are): Claude
+    Code asks for it all the same; Codex runs it without asking."""
+    server = place.server
+    if client == "claude":
+        tool = server.tool("claude", "peek")
+        script = [ToolUse(tool, NOTE, once_offered=True), Say(FINAL)]
+        meanwhile = ToolUse("ToolSearch", {"query": f"select:{tool}"})
+        with ModelStandIn(script, meanwhile=meanwhile).running() as model:
+            transcript = _run(
+                acp.claude_adapter(model, place.home), place, acp.select("allow_once")
+            )
+    else:
+        codex_script = [Call("peek", NOTE, server.codex_namespace), Say(FINAL)]
+        with ResponsesStandIn(FINAL, codex_script).running() as responses:
+            adapter = acp.codex_adapter(responses, place.home)
+            transcript = _run(adapter, place, acp.select("allow_once"))
+    frames = frames_text(transcript)
+    assert transcript.stop_reason == "end_turn", frames
+    assert [n["tool"] for n in place.notes()] == ["peek"], frames
+    assert len(transcript.permission_requests) == (1 if client == "claude" else 0), frames
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 def test_adapter_loads_its_session_in_a_new_process(client: Client, place: Place) -> None:
     """`session/load` in a new process replays the first turn before its reply, and the next
     turn goes on from it (the model sees the first turn)."""
@@ -358,7 +384,7 @@ def test_adapter_runs_fenced_as_an_agent(
                 argv = (str(acp.CLAUDE_ACP),)
                 transcript = _fenced_turn(sv, agent, client, env, argv, attach)
         else:
-            codex_script = acp.codex_turns(attach.name, GET_MY_WORK, {}, COMMAND)
+            codex_script = acp.codex_turns(attach, GET_MY_WORK, {}, COMMAND)
             with ResponsesStandIn(FINAL, codex_script).running() as responses:
                 env = {
                     "OPENAI_API_KEY": acp.STANDIN_OPENAI_KEY,
@@ -370,9 +396,10 @@ def test_adapter_runs_fenced_as_an_agent(
         workspace = sv.workspace(agent)
         assert transcript.stop_reason == "end_turn", (frames, sv.base)
         assert center_heard(center, agent, GET_MY_WORK), frames
-        # the center tool asks too (nothing pre-approves it here), then the command
-        mcp, command = transcript.permission_requests
-        assert options(mcp) == MCP_OPTIONS[client], mcp
+        # nothing pre-approves the center's tools here: Claude Code asks for `get_my_work`,
+        # Codex runs it without asking (it is annotated read-only), then each asks for the command
+        *mcp, command = transcript.permission_requests
+        assert len(mcp) == (1 if client == "claude" else 0), mcp
         assert_command_request(client, command, transcript.session_id)
         assert (workspace / "ran.txt").read_text() == "ran\n", frames
         assert transcript.agent_text().endswith(FINAL), frames
