@@ -64,7 +64,7 @@ from tests.blackbox.acp_adapters import (
     Transcript,
     frames_text,
 )
-from tests.blackbox.codex_standin import Call, ResponsesStandIn
+from tests.blackbox.codex_standin import Call, ResponsesStandIn, tool_outputs
 from tests.blackbox.conftest import HOLD, QUIET
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
 from tests.supervisor.supervise_harness import REPO, Supervised, center_heard
@@ -350,6 +350,7 @@ async def _load_after_restart(
 # -- fenced, as an agent ------------------------------------------------------------------------
 
 GET_MY_WORK = "get_my_work"
+SANDBOXED = "grep -E '^(NSpid|Seccomp):' /proc/self/status; echo x > sandboxed.txt"
 
 
 @pytest.mark.skipif(
@@ -373,6 +374,7 @@ def test_adapter_runs_fenced_as_an_agent(
         ("-I", "-S", f"{REPO}/mcphost/attach.py", str(sv.state / "run" / "center.sock")),
     )
     try:
+        sandboxed = ""
         if client == "claude":
             script, meanwhile = acp.claude_turns(attach.tool("claude", GET_MY_WORK), {}, COMMAND)
             with ModelStandIn(script, meanwhile=meanwhile).running() as model:
@@ -385,6 +387,8 @@ def test_adapter_runs_fenced_as_an_agent(
                 transcript = _fenced_turn(sv, agent, client, env, argv, attach)
         else:
             codex_script = acp.codex_turns(attach, GET_MY_WORK, {}, COMMAND)
+            # first a command in Codex's own sandbox (read-only: asks nothing, writes nothing)
+            codex_script.insert(0, Call("exec_command", {"cmd": SANDBOXED}))
             with ResponsesStandIn(FINAL, codex_script).running() as responses:
                 env = {
                     "OPENAI_API_KEY": acp.STANDIN_OPENAI_KEY,
@@ -392,6 +396,7 @@ def test_adapter_runs_fenced_as_an_agent(
                 }
                 argv = (str(acp.codex_acp_binary()),)
                 transcript = _fenced_turn(sv, agent, client, env, argv, attach)
+                sandboxed = tool_outputs(responses.responses[-1])[0]
         frames = frames_text(transcript)
         workspace = sv.workspace(agent)
         assert transcript.stop_reason == "end_turn", (frames, sv.base)
@@ -403,6 +408,17 @@ def test_adapter_runs_fenced_as_an_agent(
         assert_command_request(client, command, transcript.session_id)
         assert (workspace / "ran.txt").read_text() == "ran\n", frames
         assert transcript.agent_text().endswith(FINAL), frames
+        if client == "codex":
+            # Codex's sandbox inside the fence: a seccomp filter (the fence sets none), a PID
+            # namespace below the agent's, the workspace read-only (the approved escalation ran
+            # outside it, still fenced). A command its sandbox refused a write shows in no
+            # `session/update`: only the model sees its output.
+            assert "Seccomp:\t2" in sandboxed and "Read-only file system" in sandboxed
+            nspid = next(x for x in sandboxed.splitlines() if x.startswith("NSpid"))
+            assert len(nspid.split()) == 3, sandboxed
+            assert not (workspace / "sandboxed.txt").exists()
+            titles = [u.get("title") for u in transcript.updates]
+            assert SANDBOXED not in titles, titles
     finally:
         sv.close()
         shutil.rmtree(sv.state, ignore_errors=True)
