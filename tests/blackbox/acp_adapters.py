@@ -28,6 +28,21 @@ What each adapter is (measured with the versions in tools/package.json):
   A server given in `session/new` replaces the command of a `config.toml` entry of the same
   name but keeps its `default_tools_approval_mode = "approve"`, which pre-approves its tools.
 
+Inside the fence (test_acp_adapters.py runs both through `mcphost ctl exec` of a held agent,
+with the supervisor's own home, sign-in and environment, unchanged): both need only what a
+fenced agent has: `HOME` its home (writable), the private `/tmp`, `node` on `PATH` and
+tools/node_modules readable through the read-only `/`, the attach pump's socket. Codex's
+`CODEX_HOME` must not be beneath the temporary directory (as for the CLI). Codex's own sandbox
+runs there (read-only mode by default: seccomp, its PID namespace, the workspace read-only);
+an approved escalation runs outside it, still fenced. Claude Code's sandbox is off by default
+(nothing in the adapter or the supervisor's home enables it), so an allowed Bash command runs
+fenced only. Measured by hand, not pinned: with `sandbox.enabled` in `$HOME/.claude/settings.json`
+the bundled Claude Code 2.1.44 runs Bash without asking (so no permission request comes);
+under a root supervisor it needs `sandbox.enableWeakerNestedSandbox` ("Can't mount proc"
+without it, nothing runs), and with it the command runs sandboxed (the home refused, a deeper
+PID namespace, but no seccomp filter) and still fails: its cwd file in `/tmp/claude-<uid>` is
+read-only there.
+
 Must never: reach the network (both model stand-ins bind loopback), use a bypass of either
 CLI's approvals or sandbox, or wait on wall-clock time (the turn ends when the agent says so).
 """

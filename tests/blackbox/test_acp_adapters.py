@@ -27,6 +27,8 @@ Measured (claude-code-acp 0.16.2 with its bundled Claude Code 2.1.44; codex-acp 
 - A refusal: Claude Code marks the tool call `failed` and goes on (`cancelled`: the model gets
   an error result and answers; `reject`: the turn ends at once), `stopReason: end_turn` either
   way. Codex ends the turn, `stopReason: cancelled`, the command never started.
+- Codex sends no update at all for a command its sandbox refused a write (only the model
+  sees its output); in the fenced run below a sandboxed command shows only there.
 - Claude Code sends each tool call twice as `tool_call` (first with an empty `rawInput`, while
   the model streams it) and ends it with two `tool_call_update`s (the first with only `_meta`,
   the second with `status: completed`); Codex sends one of each, and its command's `tool_call`
@@ -298,24 +300,19 @@ def test_adapter_loads_its_session_in_a_new_process(client: Client, place: Place
     """`session/load` in a new process replays the first turn before its reply, and the next
     turn goes on from it (the model sees the first turn)."""
     first, second = "first answer", "second answer"
-    model: ModelStandIn = (
-        ModelStandIn([Say(first), Say(second)])
-        if client == "claude"
-        else ResponsesStandIn(script=[Say(first), Say(second)])
-    )
-    with model.running():
-        adapter = (
-            acp.claude_adapter(model, place.home)
-            if client == "claude"
-            else acp.codex_adapter(model, place.home)  # type: ignore[arg-type]
-        )
-        replayed, later = asyncio.run(_load_after_restart(adapter, place))
+    if client == "claude":
+        with ModelStandIn([Say(first), Say(second)]).running() as model:
+            adapter = acp.claude_adapter(model, place.home)
+            replayed, later = asyncio.run(_load_after_restart(adapter, place))
+        last: Any = model.exchanges[-1].body
+    else:
+        with ResponsesStandIn(script=[Say(first), Say(second)]).running() as responses:
+            adapter = acp.codex_adapter(responses, place.home)
+            replayed, later = asyncio.run(_load_after_restart(adapter, place))
+        last = responses.responses[-1]
     assert replayed == [("user_message_chunk", "one"), ("agent_message_chunk", first)], replayed
     assert later.stop_reason == "end_turn" and later.agent_text() == second
-    bodies = (
-        [e.body for e in model.exchanges] if client == "claude" else model.responses  # type: ignore[attr-defined]
-    )
-    assert first in json.dumps(bodies[-1]) and "one" in json.dumps(bodies[-1])
+    assert first in json.dumps(last) and "one" in json.dumps(last), last
 
 
 async def _load_after_restart(
