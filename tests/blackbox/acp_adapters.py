@@ -388,15 +388,27 @@ async def start(
 
 async def stop(running: Running) -> int:
     """Close the connection and stdin, end the process group (codex-acp does not exit at end
-    of input), and reap the leader; its exit status."""
+    of input; Claude Code, the adapter's child, is in it too), reap the leader, and wait until
+    no process of the group is left (Claude Code writes its session file as it ends); the
+    leader's exit status."""
     await running.conn.close()
     if running.proc.stdin is not None:
         running.proc.stdin.close()
+    group = running.proc.pid
+    _signal_group(group, signal.SIGTERM)
+    status = await running.proc.wait()
+    while _signal_group(group, 0):
+        await asyncio.sleep(0.01)
+    return status
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Send `sig` to the process group; False when no process of it is left."""
     try:
-        os.killpg(running.proc.pid, signal.SIGTERM)
+        os.killpg(group, sig)
     except ProcessLookupError:
-        pass
-    return await running.proc.wait()
+        return False
+    return True
 
 
 async def initialize(running: Running) -> None:
