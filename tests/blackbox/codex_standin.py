@@ -45,7 +45,24 @@ class Code:
     source: str
 
 
-CodexTurn = Say | Code
+@dataclass(frozen=True)
+class Call:
+    """A turn in which the model calls the function tool `name` (in `namespace`, as Codex
+    groups an MCP server's tools: `mcp__<server>`) with `arguments`."""
+
+    name: str
+    arguments: dict[str, Any]
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A turn in which the model calls Codex's freeform `apply_patch` tool with `patch`."""
+
+    patch: str
+
+
+CodexTurn = Say | Code | Call | Patch
 
 
 def tool_outputs(body: dict[str, Any]) -> list[str]:
@@ -77,19 +94,42 @@ class ResponsesStandIn(ModelStandIn):
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_get("/v1/responses", self._no_websocket)
         app.router.add_route("*", "/{tail:.*}", self._anything)
         return app
 
+    async def _no_websocket(self, request: web.Request) -> web.Response:
+        """Codex first asks for the Responses API over a WebSocket (`GET /v1/responses`,
+        `Upgrade: websocket`); 426 Upgrade Required makes it use HTTPS at once, where any
+        other answer costs five reconnects (seconds) and an agent message saying it fell back."""
+        self.other_requests.append((request.method, request.path_qs))
+        return web.Response(status=426, text="websocket transport not offered")
+
     def _item(self, turn: CodexTurn, n: int) -> dict[str, Any]:
-        if isinstance(turn, Code):
+        if isinstance(turn, Code | Patch):
+            name, text = (
+                ("exec", turn.source) if isinstance(turn, Code) else ("apply_patch", turn.patch)
+            )
             return {
                 "type": "custom_tool_call",
                 "id": f"ctc_standin_{n:04d}",
                 "call_id": f"call_standin_{n:04d}",
-                "name": "exec",
-                "input": turn.source,
+                "name": name,
+                "input": text,
                 "status": "completed",
             }
+        if isinstance(turn, Call):
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_standin_{n:04d}",
+                "call_id": f"call_standin_{n:04d}",
+                "name": turn.name,
+                "arguments": json.dumps(turn.arguments),
+                "status": "completed",
+            }
+            if turn.namespace is not None:
+                item["namespace"] = turn.namespace
+            return item
         return {
             "type": "message",
             "id": f"msg_standin_{n:04d}",
