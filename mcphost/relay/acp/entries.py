@@ -10,6 +10,15 @@ Entries, tagged by `kind`: `user {lines}`, `agent {lines}`, `cognition {lines}`,
 written `"Pending"`/`"Completed"` as agentmux writes it on the wire. A `tool_call` whose
 `toolCallId` is missing is dropped (agentmux needs the id); every other kind of update is kept.
 
+One rule differs from agentmux's on purpose: agentmux completes an invocation with the *first*
+`tool_call_update` of its id, whatever it says, and turns the next ones into orphans. The real
+adapters send more than one frame per call (Claude Code's ACP adapter: the `tool_call` twice, the
+second with the input, then an update carrying only `_meta` before the one that says
+`completed`), so that rule would show the call with the wrong result and an orphan beside it.
+Here every `tool_call` and `tool_call_update` of a call id the buffer holds merges into that one
+entry (later fields over earlier ones), and the call is `Completed` once an update's `status` is
+`completed` or `failed`.
+
 Must never: do IO, read a clock, or import the SDK: it is pure, fed synchronously in frame order
 by `session.AcpSession` (the SDK runs each incoming message in its own task, so ingest happens
 where the frame is read, never in a handler task).
@@ -45,6 +54,7 @@ PRIME_POLL_SECONDS = 0.025
 
 PENDING = "Pending"
 COMPLETED = "Completed"
+TERMINAL = ("completed", "failed")  # the ACP tool call statuses that end a call
 
 _KIND_OF_CHUNK = {
     "user_message_chunk": "user",
@@ -146,7 +156,7 @@ class EntryBuffer:
         self.max_bytes = max_bytes
         self.bytes = 0  # what the entries count against max_bytes
         self._entries: deque[_Entry] = deque()
-        self._pending: dict[str, _Entry] = {}  # call id -> its Pending invocation, still held
+        self._calls: dict[str, _Entry] = {}  # call id -> its invocation, while the buffer holds it
 
     @property
     def total(self) -> int:
@@ -184,28 +194,43 @@ class EntryBuffer:
         elif kind == "tool_call":
             call_id = update.get("toolCallId")
             if isinstance(call_id, str):
+                known = self._calls.get(call_id)
+                if known is not None:  # the call again, with more of it (Claude Code sends two)
+                    self._merge(known, "invocation", update)
+                    return
                 entry = _Entry("invocation", call_id=call_id, invocation=_bounded(update))
                 self._append(entry)  # never merged, never the one evicted (the cap is >= 1)
-                self._pending[call_id] = entry
+                self._calls[call_id] = entry
         elif kind == "tool_call_update":
             self._complete(update)
         else:
             self._append(_Entry("update", text_lines(update), update_kind=kind))
 
     def _complete(self, update: dict[str, Any]) -> None:
+        """A `tool_call_update`: merged into its call's `result` by call id; the call is
+        `Completed` once an update says `completed` or `failed` (ACP's terminal statuses). An
+        update of a call the buffer does not hold (never started, or evicted) is an orphan."""
         call_id = update.get("toolCallId")
         call_id = call_id if isinstance(call_id, str) else None
-        pending = self._pending.pop(call_id, None) if call_id is not None else None
-        if pending is not None:
-            pending.status = COMPLETED
-            pending.result = _bounded(update)
-            before = pending.size
-            self.bytes += pending.measure() - before
-            self._trim()
+        known = self._calls.get(call_id) if call_id is not None else None
+        if known is not None:
+            self._merge(known, "result", update)
+            if update.get("status") in TERMINAL:
+                known.status = COMPLETED
             return
         orphan = _Entry("invocation", call_id=call_id, status=COMPLETED, invocation={})
         orphan.result = _bounded(update)
         self._append(orphan)
+
+    def _merge(self, entry: _Entry, field_name: str, update: dict[str, Any]) -> None:
+        """`update`'s fields over the entry's `invocation` or `result` (later frames add to and
+        replace what earlier ones said), its size counted again."""
+        current = getattr(entry, field_name)
+        merged = {**current, **update} if isinstance(current, dict) else update
+        setattr(entry, field_name, _bounded(merged))
+        before = entry.size
+        self.bytes += entry.measure() - before
+        self._trim()
 
     def _append(self, entry: _Entry) -> None:
         entry.measure()
@@ -237,8 +262,8 @@ class EntryBuffer:
         if self._entries:
             evicted = self._entries.popleft()
             self.bytes -= evicted.size
-            if evicted.call_id is not None and self._pending.get(evicted.call_id) is evicted:
-                del self._pending[evicted.call_id]  # its later update becomes an orphan
+            if evicted.call_id is not None and self._calls.get(evicted.call_id) is evicted:
+                del self._calls[evicted.call_id]  # its later update becomes an orphan
 
 
 def freshness(

@@ -109,7 +109,7 @@ def test_an_update_may_be_an_array_and_items_without_session_update_are_dropped(
     assert entries(buffer) == [{"kind": "agent", "lines": ["a"]}]
 
 
-def test_the_first_tool_call_update_completes_the_invocation_in_place() -> None:
+def test_updates_merge_into_the_invocation_by_call_id_until_a_terminal_status() -> None:
     buffer = EntryBuffer()
     buffer.ingest(call("c1"))
     buffer.ingest(chunk("agent_message_chunk", "working"))
@@ -120,26 +120,44 @@ def test_the_first_tool_call_update_completes_the_invocation_in_place() -> None:
         "invocation": call("c1"),
         "result": None,
     }
-    buffer.ingest(done("c1", status="in_progress"))  # whatever its status
+    buffer.ingest(done("c1", status="in_progress"))  # not terminal: still pending, merged
     first, agent = entries(buffer)
-    assert first["status"] == "Completed" and first["result"] == done("c1", "in_progress")
+    assert first["status"] == "Pending" and first["result"] == done("c1", "in_progress")
+    buffer.ingest({**done("c1", "completed"), "rawOutput": "ok"})
+    first, agent = entries(buffer)
+    assert first["status"] == "Completed"
+    assert first["result"] == {**done("c1", "completed"), "rawOutput": "ok"}
     assert agent == {"kind": "agent", "lines": ["working"]}
 
 
-def test_a_tool_call_update_with_nothing_pending_appends_an_orphan() -> None:
+def test_claude_codes_repeated_frames_make_one_completed_invocation() -> None:
+    """Claude Code's ACP adapter (0.16.2): the tool call twice (the second with its input),
+    an update with only `_meta`, then the one that completes it."""
+    buffer = EntryBuffer()
+    start = {"sessionUpdate": "tool_call", "toolCallId": "t", "rawInput": {}, "title": "Bash"}
+    buffer.ingest(start)
+    buffer.ingest({**start, "rawInput": {"command": "touch x"}, "title": "touch x"})
+    buffer.ingest({"sessionUpdate": "tool_call_update", "toolCallId": "t", "_meta": {"k": 1}})
+    buffer.ingest(done("t", "completed"))
+    [entry] = entries(buffer)
+    assert entry["status"] == "Completed"
+    assert entry["invocation"]["rawInput"] == {"command": "touch x"}
+    assert entry["result"]["status"] == "completed" and entry["result"]["_meta"] == {"k": 1}
+
+
+def test_a_tool_call_update_of_an_unknown_call_appends_an_orphan() -> None:
     buffer = EntryBuffer()
     buffer.ingest(call("c1"))
     buffer.ingest(done("c1"))
-    buffer.ingest(done("c1", "failed"))  # the second update for c1
+    buffer.ingest(done("c1", "failed"))  # a later update for c1 merges into it
     buffer.ingest(done("never-started"))
     buffer.ingest({"sessionUpdate": "tool_call_update", "status": "completed"})  # no id
-    orphans = entries(buffer)[1:]
+    first, *orphans = entries(buffer)
+    assert first["status"] == "Completed" and first["result"] == done("c1", "failed")
     assert [(o["call_id"], o["status"], o["invocation"]) for o in orphans] == [
-        ("c1", "Completed", {}),
         ("never-started", "Completed", {}),
         (None, "Completed", {}),
     ]
-    assert orphans[0]["result"] == done("c1", "failed")
 
 
 def test_invocations_never_merge_and_a_tool_call_without_an_id_is_dropped() -> None:
