@@ -252,7 +252,7 @@ function eventRow(e) {
   td(tr, "event", e.event);
   const parts = [];
   for (const [k, v] of Object.entries(e)) {
-    if (k !== "ts" && k !== "level" && k !== "event") parts.push(k + "=" + (Array.isArray(v) ? v.join(",") : v));
+    if (k !== "ts" && k !== "level" && k !== "event" && v !== null) parts.push(k + "=" + (Array.isArray(v) ? v.join(",") : v));
   }
   td(tr, "fields", parts.join("  "), "wrap");
   return tr;
@@ -290,7 +290,7 @@ tick();
 """.replace("@POLL_MS@", str(POLL_MS))
 
 _HEAD = (
-    "fleet", "state", "gen", "restarts", "fence", "pid", "up", "memory (now / peak)", "cpu",
+    "agent", "state", "gen", "restarts", "fence", "pid", "up", "memory (now / peak)", "cpu",
     "procs", "sessions", "center calls / errors", "relay queue", "last exit",
 )  # fmt: skip
 
