@@ -23,6 +23,9 @@ from tests.supervisor.chromium_harness import Chromium, chromium_missing
 from tests.supervisor.supervise_harness import REPO, Supervised, standin
 from tests.waiting import until
 
+# deep (make test-slow): a browser and a supervisor, ~20 s on two CPUs; test_page.py is make test's.
+pytestmark = pytest.mark.deep
+
 SCREENSHOT = Path(REPO) / "bench" / "results" / "fleet-page.png"
 FLEET_SECRET = "fleet-secret-0c4f9e"  # an agent's env value: the fleet file's, never the page's
 PANE_MARKER = "pane-output-5b21d7"  # what the agent prints: its log's, never the page's
