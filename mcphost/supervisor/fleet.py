@@ -44,6 +44,10 @@ checks:
   the key that asks for it (`mcphost.supervisor.plan` resolves and explains runners).
   `policy`: a relay policy id. `sandbox`: `"auto"` (default) or `"none"`.
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
+- `[page]` (optional; absent: no page): `listen = "127.0.0.1:8765"`, the read-only fleet page's
+  address (page.py), an IP literal of the loopback (`127.0.0.0/8`, `[::1]`) and a port (0: a
+  free one). Anything else is refused at load, naming `page.listen`: the page has no
+  authentication, so whoever can connect sees it.
 
 The checks of a loaded fleet against this machine (`check_users`, `check_sandbox`) are the
 plan's: `mcphost supervise` calls them after `load_fleet`, at start and at reload.
@@ -57,6 +61,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import ipaddress
 import os
 import re
 import string
@@ -86,6 +91,7 @@ from mcphost.supervisor.plan import (
     Client,
     Fleet,
     FleetSource,
+    PageConfig,
     Restart,
     Runner,
     Sandbox,
@@ -198,6 +204,34 @@ def _check_user(raw: object) -> object:
     return raw
 
 
+_LISTEN_EXPECTED = (
+    'a loopback address and port, "127.0.0.1:8765" or "[::1]:8765" (127.0.0.0/8 or ::1; port '
+    "0-65535, 0: a free one): the page has no authentication, so it never listens beyond the "
+    "machine"
+)
+
+
+def loopback_listen(raw: object) -> tuple[str, int]:
+    """`"127.0.0.1:8765"` / `"[::1]:8765"` -> (host, port); `Invalid` for anything that is not
+    an IP literal of the loopback with a port (a name such as `localhost` is refused too: what
+    it resolves to is not the file's to say)."""
+    if not isinstance(raw, str):
+        raise Invalid(_LISTEN_EXPECTED, repr(raw))
+    host, sep, port = raw.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 literal must be bracketed
+    try:
+        address = ipaddress.ip_address(host)
+        number = int(port, 10) if port.isdigit() else -1
+    except ValueError:
+        raise Invalid(_LISTEN_EXPECTED, repr(raw)) from None
+    if not sep or not address.is_loopback or not 0 <= number <= 65535:
+        raise Invalid(_LISTEN_EXPECTED, repr(raw))
+    return str(address), number
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -280,6 +314,16 @@ class CenterSection(_Section):
     poll_seconds: float = Field(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
 
 
+class PageSection(_Section):
+    listen: str = Field(description=_LISTEN_EXPECTED)
+
+    @field_validator("listen", mode="before")
+    @classmethod
+    def _loopback(cls, raw: Any) -> Any:
+        loopback_listen(raw)
+        return raw
+
+
 class FleetFile(Settings):
     """The fleet file as read (sources: flags > `MCPHOST_CENTER__*` > the file)."""
 
@@ -290,6 +334,9 @@ class FleetFile(Settings):
     )
     defaults: _Tunable = Field(_Tunable.model_validate({}), description="a [defaults] table")
     agent: tuple[AgentSection, ...] = Field((), description="[[agent]] tables")
+    page: PageSection | None = Field(
+        None, description='a [page] table with listen = "127.0.0.1:PORT"'
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -356,6 +403,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "center": CenterSection,
     "defaults": _Tunable,
     "agent": AgentSection,
+    "page": PageSection,
 }
 
 
@@ -450,7 +498,12 @@ def _unseen(problems: list[SettingError], seen: list[SettingError]) -> list[Sett
 
 def _known_keys(loc: tuple[str | int, ...]) -> str:
     """`a known key of [[agent]] (the closest: 'restart'): id, client, ...`."""
-    tables = {"center": "[center]", "defaults": "[defaults]", "agent": "[[agent]]"}
+    tables = {
+        "center": "[center]",
+        "defaults": "[defaults]",
+        "agent": "[[agent]]",
+        "page": "[page]",
+    }
     section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
     if section is AgentSection:
@@ -644,4 +697,9 @@ def load_fleet(
     )
     defaults = _defaults_of(model.defaults)
     agents = tuple(apply_defaults(defaults, agent.id, _overrides(agent)) for agent in model.agent)
-    return Fleet(path=os.path.abspath(path), center=config, agents=agents, defaults=defaults)
+    page = None
+    if model.page is not None:
+        page = PageConfig(*loopback_listen(model.page.listen))
+    return Fleet(
+        path=os.path.abspath(path), center=config, agents=agents, defaults=defaults, page=page
+    )

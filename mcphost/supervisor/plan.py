@@ -1,14 +1,14 @@
 """The plan the supervisor runs from: a frozen `Fleet` of `AgentPlan`s, every default applied.
 
-Owns: the plan types every other module of the supervisor imports (`CenterConfig`,
-`AgentDefaults`, `AgentPlan`, `Fleet`; frozen dataclasses), how a plan is made from the defaults
-and an agent's own values (`apply_defaults`), the runner an agent gets (`resolve_runner`) and
-the combinations that cannot work (`runner_problem`), the rules every plan keeps wherever it
-came from (the bundle-name bound `is_fleet_bundle`, the variables the supervisor owns
+Owns: the plan types every other module of the supervisor imports (`CenterConfig`, `AgentDefaults`,
+`AgentPlan`, `PageConfig`, `Fleet`; frozen dataclasses), how a plan is made from the defaults and an
+agent's own values (`apply_defaults`), the runner an agent gets (`resolve_runner`) and the
+combinations that cannot work (`runner_problem`), the rules every plan keeps wherever it came from
+(the bundle-name bound `is_fleet_bundle`, the variables the supervisor owns
 `RESERVED_ENV_PREFIXES`), the plans of the agents the center assigns (`plan_from_center`,
 `fleet_with_agents`), and the checks of a whole fleet against this machine (`check_sandbox`,
-`check_users`). The fleet file and its loader are `mcphost.supervisor.fleet`, above this
-module: it reads the file, then builds its `Fleet` here.
+`check_users`). The fleet file and its loader are `mcphost.supervisor.fleet`, above this module: it
+reads the file, then builds its `Fleet` here.
 
 - `runner`: `"auto"` (default), `"process"`, `"tmux"` or `"acp"`, resolved in the plan
   (`resolve_runner`) to one of the last three: `auto` is `tmux` for an interactive client (`claude`, `codex`)
@@ -165,6 +165,18 @@ class AgentPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class PageConfig:
+    """`[page]`: where the read-only fleet page listens (page.py); a loopback address only."""
+
+    host: str  # an IP literal of the loopback (127.0.0.0/8 or ::1)
+    port: int  # 0: a free port, named by the `supervisor.page_listening` event
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
 class Fleet:
     """The fleet in force. `agents` are in file order; equality is the reload contract."""
 
@@ -172,6 +184,7 @@ class Fleet:
     center: CenterConfig
     agents: tuple[AgentPlan, ...]
     defaults: AgentDefaults = AgentDefaults()
+    page: PageConfig | None = None  # `[page]`: None, the page is off (the default)
 
 
 def _tier_default(client: Client) -> bool:

@@ -14,7 +14,7 @@ the agents' locks and every change of them are reconciliation's (reconcile.py). 
 startup.py (the token and the state directory, before anything else), records.py (every
 process it runs, in the state file, so a crash leaves none behind), reach.py (the attach points
 and each agent's fence, built as the load-time checks plan them), identity.py (the identity
-roots and the one vouch rule).
+roots and the one vouch rule), and with `[page]` the read-only fleet page (page.py).
 
 Identity: a pump is served as the agent the registry vouches for. Sessions of an older
 generation are closed the moment a newer spawn registers (and when an agent exits), and the
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from mcphost.errors import ToolFailure
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.page import FleetPage
+    from mcphost.supervisor.plan import PageConfig
 
 # Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
 # the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
@@ -91,6 +93,7 @@ class Supervisor:
         self.reaper: kernel.Reaper | None = None
         self.records: ProcessRecords | None = None  # every process we run, in the state file
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
+        self.page: FleetPage | None = None  # the read-only fleet page, with `[page]` (page.py)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
 
@@ -112,8 +115,14 @@ class Supervisor:
         return self.reconciler.locks.held([agent_id])
 
     async def reload(self) -> dict[str, Any]:
-        """Re-read the fleet file and apply it (`Reconciler.reload`)."""
-        return await self.reconciler.reload()
+        """Re-read the fleet file and apply it (`Reconciler.reload`), `[page]` included."""
+        outcome = await self.reconciler.reload()
+        if self.page is None or self.fleet.page != self.page.config:
+            try:
+                await self._open_page(self.fleet.page)
+            except OSError as exc:
+                events.emit("supervisor.page_failed", level="error", error=str(exc))
+        return outcome
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -155,6 +164,16 @@ class Supervisor:
                 budgets=budgets,
             )
             await self.hubs[name].start()
+        try:
+            await self._open_page(self.fleet.page)
+        except OSError as exc:
+            assert self.fleet.page is not None
+            print(
+                f"mcphost supervise: [page] listen = {self.fleet.page.listen}: {exc}",
+                file=sys.stderr,
+            )
+            await self._shutdown()
+            return 2
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self._reload_in_background)
@@ -191,6 +210,24 @@ class Supervisor:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
         kernel-credential check is then the only gate, as it always is the real one)."""
         return 0o666 if any(a.user for a in self.fleet.agents) else 0o600
+
+    async def _open_page(self, config: PageConfig | None) -> None:
+        """The fleet page at `config` (None: none), in place of the one open; page.py is
+        imported only then. Raises `OSError` when the address cannot be bound."""
+        if self.page is not None:
+            page, self.page = self.page, None
+            await page.aclose()
+        if config is None:
+            return
+        from mcphost.supervisor.page import FleetPage
+
+        page = FleetPage(self.operations, config, started_at=self.started_at)
+        try:
+            await page.start()
+        except BaseException:
+            await page.aclose()
+            raise
+        self.page = page
 
     def _open_admin(self) -> None:
         from mcphost.admin.client import AdminClient
@@ -229,6 +266,7 @@ class Supervisor:
             task.cancel()
         if self.control is not None:
             await self.control.aclose()
+        await self._open_page(None)
         await asyncio.gather(*(slot.runner.aclose() for slot in self.slots.values()))
         if self.relay is not None:
             await self.relay.aclose()

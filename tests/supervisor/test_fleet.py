@@ -605,3 +605,23 @@ def test_an_acp_agent_runs_its_clients_adapter_or_its_own_command(tmp_path: Path
     assert os.path.basename(argv["c"][0]) == ACP_ADAPTERS["claude"] == "claude-code-acp"
     assert os.path.basename(argv["x"][0]) == ACP_ADAPTERS["codex"] == "codex-acp"
     assert argv["s"] == ["my-acp", "--stdio"]
+
+
+def test_the_page_is_off_by_default_and_listens_on_the_loopback_only(tmp_path: Path) -> None:
+    assert load_fleet(write(tmp_path, ISSUE_EXAMPLE)).page is None
+    for listen, host, port in (("127.0.0.1:8765", "127.0.0.1", 8765), ("[::1]:0", "::1", 0)):
+        page = load_fleet(write(tmp_path, ISSUE_EXAMPLE + f'[page]\nlisten = "{listen}"\n')).page
+        assert page is not None and (page.host, page.port, page.listen) == (host, port, listen)
+
+
+@pytest.mark.parametrize(
+    "listen",
+    ['"0.0.0.0:8765"', '"192.168.1.2:80"', '"localhost:8765"', '"127.0.0.1"', '"::1:80"',
+     '"127.0.0.1:65536"', '"[::]:80"', "8765"],
+)  # fmt: skip
+def test_a_page_beyond_the_loopback_is_refused_naming_the_key(tmp_path: Path, listen: str) -> None:
+    with pytest.raises(SettingError) as info:
+        load_fleet(write(tmp_path, ISSUE_EXAMPLE + f"[page]\nlisten = {listen}\n"))
+    assert info.value.code == "bad_setting"
+    assert info.value.details["variable"].endswith("fleet.toml: page.listen")
+    assert "loopback" in info.value.details["expected"]
