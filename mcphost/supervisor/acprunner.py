@@ -15,7 +15,8 @@ which the agent could rewrite) for the next spawn.
 Failures keep agentmux's codes (reference acp.md §2, §6) as the state reason:
 `runtime_acp_initialize_failed`, `runtime_acp_session_new_failed`,
 `runtime_acp_session_load_failed` (no fallback to a new session: a load that fails is reported,
-and the next spawn tries again), `runtime_startup_failed`. The runner then ends the agent's
+and the next spawn tries again), `runtime_startup_failed` (the id could not be persisted, or the
+agent could not be spawned at all). The runner then ends the agent's
 process group and the restart policy decides, with backoff and a new generation, as for every
 agent (`AgentRunner`); `validation_missing_acp_capability` (no prompt support) is permanent: the
 agent is `failed` at once, since no restart can mend it. The ACP state
@@ -69,6 +70,7 @@ SESSION_SCHEMA = 2
 FRAME_LIMIT = 16 << 20  # one JSON-RPC line from the agent at most (a session/load replay frame)
 PERMANENT = frozenset({"validation_missing_acp_capability"})
 WORKER_UNAVAILABLE = "runtime_acp_worker_unavailable"
+STARTUP_FAILED = "runtime_startup_failed"
 
 OnSession = Callable[["AcpRunner", AcpSession | None], None]
 
@@ -257,7 +259,7 @@ class AcpRunner(AgentRunner):
             self._handshake_failed(run, exc.code, exc.message)
             return
         except OSError as exc:
-            self._handshake_failed(run, "runtime_startup_failed", f"cannot persist: {exc}")
+            self._handshake_failed(run, STARTUP_FAILED, f"cannot persist: {exc}")
             return
         emit(
             "supervisor.acp_ready",
@@ -279,6 +281,10 @@ class AcpRunner(AgentRunner):
         )
         if not run.exit.done():
             killpg_quietly(run.pid, signal.SIGTERM)
+
+    def _spawn_failed(self, generation: int, reason: str) -> None:
+        self._reason_code = STARTUP_FAILED  # no process, so no session: acp.md's code for it
+        super()._spawn_failed(generation, reason)
 
     def _exit_reason(self, code: int, stopped_by_us: bool) -> str:
         if self._failure is not None and not stopped_by_us:
