@@ -344,3 +344,50 @@ def test_an_agent_that_cannot_be_spawned_is_a_startup_failure(tmp_path: Path) ->
     code = "runtime_startup_failed"
     assert out["restarts"] == 2 and out["protocol"] == ("unavailable", code), out
     assert out["idle"] == ("recovering", code), out  # between two tries
+
+
+# An ACP agent that closes its stdout at the first prompt and lives on (until a signal).
+HANGUP_AGENT = """\
+import json, os, signal, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    method = message.get("method")
+    if method == "initialize":
+        capabilities = {"loadSession": False, "promptCapabilities": {}}
+        result = {"protocolVersion": 1, "agentCapabilities": capabilities, "authMethods": []}
+    elif method == "session/new":
+        result = {"sessionId": "sess-hangup"}
+    elif method == "session/prompt":
+        sys.stdout.flush()
+        os.close(1)
+        signal.pause()
+    else:
+        continue
+    reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+    sys.stdout.write(json.dumps(reply) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+async def _connection_lost(directory: str) -> dict[str, Any]:
+    rig = Rig(directory, argv=[sys.executable, "-c", HANGUP_AGENT])
+    await rig.runner.start()
+    await until_async(rig.available, "available")
+    first = rig.runner.status()
+    session = rig.runner.session
+    assert session is not None
+    assert await session.prompt("hello") is True  # written; then the agent hangs up
+    await until_async(
+        lambda: rig.runner.status().generation != first.generation and rig.available(),
+        "the agent ended and restarted",
+    )
+    lost = rig.named("supervisor.acp_connection_lost")
+    reason = rig.runner.status().last_reason or ""
+    await rig.close()
+    return {"lost": [(e["generation"], e["code"]) for e in lost], "reason": reason}
+
+
+def test_an_agent_whose_connection_fails_while_it_lives_is_restarted(tmp_path: Path) -> None:
+    out = isolated(_connection_lost, str(tmp_path))
+    assert out["lost"] == [(1, "transport_unavailable")], out
+    assert out["reason"].startswith("killed by SIGTERM, after its ACP connection failed"), out
