@@ -123,15 +123,28 @@ class Driver:
         assert not result.get("isError"), result
         return payload(result)
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """End the driver (its stdin closed); its exit status (`ctl exec`'s)."""
         assert self.proc.stdin is not None
         self.proc.stdin.close()
-        assert self.proc.wait(timeout=60) == 0
+        return self.proc.wait(timeout=60)
 
 
 def acp_agent(*flags: str) -> list[str]:
     """The stand-in ACP agent's command, its history under the agent's home."""
     return [sys.executable, ACP_AGENT, "--history", "{home}/acp-history.jsonl", *flags]
+
+
+def write_party(sv: Supervised, b_command: list[str]) -> None:
+    """The party's fleet: A (tmux, policy lead) and B (ACP, `b_command`), always restarted."""
+    sv.write_fleet(
+        [
+            {"id": "A", "runner": "tmux", "policy": "lead", "command": inline(ECHO_AGENT, "A")},
+            {"id": "B", "runner": "acp", "command": b_command},
+        ],
+        bundle="party",
+        restart="always",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -142,14 +155,7 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
     (operator / "policies.toml").write_text(POLICIES)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-    sv.write_fleet(
-        [
-            {"id": "A", "runner": "tmux", "policy": "lead", "command": inline(ECHO_AGENT, "A")},
-            {"id": "B", "runner": "acp", "command": acp_agent()},
-        ],
-        bundle="party",
-        restart="always",
-    )
+    write_party(sv, acp_agent())
     try:
         sv.start()
         sv.wait_running("A")
@@ -166,8 +172,8 @@ def driver(party: Supervised) -> Iterator[Driver]:
     drv = Driver(party)
     try:
         yield drv
-    finally:
-        drv.close()
+    finally:  # once the supervisor stopped, ctl exec says it is gone (exit 1)
+        assert drv.close() == 0 or party.proc_exited()
 
 
 def acp_available(sv: Supervised, agent: str) -> dict[str, Any]:
@@ -442,7 +448,7 @@ def test_acp_failures_are_permanent_or_restarted(tmp_path: Path, center: DevCent
         try:
             listed = drv.ok("list", command="principals")
         finally:
-            drv.close()
+            assert drv.close() == 0
         rows = {p["id"]: p for b in listed["bundles"] for p in b["principals"]}
         np = rows["np@broken"]
         assert (np["transport"], np["ready"], np["state"]) == ("acp", False, "unavailable"), np
@@ -455,3 +461,39 @@ def test_acp_failures_are_permanent_or_restarted(tmp_path: Path, center: DevCent
     finally:
         sv.close()
         shutil.rmtree(sv.state, ignore_errors=True)
+
+
+def test_a_reload_that_changes_b_restarts_it_into_its_session(
+    party: Supervised, driver: Driver
+) -> None:
+    sv, drv = party, driver
+    row = until(lambda: acp_available(sv, "B"), 60, "B available")
+    persisted = read_session_id(str(sv.state / ACP_DIR / "B.json"))
+    write_party(sv, acp_agent("--fail", "no/such-method"))  # B's command changed
+    sv.ctl("reload")
+    again = until(available_after(sv, "B", row["generation"]), 60, "B restarted by the reload")
+    assert read_session_id(str(sv.state / ACP_DIR / "B.json")) == persisted, again
+    b = member(drv.ok("list", command="principals"), "B@party")
+    assert (b["ready"], b["state"]) == (True, "available"), b
+    marker = uuid.uuid4().hex[:8]
+    drv.ok("send", targets=["B"], message=f"reloaded {marker}")
+    until(
+        lambda: any(marker in said(e) for e in entries(drv, lines=200) if e["kind"] == "agent"),
+        60,
+        "the reloaded B's echo",
+    )
+
+
+def test_zz_the_supervisor_stops_with_a_choice_and_a_send_pending(
+    party: Supervised, driver: Driver
+) -> None:
+    """Last of the module (it stops the shared supervisor): B waits for a decision and another
+    send waits behind its turn; SIGTERM still ends everything, with exit 0."""
+    sv, drv = party, driver
+    until(lambda: acp_available(sv, "B"), 60, "B available")
+    drv.ok("send", targets=["B"], message="ACP-ASK: write file at shutdown")
+    until(lambda: pending_for(drv, "B@party"), 60, "B's permission request")
+    drv.ok("send", targets=["B"], message="never taken")
+    pid = inner(sv.status()["B"]["pid"])
+    assert sv.terminate() == 0, sv.stderr()[-3000:]
+    until(lambda: not Path(f"/proc/{pid}").exists(), 60, "B's process gone")
