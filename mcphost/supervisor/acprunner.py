@@ -267,6 +267,7 @@ class AcpRunner(AgentRunner):
             or not handshake.done()
             or self._lost is not None
             or run.exit.done()
+            or not self._want  # being stopped: the connection closes with the process
         ):
             return
         self._lost = (code or WORKER_UNAVAILABLE, session.state_reason or "the connection failed")
@@ -341,7 +342,9 @@ class AcpRunner(AgentRunner):
         session, self.session = self.session, None
         if session is not None:
             await session.close()
-            if self._reason_code is None:
+            if not self._want:  # stopped: nothing failed, whatever the closing pipes said
+                self._reason_code = WORKER_UNAVAILABLE
+            elif self._reason_code is None:
                 self._reason_code = session.state_reason_code
         self._notify(None)
 
