@@ -391,8 +391,15 @@ def test_a_stopped_acp_member_is_unready_and_resumes_when_started(
     sv, drv = party, driver
     row = until(lambda: acp_available(sv, "B"), 60, "B available")
     persisted = read_session_id(str(sv.state / ACP_DIR / "B.json"))
+    drv.ok("send", targets=["B"], message="ACP-SLOW")  # stopped mid-turn
+    until(row_when(sv, "B", protocol_state="busy"), 60, "B busy")
+    lost = len([e for e in sv.events() if e.get("event") == "supervisor.acp_connection_lost"])
     sv.ctl("stop", "B")
     stopped = sv.status()["B"]
+    # its connection closed with its process: a stop, not a failure to recover from
+    assert lost == len(
+        [e for e in sv.events() if e.get("event") == "supervisor.acp_connection_lost"]
+    )
     assert stopped["state"] == "stopped" and stopped["protocol_state"] == "unavailable", stopped
     b = member(drv.ok("list", command="principals"), "B@party")
     assert (b["ready"], b["state"]) == (False, "unavailable"), b
@@ -497,3 +504,7 @@ def test_zz_the_supervisor_stops_with_a_choice_and_a_send_pending(
     pid = inner(sv.status()["B"]["pid"])
     assert sv.terminate() == 0, sv.stderr()[-3000:]
     until(lambda: not Path(f"/proc/{pid}").exists(), 60, "B's process gone")
+    names = [e.get("event") for e in sv.events(this_run=True)]
+    stopping = names.index("supervisor.stopping")
+    # B's connection closed with its process: a stop, not a failure to recover from
+    assert "supervisor.acp_connection_lost" not in names[stopping:], names[stopping:]
