@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -38,8 +37,8 @@ import pytest
 
 from mcphost.supervisor.acprunner import ACP_DIR, read_session_id
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised, inline, inner
-from tests.supervisor.test_relayhost import ECHO_AGENT, payload
+from tests.supervisor.supervise_harness import RelayDriver, Supervised, inline, inner
+from tests.supervisor.test_relayhost import ECHO_AGENT
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -68,66 +67,6 @@ choose = "home"
 """
 
 # Runs inside agent A (ctl exec): the SDK client on A's agentmux entry; each line of stdin is one
-# tool call {"tool", "args"}, answered by one line of stdout (the result, or the relay's refusal).
-DRIVER = """\
-import asyncio, json, sys
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import MCPError as McpError
-
-async def main():
-    entry = json.load(open(sys.argv[1]))["mcpServers"]["agentmux"]
-    params = StdioServerParameters(
-        command=entry["command"], args=entry.get("args", []), env=entry.get("env")
-    )
-    loop = asyncio.get_running_loop()
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            while line := await loop.run_in_executor(None, sys.stdin.readline):
-                op = json.loads(line)
-                try:
-                    result = await session.call_tool(op["tool"], op.get("args", {}))
-                    out = result.model_dump(mode="json", by_alias=True)
-                except McpError as exc:  # a relay refusal is a JSON-RPC error
-                    out = {"isError": True, "error": exc.error.model_dump()}
-                print(json.dumps(out), flush=True)
-
-asyncio.run(main())
-"""
-
-
-class Driver:
-    """A's relay tools, from inside A: one `ctl exec A` process for the whole test."""
-
-    def __init__(self, sv: Supervised) -> None:
-        config = sv.state / "agents" / "A" / "mcp.json"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mcphost", "ctl", "--state", str(sv.state), "exec", "A", "--",
-             sys.executable, "-c", DRIVER, str(config)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=sv.env(),
-        )  # fmt: skip
-
-    def call(self, tool: str, **args: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"tool": tool, "args": args}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, f"the driver ended: {self.proc.wait()}"
-        result: dict[str, Any] = json.loads(line)
-        return result
-
-    def ok(self, tool: str, **args: Any) -> dict[str, Any]:
-        """The call's structured result; it must not be an error."""
-        result = self.call(tool, **args)
-        assert not result.get("isError"), result
-        return payload(result)
-
-    def close(self) -> int:
-        """End the driver (its stdin closed); its exit status (`ctl exec`'s)."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        return self.proc.wait(timeout=60)
 
 
 def acp_agent(*flags: str) -> list[str]:
@@ -168,8 +107,8 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
 
 
 @pytest.fixture(scope="module")
-def driver(party: Supervised) -> Iterator[Driver]:
-    drv = Driver(party)
+def driver(party: Supervised) -> Iterator[RelayDriver]:
+    drv = RelayDriver(party, "A")
     try:
         yield drv
     finally:  # once the supervisor stopped, ctl exec says it is gone (exit 1)
@@ -206,12 +145,12 @@ def member(listed: dict[str, Any], principal: str) -> dict[str, Any]:
     return next(p for p in bundles["party"]["principals"] if p["id"] == principal)
 
 
-def pending_for(drv: Driver, target: str) -> list[dict[str, Any]]:
+def pending_for(drv: RelayDriver, target: str) -> list[dict[str, Any]]:
     pending = drv.ok("list", command="decisions")["pending_requests"]
     return [p for p in pending if p["target_session"] == target]
 
 
-def entries(drv: Driver, target: str = "B@party", **args: Any) -> list[dict[str, Any]]:
+def entries(drv: RelayDriver, target: str = "B@party", **args: Any) -> list[dict[str, Any]]:
     look = drv.ok("look", target_session=target, **args)
     assert look["snapshot_format"] == "structured_entries_v1", look
     result: list[dict[str, Any]] = look["snapshot_entries"]
@@ -227,7 +166,7 @@ def agent_said(turn: list[dict[str, Any]], line: str) -> bool:
     return any(e["kind"] == "agent" and line in (e.get("lines") or []) for e in turn)
 
 
-def turn_with(drv: Driver, marker: str, outcome: str, option_id: str | None) -> list[dict]:
+def turn_with(drv: RelayDriver, marker: str, outcome: str, option_id: str | None) -> list[dict]:
     """Send B a task (marked) that calls the center tool and asks permission; decide it as
     `outcome`; B's entries once its turn said so."""
     task = f"task {marker}\nACP-MCP: {CENTER_TOOL} {{}}\nACP-ASK: write file {marker}"
@@ -264,7 +203,7 @@ def turn_with(drv: Driver, marker: str, outcome: str, option_id: str | None) -> 
 
 
 def test_an_acp_member_takes_a_task_asks_and_is_answered(
-    party: Supervised, driver: Driver, center: DevCenter
+    party: Supervised, driver: RelayDriver, center: DevCenter
 ) -> None:
     sv, drv = party, driver
     # ctl status: B runs, its ACP session available (the table and the --json row)
@@ -295,7 +234,9 @@ def test_an_acp_member_takes_a_task_asks_and_is_answered(
     assert agent_said(turn, "selected:allow"), turn
 
 
-def test_a_cancelled_choice_is_a_refusal_in_the_turn(party: Supervised, driver: Driver) -> None:
+def test_a_cancelled_choice_is_a_refusal_in_the_turn(
+    party: Supervised, driver: RelayDriver
+) -> None:
     turn = turn_with(driver, uuid.uuid4().hex[:8], "cancelled", None)
     (call,) = [e for e in turn if e["kind"] == "invocation"]
     # the call is over (agentmux's status), its result the stand-in's refusal: failed
@@ -303,7 +244,7 @@ def test_a_cancelled_choice_is_a_refusal_in_the_turn(party: Supervised, driver: 
     assert agent_said(turn, "cancelled"), turn
 
 
-def test_a_killed_acp_agent_resumes_its_session(party: Supervised, driver: Driver) -> None:
+def test_a_killed_acp_agent_resumes_its_session(party: Supervised, driver: RelayDriver) -> None:
     sv, drv = party, driver
     marker = uuid.uuid4().hex[:8]
     drv.ok("send", targets=["B"], message=f"remember {marker}")
@@ -347,7 +288,7 @@ def test_a_killed_acp_agent_resumes_its_session(party: Supervised, driver: Drive
 
 
 def test_an_agent_dying_mid_turn_takes_its_choice_and_says_why(
-    party: Supervised, driver: Driver
+    party: Supervised, driver: RelayDriver
 ) -> None:
     sv, drv = party, driver
     row = until(lambda: acp_available(sv, "B"), 60, "B available")
@@ -386,7 +327,7 @@ def test_exec_in_b_and_b_holds_no_secret(party: Supervised) -> None:
 
 
 def test_a_stopped_acp_member_is_unready_and_resumes_when_started(
-    party: Supervised, driver: Driver
+    party: Supervised, driver: RelayDriver
 ) -> None:
     sv, drv = party, driver
     row = until(lambda: acp_available(sv, "B"), 60, "B available")
@@ -451,7 +392,7 @@ def test_acp_failures_are_permanent_or_restarted(tmp_path: Path, center: DevCent
         table = sv.ctl("status").stdout
         assert "validation_missing_acp_capability" in table, table
         # the relay's list, from A: the broken members, not ready, with their codes
-        drv = Driver(sv)
+        drv = RelayDriver(sv, "A")
         try:
             listed = drv.ok("list", command="principals")
         finally:
@@ -471,7 +412,7 @@ def test_acp_failures_are_permanent_or_restarted(tmp_path: Path, center: DevCent
 
 
 def test_a_reload_that_changes_b_restarts_it_into_its_session(
-    party: Supervised, driver: Driver
+    party: Supervised, driver: RelayDriver
 ) -> None:
     sv, drv = party, driver
     row = until(lambda: acp_available(sv, "B"), 60, "B available")
@@ -492,7 +433,7 @@ def test_a_reload_that_changes_b_restarts_it_into_its_session(
 
 
 def test_zz_the_supervisor_stops_with_a_choice_and_a_send_pending(
-    party: Supervised, driver: Driver
+    party: Supervised, driver: RelayDriver
 ) -> None:
     """Last of the module (it stops the shared supervisor): B waits for a decision and another
     send waits behind its turn; SIGTERM still ends everything, with exit 0."""
