@@ -27,6 +27,8 @@ checks:
   absolute path is not shown, it may be the token), `runtime_socket` (absolute, optional),
   `fleet = "file" | "center"`, `poll_seconds`. With `fleet = "center"` the file has no
   `[[agent]]`: the center assigns them (the plan's `plan_from_center`, `fleet_with_agents`).
+- `[metrics]` (optional; without it no endpoint): `listen`, a loopback `host:port` or
+  `unix:/abs.sock` (`plan.parse_listen`); a non-loopback address is refused here, never bound.
 - agent ids: `mcphost.names.AGENT_ID` (a directory name and an `AC_MCP_AGENT_ID`), unique (a
   duplicate names both entries); with a bundle also a relay session id (the relay tools speak
   for the session named after the agent).
@@ -80,6 +82,7 @@ from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, i
 from mcphost.settings import Invalid, SettingError, Settings
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
+    LISTEN_EXPECTED,
     RESERVED_ENV_PREFIXES,
     AgentDefaults,
     CenterConfig,
@@ -92,6 +95,7 @@ from mcphost.supervisor.plan import (
     apply_defaults,
     clipped,
     is_fleet_bundle,
+    parse_listen,
     raise_all,
     runner_problem,
 )
@@ -280,6 +284,23 @@ class CenterSection(_Section):
     poll_seconds: float = Field(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
 
 
+def _check_listen(raw: object) -> object:
+    if isinstance(raw, str):
+        try:
+            parse_listen(raw)
+        except ValueError:
+            raise Invalid(LISTEN_EXPECTED, clipped(raw)) from None
+    return raw
+
+
+class MetricsSection(_Section):
+    """`[metrics]`: the Prometheus endpoint (off without the table)."""
+
+    listen: str = Field(description=LISTEN_EXPECTED)
+
+    _listen = field_validator("listen", mode="before")(_check_listen)
+
+
 class FleetFile(Settings):
     """The fleet file as read (sources: flags > `MCPHOST_CENTER__*` > the file)."""
 
@@ -290,6 +311,9 @@ class FleetFile(Settings):
     )
     defaults: _Tunable = Field(_Tunable.model_validate({}), description="a [defaults] table")
     agent: tuple[AgentSection, ...] = Field((), description="[[agent]] tables")
+    metrics: MetricsSection | None = Field(
+        None, description="a [metrics] table with listen (the Prometheus endpoint; off without it)"
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -356,6 +380,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "center": CenterSection,
     "defaults": _Tunable,
     "agent": AgentSection,
+    "metrics": MetricsSection,
 }
 
 
@@ -450,7 +475,12 @@ def _unseen(problems: list[SettingError], seen: list[SettingError]) -> list[Sett
 
 def _known_keys(loc: tuple[str | int, ...]) -> str:
     """`a known key of [[agent]] (the closest: 'restart'): id, client, ...`."""
-    tables = {"center": "[center]", "defaults": "[defaults]", "agent": "[[agent]]"}
+    tables = {
+        "center": "[center]",
+        "defaults": "[defaults]",
+        "agent": "[[agent]]",
+        "metrics": "[metrics]",
+    }
     section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
     if section is AgentSection:
@@ -644,4 +674,10 @@ def load_fleet(
     )
     defaults = _defaults_of(model.defaults)
     agents = tuple(apply_defaults(defaults, agent.id, _overrides(agent)) for agent in model.agent)
-    return Fleet(path=os.path.abspath(path), center=config, agents=agents, defaults=defaults)
+    return Fleet(
+        path=os.path.abspath(path),
+        center=config,
+        agents=agents,
+        defaults=defaults,
+        metrics=parse_listen(model.metrics.listen) if model.metrics is not None else None,
+    )
