@@ -14,7 +14,10 @@ binding and closes them in `aclose()`. Under the supervisor, one pooled, pinned 
 by every agent's surface: passed in as `admin=` (and `runtime=`), it is used and never closed
 here (its owner closes it); identity still comes from this surface's binding, through its
 `RequestBuilder`, never from the client. The owner may also pass `on_failure`, told of every
-failure a call returns (the supervisor learns there that the center fenced a generation).
+failure a call returns (the supervisor learns there that the center fenced a generation), and
+`on_call`, told of every call's end: the catalog's tool name (`unknown` for any other name: a
+name the client chose never reaches it), its outcome (`ok` or the failure's code) and its
+seconds (the supervisor's metrics).
 
 Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
 client that ignores `tools/list_changed` still reaches what `search_tools` found.
@@ -86,14 +89,17 @@ class HostSurface:
         runtime: AdminClient | None = None,
         workspace: HeldRoot | None = None,
         on_failure: Callable[[ToolFailure], None] | None = None,
+        on_call: Callable[[str, str, float], None] | None = None,
     ) -> None:
         """`admin`/`runtime`: shared clients owned by the caller (used, never closed here);
         without them the surface opens its own from the binding and closes them itself.
         `workspace`: the root to serve the file tools beneath, handed over (closed with the
         surface); without it the surface opens `binding.agent_root` now.
-        `on_failure`: called with each failure a call returns, before it is returned."""
+        `on_failure`: called with each failure a call returns, before it is returned.
+        `on_call`: called as each call ends with (tool, outcome, seconds) (module doc)."""
         self.binding = binding
         self.on_failure = on_failure
+        self.on_call = on_call
         self.catalog = {decl.name: decl for decl in catalog}
         self.list_changed = binding.tier_tools
         self.loaded: set[str] = set()
@@ -178,7 +184,15 @@ class HostSurface:
                 status=failure.status,
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
+            if self.on_call is not None:
+                self.on_call(
+                    "unknown" if decl is None else name,
+                    failure.code,
+                    time.perf_counter() - started,
+                )
             return failure_result(failure)
+        if self.on_call is not None:
+            self.on_call(name, "ok", time.perf_counter() - started)
         if events.enabled("debug"):
             events.emit(
                 "mcp.tool.ok",

@@ -4,7 +4,8 @@ Owns: each hub's `identify` (`identifier`: the kernel's word through `Identities
 this surface's bounds: at most `MAX_SESSIONS_PER_AGENT` sessions per agent, relay tools only for
 an agent with a bundle) and `surface_for` (`factory`): the center tools (`HostSurface`, on the
 supervisor's one shared admin client, the file tools rooted at a duplicate of the held
-workspace, and the agent's id and generation) and the relay tools (`RelayToolsSurface`); the
+workspace, the agent's id and generation, and the supervisor's `on_center_call`, told of every
+call's tool, outcome and time: the metrics) and the relay tools (`RelayToolsSurface`); the
 one relay connection each agent generation's relay tools sessions share (the relay allows one
 per principal: opened with the first session, closed with the last, when the generation ends
 or when the agent leaves); closing the sessions of a generation that ended (`close_older`) or
@@ -70,6 +71,8 @@ class Supervised(Protocol):
     def runtime(self) -> AdminClient | None: ...
     @property
     def relay(self) -> RelayHost | None: ...
+    @property
+    def on_center_call(self) -> Callable[[str, str, str, float], None] | None: ...
     @property
     def env(self) -> Mapping[str, str]: ...
     def spawn(self, coro: Awaitable[Any]) -> None: ...
@@ -148,12 +151,16 @@ class Surfaces:
         )
         agent_id = slot.plan.agent_id
         workspace = HeldRoot(binding, slot.workspace.dup())
+        observe = supervisor.on_center_call
         return HostSurface(
             binding,
             admin=supervisor.admin,
             runtime=supervisor.runtime,
             workspace=workspace,
             on_failure=lambda failure: self._center_failed(agent_id, generation, failure),
+            on_call=None
+            if observe is None
+            else lambda tool, outcome, seconds: observe(agent_id, tool, outcome, seconds),
         )
 
     def _center_failed(self, agent_id: str, generation: int, failure: ToolFailure) -> None:
