@@ -8,7 +8,7 @@ Owns: what is exposed and under which names (`NAMES`, docs/operations.md "Metric
   usage figures a row carries (`row["usage"]`: memory, CPU, processes; a figure that is None or
   absent is left out, never shown as 0);
 - the center's health (`mcphost_center_up`) from the same status;
-- the center calls, counted where every one ends (`HostSurface.on_call`, through the
+- the center calls, counted where every one ends (`HostSurface.on_done`, through the
   supervisor's `on_center_call`): by catalog tool and outcome (`ok` or the failure's code), with
   a latency histogram by tool;
 - the relay's deliveries by outcome and its queue depth (`RelayFigures`, read at scrape time);
@@ -187,7 +187,7 @@ class Metrics:
         self.last_scrape_seconds = 0.0
 
     def center_call(self, agent_id: str, tool: str, outcome: str, seconds: float) -> None:
-        """One center call ended (`HostSurface.on_call`; the agent is not a label here)."""
+        """One center call ended (`HostSurface.on_done`; the agent is not a label here)."""
         self.calls.labels(tool, outcome_label(outcome)).inc()
         self.latency.labels(tool).observe(seconds)
 

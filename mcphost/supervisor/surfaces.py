@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events, peer
@@ -151,17 +152,20 @@ class Surfaces:
         )
         agent_id = slot.plan.agent_id
         workspace = HeldRoot(binding, slot.workspace.dup())
-        observe = supervisor.on_center_call
         return HostSurface(
             binding,
             admin=supervisor.admin,
             runtime=supervisor.runtime,
             workspace=workspace,
             on_failure=lambda failure: self._center_failed(agent_id, generation, failure),
-            on_call=None
-            if observe is None
-            else lambda tool, outcome, seconds: observe(agent_id, tool, outcome, seconds),
+            on_done=partial(self._call_done, agent_id),
         )
+
+    def _call_done(self, agent_id: str, tool: str, outcome: str, seconds: float) -> None:
+        """A center call of `agent_id` ended (`HostSurface.on_done`): told to the metrics."""
+        observe = self.supervisor.on_center_call
+        if observe is not None:
+            observe(agent_id, tool, outcome, seconds)
 
     def _center_failed(self, agent_id: str, generation: int, failure: ToolFailure) -> None:
         """A call of `agent_id`'s session (of `generation`) failed: if the center fenced that
