@@ -27,6 +27,8 @@ checks:
   absolute path is not shown, it may be the token), `runtime_socket` (absolute, optional),
   `fleet = "file" | "center"`, `poll_seconds`. With `fleet = "center"` the file has no
   `[[agent]]`: the center assigns them (the plan's `plan_from_center`, `fleet_with_agents`).
+- `[metrics]` (optional; without it no endpoint): `listen`, a loopback `host:port` or
+  `unix:/abs.sock` (`plan.parse_listen`); a non-loopback address is refused here, never bound.
 - agent ids: `mcphost.names.AGENT_ID` (a directory name and an `AC_MCP_AGENT_ID`), unique (a
   duplicate names both entries); with a bundle also a relay session id (the relay tools speak
   for the session named after the agent).
@@ -85,6 +87,7 @@ from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, i
 from mcphost.settings import Invalid, SettingError, Settings
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
+    LISTEN_EXPECTED,
     RESERVED_ENV_PREFIXES,
     AgentDefaults,
     CenterConfig,
@@ -98,6 +101,7 @@ from mcphost.supervisor.plan import (
     apply_defaults,
     clipped,
     is_fleet_bundle,
+    parse_listen,
     raise_all,
     runner_problem,
 )
@@ -324,6 +328,23 @@ class PageSection(_Section):
         return raw
 
 
+def _check_listen(raw: object) -> object:
+    if isinstance(raw, str):
+        try:
+            parse_listen(raw)
+        except ValueError:
+            raise Invalid(LISTEN_EXPECTED, clipped(raw)) from None
+    return raw
+
+
+class MetricsSection(_Section):
+    """`[metrics]`: the Prometheus endpoint (off without the table)."""
+
+    listen: str = Field(description=LISTEN_EXPECTED)
+
+    _listen = field_validator("listen", mode="before")(_check_listen)
+
+
 class FleetFile(Settings):
     """The fleet file as read (sources: flags > `MCPHOST_CENTER__*` > the file)."""
 
@@ -336,6 +357,9 @@ class FleetFile(Settings):
     agent: tuple[AgentSection, ...] = Field((), description="[[agent]] tables")
     page: PageSection | None = Field(
         None, description='a [page] table with listen = "127.0.0.1:PORT"'
+    )
+    metrics: MetricsSection | None = Field(
+        None, description="a [metrics] table with listen (the Prometheus endpoint; off without it)"
     )
 
     @model_validator(mode="wrap")
@@ -404,6 +428,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "defaults": _Tunable,
     "agent": AgentSection,
     "page": PageSection,
+    "metrics": MetricsSection,
 }
 
 
@@ -503,6 +528,7 @@ def _known_keys(loc: tuple[str | int, ...]) -> str:
         "defaults": "[defaults]",
         "agent": "[[agent]]",
         "page": "[page]",
+        "metrics": "[metrics]",
     }
     section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
@@ -701,5 +727,10 @@ def load_fleet(
     if model.page is not None:
         page = PageConfig(*loopback_listen(model.page.listen))
     return Fleet(
-        path=os.path.abspath(path), center=config, agents=agents, defaults=defaults, page=page
+        path=os.path.abspath(path),
+        center=config,
+        agents=agents,
+        defaults=defaults,
+        page=page,
+        metrics=parse_listen(model.metrics.listen) if model.metrics is not None else None,
     )

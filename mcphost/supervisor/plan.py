@@ -177,14 +177,72 @@ class PageConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Listen:
+    """Where the supervisor serves an operator's read-only HTTP endpoint (`[metrics] listen`):
+    a loopback `host` and `port`, or a Unix socket `path` (then host and port are None)."""
+
+    host: str | None = None
+    port: int | None = None
+    path: str | None = None
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        return (
+            f"[{self.host}]:{self.port}" if ":" in (self.host or "") else f"{self.host}:{self.port}"
+        )
+
+
+LISTEN_EXPECTED = (
+    'a loopback address and port ("127.0.0.1:9464", "[::1]:9464", "localhost:9464") or a Unix '
+    'socket ("unix:/absolute/path.sock", at most 107 bytes); never a non-loopback address: the '
+    "endpoint has no authentication"
+)
+_SUN_PATH_MAX = 107  # mcphost.unixsock.SUN_PATH_MAX (the plan imports none of the sockets)
+
+
+def parse_listen(text: str) -> Listen:
+    """`[metrics] listen` as a `Listen`; ValueError (LISTEN_EXPECTED) for anything else,
+    a non-loopback address included (refused at load, never bound)."""
+    import ipaddress
+
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if (
+            not path.startswith("/")
+            or "\0" in path
+            or path.endswith("/")
+            or len(os.fsencode(path)) > _SUN_PATH_MAX
+        ):
+            raise ValueError(LISTEN_EXPECTED)
+        return Listen(path=os.path.normpath(path))
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(LISTEN_EXPECTED)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(LISTEN_EXPECTED)
+    return Listen(host=host, port=int(port_text))
+
+
+@dataclass(frozen=True, slots=True)
 class Fleet:
-    """The fleet in force. `agents` are in file order; equality is the reload contract."""
+    """The fleet in force. `agents` are in file order; equality is the reload contract.
+    `metrics`: where `/metrics` is served (None: off, the default); read at start."""
 
     path: str
     center: CenterConfig
     agents: tuple[AgentPlan, ...]
     defaults: AgentDefaults = AgentDefaults()
     page: PageConfig | None = None  # `[page]`: None, the page is off (the default)
+    metrics: Listen | None = None
 
 
 def _tier_default(client: Client) -> bool:

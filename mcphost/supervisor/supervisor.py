@@ -7,7 +7,8 @@ token a reload swaps for the next call of every session; centerhealth.py: the ce
 in `ctl status`), the two attach hubs (center tools, relay tools: sessions.py, served as
 surfaces.py builds them), the control socket (operations.py: what `mcphost ctl` asks), the
 relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
-signals (SIGHUP reloads), and what follows an agent's generations: a spawn registers its
+signals (SIGHUP reloads), the metrics endpoint when `[metrics]` asks for one (metrics.py,
+imported only then), and what follows an agent's generations: a spawn registers its
 process as the agent's only root at that generation (`Identities.spawned`) and ends the older
 generation's sessions and `ctl exec` commands, as its exit does. The fleet in force, its slots,
 the agents' locks and every change of them are reconciliation's (reconcile.py). Beside it:
@@ -34,7 +35,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcphost import events
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from mcphost.errors import ToolFailure
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.metrics import MetricsServer, RelayFigures
     from mcphost.supervisor.page import FleetPage
     from mcphost.supervisor.plan import PageConfig
 
@@ -94,6 +96,10 @@ class Supervisor:
         self.records: ProcessRecords | None = None  # every process we run, in the state file
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
         self.page: FleetPage | None = None  # the read-only fleet page, with `[page]` (page.py)
+        # `[metrics]` (metrics.py, imported only then): the endpoint, and every center call's
+        # end told to it (surfaces.py hands this to each center session; None: nobody listens)
+        self.metrics: MetricsServer | None = None
+        self.on_center_call: Callable[[str, str, str, float], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
 
@@ -154,6 +160,9 @@ class Supervisor:
             self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
         )
         await self.control.start()
+        if self.fleet.metrics is not None and not await self._serve_metrics():
+            await self._shutdown()
+            return 2
         budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
@@ -200,6 +209,34 @@ class Supervisor:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    async def _serve_metrics(self) -> bool:
+        """Serve `[metrics]` (read at start: a reload keeps the endpoint it found); False (the
+        line printed) when its address cannot be served."""
+        from mcphost.supervisor.metrics import Metrics, MetricsBindError, MetricsServer
+
+        listen = self.fleet.metrics
+        assert listen is not None
+        metrics = Metrics(self.operations.status, self._relay_figures)
+        server = MetricsServer(metrics, listen)
+        try:
+            await server.start()
+        except MetricsBindError as exc:
+            print(f"mcphost supervise: {exc.line}", file=sys.stderr)
+            return False
+        self.metrics, self.on_center_call = server, metrics.center_call
+        events.emit("supervisor.metrics_serving", listen=str(listen))
+        return True
+
+    def _relay_figures(self) -> RelayFigures | None:
+        """The relay's deliveries by outcome and its queue now (None: no relay served)."""
+        from mcphost.supervisor.metrics import RelayFigures
+
+        behaviour = self.relay.behaviour if self.relay is not None else None
+        if behaviour is None:
+            return None
+        state = behaviour.state
+        return RelayFigures(outcomes=state.outcome_counts, queued=state.queue_bounds.count)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -267,6 +304,8 @@ class Supervisor:
         if self.control is not None:
             await self.control.aclose()
         await self._open_page(None)
+        if self.metrics is not None:
+            await self.metrics.aclose()
         await asyncio.gather(*(slot.runner.aclose() for slot in self.slots.values()))
         if self.relay is not None:
             await self.relay.aclose()
