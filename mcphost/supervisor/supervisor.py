@@ -174,6 +174,7 @@ class Supervisor:
         if self.fleet.center.fleet == "center":
             self.spawn(self.reconciler.poll_center())
         self.spawn(self.records.watch_adopted())
+        self.spawn(self.operations.sample_usage_forever())  # the agents' memory peaks
         events.emit("supervisor.ready", agents=sorted(self.slots))
         await self.stopping.wait()
         await self._shutdown()
