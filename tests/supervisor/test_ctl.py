@@ -333,7 +333,7 @@ def test_no_supervisor_exits_3_naming_the_socket(state: Path) -> None:
         # the choices, cleanly, whatever the value holds; the closest one when one is close
         (
             ("--state", "/x", "x (choose from acat_secret"),
-            "invalid choice (value not shown; choose from status, start, stop, restart, reload, "
+            "invalid choice (value not shown; choose from status, top, start, stop, restart, reload, "
             "logs, exec)\n",
         ),
         (("--state", "/x", "stauts"), "(value not shown; did you mean 'status'? choose from sta"),
