@@ -5,7 +5,7 @@ the fleet, read an agent's log, or run a command as an agent.
     mcphost ctl --state DIR status --watch [--sort cpu|mem] [--interval S]   (= ctl top)
     mcphost ctl --state DIR start|stop|restart AGENT
     mcphost ctl --state DIR reload
-    mcphost ctl --state DIR logs AGENT [--follow] [-n N] [--raw | --escape]
+    mcphost ctl --state DIR logs AGENT|--supervisor [--follow] [-n N] [--raw | --escape]
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
@@ -21,7 +21,8 @@ waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not 
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
 A refusal before CMD started (`agent_not_running`, `unknown_agent`, ...) exits 1 as above.
 
-`logs` prints an agent's output, which the agent chose: to a terminal, control characters are
+`logs --supervisor` prints the supervisor's own events (JSON lines, journal.py). `logs` prints
+an agent's output, which the agent chose: to a terminal, control characters are
 made visible (`escape_controls`: ESC as `^[`, so an OSC 52 clipboard write or a screen clear
 is shown, not executed); to a pipe or file, the text is written as it is. `--raw` and
 `--escape` force one or the other.
@@ -161,8 +162,15 @@ def _parser() -> Parser:
         one = sub.add_parser(name, parents=[common], help=text)
         one.add_argument("agent", metavar="AGENT")
     sub.add_parser("reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)")
-    logs = sub.add_parser("logs", parents=[common], help="an agent's output (its log's tail)")
-    logs.add_argument("agent", metavar="AGENT")
+    logs = sub.add_parser(
+        "logs", parents=[common], help="an agent's output (its log's tail), or the supervisor's"
+    )
+    logs.add_argument("agent", metavar="AGENT", nargs="?")
+    logs.add_argument(
+        "--supervisor",
+        action="store_true",
+        help="the supervisor's own events (<state>/logs/supervisor.log) instead of an agent's",
+    )
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     logs.add_argument(
         "-n",
@@ -604,6 +612,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             args.argv = [*args.argv, *argv[cut + 1 if not args.argv else cut :]]
             return _checked_exec(parser, args)
     args = parser.parse_args(argv)
+    if args.command == "logs" and (args.agent is None) == (not args.supervisor):
+        parser.error("logs needs an AGENT or --supervisor (one of them)")
     return _checked_exec(parser, args) if args.command == "exec" else args
 
 

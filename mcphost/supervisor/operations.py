@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.homes import HeldWorkspace, Home, agent_env
+from mcphost.supervisor.homes import LOGS, HeldWorkspace, Home, agent_env
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 from mcphost.supervisor.usage import Peaks, ProcTable, agent_usage, usage_json
@@ -95,6 +96,8 @@ class Supervised(Protocol):
     def env(self) -> Mapping[str, str]: ...
     @property
     def identities(self) -> Identities: ...
+    @property
+    def state_dir(self) -> str: ...
     @property
     def surfaces(self) -> CenterCalls: ...
     @property
@@ -247,10 +250,21 @@ class Operations:
                 "generation": status.generation,
             }
 
-    async def logs(self, agent_id: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+    async def logs(self, agent_id: str | None, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        """The agent's log (its pane's screen after it, for a tmux agent); `agent_id` None: the
+        supervisor's own events (journal.py)."""
         from mcphost.supervisor.logs import follow as follow_log
         from mcphost.supervisor.logs import tail
 
+        if agent_id is None:
+            from mcphost.supervisor import journal
+
+            directory = os.path.join(self.supervisor.state_dir, LOGS)
+            yield tail(directory, lines, journal.NAME)
+            if follow:
+                async for chunk in follow_log(directory, journal.NAME):
+                    yield chunk
+            return
         slot = self._slot_for(agent_id)
         yield tail(slot.home.logs, lines)
         if slot.plan.runner == "tmux":  # a pane: its screen, captured now
