@@ -116,12 +116,19 @@ def parse_counter(text: str) -> int | None:
 # -- /proc ---------------------------------------------------------------------------------------
 
 
-def _read(path: str) -> str | None:
+def _read(path: str, size: int = 4096) -> str | None:
+    """The file's first `size` bytes (a /proc or cgroup file: one read), or None. `os.open`
+    and `os.read`: a third of `open()`'s cost, which a scan of /proc pays per process."""
     try:
-        with open(path, "rb") as file:
-            return file.read().decode("latin-1")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return os.read(fd, size).decode("latin-1")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
