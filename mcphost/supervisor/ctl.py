@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
+from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.client import NotRunning, request, stream_logs
 from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES, ControlError
 
@@ -497,7 +498,7 @@ def _status(path: str, timeout: float) -> dict[str, Any]:
     if isinstance(result, list):  # a supervisor from before the center's health
         result = {"center": None, "agents": result}
     if not isinstance(result, dict) or not isinstance(result.get("agents"), list):
-        raise ControlError("protocol_error", "the supervisor's status is not {center, agents}")
+        raise ControlError.row(R.REPLY_NOT_STATUS)
     return result
 
 

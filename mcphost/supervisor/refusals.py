@@ -180,6 +180,7 @@ REPLY_NO_ERROR = Refusal("protocol_error", "the supervisor refused without sayin
 REPLY_NONE = Refusal("protocol_error", "the supervisor closed the connection without answering")
 REPLY_NO_END = Refusal("protocol_error", "the supervisor closed the log stream without an end")
 REPLY_UNEXPECTED = Refusal("protocol_error", "the supervisor's exec reply is unexpected")
+REPLY_NOT_STATUS = Refusal("protocol_error", "the supervisor's status is not {center, agents}")
 SUPERVISOR_GONE = Refusal(
     "supervisor_gone",
     "the supervisor closed the connection before the command exited (it ends the command when "
@@ -245,5 +246,6 @@ CONTROL = (
     REPLY_NONE,
     REPLY_NO_END,
     REPLY_UNEXPECTED,
+    REPLY_NOT_STATUS,
     SUPERVISOR_GONE,
 )
