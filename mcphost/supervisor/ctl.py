@@ -2,9 +2,10 @@
 the fleet, read an agent's log, or run a command as an agent.
 
     mcphost ctl --state DIR status [--json]      --json: {"center": {...}, "agents": [...]}
+    mcphost ctl --state DIR status --watch [--sort cpu|mem] [--interval S]   (= ctl top)
     mcphost ctl --state DIR start|stop|restart AGENT
     mcphost ctl --state DIR reload
-    mcphost ctl --state DIR logs AGENT [--follow] [-n N] [--raw | --escape]
+    mcphost ctl --state DIR logs AGENT|--supervisor [--follow] [-n N] [--raw | --escape]
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
@@ -20,7 +21,8 @@ waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not 
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
 A refusal before CMD started (`agent_not_running`, `unknown_agent`, ...) exits 1 as above.
 
-`logs` prints an agent's output, which the agent chose: to a terminal, control characters are
+`logs --supervisor` prints the supervisor's own events (JSON lines, journal.py). `logs` prints
+an agent's output, which the agent chose: to a terminal, control characters are
 made visible (`escape_controls`: ESC as `^[`, so an OSC 52 clipboard write or a screen clear
 is shown, not executed); to a pipe or file, the text is written as it is. `--raw` and
 `--escape` force one or the other.
@@ -45,16 +47,43 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
+from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.client import NotRunning, request, stream_logs
 from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES, ControlError
 
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
-# SESS: MCP sessions attached; FENCE: the agent's fence level (`sandbox` in --json: fence.py's
-# `Support.level()`, or `none`); EXIT: the last exit and its reason, free text, last. The fixed
-# columns of a usual fleet fit in 80 with any single-word fence level and `bwrap (no nesting)`.
-COLUMNS = ("AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESS", "FENCE", "EXIT")
+# RST: restarts; SESS: MCP sessions attached; MEM, PEAK: memory now and at its largest (of
+# this generation); CPU: CPU time; PROCS: processes; CALLS: center calls/those that failed;
+# QUEUE: items waiting in the relay's delivery queue to the agent; FENCE: the agent's fence level
+# (`sandbox` in --json: fence.py's `Support.level()`, or `none`); EXIT: the last exit and its
+# reason, free text, last. Given a width (a terminal's), `status_table` fits it (`FIT`).
+COLUMNS = (
+    "AGENT", "STATE", "PID", "GEN", "RST", "UPTIME", "SESS", "MEM", "PEAK", "CPU", "PROCS",
+    "CALLS", "QUEUE", "FENCE", "EXIT",
+)  # fmt: skip
+# How a table is fitted to a width: columns with nothing in them go first; then, step by step
+# until the columns before EXIT leave it `EXIT_MIN` characters: ("shrink", column, to) cuts a
+# column's cells to that many characters (a cut cell ends in `~`), ("drop", column) leaves it
+# out. AGENT, STATE, MEM, CPU and PROCS stay; EXIT gets what is left of the width.
+EXIT_MIN = 8
+FIT: tuple[tuple[Any, ...], ...] = (
+    ("shrink", "AGENT", 16),
+    ("shrink", "FENCE", 12),
+    ("drop", "PEAK"),
+    ("drop", "QUEUE"),
+    ("drop", "CALLS"),
+    ("drop", "GEN"),
+    ("drop", "RST"),
+    ("drop", "SESS"),
+    ("shrink", "STATE", 10),
+    ("drop", "PID"),
+    ("drop", "FENCE"),
+    ("drop", "UPTIME"),
+    ("shrink", "AGENT", 10),
+)
+SORTS = {"cpu": "cpu_seconds", "mem": "memory_current_bytes"}
 _UP_STATES = frozenset({"starting", "running", "stopping"})
 
 
@@ -75,6 +104,16 @@ def _timeout(text: str) -> float:
         raise argparse.ArgumentTypeError("expected seconds") from None
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError("expected seconds from 0 to 86400")
+    return value
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected seconds") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError("expected seconds from 0.1 to 3600")
     return value
 
 
@@ -99,6 +138,23 @@ def _parser() -> Parser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     status = sub.add_parser("status", parents=[common], help="every agent's state (a table)")
     status.add_argument("--json", action="store_true", help="the status list as JSON")
+    top = sub.add_parser("top", parents=[common], help="= status --watch: a live table")
+    for one in (status, top):
+        if one is status:
+            one.add_argument(
+                "--watch",
+                action="store_true",
+                help="refresh the table every --interval seconds until ^C (in place on a terminal)",
+            )
+        one.add_argument(
+            "--sort", choices=sorted(SORTS), default=None, help="largest first: cpu or mem"
+        )
+        one.add_argument(
+            "--interval",
+            type=_interval,
+            default=2.0,
+            help="seconds between two refreshes of --watch (default 2)",
+        )
     for name, text in (
         ("start", "start a stopped or failed agent"),
         ("stop", "stop an agent (it stays stopped until start or a supervisor restart)"),
@@ -107,8 +163,15 @@ def _parser() -> Parser:
         one = sub.add_parser(name, parents=[common], help=text)
         one.add_argument("agent", metavar="AGENT")
     sub.add_parser("reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)")
-    logs = sub.add_parser("logs", parents=[common], help="an agent's output (its log's tail)")
-    logs.add_argument("agent", metavar="AGENT")
+    logs = sub.add_parser(
+        "logs", parents=[common], help="an agent's output (its log's tail), or the supervisor's"
+    )
+    logs.add_argument("agent", metavar="AGENT", nargs="?")
+    logs.add_argument(
+        "--supervisor",
+        action="store_true",
+        help="the supervisor's own events (<state>/logs/supervisor.log) instead of an agent's",
+    )
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     logs.add_argument(
         "-n",
@@ -220,6 +283,63 @@ def _exit_cell(agent: Mapping[str, Any]) -> str:
     return _clean(": ".join(_clean(part) for part in parts if part not in (None, "")))
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def human_bytes(value: Any) -> str:
+    """512K, 120M, 1.5G (binary units, at most 5 characters); `-` when unknown."""
+    number = _number(value)
+    if number is None:
+        return "-"
+    for unit in ("B", "K", "M", "G", "T"):
+        if number < 1024 or unit == "T":
+            break
+        number /= 1024
+    if unit == "B":
+        return f"{int(number)}B"
+    return f"{number:.1f}{unit}" if number < 10 else f"{int(number)}{unit}"
+
+
+def human_cpu(value: Any) -> str:
+    """0.4s, 12s, 3m12s, 2h05m: CPU time; `-` when unknown."""
+    seconds = _number(value)
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f}s" if seconds < 10 else human_duration(seconds)
+
+
+def _usage_cells(usage: Any) -> tuple[str, ...]:
+    """MEM, PEAK, CPU, PROCS, CALL/ERR, QUEUE of a row's `usage` (all `-` without one)."""
+    if not isinstance(usage, Mapping):
+        return ("-",) * 6
+    calls, errors = _number(usage.get("center_calls")), _number(usage.get("center_errors"))
+    return (
+        human_bytes(usage.get("memory_current_bytes")),
+        human_bytes(usage.get("memory_peak_bytes")),
+        human_cpu(usage.get("cpu_seconds")),
+        _clean(usage.get("processes")),
+        f"{int(calls)}/{int(errors or 0)}" if calls else "-",
+        _clean(usage.get("relay_queue_depth")),
+    )
+
+
+def sort_agents(agents: Sequence[Mapping[str, Any]], by: str | None) -> list[Mapping[str, Any]]:
+    """The rows as given, or by `cpu` / `mem` (`SORTS`), largest first, unknown last."""
+    if by is None:
+        return list(agents)
+    key = SORTS[by]
+
+    def figure(agent: Mapping[str, Any]) -> float:
+        usage = agent.get("usage")
+        value = _number(usage.get(key)) if isinstance(usage, Mapping) else None
+        return -1.0 if value is None else float(value)
+
+    return sorted(agents, key=figure, reverse=True)
+
+
 def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for agent in agents:
@@ -240,6 +360,7 @@ def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[s
                 _clean(agent.get("restarts")),
                 up,
                 _clean(agent.get("sessions")),
+                *_usage_cells(agent.get("usage")),
                 _clean(agent.get("sandbox")),
                 _exit_cell(agent),
             )
@@ -263,13 +384,56 @@ def center_line(center: Any) -> str:
     )
 
 
-def status_table(agents: Sequence[Mapping[str, Any]], now: float) -> str:
-    rows = [COLUMNS, *status_rows(agents, now)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+def _cut(cell: str, width: int) -> str:
+    return cell if len(cell) <= width else cell[: max(width - 1, 0)] + "~"
+
+
+def fit_columns(rows: list[tuple[str, ...]], width: int | None) -> list[list[str]]:
+    """`rows` (the header first) fitted to `width` (`FIT`), as lists of cells."""
+    columns = list(COLUMNS)
+    table = [list(row) for row in rows]
+    if width is None:
+        return table
+
+    def drop(name: str) -> None:
+        at = columns.index(name)
+        del columns[at]
+        for row in table:
+            del row[at]
+
+    def before_exit() -> int:  # the width of every column but EXIT, and the gap before it
+        return sum(max(len(row[i]) for row in table) + 2 for i in range(len(columns) - 1))
+
+    for at in range(len(columns) - 2, 1, -1):  # empty columns (only `-`), never AGENT, STATE
+        if len(table) > 1 and all(row[at] == "-" for row in table[1:]):
+            drop(columns[at])
+    exit_width = max(len(row[-1]) for row in table)
+    for step in FIT:
+        if before_exit() + min(exit_width, EXIT_MIN) <= width:
+            break
+        if step[1] not in columns:
+            continue
+        if step[0] == "drop":
+            drop(step[1])
+        else:
+            at = columns.index(step[1])
+            for row in table[1:]:
+                row[at] = _cut(row[at], step[2])
+    room = max(width - before_exit(), 4)
+    for row in table[1:]:
+        row[-1] = _cut(row[-1], room)
+    return table
+
+
+def status_table(agents: Sequence[Mapping[str, Any]], now: float, width: int | None = None) -> str:
+    """The table, every line at most `width` characters when given (`FIT`)."""
+    rows = fit_columns([COLUMNS, *status_rows(agents, now)], width)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        out.append("  ".join(cells).rstrip())
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
+        line = "  ".join(cells).rstrip()
+        out.append(line if width is None else line[:width])
     return "\n".join(out) + "\n"
 
 
@@ -328,6 +492,85 @@ def _exec(args: argparse.Namespace, path: str) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _status(path: str, timeout: float) -> dict[str, Any]:
+    """The supervisor's status, `{"center", "agents"}`; `ControlError` when it is not one."""
+    result = request(path, "status", timeout=timeout)
+    if isinstance(result, list):  # a supervisor from before the center's health
+        result = {"center": None, "agents": result}
+    if not isinstance(result, dict) or not isinstance(result.get("agents"), list):
+        raise ControlError.row(R.REPLY_NOT_STATUS)
+    return result
+
+
+def _terminal_size() -> tuple[int, int]:
+    """stdout's terminal's (columns, lines); 80x24 when it says nothing (not `shutil`'s: its
+    import costs ctl's start more than the rest of it)."""
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return 80, 24
+    return (size.columns or 80, size.lines or 24)
+
+
+# ANSI: cursor home, erase to the end of the line / of the screen, hide / show the cursor
+HOME, ERASE_LINE, ERASE_BELOW, HIDE, SHOW = "\x1b[H", "\x1b[K", "\x1b[J", "\x1b[?25l", "\x1b[?25h"
+
+
+def watch_frame(
+    result: Mapping[str, Any],
+    now: float,
+    *,
+    sort: str | None,
+    interval: float,
+    size: tuple[int, int] | None,
+) -> str:
+    """One refresh of `ctl top`: a title line, the center's line and the table; for a terminal
+    of `size` (columns, lines), fitted to it (rows beyond its height summed up in one line)
+    and drawn over the previous frame (cursor home, each line erased to its end, the rest of
+    the screen erased); plain text ending in a blank line otherwise."""
+    agents = sort_agents(result.get("agents") or [], sort)
+    title = (
+        f"mcphost top: {len(agents)} agents, every {interval:g}s, "
+        f"sorted by {sort or 'agent'}, {time.strftime('%H:%M:%S', time.localtime(now))}"
+    )
+    width = size[0] if size is not None else None
+    lines = [title, *center_line(result.get("center")).splitlines()]
+    table = status_table(agents, now, width).splitlines()
+    if size is not None:
+        room = max(size[1] - len(lines) - 1, 2)  # the last line stays free (no scrolling)
+        if len(table) > room:
+            hidden = len(table) - room + 1
+            table = [*table[: room - 1], f"... {hidden} more (a taller terminal shows them)"]
+    lines += table
+    if size is None:
+        return "\n".join(lines) + "\n\n"
+    return HOME + "".join(line[: size[0]] + ERASE_LINE + "\n" for line in lines) + ERASE_BELOW
+
+
+def _watch(args: argparse.Namespace, path: str) -> int:
+    """`status --watch` / `top`: a frame every `--interval` seconds until ^C (main's
+    KeyboardInterrupt: exit 0)."""
+    out = sys.stdout
+    tty = out.isatty()
+    if getattr(args, "json", False):
+        return _fail("--watch shows the table; --json gives one status", "usage")
+    try:
+        if tty:
+            out.write(HIDE + HOME + ERASE_BELOW)
+        while True:
+            result = _status(path, args.timeout)
+            size = _terminal_size() if tty else None
+            out.write(
+                watch_frame(result, time.time(), sort=args.sort, interval=args.interval, size=size)
+            )
+            out.flush()
+            time.sleep(args.interval)
+    finally:
+        if tty:
+            out.write(SHOW)
+            out.flush()
+
+
 def _run(args: argparse.Namespace, path: str) -> int:
     if args.command == "exec":
         return _exec(args, path)
@@ -342,19 +585,20 @@ def _run(args: argparse.Namespace, path: str) -> int:
             out.write(text)
             out.flush()
         return EXIT_OK
-    fields = {"agent": args.agent} if args.command in ("start", "stop", "restart") else {}
-    result = request(path, args.command, timeout=args.timeout, **fields)
-    if args.command == "status":
-        if isinstance(result, list):  # a supervisor from before the center's health
-            result = {"center": None, "agents": result}
-        if not isinstance(result, dict) or not isinstance(result.get("agents"), list):
-            return _fail("the supervisor's status is not {center, agents}", "protocol_error")
+    if args.command in ("status", "top"):
+        if args.command == "top" or args.watch:
+            return _watch(args, path)
+        result = _status(path, args.timeout)
         if args.json:
             sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
         else:
+            width = _terminal_size()[0] if sys.stdout.isatty() else None
             sys.stdout.write(center_line(result.get("center")))
-            sys.stdout.write(status_table(result["agents"], time.time()))
+            agents = sort_agents(result["agents"], args.sort)
+            sys.stdout.write(status_table(agents, time.time(), width))
         return EXIT_OK
+    fields = {"agent": args.agent} if args.command in ("start", "stop", "restart") else {}
+    result = request(path, args.command, timeout=args.timeout, **fields)
     print(describe_result(args.command, getattr(args, "agent", None), result))
     return EXIT_OK
 
@@ -369,6 +613,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             args.argv = [*args.argv, *argv[cut + 1 if not args.argv else cut :]]
             return _checked_exec(parser, args)
     args = parser.parse_args(argv)
+    if args.command == "logs" and (args.agent is None) == (not args.supervisor):
+        parser.error("logs needs an AGENT or --supervisor (one of them)")
     return _checked_exec(parser, args) if args.command == "exec" else args
 
 

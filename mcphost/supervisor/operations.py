@@ -4,8 +4,11 @@ Owns: `Operations`, the control socket's handler (`control.server.ControlHandler
 start, stop, restart, reload, logs and exec, each resolving the agent's name to its slot (under
 the agent's lock for start / stop / restart: a reconciliation in between has replaced or
 removed it, never half) and mapping every failure to a row of `mcphost.supervisor.refusals`;
-the `ctl exec` commands running (ended with their agent's generation: `end_execs`); and the
-event of a reload that applied nothing (`reload_failed`, for ctl and SIGHUP alike).
+the `ctl exec` commands running (ended with their agent's generation: `end_execs`); each status
+row's `usage` (usage.py: one /proc scan per status, the agents' memory peaks, with the center
+calls the surfaces counted and the relay's queue depth) and the sampling of the peaks between
+two statuses (`sample_usage`); and the event of a reload that applied nothing (`reload_failed`,
+for ctl and SIGHUP alike).
 
 Must never: start, stop or restart an agent without holding its lock, run a command as an agent
 that is not running (its identity root must have a generation), or register an exec'd command
@@ -16,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.homes import HeldWorkspace, Home, agent_env
+from mcphost.supervisor.homes import LOGS, HeldWorkspace, Home, agent_env
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
+from mcphost.supervisor.usage import Peaks, ProcTable, agent_usage, usage_json
 
 if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
@@ -34,6 +39,10 @@ if TYPE_CHECKING:
     from mcphost.supervisor.plan import AgentPlan
     from mcphost.supervisor.records import ProcessRecords
     from mcphost.supervisor.sessions import SessionHub
+
+# Seconds between two samples of every agent's usage (the memory peaks from /proc): one scan
+# of /proc, a few milliseconds for a fleet of 100 (bench/usage.py).
+USAGE_SAMPLE_SECONDS = 5.0
 
 
 class Slot(Protocol):
@@ -51,6 +60,18 @@ class Slot(Protocol):
     def fenced(self) -> dict[str, Any] | None: ...
     @property
     def sandbox(self) -> Fence | None: ...
+
+
+class CenterCalls(Protocol):
+    """The center calls the surfaces counted (`surfaces.Surfaces`)."""
+
+    def center_calls(self, agent_id: str) -> tuple[int, int]: ...
+
+
+class RelayQueues(Protocol):
+    """The relay's delivery queues (`relayhost.RelayHost`)."""
+
+    def queue_depth(self, bundle: str | None, agent_id: str) -> int | None: ...
 
 
 class Supervised(Protocol):
@@ -75,6 +96,12 @@ class Supervised(Protocol):
     def env(self) -> Mapping[str, str]: ...
     @property
     def identities(self) -> Identities: ...
+    @property
+    def state_dir(self) -> str: ...
+    @property
+    def surfaces(self) -> CenterCalls: ...
+    @property
+    def relay(self) -> RelayQueues | None: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def reload(self) -> dict[str, Any]: ...
 
@@ -85,6 +112,7 @@ class Operations:
     def __init__(self, supervisor: Supervised) -> None:
         self.supervisor = supervisor
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
+        self.peaks = Peaks()  # each agent's largest memory seen, of its current generation
 
     async def reload(self) -> dict[str, Any]:
         try:
@@ -111,9 +139,48 @@ class Operations:
             "agents": self._rows(),
         }
 
+    def _usage(self, agent_id: str, slot: Slot, table: ProcTable) -> dict[str, Any]:
+        """The row's `usage`: usage.py's figures, the center calls, the relay queue depth."""
+        supervisor = self.supervisor
+        status = slot.runner.status()
+        calls, errors = supervisor.surfaces.center_calls(agent_id)
+        relay = supervisor.relay
+        figures = agent_usage(
+            agent_id,
+            status.generation,
+            supervisor.identities.of(agent_id) if status.pid is not None else (),
+            table=table,
+            peaks=self.peaks,
+            cgroup=getattr(slot, "cgroup", None),  # the agent's own cgroup, once it has one
+        )
+        return usage_json(
+            figures,
+            {
+                "center_calls": calls,
+                "center_errors": errors,
+                "relay_queue_depth": (
+                    relay.queue_depth(slot.plan.bundle, agent_id) if relay is not None else None
+                ),
+            },
+        )
+
+    def sample_usage(self) -> None:
+        """Sample every agent's usage once (its memory peak: `Peaks`)."""
+        table = ProcTable.scan()
+        for agent_id, slot in list(self.supervisor.slots.items()):
+            self._usage(agent_id, slot, table)
+        self.peaks.keep_only(self.supervisor.slots)
+
+    async def sample_usage_forever(self, every: float = USAGE_SAMPLE_SECONDS) -> None:
+        """`sample_usage` every `every` seconds (a task of the supervisor's)."""
+        while True:
+            await asyncio.sleep(every)
+            self.sample_usage()
+
     def _rows(self) -> list[dict[str, Any]]:
         rows = []
         supervisor = self.supervisor
+        table = ProcTable.scan()  # one scan of /proc for every agent's usage
         for agent_id, slot in sorted(supervisor.slots.items()):
             status = slot.runner.status()
             rows.append(
@@ -132,6 +199,7 @@ class Operations:
                     "runner": slot.plan.runner,
                     "protocol_state": status.protocol_state,
                     "state_reason_code": status.state_reason_code,
+                    "usage": self._usage(agent_id, slot, table),
                 }
             )
         for agent_id, reason in sorted(supervisor.unstarted.items()):
@@ -148,6 +216,9 @@ class Operations:
                     "sessions": 0,
                     "fenced": None,
                     "sandbox": None,
+                    "usage": usage_json(
+                        None, {"center_calls": 0, "center_errors": 0, "relay_queue_depth": None}
+                    ),
                 }
             )
         return rows
@@ -179,10 +250,21 @@ class Operations:
                 "generation": status.generation,
             }
 
-    async def logs(self, agent_id: str, lines: int, follow: bool) -> AsyncIterator[bytes]:
+    async def logs(self, agent_id: str | None, lines: int, follow: bool) -> AsyncIterator[bytes]:
+        """The agent's log (its pane's screen after it, for a tmux agent); `agent_id` None: the
+        supervisor's own events (journal.py)."""
         from mcphost.supervisor.logs import follow as follow_log
         from mcphost.supervisor.logs import tail
 
+        if agent_id is None:
+            from mcphost.supervisor import journal
+
+            directory = os.path.join(self.supervisor.state_dir, LOGS)
+            yield tail(directory, lines, journal.NAME)
+            if follow:
+                async for chunk in follow_log(directory, journal.NAME):
+                    yield chunk
+            return
         slot = self._slot_for(agent_id)
         yield tail(slot.home.logs, lines)
         if slot.plan.runner == "tmux":  # a pane: its screen, captured now

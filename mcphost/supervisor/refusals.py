@@ -87,6 +87,9 @@ BAD_AGENT = Refusal("bad_request", '"agent" must be at most {limit} printable ch
 BAD_LINES = Refusal("bad_request", '"lines" must be an integer')
 LINES_RANGE = Refusal("bad_request", '"lines" must be from 0 to {limit}')
 BAD_FOLLOW = Refusal("bad_request", '"follow" must be true or false')
+BAD_SUPERVISOR = Refusal(
+    "bad_request", 'logs takes "supervisor": true (the supervisor\'s log) or "agent", not both'
+)
 NO_ARGV = Refusal("bad_request", 'exec needs "argv" (a non-empty list of strings)')
 ARGV_TOO_LONG = Refusal("bad_request", '"argv" may hold at most {limit} arguments')
 BAD_ARGV = Refusal("bad_request", '"argv" must be strings without NUL characters')
@@ -177,6 +180,7 @@ REPLY_NO_ERROR = Refusal("protocol_error", "the supervisor refused without sayin
 REPLY_NONE = Refusal("protocol_error", "the supervisor closed the connection without answering")
 REPLY_NO_END = Refusal("protocol_error", "the supervisor closed the log stream without an end")
 REPLY_UNEXPECTED = Refusal("protocol_error", "the supervisor's exec reply is unexpected")
+REPLY_NOT_STATUS = Refusal("protocol_error", "the supervisor's status is not {center, agents}")
 SUPERVISOR_GONE = Refusal(
     "supervisor_gone",
     "the supervisor closed the connection before the command exited (it ends the command when "
@@ -207,6 +211,7 @@ CONTROL = (
     BAD_LINES,
     LINES_RANGE,
     BAD_FOLLOW,
+    BAD_SUPERVISOR,
     NO_ARGV,
     ARGV_TOO_LONG,
     BAD_ARGV,
@@ -241,5 +246,6 @@ CONTROL = (
     REPLY_NONE,
     REPLY_NO_END,
     REPLY_UNEXPECTED,
+    REPLY_NOT_STATUS,
     SUPERVISOR_GONE,
 )

@@ -475,6 +475,15 @@ class RelayHost:
             elif runner.status().state not in ACTIVE:
                 await runner.start()
 
+    def queue_depth(self, bundle: str | None, agent_id: str) -> int | None:
+        """Items waiting in the relay's delivery queue to `agent_id` (its member session of
+        `bundle`, named as the agent): `ctl status`. None when the agent has no bundle or this
+        supervisor serves no relay (an external one holds the queues)."""
+        if bundle is None or self.behaviour is None:
+            return None
+        worker = self.behaviour.state.workers.get((bundle, agent_id))
+        return 0 if worker is None else len(worker.queue)
+
     def member_endpoint(self, bundle: Bundle, session_id: str) -> object | None:
         """A member's endpoint: a tmux member's, the bundle's server and its session (named as
         the agent); an ACP member's, its runner (`AcpRunner`: the live ACP session)."""

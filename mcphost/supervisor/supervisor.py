@@ -41,10 +41,11 @@ from typing import TYPE_CHECKING, Any
 from mcphost import events
 from mcphost.mcpserve.budget import Budgets
 from mcphost.supervisor import fence as fences
-from mcphost.supervisor import kernel, reach, startup
+from mcphost.supervisor import journal, kernel, reach, startup
 from mcphost.supervisor.centerfleet import Generations
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
+from mcphost.supervisor.homes import LOGS
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner
 from mcphost.supervisor.operations import Operations, reload_failed
@@ -102,6 +103,7 @@ class Supervisor:
         self.on_center_call: Callable[[str, str, str, float], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
+        self.journal: journal.Journal | None = None  # the supervisor's own events (journal.py)
 
     # -- what reconciliation holds, as the operations, the relay and the surfaces read it ---
     @property
@@ -144,6 +146,8 @@ class Supervisor:
         except startup.StartRefused as exc:
             print(exc.line, file=sys.stderr)
             return exc.status
+        # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
+        self.journal = journal.install(self.path(LOGS))
         loop = asyncio.get_running_loop()
         fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
         self.store = StateStore(self.path("state.sqlite3"))
@@ -202,6 +206,7 @@ class Supervisor:
         if self.fleet.center.fleet == "center":
             self.spawn(self.reconciler.poll_center())
         self.spawn(self.records.watch_adopted())
+        self.spawn(self.operations.sample_usage_forever())  # the agents' memory peaks
         events.emit("supervisor.ready", agents=sorted(self.slots))
         await self.stopping.wait()
         await self._shutdown()
@@ -323,6 +328,8 @@ class Supervisor:
             self.store.close()
         self._release_lock()
         events.emit("supervisor.stopped")
+        if self.journal is not None:
+            self.journal.close()
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         """Run `coro` as a task of the supervisor's own (cancelled at shutdown)."""

@@ -93,6 +93,18 @@ class Surfaces:
         self._replace_fenced = replace_fenced
         # per agent: (generation, the relay connection its relay tools sessions share)
         self._relay_shares: dict[str, tuple[int, SharedStream]] = {}
+        self._calls: dict[str, list[int]] = {}  # per agent: [center calls, of which failed]
+
+    def center_calls(self, agent_id: str) -> tuple[int, int]:
+        """`(calls, errors)`: the agent's center tool calls answered, and those that failed
+        (any outcome but `ok`), since it joined the fleet (or the supervisor started)."""
+        calls, errors = self._calls.get(agent_id, (0, 0))
+        return calls, errors
+
+    def _call_done(self, agent_id: str, _tool: str, outcome: str, _seconds: float) -> None:
+        counts = self._calls.setdefault(agent_id, [0, 0])
+        counts[0] += 1
+        counts[1] += outcome != "ok"
 
     # -- the hubs' two hooks --------------------------------------------------------------
     def identifier(self, surface: str) -> Callable[[peer.PeerCred], Attached]:
@@ -266,6 +278,7 @@ class Surfaces:
         for hub in self.supervisor.hubs.values():
             hub.close_where(lambda a: a.agent_id == agent_id)
         self._close_relay(agent_id, None)
+        self._calls.pop(agent_id, None)
 
     async def aclose(self) -> None:
         """Close every shared relay connection (at shutdown, after the hubs)."""

@@ -30,10 +30,12 @@ from hypothesis import strategies as st
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.ctl import (
+    COLUMNS,
     describe_result,
     escape_controls,
     escaped,
     human_duration,
+    sort_agents,
     status_table,
 )
 from tests.waiting import until
@@ -192,17 +194,25 @@ def test_status_table(running: Running) -> None:
         "the pins in [center] fingerprint?[31m"
     )
     assert blank == ""
-    assert lines[0].split() == [
-        "AGENT", "STATE", "PID", "GEN", "RESTARTS", "UPTIME", "SESS", "FENCE", "EXIT"
-    ]  # fmt: skip
+    assert lines[0].split() == list(COLUMNS)  # a pipe: every column, whatever the width
     first = lines[1].split()
-    assert first[:5] + first[6:9] == [
+    assert [*first[:5], first[6], *first[13:15]] == [
         "agent-1", "running", "4242", "7", "2", "2", "bwrap+landlock7", "signal"
     ]  # fmt: skip
     # started 192 s before this module was imported, however long ago that was (3m12s or more)
     assert re.fullmatch(r"([3-9]|\d\d+)m\d\ds|\d+h\d\dm", first[5]), first[5]
     assert lines[1].endswith("signal 9: killed by an operator")
-    assert lines[2].split()[:8] == ["agent-2", "failed", "-", "3", "5", "-", "0", "none"]
+    assert lines[2].split()[:14] == [
+        "agent-2",
+        "failed",
+        "-",
+        "3",
+        "5",
+        "-",
+        "0",
+        *"------",
+        "none",
+    ]
     assert "\x1b" not in done.stdout and lines[2].endswith("exit 1: 5 restarts in 60 s?[31m")
     assert done.stderr == ""
 
@@ -323,7 +333,7 @@ def test_no_supervisor_exits_3_naming_the_socket(state: Path) -> None:
         # the choices, cleanly, whatever the value holds; the closest one when one is close
         (
             ("--state", "/x", "x (choose from acat_secret"),
-            "invalid choice (value not shown; choose from status, start, stop, restart, reload, "
+            "invalid choice (value not shown; choose from status, top, start, stop, restart, reload, "
             "logs, exec)\n",
         ),
         (("--state", "/x", "stauts"), "(value not shown; did you mean 'status'? choose from sta"),
@@ -385,11 +395,9 @@ def test_human_duration(seconds: float, text: str) -> None:
 
 
 def test_status_table_of_nothing_and_of_odd_values() -> None:
-    assert status_table([], 0).splitlines() == [
-        "AGENT  STATE  PID  GEN  RESTARTS  UPTIME  SESS  FENCE  EXIT"
-    ]
+    assert status_table([], 0).splitlines() == ["  ".join(COLUMNS)]
     row = status_table([{"agent_id": "a", "state": "stopped", "started_at": 5}], 100)
-    assert row.splitlines()[1].split() == ["a", "stopped", "-", "-", "-", "-", "-", "-", "-"]
+    assert row.splitlines()[1].split() == ["a", "stopped", *["-"] * 13]
     reason_only = status_table([{"agent_id": "a", "last_reason": "its home could not be"}], 0)
     assert reason_only.splitlines()[1].split()[:8] == ["a", *["-"] * 7]
     assert reason_only.splitlines()[1].endswith("  its home could not be")
@@ -412,11 +420,64 @@ def test_status_table_shows_each_agents_fence_level_within_80_columns(level: str
         for n in range(1, 4)
     ]  # fmt: skip
     rows.append({"agent_id": "agent-9", "state": "failed", "sandbox": None, "last_reason": "x"})
-    lines = status_table(rows, now).splitlines()
+    lines = status_table(rows, now, width=80).splitlines()
     fence = lines[0].index("FENCE")
     assert [line[fence:].split("  ")[0] for line in lines[1:4]] == [level] * 3, lines
     assert lines[4][fence:].startswith("- "), lines  # never started: no fence yet
     assert max(len(line) for line in lines) <= 80, lines
+
+
+def _usage_row(n: int, mem: int, cpu: float, **extra: object) -> dict[str, object]:
+    usage = {
+        "memory_current_bytes": mem, "memory_peak_bytes": mem * 2, "cpu_seconds": cpu,
+        "processes": 12, "center_calls": 1234, "center_errors": 3, "relay_queue_depth": 0,
+    }  # fmt: skip
+    return {
+        "agent_id": f"agent-{n}", "state": "running", "pid": 4194304, "generation": 12,
+        "restarts": 11, "started_at": 0.0, "sessions": 2, "sandbox": "bwrap (no nesting)",
+        "last_exit": "signal 9", "last_reason": "killed by SIGKILL", "usage": usage, **extra,
+    }  # fmt: skip
+
+
+def test_status_table_with_usage_fits_80_columns_and_keeps_mem_cpu_procs() -> None:
+    rows = [_usage_row(n, 123_456_789 * n, 1234.5 * n) for n in range(1, 4)]
+    rows.append({"agent_id": "a-long-agent-name-of-forty-characters-xx", "state": "failed"})
+    wide = status_table(rows, 7500.0).splitlines()
+    assert wide[0].split() == list(COLUMNS) and max(len(line) for line in wide) > 80
+    assert wide[1].split()[7:13] == ["117M", "235M", "20m34s", "12", "1234/3", "0"]
+    lines = status_table(rows, 7500.0, width=80).splitlines()
+    assert max(len(line) for line in lines) <= 80, lines
+    header = lines[0].split()
+    assert {"AGENT", "STATE", "MEM", "CPU", "PROCS", "EXIT"} <= set(header), header
+    cells = dict(zip(header, lines[3].split(), strict=False))
+    assert (cells["MEM"], cells["CPU"], cells["PROCS"]) == ("353M", "1h01m", "12"), lines
+    assert lines[4].startswith("a-long-agent-na~ "), lines  # a long name is cut, marked `~`
+    # a wider terminal shows more of the same columns, in the same order
+    wider = status_table(rows, 7500.0, width=120).splitlines()
+    assert max(len(line) for line in wider) <= 120
+    assert len(wider[0].split()) > len(header)
+
+
+def test_sort_by_cpu_or_mem_puts_the_largest_first_and_the_unknown_last() -> None:
+    rows = [
+        _usage_row(1, 300, 1.0),
+        _usage_row(2, 100, 9.0),
+        {"agent_id": "x"},
+        _usage_row(3, 200, 5.0),
+    ]
+    assert [r["agent_id"] for r in sort_agents(rows, "cpu")] == [
+        "agent-2",
+        "agent-3",
+        "agent-1",
+        "x",
+    ]
+    assert [r["agent_id"] for r in sort_agents(rows, "mem")] == [
+        "agent-1",
+        "agent-3",
+        "agent-2",
+        "x",
+    ]
+    assert sort_agents(rows, None) == rows
 
 
 def test_status_table_shows_a_fenced_current_generation() -> None:

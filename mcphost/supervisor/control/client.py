@@ -98,13 +98,15 @@ def request(path: str, op: str, *, timeout: float | None = 120.0, **fields: Any)
 
 
 def stream_logs(
-    path: str, agent: str, *, lines: int, follow: bool, timeout: float | None = 120.0
+    path: str, agent: str | None, *, lines: int, follow: bool, timeout: float | None = 120.0
 ) -> Iterator[str]:
-    """Yield the agent's log text chunk by chunk; ends at the server's `end` (or, following,
-    when the caller stops iterating, which closes the connection)."""
+    """Yield the agent's log text (`agent` None: the supervisor's own log) chunk by chunk; ends
+    at the server's `end` (or, following, when the caller stops iterating, which closes the
+    connection)."""
     sock = _connect(path, None if follow else timeout)
+    whose = {"agent": agent} if agent is not None else {"supervisor": True}
     try:
-        sock.sendall(encode({"op": "logs", "agent": agent, "lines": lines, "follow": follow}))
+        sock.sendall(encode({"op": "logs", **whose, "lines": lines, "follow": follow}))
         for message in _read_messages(sock):
             text = message.get("log")
             if isinstance(text, str):

@@ -10,6 +10,7 @@ including the newline)
 
     {"op": "status" | "start" | "stop" | "restart" | "reload" | "logs" | "exec",
      "agent": "<id>",        start, stop, restart, logs, exec: required; otherwise refused
+     "supervisor": true,     logs only, instead of "agent": the supervisor's own events
      "lines": N,             logs only: 0..MAX_LOG_LINES, default 50
      "follow": bool,         logs only: default false
      "argv": ["cmd", ...]}   exec only: required, 1..MAX_ARGV strings without NUL
@@ -69,7 +70,7 @@ _FIELDS = {
     "start": frozenset({"op", "agent"}),
     "stop": frozenset({"op", "agent"}),
     "restart": frozenset({"op", "agent"}),
-    "logs": frozenset({"op", "agent", "lines", "follow"}),
+    "logs": frozenset({"op", "agent", "supervisor", "lines", "follow"}),
     "exec": frozenset({"op", "agent", "argv"}),
 }
 
@@ -112,8 +113,9 @@ def decode(line: bytes, not_json: R.Refusal, not_object: R.Refusal) -> dict[str,
 
 
 def parse_request(line: bytes) -> dict[str, Any]:
-    """One request line -> `{"op", "agent"?, "lines"?, "follow"?}` with defaults; `ControlError`
-    (`bad_request`, `unknown_op`) naming what is wrong. Values are never echoed beyond 80 chars."""
+    """One request line -> `{"op", "agent"?, "lines"?, "follow"?}` with defaults (`logs` of the
+    supervisor: `"agent": None`); `ControlError` (`bad_request`, `unknown_op`) naming what is
+    wrong. Values are never echoed beyond 80 chars."""
     body = decode(line, R.NOT_JSON, R.NOT_OBJECT)
     op = body.get("op")
     if not isinstance(op, str):
@@ -126,7 +128,12 @@ def parse_request(line: bytes) -> dict[str, Any]:
             R.EXTRA_FIELDS, {"allowed": sorted(_FIELDS[op])}, op=op, fields=", ".join(unknown)
         )
     out: dict[str, Any] = {"op": op}
-    if op in _AGENT_OPS:
+    supervisor = body.get("supervisor", False)
+    if op == "logs" and (not isinstance(supervisor, bool) or (supervisor and "agent" in body)):
+        raise ControlError.row(R.BAD_SUPERVISOR)
+    if supervisor:
+        out["agent"] = None
+    elif op in _AGENT_OPS:
         agent = body.get("agent")
         if not isinstance(agent, str) or not agent:
             raise ControlError.row(R.NO_AGENT, op=op)

@@ -719,3 +719,21 @@ async def test_exec_refusals_of_the_handler_reach_the_client(served: Any) -> Non
         with pytest.raises(ControlError) as refused:
             await asyncio.to_thread(client.wait)
     assert refused.value.code == "unknown_agent"
+
+
+def test_logs_of_the_supervisor_takes_no_agent() -> None:
+    assert parse_request(b'{"op":"logs","supervisor":true,"lines":3}') == {
+        "op": "logs",
+        "agent": None,
+        "lines": 3,
+        "follow": False,
+    }
+    for bad in (
+        b'{"op":"logs","supervisor":true,"agent":"a"}',
+        b'{"op":"logs","supervisor":1}',
+    ):
+        with pytest.raises(ControlError) as caught:
+            parse_request(bad)
+        assert caught.value.code == "bad_request"
+    with pytest.raises(ControlError):
+        parse_request(b'{"op":"status","supervisor":true}')  # logs only

@@ -1,0 +1,99 @@
+"""What per-agent usage costs `ctl status` (issue 27, part 2): a real `mcphost supervise` with
+N = 100 agents (each a shell with two sleeping children: 300 processes, unfenced), then
+
+- the `status` round trip over the control socket (median of ROUNDS), usage included;
+- the usage part alone, in this process on the same trees: one /proc scan and the N trees
+  (`usage.ProcTable.scan`, `agent_usage`), with RSS (what status reads) and with PSS
+  (`smaps_rollup`, not used: its cost is why);
+- the ratio status / (status - usage part): status with usage against status without it.
+
+Run: `.venv/bin/python -m bench.usage [N]`; prints one Markdown table.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcphost.supervisor.control.client import request
+from mcphost.supervisor.usage import Peaks, ProcTable, agent_usage
+from mcphost.testing.devcenter import DevCenter
+from mcphost.testing.fleet import fleet_toml
+
+ROUNDS = 30
+TREE = ["/bin/sh", "-c", "sleep 600 & sleep 600 & wait"]
+
+
+def _median_ms(fn: object, rounds: int = ROUNDS) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def main(n: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bu-", dir="/tmp") as base:
+        root = Path(base)
+        with DevCenter.start(root / "center") as center:
+            token = root / "token"
+            token.write_text(center.token + "\n")
+            token.chmod(0o600)
+            agents = [{"id": f"a{i:03d}", "command": TREE} for i in range(n)]
+            fleet = root / "fleet.toml"
+            fleet.write_text(
+                fleet_toml(center, token, agents, client="command", sandbox="none", stop_grace=2)
+            )
+            state = root / "s"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mcphost", "supervise", "--fleet", str(fleet),
+                 "--state", str(state)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            sock = str(state / "control.sock")
+            try:
+                deadline = time.monotonic() + 120
+                while True:
+                    try:
+                        rows = request(sock, "status", timeout=30)["agents"]
+                        if sum(r["state"] == "running" for r in rows) == n:
+                            break
+                    except Exception:  # not up yet
+                        pass
+                    if time.monotonic() > deadline:
+                        raise SystemExit("the fleet did not start")
+                    time.sleep(0.2)
+                time.sleep(1)  # every shell's children started
+                status_ms = _median_ms(lambda: request(sock, "status", timeout=30))
+                rows = request(sock, "status", timeout=30)["agents"]
+                processes = sum(r["usage"]["processes"] or 0 for r in rows)
+                roots = {r["agent_id"]: r["pid"] for r in rows}
+                table = ProcTable.scan()
+                trees = {a: [(pid, table.entries[pid].starttime)] for a, pid in roots.items()}
+
+                def usage(pss: bool) -> None:
+                    scanned, peaks = ProcTable.scan(), Peaks()
+                    for agent_id, tree in trees.items():
+                        agent_usage(agent_id, 1, tree, table=scanned, peaks=peaks, pss=pss)
+
+                rss_ms = _median_ms(lambda: usage(False))
+                pss_ms = _median_ms(lambda: usage(True), 10)
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    print(f"| N = {n} agents, {processes} processes ({os.cpu_count()} CPUs) | ms |")
+    print("|---|---|")
+    print(f"| `ctl status` round trip, usage included (median of {ROUNDS}) | {status_ms:.1f} |")
+    print(f"| usage part: one /proc scan + {n} trees, RSS (what status reads) | {rss_ms:.1f} |")
+    print(f"| same with PSS from smaps_rollup (not used) | {pss_ms:.1f} |")
+    print(f"| ratio status / (status - usage part) | {status_ms / (status_ms - rss_ms):.2f}x |")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)

@@ -1,0 +1,288 @@
+"""Per-agent resource usage: memory (current and peak), CPU seconds and processes.
+
+Two sources, the better first:
+- the agent's own cgroup v2 directory, when it has one (`cgroup`: a path, or None until the
+  supervisor places agents in cgroups): `memory.current`, `memory.peak`, `cpu.stat`'s
+  `usage_usec` and `pids.current` (tasks: processes and their threads), the kernel's own count
+  of everything the agent ever ran there;
+- else the agent's process trees in /proc: each identity root `(pid, starttime)` of the agent
+  (identity.py: its spawn and its `ctl exec` commands) and every live descendant. Memory is the
+  sum of each process's resident set (`stat` field 24; a process's proportional share, PSS from
+  `smaps_rollup`, with `pss=True`: dearer, read once per process), CPU the sum of `utime + stime
+  + cutime + cstime` (a process's own time and that of the children it has waited for: nothing
+  counted twice), processes the count. A process that left the tree (reparented to the
+  supervisor, the child subreaper) is no longer counted; its time is lost with it.
+
+The peak from /proc (and from a cgroup without `memory.peak`) is the largest current figure the
+supervisor has seen for the agent's current generation (`Peaks`: every `ctl status`, and the
+supervisor's sampler).
+
+Owns: the pure parsers of the /proc and cgroup files (`parse_stat`, `parse_smaps_rollup`,
+`parse_cpu_stat`, `parse_counter`), the one scan of /proc shared by every agent of a status
+(`ProcTable.scan`), the tree walk (`tree_usage`), the cgroup read (`cgroup_usage`), the peaks,
+and `agent_usage`, the one call the operations make per agent.
+Must never: write anything, follow a reused pid into another process's tree (a child that
+started before its parent is not its child), raise on a process that vanished mid-read
+(gone is simply not counted), or import anything of the supervisor's above identity.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+FIELDS = ("memory_current_bytes", "memory_peak_bytes", "cpu_seconds", "processes")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One agent's figures; None when unknown (no process, or a file that could not be read).
+    `source`: "cgroup", "proc", or "none" (nothing running)."""
+
+    memory_current_bytes: int | None = None
+    memory_peak_bytes: int | None = None
+    cpu_seconds: float | None = None
+    processes: int | None = None
+    source: str = "none"
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcEntry:
+    """What the usage needs of one `/proc/<pid>/stat`."""
+
+    pid: int
+    ppid: int
+    starttime: int
+    cpu_ticks: int  # utime + stime + cutime + cstime
+    rss_pages: int
+
+
+# -- pure parsers --------------------------------------------------------------------------------
+
+
+def parse_stat(text: str) -> ProcEntry:
+    """`/proc/<pid>/stat` -> `ProcEntry`; ValueError when it is not one. The fields are taken
+    after the LAST `)` (comm may hold anything): ppid (4), utime..cstime (14..17), starttime
+    (22), rss (24), counted from 1 as proc(5) does."""
+    head, closing, tail = text.rpartition(")")
+    pid_text, opening, _comm = head.partition(" (")
+    fields = tail.split()
+    if not closing or not opening or len(fields) < 22:
+        raise ValueError("not a /proc/<pid>/stat line")
+    try:
+        return ProcEntry(
+            pid=int(pid_text),
+            ppid=int(fields[1]),
+            starttime=int(fields[19]),
+            cpu_ticks=sum(int(f) for f in fields[11:15]),
+            rss_pages=int(fields[21]),
+        )
+    except ValueError:
+        raise ValueError("not a /proc/<pid>/stat line: a field is not a number") from None
+
+
+def parse_smaps_rollup(text: str) -> int | None:
+    """The `Pss:` of `/proc/<pid>/smaps_rollup`, in bytes; None when it has none."""
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) * 1024
+    return None
+
+
+def parse_cpu_stat(text: str) -> float | None:
+    """cgroup v2 `cpu.stat`'s `usage_usec`, in seconds; None when it has none."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usage_usec" and value.strip().isdigit():
+            return int(value) / 1_000_000
+    return None
+
+
+def parse_counter(text: str) -> int | None:
+    """A one-number cgroup file (`memory.current`, `memory.peak`, `pids.current`); None for
+    anything else (`max`, empty)."""
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+# -- /proc ---------------------------------------------------------------------------------------
+
+
+def _read(path: str, size: int = 4096) -> str | None:
+    """The file's first `size` bytes (a /proc or cgroup file: one read), or None. `os.open`
+    and `os.read`: a third of `open()`'s cost, which a scan of /proc pays per process."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size).decode("latin-1")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class ProcTable:
+    """Every process's `ProcEntry` and its children, from one scan of /proc."""
+
+    entries: dict[int, ProcEntry] = field(default_factory=dict)
+    children: dict[int, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def scan(cls, proc: str = "/proc") -> ProcTable:
+        table = cls()
+        try:
+            names = os.listdir(proc)
+        except OSError:
+            return table
+        for name in names:
+            if not name.isdigit():
+                continue
+            text = _read(f"{proc}/{name}/stat")
+            if text is None:
+                continue  # gone since the listing
+            try:
+                entry = parse_stat(text)
+            except ValueError:
+                continue
+            table.add(entry)
+        return table
+
+    def add(self, entry: ProcEntry) -> None:
+        self.entries[entry.pid] = entry
+        self.children.setdefault(entry.ppid, []).append(entry.pid)
+
+    def tree(self, roots: Iterable[tuple[int, int]]) -> list[ProcEntry]:
+        """The live processes of the trees under `roots` (`(pid, starttime)`: a root whose pid
+        now names another process is not one), each once."""
+        found: dict[int, ProcEntry] = {}
+        stack = []
+        for pid, starttime in roots:
+            entry = self.entries.get(pid)
+            if entry is not None and entry.starttime == starttime:
+                stack.append(entry)
+        while stack:
+            entry = stack.pop()
+            if entry.pid in found:
+                continue
+            found[entry.pid] = entry
+            for child in self.children.get(entry.pid, ()):
+                kid = self.entries[child]
+                if kid.starttime >= entry.starttime:  # else a reused pid's parent link
+                    stack.append(kid)
+        return list(found.values())
+
+
+def tree_usage(entries: list[ProcEntry], *, pss: bool = False, proc: str = "/proc") -> Usage:
+    """Usage of the processes `entries` (`ProcTable.tree`); memory from PSS where `pss` and
+    readable, else RSS. The peak is left to `Peaks`."""
+    if not entries:
+        return Usage(source="none")
+    memory = 0
+    for entry in entries:
+        share = None
+        if pss:
+            text = _read(f"{proc}/{entry.pid}/smaps_rollup")
+            share = parse_smaps_rollup(text) if text is not None else None
+        memory += share if share is not None else entry.rss_pages * PAGE_SIZE
+    return Usage(
+        memory_current_bytes=memory,
+        cpu_seconds=round(sum(e.cpu_ticks for e in entries) / CLOCK_TICKS, 2),
+        processes=len(entries),
+        source="proc",
+    )
+
+
+# -- cgroup v2 -----------------------------------------------------------------------------------
+
+
+def cgroup_usage(path: str) -> Usage | None:
+    """Usage from the cgroup v2 directory `path`; None when it cannot be read at all (gone)."""
+    files = {
+        name: _read(os.path.join(path, name))
+        for name in ("memory.current", "memory.peak", "cpu.stat", "pids.current")
+    }
+    if all(text is None for text in files.values()):
+        return None
+
+    def counter(name: str) -> int | None:
+        text = files[name]
+        return parse_counter(text) if text is not None else None
+
+    cpu_text = files["cpu.stat"]
+    cpu = parse_cpu_stat(cpu_text) if cpu_text is not None else None
+    return Usage(
+        memory_current_bytes=counter("memory.current"),
+        memory_peak_bytes=counter("memory.peak"),
+        cpu_seconds=round(cpu, 2) if cpu is not None else None,
+        processes=counter("pids.current"),
+        source="cgroup",
+    )
+
+
+# -- peaks and the one call ----------------------------------------------------------------------
+
+
+class Peaks:
+    """The largest memory seen per agent, for its current generation (a new one starts over)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int | None, int]] = {}  # agent -> (generation, bytes)
+
+    def update(self, agent_id: str, generation: int | None, current: int | None) -> int | None:
+        held = self._seen.get(agent_id)
+        peak = held[1] if held is not None and held[0] == generation else None
+        if current is not None:
+            peak = current if peak is None else max(peak, current)
+        if peak is not None:
+            self._seen[agent_id] = (generation, peak)
+        return peak
+
+    def keep_only(self, agent_ids: Iterable[str]) -> None:
+        keep = set(agent_ids)
+        for agent_id in [a for a in self._seen if a not in keep]:
+            del self._seen[agent_id]
+
+
+def agent_usage(
+    agent_id: str,
+    generation: int | None,
+    roots: Iterable[tuple[int, int]],
+    *,
+    table: ProcTable | None,
+    peaks: Peaks,
+    cgroup: str | None = None,
+    pss: bool = False,
+) -> Usage:
+    """One agent's usage: its cgroup's files when it has a cgroup, else its trees in `table`
+    (one `ProcTable.scan` for every agent of a status: pass the same table); the peak through
+    `peaks` where the source has none."""
+    usage = cgroup_usage(cgroup) if cgroup is not None else None
+    if usage is None:
+        if table is None:
+            table = ProcTable.scan()
+        usage = tree_usage(table.tree(roots), pss=pss)
+    if usage.memory_peak_bytes is None:
+        peak = peaks.update(agent_id, generation, usage.memory_current_bytes)
+        if usage.source != "none":
+            usage = Usage(
+                usage.memory_current_bytes, peak, usage.cpu_seconds, usage.processes, usage.source
+            )
+    return usage
+
+
+def usage_json(usage: Usage | None, extra: Mapping[str, object]) -> dict[str, object]:
+    """The `usage` object of a `ctl status` row: `FIELDS`, `source`, then `extra`."""
+    out: dict[str, object] = dict.fromkeys(FIELDS) if usage is None else usage.as_json()
+    out.update(extra)
+    return out

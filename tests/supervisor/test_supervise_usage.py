@@ -1,0 +1,210 @@
+"""Black-box: per-agent usage in `ctl status`, the live view (`ctl top` / `status --watch`) and
+`ctl logs --supervisor`, through a real `mcphost supervise` process.
+
+The usage figures of an agent that used a known amount of CPU, holds a known amount of memory
+and runs a known number of processes are checked against the kernel's own word, read with `ps`
+(not the supervisor's parsers): the agent has no cgroup of its own on this machine, so its
+figures come from its process tree in /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import signal
+import struct
+import subprocess
+import sys
+import termios
+from fcntl import ioctl
+from pathlib import Path
+from typing import Any
+
+from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.supervise_harness import Supervised, inline
+from tests.waiting import until
+
+MIB = 1 << 20
+HOLD = 64  # MiB the hog holds
+KIDS = 3  # processes it runs beside itself
+# Uses 1 s of CPU in a child it waits for, then holds HOLD MiB (every page touched) and KIDS
+# sleeping children, says `ready`, frees the memory when `free` appears, and waits.
+HOG = (
+    "import os, subprocess, sys, time\n"
+    "busy = 'import time\\nwhile time.process_time() < 1.0: pass'\n"
+    "subprocess.run([sys.executable, '-c', busy], check=True)\n"
+    f"held = bytearray(b'x') * ({HOLD} << 20)\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])"
+    f" for _ in range({KIDS})]\n"
+    "open('ready', 'w').close()\n"
+    "while not os.path.exists('free'):\n"
+    "    time.sleep(0.05)\n"
+    "del held\n"
+    "open('freed', 'w').close()\n"
+    "time.sleep(600)\n"
+)
+
+
+def _tree_by_ps(root: int) -> dict[int, int]:
+    """`{pid: rss bytes}` of `root` and its descendants, as `ps` reports them."""
+    out = subprocess.run(
+        ["ps", "-e", "-o", "pid=,ppid=,rss="], capture_output=True, text=True, check=True
+    ).stdout
+    rows = [tuple(int(f) for f in line.split()) for line in out.splitlines() if line.strip()]
+    children: dict[int, list[int]] = {}
+    rss = {}
+    for pid, ppid, kib in rows:
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = kib * 1024
+    found, stack = {}, [root]
+    while stack:
+        pid = stack.pop()
+        if pid in rss and pid not in found:
+            found[pid] = rss[pid]
+            stack.extend(children.get(pid, ()))
+    return found
+
+
+def _start(supervised: Supervised) -> dict[str, Any]:
+    supervised.write_fleet(
+        [
+            {"id": "hog", "command": inline(HOG)},
+            {"id": "caller", "command": supervised.standin()},
+        ]
+    )
+    supervised.start()
+    until(lambda: (supervised.workspace("hog") / "ready").exists(), 60, "the hog to be ready")
+    return supervised.wait_running("hog")
+
+
+def test_usage_figures_match_the_kernels(supervised: Supervised, center: DevCenter) -> None:
+    row = _start(supervised)
+    usage = supervised.status()["hog"]["usage"]
+    tree = _tree_by_ps(row["pid"])
+    assert usage["source"] == "proc", usage
+    assert usage["processes"] == len(tree) >= 1 + KIDS, (usage, tree)
+    assert usage["memory_current_bytes"] >= HOLD * MIB, usage
+    assert abs(usage["memory_current_bytes"] - sum(tree.values())) <= 0.05 * sum(tree.values())
+    assert 1.0 <= usage["cpu_seconds"] < 1.0 + 10, usage  # the busy child, and the starts
+    assert usage["memory_peak_bytes"] >= usage["memory_current_bytes"]
+    assert usage["relay_queue_depth"] is None  # no bundle
+    assert (usage["center_calls"], usage["center_errors"]) == (0, 0)
+    # memory freed: the current figure falls, the peak stays what the supervisor saw
+    (supervised.workspace("hog") / "free").write_text("")
+    until(lambda: (supervised.workspace("hog") / "freed").exists(), 60, "the hog to free")
+    after = supervised.status()["hog"]["usage"]
+    assert after["memory_current_bytes"] < usage["memory_current_bytes"] - HOLD * MIB / 2
+    assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
+    # the stand-in calls the center: its calls are counted
+    until(lambda: supervised.calls("caller"), 60, "the stand-in's first call")
+    caller = until(
+        lambda: supervised.status()["caller"]["usage"]["center_calls"] or None, 60, "calls"
+    )
+    assert caller >= 1
+    # the table: every usage column, one row per agent
+    table = supervised.ctl("status").stdout.splitlines()
+    header = table[2].split()
+    assert header[7:11] == ["MEM", "PEAK", "CPU", "PROCS"], table
+    (hog_line,) = [line for line in table if line.startswith("hog ")]
+    hog = dict(zip(header, hog_line.split(), strict=False))
+    assert hog["PROCS"] == str(usage["processes"])
+    assert re.fullmatch(r"\d+(\.\d)?M", hog["MEM"]) and hog["PEAK"].endswith("M"), hog
+
+
+def _read_until(fd: int, done: Any) -> str:
+    seen = b""
+
+    def more() -> bool:
+        nonlocal seen
+        try:
+            seen += os.read(fd, 65536)
+        except OSError:
+            return True  # the other side closed
+        return bool(done(seen.decode(errors="replace")))
+
+    until(more, 60, "the live view's output")
+    return seen.decode(errors="replace")
+
+
+def test_top_refreshes_in_place_in_80_columns_and_ends_on_ctrl_c(
+    supervised: Supervised, center: DevCenter
+) -> None:
+    _start(supervised)
+    leader, follower = pty.openpty()
+    ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mcphost", "ctl", "--state", str(supervised.state), "top",
+         "--sort", "mem", "--interval", "0.2"],
+        stdin=follower, stdout=follower, stderr=subprocess.PIPE, env=supervised.env(),
+    )  # fmt: skip
+    os.close(follower)
+    try:
+        text = _read_until(leader, lambda seen: seen.count("\x1b[H") >= 3)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    frame = text.split("\x1b[H")[2]
+    lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line) for line in frame.split("\r\n")]
+    lines = [line for line in lines if line]
+    assert lines[0].startswith("mcphost top: 2 agents") and "sorted by mem" in lines[0], lines
+    assert all(len(line) <= 80 for line in lines), lines
+    header = lines[-3].split()
+    assert {"AGENT", "STATE", "MEM", "CPU", "PROCS"} <= set(header), lines
+    assert lines[-2].split()[0] == "hog", lines  # the most memory first
+
+
+def test_status_watch_to_a_pipe_repeats_plain_tables(supervised: Supervised) -> None:
+    _start(supervised)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mcphost", "ctl", "--state", str(supervised.state), "status",
+         "--watch", "--interval", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=supervised.env(),
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        fd = proc.stdout.fileno()
+        text = _read_until(fd, lambda seen: seen.count("mcphost top:") >= 2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "\x1b" not in text and text.count("AGENT ") >= 2, repr(text)
+
+
+def test_logs_supervisor_shows_its_own_events(supervised: Supervised, center: DevCenter) -> None:
+    row = _start(supervised)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "mcphost", "ctl", "--state", str(supervised.state), "logs",
+         "--supervisor", "--follow", "--lines", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=supervised.env(),
+    )  # fmt: skip
+    assert follow.stdout is not None
+    try:
+        # the follow prints the last line, then what comes: once that line is here, it follows
+        fd = follow.stdout.fileno()
+        _read_until(fd, lambda seen: seen.endswith("\n"))
+        supervised.ctl("restart", "hog")
+        text = _read_until(fd, lambda seen: '"generation": 2' in seen)
+    finally:
+        follow.kill()
+        follow.wait()
+    exited, spawned = (
+        f'"event": "supervisor.agent_{what}", "agent_id": "hog"' for what in ("exited", "spawned")
+    )
+    assert exited in text and spawned in text, text
+    logged = supervised.ctl("logs", "--supervisor", "-n", "10000").stdout
+    spawned = f'"event": "supervisor.agent_spawned", "agent_id": "hog", "pid": {row["pid"]}'
+    assert spawned in logged, logged[-2000:]
+    assert '"event": "supervisor.agent_exited", "agent_id": "hog"' in logged
+    path = Path(supervised.state) / "logs" / "supervisor.log"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert center.token not in path.read_text()
+    both = supervised.ctl("logs", "hog", "--supervisor", check=False)
+    assert both.returncode == 2 and "AGENT or --supervisor" in both.stderr
