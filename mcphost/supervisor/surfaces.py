@@ -101,10 +101,15 @@ class Surfaces:
         calls, errors = self._calls.get(agent_id, (0, 0))
         return calls, errors
 
-    def _call_done(self, agent_id: str, _tool: str, outcome: str, _seconds: float) -> None:
+    def _call_done(self, agent_id: str, tool: str, outcome: str, seconds: float) -> None:
+        """A center call of `agent_id` ended (`HostSurface.on_done`): counted for `ctl status`,
+        and told to the metrics when they are on."""
         counts = self._calls.setdefault(agent_id, [0, 0])
         counts[0] += 1
         counts[1] += outcome != "ok"
+        observe = self.supervisor.on_center_call
+        if observe is not None:
+            observe(agent_id, tool, outcome, seconds)
 
     # -- the hubs' two hooks --------------------------------------------------------------
     def identifier(self, surface: str) -> Callable[[peer.PeerCred], Attached]:
@@ -172,12 +177,6 @@ class Surfaces:
             on_failure=lambda failure: self._center_failed(agent_id, generation, failure),
             on_done=partial(self._call_done, agent_id),
         )
-
-    def _call_done(self, agent_id: str, tool: str, outcome: str, seconds: float) -> None:
-        """A center call of `agent_id` ended (`HostSurface.on_done`): told to the metrics."""
-        observe = self.supervisor.on_center_call
-        if observe is not None:
-            observe(agent_id, tool, outcome, seconds)
 
     def _center_failed(self, agent_id: str, generation: int, failure: ToolFailure) -> None:
         """A call of `agent_id`'s session (of `generation`) failed: if the center fenced that
