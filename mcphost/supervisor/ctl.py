@@ -278,9 +278,9 @@ def describe_result(command: str, agent: str | None, result: Any) -> str:
     if isinstance(result, Mapping):
         if command == "reload":
             parts = []
-            for key in ("added", "removed", "changed", "unchanged"):
+            for key in ("added", "removed", "changed", "updated", "unchanged"):
                 value = result.get(key)
-                if isinstance(value, list):
+                if isinstance(value, list) and (value or key != "updated"):
                     names = ", ".join(_clean(v) for v in value)
                     parts.append(f"{len(value)} {key}" + (f" ({names})" if names else ""))
             if parts:

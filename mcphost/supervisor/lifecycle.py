@@ -358,6 +358,17 @@ class AgentRunner:
         """The fence every spawn enters (None: `sandbox = "none"`)."""
         return self._fence
 
+    def update_policy(self, plan: Plan) -> None:
+        """Apply `plan`, which differs from the runner's only in what the running agent never
+        sees (`plan.IN_PLACE`: the restart policy, its timings, `stop_grace`, the log limits):
+        from the next exit, stop and log write on, with the restarts already counted kept."""
+        self.plan = plan
+        self._intensity.max_restarts = plan.max_restarts
+        self._intensity.window = plan.restart_window
+        if self._log is not None:
+            self._log.max_bytes = plan.log_max_bytes
+            self._log.keep = plan.log_keep
+
     def refence(self, fence: Fence | None) -> None:
         """The fence of every later spawn (a reload moved what it must hide: the supervisor's
         reconciliation then restarts a running agent into it)."""

@@ -1,0 +1,68 @@
+"""Black-box: a reload does only what was asked, through a real `mcphost supervise`.
+
+What docs/supervisor.md ("Reload") promises: a reload restarts only the agents whose running
+behaviour changed (their command, environment, user, runner, fence, bundle, policy...); a
+change of the restart policy's timings, `stop_grace` or the log limits applies in place to the
+running agent; a finished one-shot (`restart = "never"`, exited 0) is not run again by a reload
+that does not change it; `ctl reload --dry-run` says what a reload would stop, start and
+restart, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.supervisor.supervise_harness import Supervised, standin
+from tests.waiting import until
+
+
+def _reconciled(supervised: Supervised) -> list[dict[str, Any]]:
+    return [e for e in supervised.events() if e.get("event") == "supervisor.reconciled"]
+
+
+def test_a_policy_change_in_defaults_restarts_nothing(supervised: Supervised) -> None:
+    agents = [{"id": f"agent-{n}", "command": standin("--hold")} for n in (1, 2)]
+    supervised.write_fleet(agents)
+    supervised.start()
+    before = {a["id"]: supervised.wait_running(a["id"]) for a in agents}
+    supervised.write_fleet(
+        agents, restart_delay=0.07, max_restarts=9, restart_window=30, stop_grace=4, log_keep=2
+    )
+    done = supervised.ctl("reload")
+    assert "0 changed; 2 updated (agent-1, agent-2)" in done.stdout, done.stdout
+    rows = supervised.status()
+    for agent_id, row in before.items():
+        assert (rows[agent_id]["pid"], rows[agent_id]["generation"]) == (
+            row["pid"],
+            row["generation"],
+        ), rows
+    (last,) = _reconciled(supervised)[-1:]
+    assert last["changed"] == [] and sorted(last["updated"]) == ["agent-1", "agent-2"], last
+    # the new policy is the running one: agent-1 now gives up after 9 quick restarts, not 5
+    supervised.write_fleet(
+        [{"id": "agent-1", "command": ["false"]}, agents[1]],
+        restart_delay=0.01,
+        restart_max_delay=0.01,
+        max_restarts=9,
+    )
+    supervised.ctl("reload")
+    failed = until(
+        lambda: (row := supervised.status()["agent-1"])["state"] == "failed" and row,
+        60,
+        "agent-1 to fail",
+    )
+    assert failed["restarts"] == 9 and "more than 9 restarts" in failed["last_reason"], failed
+    assert supervised.status()["agent-2"]["pid"] == before["agent-2"]["pid"]
+
+
+def test_a_command_change_still_restarts_that_agent_only(supervised: Supervised) -> None:
+    agents = [{"id": f"agent-{n}", "command": standin("--hold")} for n in (1, 2)]
+    supervised.write_fleet(agents)
+    supervised.start()
+    first = supervised.wait_running("agent-1")
+    other = supervised.wait_running("agent-2")
+    supervised.write_fleet([{**agents[0], "env": {"X": "1"}}, agents[1]])
+    supervised.ctl("reload")
+    supervised.wait_running("agent-1", first["generation"] + 1)
+    assert supervised.status()["agent-2"]["pid"] == other["pid"]
