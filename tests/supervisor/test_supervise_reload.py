@@ -10,7 +10,6 @@ restart, and changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tests.supervisor.supervise_harness import Supervised, standin
@@ -66,3 +65,27 @@ def test_a_command_change_still_restarts_that_agent_only(supervised: Supervised)
     supervised.ctl("reload")
     supervised.wait_running("agent-1", first["generation"] + 1)
     assert supervised.status()["agent-2"]["pid"] == other["pid"]
+
+
+def test_a_finished_one_shot_is_not_run_again_by_a_reload(supervised: Supervised) -> None:
+    shot = {"id": "shot", "command": standin(), "restart": "never"}
+    supervised.write_fleet([shot])
+    supervised.start()
+    until(lambda: supervised.status()["shot"]["state"] == "stopped", 60, "the one-shot to end")
+    ran = len(supervised.calls("shot"))
+    generation = supervised.status()["shot"]["generation"]
+    supervised.ctl("reload")  # unchanged
+    supervised.write_fleet([shot], restart_delay=0.1)  # a policy timing only
+    supervised.ctl("reload")
+    supervised.write_fleet([shot, {"id": "other", "command": standin("--hold")}])
+    supervised.ctl("reload")
+    supervised.wait_running("other")
+    row = supervised.status()["shot"]
+    assert (row["state"], row["generation"]) == ("stopped", generation), row
+    assert len(supervised.calls("shot")) == ran
+    spawned = [
+        e
+        for e in supervised.events()
+        if e.get("event") == "supervisor.agent_spawned" and e["agent_id"] == "shot"
+    ]
+    assert len(spawned) == 1, spawned
