@@ -76,7 +76,7 @@ class Supervised(Protocol):
     @property
     def identities(self) -> Identities: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
-    async def reload(self) -> dict[str, Any]: ...
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]: ...
 
 
 class Operations:
@@ -86,9 +86,9 @@ class Operations:
         self.supervisor = supervisor
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         try:
-            return await self.supervisor.reload()
+            return await self.supervisor.reload(dry_run=dry_run)
         except ControlError as exc:
             reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
             raise

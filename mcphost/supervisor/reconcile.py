@@ -337,21 +337,18 @@ class Reconciler:
         return reach.agent_fence(self.fleet, self.supervisor.state_dir, plan, home)
 
     # -- reload ---------------------------------------------------------------------------
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         """Re-read the fleet file (and the token file); a file that fails validation changes
-        nothing. A changed `[center]` or token applies to the next call of every session."""
+        nothing. A changed `[center]` or token applies to the next call of every session.
+        `dry_run`: the file's checks, then what a reload would stop, start, restart and update
+        (`_changes`; with `[center] fleet = "center"`, against the center's list), with nothing
+        applied."""
         async with self._reload_lock:
-            try:
-                fleet = load_fleet(self.fleet.path, env=self.supervisor.env)
-                check_users(fleet)
-                check_sandbox(fleet, fences.probe().missing())
-                reach.check_reach(fleet, self.supervisor.state_dir)
-            except SettingError as exc:
-                raise ControlError.row(
-                    R.FLEET_INVALID,
-                    {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
-                    problem=exc,
-                ) from None
+            fleet = self._checked_file()
+            if dry_run:
+                if fleet.center.fleet == "center":
+                    fleet = (await self._center_fleet())[0]
+                return {"dry_run": True, **self._changes(fleet)}
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
                 outcome = await self._reload_from_center()
@@ -359,6 +356,22 @@ class Reconciler:
                 outcome = await self._reconcile(fleet)
             await self._refence()
             return outcome
+
+    def _checked_file(self) -> Fleet:
+        """The fleet file as it is now, checked against this machine (`reload_failed` with
+        every problem it has)."""
+        try:
+            fleet = load_fleet(self.fleet.path, env=self.supervisor.env)
+            check_users(fleet)
+            check_sandbox(fleet, fences.probe().missing())
+            reach.check_reach(fleet, self.supervisor.state_dir)
+        except SettingError as exc:
+            raise ControlError.row(
+                R.FLEET_INVALID,
+                {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
+                problem=exc,
+            ) from None
+        return fleet
 
     async def _refence(self) -> None:
         """After a reload that moved `[center] token_file`, a fence planned with the old path
@@ -420,16 +433,16 @@ class Reconciler:
                 supervisor.health.poke()
 
     # -- the fleet the center assigns (`[center] fleet = "center"`) ------------------------
-    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
+    async def _center_fleet(self) -> tuple[Fleet, dict[str, int]]:
+        """The fleet of the center's list for this worker, and the generations it has seen."""
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.centerfleet import fetch_fleet
         from mcphost.supervisor.plan import fleet_with_agents
 
-        supervisor = self.supervisor
-        assert supervisor.admin is not None
+        assert self.supervisor.admin is not None
         try:
-            assigned = await fetch_fleet(supervisor.admin)
-            fleet = fleet_with_agents(self.fleet, assigned.ids)
+            assigned = await fetch_fleet(self.supervisor.admin)
+            return fleet_with_agents(self.fleet, assigned.ids), dict(assigned.generations)
         except ToolFailure as exc:
             raise ControlError.row(
                 R.CENTER_LIST_UNREADABLE,
@@ -443,8 +456,11 @@ class Reconciler:
                 {"problems": [p.details for p in exc.problems]},
                 problem=exc,
             ) from None
-        for agent_id, generation in assigned.generations.items():
-            supervisor.generations.saw(agent_id, generation)
+
+    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
+        fleet, generations = await self._center_fleet()
+        for agent_id, generation in generations.items():
+            self.supervisor.generations.saw(agent_id, generation)
         return await self._reconcile(fleet, quiet=polled)
 
     async def poll_center(self) -> None:

@@ -87,6 +87,7 @@ BAD_AGENT = Refusal("bad_request", '"agent" must be at most {limit} printable ch
 BAD_LINES = Refusal("bad_request", '"lines" must be an integer')
 LINES_RANGE = Refusal("bad_request", '"lines" must be from 0 to {limit}')
 BAD_FOLLOW = Refusal("bad_request", '"follow" must be true or false')
+BAD_DRY_RUN = Refusal("bad_request", '"dry_run" must be true or false')
 NO_ARGV = Refusal("bad_request", 'exec needs "argv" (a non-empty list of strings)')
 ARGV_TOO_LONG = Refusal("bad_request", '"argv" may hold at most {limit} arguments')
 BAD_ARGV = Refusal("bad_request", '"argv" must be strings without NUL characters')
@@ -207,6 +208,7 @@ CONTROL = (
     BAD_LINES,
     LINES_RANGE,
     BAD_FOLLOW,
+    BAD_DRY_RUN,
     NO_ARGV,
     ARGV_TOO_LONG,
     BAD_ARGV,

@@ -111,9 +111,10 @@ class Supervisor:
         """The agent's lock, for the relay's up / down (relayhost.py) as for ctl."""
         return self.reconciler.locks.held([agent_id])
 
-    async def reload(self) -> dict[str, Any]:
-        """Re-read the fleet file and apply it (`Reconciler.reload`)."""
-        return await self.reconciler.reload()
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
+        """Re-read the fleet file and apply it (`Reconciler.reload`; `dry_run`: only say what
+        applying it would do)."""
+        return await self.reconciler.reload(dry_run=dry_run)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)

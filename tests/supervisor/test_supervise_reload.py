@@ -10,6 +10,7 @@ restart, and changes nothing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.supervisor.supervise_harness import Supervised, standin
@@ -89,3 +90,38 @@ def test_a_finished_one_shot_is_not_run_again_by_a_reload(supervised: Supervised
         if e.get("event") == "supervisor.agent_spawned" and e["agent_id"] == "shot"
     ]
     assert len(spawned) == 1, spawned
+
+
+def test_reload_dry_run_says_what_would_change_and_changes_nothing(
+    supervised: Supervised,
+) -> None:
+    agents = [{"id": f"agent-{n}", "command": standin("--hold")} for n in (1, 2, 3)]
+    supervised.write_fleet(agents)
+    supervised.start()
+    rows = {a["id"]: supervised.wait_running(a["id"]) for a in agents}
+    supervised.write_fleet(
+        [
+            {**agents[0], "env": {"X": "1"}},  # restarted
+            {**agents[1], "stop_grace": 3},  # updated in place
+            {"id": "agent-4", "command": standin("--hold")},  # started
+        ]  # agent-3: stopped
+    )
+    done = supervised.ctl("reload", "--dry-run")
+    assert done.stdout.splitlines() == [
+        "would stop: agent-3",
+        "would start: agent-4",
+        "would restart: agent-1",
+        "would update in place: agent-2",
+    ], done.stdout
+    plan = json.loads(supervised.ctl("reload", "--dry-run", "--json").stdout)
+    assert plan == {
+        "dry_run": True,
+        "removed": ["agent-3"],
+        "added": ["agent-4"],
+        "changed": ["agent-1"],
+        "updated": ["agent-2"],
+        "unchanged": [],
+    }, plan
+    now = supervised.status()
+    assert sorted(now) == ["agent-1", "agent-2", "agent-3"], now
+    assert all(now[a]["pid"] == rows[a]["pid"] for a in now), now
