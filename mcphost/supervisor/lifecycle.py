@@ -14,7 +14,8 @@ left of the agent's process group is ended (SIGTERM, SIGKILL after `stop_grace`)
 policy: `always` | `on-failure` (a non-zero exit, a signal we did not send, or a spawn that
 failed) | `never`; exponential backoff `restart_delay * 2**k` capped at `restart_max_delay`
 (k back to 0 once a run lasted longer than `restart_window`); more than `max_restarts` restarts
-within `restart_window` s -> `failed` until `start()`/`restart()`. When the policy ends the
+after a failure within `restart_window` s -> `failed` until `start()`/`restart()` (an `always`
+agent's clean exit is restarted with the backoff and never counted). When the policy ends the
 runner (no restart), the state is `failed` after a failure and `stopped` after a clean exit (as
 systemd does). There is no readiness signal: `running` means the process exists.
 The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
@@ -628,7 +629,9 @@ class AgentRunner:
                 return
             if uptime > self.plan.restart_window:
                 self._k = 0
-            if not self._intensity.allow(loop.time()):
+            # The intensity limit counts failures: an `always` agent's clean exit is a run that
+            # ended, restarted with the backoff however often it comes (never `failed`).
+            if is_failure(code) and not self._intensity.allow(loop.time()):
                 self._fail(
                     f"{self._last_reason}; more than {self.plan.max_restarts} restarts "
                     f"within {self.plan.restart_window:g} s"
