@@ -61,7 +61,7 @@ from mcphost.supervisor.kernel import (
     resolve_user,
 )
 from mcphost.supervisor.logs import RotatingLog
-from mcphost.supervisor.state import StateStore, generation_after
+from mcphost.supervisor.state import GenerationExhausted, StateStore, generation_after
 
 if TYPE_CHECKING:
     from mcphost.supervisor.fence import Fence
@@ -300,6 +300,7 @@ class AgentRunner:
         self._state = AgentState.STOPPED
         self._want = False
         self._closed = False  # `aclose()` began: this runner never spawns again
+        self._exhausted: str | None = None  # no generation left (`_launch_or_fail`)
         self._ops = asyncio.Lock()  # start / stop one at a time (a stop waits for a launch)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -391,9 +392,10 @@ class AgentRunner:
                 return
             self._want = True
             self._wake = asyncio.Event()
+            self._exhausted = None
             self._k = 0
             self._intensity.reset()
-            first = await self._launch()  # here: Popen, watch and on_spawn with no await between
+            first = await self._launch_or_fail()  # Popen, watch, on_spawn with no await between
             self._task = asyncio.get_running_loop().create_task(
                 self._supervise(first), name=f"agent:{self.agent_id}"
             )
@@ -445,6 +447,24 @@ class AgentRunner:
                 keep=self.plan.log_keep,
             )
         return self._log
+
+    async def _launch_or_fail(self) -> _Run | None:
+        """`_launch`, with no generation left (`GenerationExhausted`) a failed spawn whose
+        reason no restart can mend (`_given_up`)."""
+        try:
+            return await self._launch()
+        except GenerationExhausted as exc:
+            self._exhausted = f"{exc.code}: {exc}"
+            self._run = None
+            self._last_exit, self._last_reason = None, self._exhausted
+            emit(
+                "supervisor.agent_spawn_failed",
+                level="error",
+                agent_id=self.agent_id,
+                code=exc.code,
+                reason=self._exhausted,
+            )
+            return None
 
     async def _launch(self) -> _Run | None:
         """One spawn (None when it failed). A subclass hosting the process elsewhere overrides
@@ -585,8 +605,9 @@ class AgentRunner:
 
     def _given_up(self) -> str | None:
         """A reason the agent must not be restarted whatever the policy (None: the policy
-        decides); a subclass that met a failure no restart can mend says it here."""
-        return None
+        decides); a subclass that met a failure no restart can mend says it here (after
+        asking this one: no generation left)."""
+        return self._exhausted
 
     async def _end_group(self, pgid: int, leader: asyncio.Future[int]) -> None:
         """SIGTERM the group; once `stop_grace` passed with the leader or a member alive,
@@ -648,7 +669,7 @@ class AgentRunner:
             if not self._want or self._closed:
                 return
             self._restarts += 1
-            run = await self._launch()
+            run = await self._launch_or_fail()
 
     def _fail(self, reason: str) -> None:
         self._state = AgentState.FAILED
