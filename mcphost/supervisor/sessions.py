@@ -102,6 +102,8 @@ class RateLimit:
     def take_suppressed(self) -> int:
         count, self.suppressed = self.suppressed, 0
         return count
+
+
 assert SESSION_HELD_BYTES < AGENT_HELD_BYTES < MAX_HELD_BYTES
 
 
