@@ -9,8 +9,8 @@ of what would go over a bound. Pure bookkeeping: no clock, no I/O, no asyncio.
 relay (the supervisor) hold any amount of memory for a target whose screen never settles. The
 bounds are explicit constants (docs/relay.md, Delivery queue bounds):
 
-- per sender at one target (its share of that target's queue: a quarter of it, so one sender,
-  or three, can never keep a peer's queue full for everyone else):
+- per sender at one target (its share of that target's queue: half of it, so one sender can
+  never keep a peer's queue full for everyone else):
   `MAX_QUEUED_PER_SENDER_PER_TARGET` items and `MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET` bytes;
 - per target: `MAX_QUEUED_PER_TARGET` items and `MAX_QUEUED_BYTES_PER_TARGET` bytes;
 - per sender (everything it has queued, to every target: a broadcast counts once per member):
@@ -39,8 +39,8 @@ from mcphost.agentmux.wire import RelayError
 
 MAX_QUEUED_PER_TARGET = 64
 MAX_QUEUED_BYTES_PER_TARGET = 4 << 20
-MAX_QUEUED_PER_SENDER_PER_TARGET = MAX_QUEUED_PER_TARGET // 4
-MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET = MAX_QUEUED_BYTES_PER_TARGET // 4
+MAX_QUEUED_PER_SENDER_PER_TARGET = MAX_QUEUED_PER_TARGET // 2
+MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET = MAX_QUEUED_BYTES_PER_TARGET // 2
 MAX_QUEUED_PER_SENDER = 256
 MAX_QUEUED_BYTES_PER_SENDER = 8 << 20
 MAX_QUEUED_TOTAL = 1024
@@ -141,7 +141,7 @@ def _full(
     nbytes: int,
 ) -> RelayError:
     whose = {
-        "share": "from this sender for this target (its share: a quarter of the target's queue)",
+        "share": "from this sender for this target (its share: half of the target's queue)",
         "target": "for this target",
         "sender": "from this sender",
         "relay": "in the relay",

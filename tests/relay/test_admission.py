@@ -55,11 +55,11 @@ def test_each_scope_refuses_by_count_then_bytes_and_names_the_cause() -> None:
 
 
 def test_one_sender_gets_its_share_of_a_target_and_leaves_the_rest_to_others() -> None:
-    """A sender holds at most a quarter of a target's queue: a peer kept busy by one sender
+    """A sender holds at most half of a target's queue: a peer kept busy by one sender
     (64 items once refused every other sender for the readiness timeout) still takes others'."""
     ledger = Ledger()
     share = admission.MAX_QUEUED_PER_SENDER_PER_TARGET
-    assert share == admission.MAX_QUEUED_PER_TARGET // 4
+    assert share == admission.MAX_QUEUED_PER_TARGET // 2
     for _ in range(share):
         ledger.check("hog@p", [("t@p", 10)])
         ledger.admit("hog@p", "t@p", 10)
@@ -70,12 +70,12 @@ def test_one_sender_gets_its_share_of_a_target_and_leaves_the_rest_to_others() -
     }  # fmt: skip
     assert "its share" in err.message
     ledger.check("hog@p", [("u@p", 10)])  # its share of another target is its own
-    for other in ("b@p", "c@p", "d@p"):  # every other sender gets its share too
+    for other in ("b@p",):  # another sender gets its share too
         for _ in range(share):
             ledger.check(other, [("t@p", 10)])
             ledger.admit(other, "t@p", 10)
     assert ledger.queued("share", "b@p", "t@p") == (share, 10 * share)
-    err = refusal(ledger, "e@p", [("t@p", 10)])  # four full shares fill the target
+    err = refusal(ledger, "e@p", [("t@p", 10)])  # two full shares fill the target
     assert (err.details["scope"], err.details["queued"]) == (
         "target",
         admission.MAX_QUEUED_PER_TARGET,
