@@ -9,6 +9,9 @@ of what would go over a bound. Pure bookkeeping: no clock, no I/O, no asyncio.
 relay (the supervisor) hold any amount of memory for a target whose screen never settles. The
 bounds are explicit constants (docs/relay.md, Delivery queue bounds):
 
+- per sender at one target (its share of that target's queue: half of it, so one sender can
+  never keep a peer's queue full for everyone else):
+  `MAX_QUEUED_PER_SENDER_PER_TARGET` items and `MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET` bytes;
 - per target: `MAX_QUEUED_PER_TARGET` items and `MAX_QUEUED_BYTES_PER_TARGET` bytes;
 - per sender (everything it has queued, to every target: a broadcast counts once per member):
   `MAX_QUEUED_PER_SENDER` items and `MAX_QUEUED_BYTES_PER_SENDER` bytes;
@@ -18,7 +21,8 @@ An item's size is the UTF-8 length of the text the pane will get (the rendered e
 raww text). `check` takes every item of one request together and refuses the whole request when
 any would go over (nothing of it is queued): code `runtime_delivery_queue_full` (agentmux's
 code for an exhausted delivery admission quota), details `{target_session, sender_session,
-scope: "target" | "sender" | "relay", component: "envelopes" | "bytes", limit, queued, size}`.
+scope: "share" | "target" | "sender" | "relay", component: "envelopes" | "bytes", limit, queued,
+size}`.
 Scopes are checked in that order, envelopes before bytes, so a refusal names one cause.
 
 Must never: let the counters drift from what is queued (the caller releases exactly what it
@@ -35,6 +39,8 @@ from mcphost.agentmux.wire import RelayError
 
 MAX_QUEUED_PER_TARGET = 64
 MAX_QUEUED_BYTES_PER_TARGET = 4 << 20
+MAX_QUEUED_PER_SENDER_PER_TARGET = MAX_QUEUED_PER_TARGET // 2
+MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET = MAX_QUEUED_BYTES_PER_TARGET // 2
 MAX_QUEUED_PER_SENDER = 256
 MAX_QUEUED_BYTES_PER_SENDER = 8 << 20
 MAX_QUEUED_TOTAL = 1024
@@ -51,6 +57,13 @@ class Limits:
     bytes_per_sender: int = MAX_QUEUED_BYTES_PER_SENDER
     total: int = MAX_QUEUED_TOTAL
     bytes_total: int = MAX_QUEUED_BYTES_TOTAL
+    share: int = MAX_QUEUED_PER_SENDER_PER_TARGET
+    bytes_share: int = MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET
+
+
+def _share(sender: str, target: str) -> tuple[str, str]:
+    """The ledger's key of what `sender` has queued for `target`."""
+    return ("share", f"{sender}\0{target}")
 
 
 class Ledger:
@@ -63,9 +76,11 @@ class Ledger:
         self.count = 0
         self.bytes = 0
 
-    def queued(self, scope: str, principal_id: str) -> tuple[int, int]:
-        """(items, bytes) queued for a target or by a sender."""
-        return self._count[(scope, principal_id)], self._bytes[(scope, principal_id)]
+    def queued(self, scope: str, principal_id: str, target: str | None = None) -> tuple[int, int]:
+        """(items, bytes) queued for a target or by a sender (with `target`: by that sender
+        for that target, its share)."""
+        key = _share(principal_id, target) if target is not None else (scope, principal_id)
+        return self._count[key], self._bytes[key]
 
     def check(self, sender: str, items: Sequence[tuple[str, int]]) -> None:
         """Raise `runtime_delivery_queue_full` unless every (target, size) of one request fits,
@@ -74,10 +89,12 @@ class Ledger:
         count: Counter[tuple[str, str]] = Counter()
         size: Counter[tuple[str, str]] = Counter()
         for target, nbytes in items:
-            for key in (("target", target), ("sender", sender), ("relay", "")):
+            share = _share(sender, target)
+            for key in (share, ("target", target), ("sender", sender), ("relay", "")):
                 count[key] += 1
                 size[key] += nbytes
             bounds = (
+                (share, limits.share, limits.bytes_share),
                 (("target", target), limits.per_target, limits.bytes_per_target),
                 (("sender", sender), limits.per_sender, limits.bytes_per_sender),
                 (("relay", ""), limits.total, limits.bytes_total),
@@ -92,14 +109,14 @@ class Ledger:
                         raise _full(target, sender, key[0], component, limit, queued, nbytes)
 
     def admit(self, sender: str, target: str, nbytes: int) -> None:
-        for key in (("target", target), ("sender", sender)):
+        for key in (_share(sender, target), ("target", target), ("sender", sender)):
             self._count[key] += 1
             self._bytes[key] += nbytes
         self.count += 1
         self.bytes += nbytes
 
     def release(self, sender: str, target: str, nbytes: int) -> None:
-        for key in (("target", target), ("sender", sender)):
+        for key in (_share(sender, target), ("target", target), ("sender", sender)):
             self._count[key] -= 1
             self._bytes[key] -= nbytes
             if self._count[key] <= 0:
@@ -124,6 +141,7 @@ def _full(
     nbytes: int,
 ) -> RelayError:
     whose = {
+        "share": "from this sender for this target (its share: half of the target's queue)",
         "target": "for this target",
         "sender": "from this sender",
         "relay": "in the relay",

@@ -331,6 +331,9 @@ class AcpRunner(AgentRunner):
         return reason
 
     def _given_up(self) -> str | None:
+        exhausted = super()._given_up()
+        if exhausted is not None:
+            return exhausted
         if self._failure is not None and self._failure[0] in PERMANENT:
             return f"{self._failure[0]}: {self._failure[1]} (no restart can mend it)"
         return None

@@ -41,12 +41,11 @@ from urllib.parse import quote
 from mcphost.admin.client import AdminClient, AdminRequest, Reply, read_capped
 from mcphost.errors import AdminFailure
 from mcphost.names import AGENT_ID_EXPECTED, is_agent_id
-from mcphost.supervisor.state import generation_after
+from mcphost.supervisor.state import MAX_GENERATION, generation_after
 
 ROUTE = "/admin/worker/agents"
 MAX_AGENTS = 10_000
 MAX_REPLY_BYTES = 4 * 1024 * 1024  # 10,000 entries of the longest id fit in under 2 MiB
-MAX_GENERATION = (1 << 63) - 1  # what X-AC-MCP-Generation can carry
 RESERVE_TIMEOUT = 5.0  # a spawn waits at most this long for the center's generation
 RESERVE_MAX_REPLY_BYTES = 64 * 1024
 

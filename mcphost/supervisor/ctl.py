@@ -4,7 +4,7 @@ the fleet, read an agent's log, or run a command as an agent.
     mcphost ctl --state DIR status [--json]      --json: {"center": {...}, "agents": [...]}
     mcphost ctl --state DIR status --watch [--sort cpu|mem] [--interval S]   (= ctl top)
     mcphost ctl --state DIR start|stop|restart AGENT
-    mcphost ctl --state DIR reload
+    mcphost ctl --state DIR reload [--dry-run] [--json]
     mcphost ctl --state DIR logs AGENT|--supervisor [--follow] [-n N] [--raw | --escape]
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
@@ -162,7 +162,15 @@ def _parser() -> Parser:
     ):
         one = sub.add_parser(name, parents=[common], help=text)
         one.add_argument("agent", metavar="AGENT")
-    sub.add_parser("reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)")
+    reload = sub.add_parser(
+        "reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)"
+    )
+    reload.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what a reload would stop, start, restart and update in place; change nothing",
+    )
+    reload.add_argument("--json", action="store_true", help="the answer as JSON")
     logs = sub.add_parser(
         "logs", parents=[common], help="an agent's output (its log's tail), or the supervisor's"
     )
@@ -437,14 +445,33 @@ def status_table(agents: Sequence[Mapping[str, Any]], now: float, width: int | N
     return "\n".join(out) + "\n"
 
 
+# A dry run's lists, in the order a reload acts, with what each does to the agents in it.
+DRY_RUN_LINES = (
+    ("removed", "would stop"),
+    ("added", "would start"),
+    ("changed", "would restart"),
+    ("updated", "would update in place"),
+)
+
+
+def describe_dry_run(result: Mapping[str, Any]) -> str:
+    """`ctl reload --dry-run`: one line per kind of change that a reload would make."""
+    lines = []
+    for key, verb in DRY_RUN_LINES:
+        value = result.get(key)
+        if isinstance(value, list) and value:
+            lines.append(f"{verb}: " + ", ".join(_clean(v) for v in value))
+    return "\n".join(lines) if lines else "would change nothing"
+
+
 def describe_result(command: str, agent: str | None, result: Any) -> str:
     """One line for start/stop/restart/reload."""
     if isinstance(result, Mapping):
         if command == "reload":
             parts = []
-            for key in ("added", "removed", "changed", "unchanged"):
+            for key in ("added", "removed", "changed", "updated", "unchanged"):
                 value = result.get(key)
-                if isinstance(value, list):
+                if isinstance(value, list) and (value or key != "updated"):
                     names = ", ".join(_clean(v) for v in value)
                     parts.append(f"{len(value)} {key}" + (f" ({names})" if names else ""))
             if parts:
@@ -597,9 +624,18 @@ def _run(args: argparse.Namespace, path: str) -> int:
             agents = sort_agents(result["agents"], args.sort)
             sys.stdout.write(status_table(agents, time.time(), width))
         return EXIT_OK
-    fields = {"agent": args.agent} if args.command in ("start", "stop", "restart") else {}
+    fields: dict[str, Any] = {}
+    if args.command in ("start", "stop", "restart"):
+        fields["agent"] = args.agent
+    if args.command == "reload" and args.dry_run:
+        fields["dry_run"] = True
     result = request(path, args.command, timeout=args.timeout, **fields)
-    print(describe_result(args.command, getattr(args, "agent", None), result))
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+    elif args.command == "reload" and args.dry_run and isinstance(result, Mapping):
+        print(describe_dry_run(result))
+    else:
+        print(describe_result(args.command, getattr(args, "agent", None), result))
     return EXIT_OK
 
 

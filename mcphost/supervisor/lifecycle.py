@@ -14,7 +14,8 @@ left of the agent's process group is ended (SIGTERM, SIGKILL after `stop_grace`)
 policy: `always` | `on-failure` (a non-zero exit, a signal we did not send, or a spawn that
 failed) | `never`; exponential backoff `restart_delay * 2**k` capped at `restart_max_delay`
 (k back to 0 once a run lasted longer than `restart_window`); more than `max_restarts` restarts
-within `restart_window` s -> `failed` until `start()`/`restart()`. When the policy ends the
+after a failure within `restart_window` s -> `failed` until `start()`/`restart()` (an `always`
+agent's clean exit is restarted with the backoff and never counted). When the policy ends the
 runner (no restart), the state is `failed` after a failure and `stopped` after a clean exit (as
 systemd does). There is no readiness signal: `running` means the process exists.
 The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
@@ -60,7 +61,7 @@ from mcphost.supervisor.kernel import (
     resolve_user,
 )
 from mcphost.supervisor.logs import RotatingLog
-from mcphost.supervisor.state import StateStore, generation_after
+from mcphost.supervisor.state import GenerationExhausted, StateStore, generation_after
 
 if TYPE_CHECKING:
     from mcphost.supervisor.fence import Fence
@@ -299,6 +300,7 @@ class AgentRunner:
         self._state = AgentState.STOPPED
         self._want = False
         self._closed = False  # `aclose()` began: this runner never spawns again
+        self._exhausted: str | None = None  # no generation left (`_launch_or_fail`)
         self._ops = asyncio.Lock()  # start / stop one at a time (a stop waits for a launch)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -358,6 +360,17 @@ class AgentRunner:
         """The fence every spawn enters (None: `sandbox = "none"`)."""
         return self._fence
 
+    def update_policy(self, plan: Plan) -> None:
+        """Apply `plan`, which differs from the runner's only in what the running agent never
+        sees (`plan.IN_PLACE`: the restart policy, its timings, `stop_grace`, the log limits):
+        from the next exit, stop and log write on, with the restarts already counted kept."""
+        self.plan = plan
+        self._intensity.max_restarts = plan.max_restarts
+        self._intensity.window = plan.restart_window
+        if self._log is not None:
+            self._log.max_bytes = plan.log_max_bytes
+            self._log.keep = plan.log_keep
+
     def refence(self, fence: Fence | None) -> None:
         """The fence of every later spawn (a reload moved what it must hide: the supervisor's
         reconciliation then restarts a running agent into it)."""
@@ -379,9 +392,10 @@ class AgentRunner:
                 return
             self._want = True
             self._wake = asyncio.Event()
+            self._exhausted = None
             self._k = 0
             self._intensity.reset()
-            first = await self._launch()  # here: Popen, watch and on_spawn with no await between
+            first = await self._launch_or_fail()  # Popen, watch, on_spawn with no await between
             self._task = asyncio.get_running_loop().create_task(
                 self._supervise(first), name=f"agent:{self.agent_id}"
             )
@@ -433,6 +447,24 @@ class AgentRunner:
                 keep=self.plan.log_keep,
             )
         return self._log
+
+    async def _launch_or_fail(self) -> _Run | None:
+        """`_launch`, with no generation left (`GenerationExhausted`) a failed spawn whose
+        reason no restart can mend (`_given_up`)."""
+        try:
+            return await self._launch()
+        except GenerationExhausted as exc:
+            self._exhausted = f"{exc.code}: {exc}"
+            self._run = None
+            self._last_exit, self._last_reason = None, self._exhausted
+            emit(
+                "supervisor.agent_spawn_failed",
+                level="error",
+                agent_id=self.agent_id,
+                code=exc.code,
+                reason=self._exhausted,
+            )
+            return None
 
     async def _launch(self) -> _Run | None:
         """One spawn (None when it failed). A subclass hosting the process elsewhere overrides
@@ -573,8 +605,9 @@ class AgentRunner:
 
     def _given_up(self) -> str | None:
         """A reason the agent must not be restarted whatever the policy (None: the policy
-        decides); a subclass that met a failure no restart can mend says it here."""
-        return None
+        decides); a subclass that met a failure no restart can mend says it here (after
+        asking this one: no generation left)."""
+        return self._exhausted
 
     async def _end_group(self, pgid: int, leader: asyncio.Future[int]) -> None:
         """SIGTERM the group; once `stop_grace` passed with the leader or a member alive,
@@ -617,7 +650,9 @@ class AgentRunner:
                 return
             if uptime > self.plan.restart_window:
                 self._k = 0
-            if not self._intensity.allow(loop.time()):
+            # The intensity limit counts failures: an `always` agent's clean exit is a run that
+            # ended, restarted with the backoff however often it comes (never `failed`).
+            if is_failure(code) and not self._intensity.allow(loop.time()):
                 self._fail(
                     f"{self._last_reason}; more than {self.plan.max_restarts} restarts "
                     f"within {self.plan.restart_window:g} s"
@@ -634,7 +669,7 @@ class AgentRunner:
             if not self._want or self._closed:
                 return
             self._restarts += 1
-            run = await self._launch()
+            run = await self._launch_or_fail()
 
     def _fail(self, reason: str) -> None:
         self._state = AgentState.FAILED

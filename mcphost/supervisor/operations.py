@@ -103,7 +103,7 @@ class Supervised(Protocol):
     @property
     def relay(self) -> RelayQueues | None: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
-    async def reload(self) -> dict[str, Any]: ...
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]: ...
 
 
 class Operations:
@@ -114,9 +114,9 @@ class Operations:
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
         self.peaks = Peaks()  # each agent's largest memory seen, of its current generation
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         try:
-            return await self.supervisor.reload()
+            return await self.supervisor.reload(dry_run=dry_run)
         except ControlError as exc:
             reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
             raise

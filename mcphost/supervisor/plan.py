@@ -28,7 +28,9 @@ reads the file, then builds its `Fleet` here.
   center names to the fleet's bundle grammar.
 
 Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
-`AgentPlan` compares equal exactly when nothing about how its agent runs changed.
+`AgentPlan` compares equal exactly when nothing about how its agent runs changed. Of a changed
+plan, only the fields outside `IN_PLACE` need a restart (`needs_restart`): the restart policy,
+its timings, `stop_grace` and the log limits are the runner's to apply to the running agent.
 
 `check_users` is the one check outside the file: every `user` must exist in this machine's user
 database, and be the supervisor's own or the supervisor must run as root (it switches in the
@@ -162,6 +164,32 @@ class AgentPlan:
     policy: str | None = None  # the relay policy of the agent's bundle member
     sandbox: Sandbox = "auto"  # "auto": fenced (fence.py); "none": not
     tmp_size: int = 256 << 20  # bytes of each private tmpfs (/tmp, /var/tmp, /dev/shm) when fenced
+
+
+# The plan fields a running agent never sees: its runner applies them in place at a reload
+# (`lifecycle.AgentRunner.update_policy`); every other field is how the agent runs (argv, env,
+# user, runner, fence, bundle, policy...) and a change of it restarts the agent.
+IN_PLACE = frozenset(
+    {
+        "restart",
+        "restart_delay",
+        "restart_max_delay",
+        "max_restarts",
+        "restart_window",
+        "stop_grace",
+        "log_max_bytes",
+        "log_keep",
+    }
+)
+
+
+def needs_restart(old: AgentPlan, new: AgentPlan) -> bool:
+    """Does going from `old` to `new` change how the agent runs (a field outside `IN_PLACE`)?"""
+    return any(
+        getattr(old, field.name) != getattr(new, field.name)
+        for field in dataclasses.fields(AgentPlan)
+        if field.name not in IN_PLACE
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ runner, uid, held workspace and fence) and the agents whose home could not be pr
 every start / stop / restart of that agent (ctl, the relay's up / down, a fenced agent's
 replacement) hold, finding the agent's slot only under it (a `ctl restart` racing a reload once
 reached the runner the reload discarded and started a hidden second agent); `reconcile` (start
-what is new, stop what is gone, restart what changed, leave the rest alone; every fallible
+what is new, stop what is gone, restart what changed how it runs, apply a changed restart
+policy, stop grace or log limit in place, leave the rest alone; every fallible
 write -- the relay's configuration, the homes -- before anything is stopped, so a failed relay
 write is `reload_failed` with nothing changed); `reload` (the fleet file and the token file
 again: `[center]` and the token apply to the next call of every session, through the
@@ -53,7 +54,14 @@ from mcphost.supervisor.homes import (
     hold_home,
 )
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Collaborators, Intensity
-from mcphost.supervisor.plan import AgentPlan, Fleet, check_sandbox, check_users, user_uid
+from mcphost.supervisor.plan import (
+    AgentPlan,
+    Fleet,
+    check_sandbox,
+    check_users,
+    needs_restart,
+    user_uid,
+)
 from mcphost.supervisor.signin import (
     Operator,
     claude_home_is_its_own,
@@ -163,35 +171,43 @@ class Reconciler:
         async with self._reload_lock:
             await self._reconcile(self.fleet)
 
+    def _changes(self, fleet: Fleet) -> dict[str, list[str]]:
+        """What reconciling with `fleet` would do, by agent: `removed` (stopped), `added`
+        (started), `changed` (restarted: how it runs changed, `plan.needs_restart`), `updated`
+        (its runner's policy changed in place: `plan.IN_PLACE`) and `unchanged`."""
+        wanted = {plan.agent_id: plan for plan in fleet.agents}
+        kept = [a for a in wanted if a in self.slots]
+        changed = [a for a in kept if needs_restart(self.slots[a].plan, wanted[a])]
+        updated = [a for a in kept if a not in changed and self.slots[a].plan != wanted[a]]
+        return {
+            "removed": [a for a in self.slots if a not in wanted],
+            "added": [a for a in wanted if a not in self.slots],
+            "changed": changed,
+            "updated": updated,
+            "unchanged": [a for a in kept if a not in changed and a not in updated],
+        }
+
     async def _reconcile(self, fleet: Fleet, *, quiet: bool = False) -> dict[str, list[str]]:
-        """Make the running set match `fleet`: start new, stop removed, restart changed
-        (`quiet`: a reconcile that changes nothing is logged at debug, not info).
+        """Make the running set match `fleet`: start new, stop removed, restart changed, update
+        the policy of the rest in place (`quiet`: a reconcile that changes nothing is logged at
+        debug, not info).
 
         Called with `_reload_lock` held (the only writer of `slots`); it holds the lock of every
         agent it touches, so a ctl or relay start / stop / restart of one waits for it (and it
         for them). Every fallible write (the relay's configuration, the homes' configs) comes
         before anything is stopped: a failed relay write is `reload_failed` with nothing changed
         (a home that cannot be prepared fails that agent only, as before)."""
-        wanted = {plan.agent_id: plan for plan in fleet.agents}
-        removed = [a for a in self.slots if a not in wanted]
-        changed = [a for a, p in wanted.items() if a in self.slots and self.slots[a].plan != p]
-        added = [a for a in wanted if a not in self.slots]
-        unchanged = [a for a in wanted if a in self.slots and a not in changed]
-        async with self.locks.held(removed + changed + added):
-            return await self._apply(fleet, wanted, removed, changed, added, unchanged, quiet=quiet)
+        changes = self._changes(fleet)
+        touched = changes["removed"] + changes["changed"] + changes["updated"] + changes["added"]
+        async with self.locks.held(touched):
+            return await self._apply(fleet, changes, quiet=quiet)
 
     async def _apply(
-        self,
-        fleet: Fleet,
-        wanted: dict[str, AgentPlan],
-        removed: list[str],
-        changed: list[str],
-        added: list[str],
-        unchanged: list[str],
-        *,
-        quiet: bool = False,
+        self, fleet: Fleet, changes: dict[str, list[str]], *, quiet: bool = False
     ) -> dict[str, list[str]]:
         supervisor = self.supervisor
+        wanted = {plan.agent_id: plan for plan in fleet.agents}
+        removed, changed, added = changes["removed"], changes["changed"], changes["added"]
         if supervisor.relay is not None:
             await self._configure_relay(fleet)
         self._share_state(fleet)
@@ -220,6 +236,12 @@ class Reconciler:
             await slot.runner.aclose()
             supervisor.left(agent_id)
             slot.workspace.close()  # open sessions hold their own duplicates
+        for agent_id in changes["updated"]:
+            slot = self.slots[agent_id]
+            slot.plan = wanted[agent_id]
+            slot.runner.update_policy(slot.plan)
+            if slot.fences is not None:
+                slot.fences = Intensity(slot.plan.max_restarts, slot.plan.restart_window)
         self.unstarted = {a: r for a, r in self.unstarted.items() if a in wanted}
         for agent_id, home in zip(starting, homes, strict=True):
             if isinstance(home, BaseException):
@@ -232,16 +254,17 @@ class Reconciler:
             self.unstarted.pop(agent_id, None)
             self.slots[agent_id] = slot = self._slot(wanted[agent_id], *home)
             await slot.runner.start()
-        outcome = {"added": added, "removed": removed, "changed": changed, "unchanged": unchanged}
+        busy = added or removed or changed or changes["updated"]
         events.emit(
             "supervisor.reconciled",
-            level="debug" if quiet and not (added or removed or changed) else "info",
+            level="debug" if quiet and not busy else "info",
             added=added,
             removed=removed,
             changed=changed,
-            unchanged=len(unchanged),
+            updated=changes["updated"],
+            unchanged=len(changes["unchanged"]),
         )
-        return outcome
+        return changes
 
     async def _configure_relay(self, fleet: Fleet) -> None:
         """The relay's generated configuration for `fleet` (and serving, once a bundle exists);
@@ -314,21 +337,18 @@ class Reconciler:
         return reach.agent_fence(self.fleet, self.supervisor.state_dir, plan, home)
 
     # -- reload ---------------------------------------------------------------------------
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         """Re-read the fleet file (and the token file); a file that fails validation changes
-        nothing. A changed `[center]` or token applies to the next call of every session."""
+        nothing. A changed `[center]` or token applies to the next call of every session.
+        `dry_run`: the file's checks, then what a reload would stop, start, restart and update
+        (`_changes`; with `[center] fleet = "center"`, against the center's list), with nothing
+        applied."""
         async with self._reload_lock:
-            try:
-                fleet = load_fleet(self.fleet.path, env=self.supervisor.env)
-                check_users(fleet)
-                check_sandbox(fleet, fences.probe().missing())
-                reach.check_reach(fleet, self.supervisor.state_dir)
-            except SettingError as exc:
-                raise ControlError.row(
-                    R.FLEET_INVALID,
-                    {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
-                    problem=exc,
-                ) from None
+            fleet = self._checked_file()
+            if dry_run:
+                if fleet.center.fleet == "center":
+                    fleet = (await self._center_fleet())[0]
+                return {"dry_run": True, **self._changes(fleet)}
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
                 outcome = await self._reload_from_center()
@@ -336,6 +356,22 @@ class Reconciler:
                 outcome = await self._reconcile(fleet)
             await self._refence()
             return outcome
+
+    def _checked_file(self) -> Fleet:
+        """The fleet file as it is now, checked against this machine (`reload_failed` with
+        every problem it has)."""
+        try:
+            fleet = load_fleet(self.fleet.path, env=self.supervisor.env)
+            check_users(fleet)
+            check_sandbox(fleet, fences.probe().missing())
+            reach.check_reach(fleet, self.supervisor.state_dir)
+        except SettingError as exc:
+            raise ControlError.row(
+                R.FLEET_INVALID,
+                {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
+                problem=exc,
+            ) from None
+        return fleet
 
     async def _refence(self) -> None:
         """After a reload that moved `[center] token_file`, a fence planned with the old path
@@ -397,16 +433,16 @@ class Reconciler:
                 supervisor.health.poke()
 
     # -- the fleet the center assigns (`[center] fleet = "center"`) ------------------------
-    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
+    async def _center_fleet(self) -> tuple[Fleet, dict[str, int]]:
+        """The fleet of the center's list for this worker, and the generations it has seen."""
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.centerfleet import fetch_fleet
         from mcphost.supervisor.plan import fleet_with_agents
 
-        supervisor = self.supervisor
-        assert supervisor.admin is not None
+        assert self.supervisor.admin is not None
         try:
-            assigned = await fetch_fleet(supervisor.admin)
-            fleet = fleet_with_agents(self.fleet, assigned.ids)
+            assigned = await fetch_fleet(self.supervisor.admin)
+            return fleet_with_agents(self.fleet, assigned.ids), dict(assigned.generations)
         except ToolFailure as exc:
             raise ControlError.row(
                 R.CENTER_LIST_UNREADABLE,
@@ -420,8 +456,11 @@ class Reconciler:
                 {"problems": [p.details for p in exc.problems]},
                 problem=exc,
             ) from None
-        for agent_id, generation in assigned.generations.items():
-            supervisor.generations.saw(agent_id, generation)
+
+    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
+        fleet, generations = await self._center_fleet()
+        for agent_id, generation in generations.items():
+            self.supervisor.generations.saw(agent_id, generation)
         return await self._reconcile(fleet, quiet=polled)
 
     async def poll_center(self) -> None:

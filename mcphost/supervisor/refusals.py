@@ -90,6 +90,7 @@ BAD_FOLLOW = Refusal("bad_request", '"follow" must be true or false')
 BAD_SUPERVISOR = Refusal(
     "bad_request", 'logs takes "supervisor": true (the supervisor\'s log) or "agent", not both'
 )
+BAD_DRY_RUN = Refusal("bad_request", '"dry_run" must be true or false')
 NO_ARGV = Refusal("bad_request", 'exec needs "argv" (a non-empty list of strings)')
 ARGV_TOO_LONG = Refusal("bad_request", '"argv" may hold at most {limit} arguments')
 BAD_ARGV = Refusal("bad_request", '"argv" must be strings without NUL characters')
@@ -212,6 +213,7 @@ CONTROL = (
     LINES_RANGE,
     BAD_FOLLOW,
     BAD_SUPERVISOR,
+    BAD_DRY_RUN,
     NO_ARGV,
     ARGV_TOO_LONG,
     BAD_ARGV,

@@ -9,7 +9,9 @@ reading a byte from it:
 2. `identify(cred)` -> `Attached(agent_id, generation)`, or `Refused(code, message)`;
 3. `surface_for(attached)` -> the agent's `Surface` (it may refuse too);
 4. the status line, `ok <agent_id> <generation>\\n` or `refused <code> <message>\\n` (one line,
-   at most `STATUS_LINE_MAX` bytes; a refused connection is then closed);
+   at most `STATUS_LINE_MAX` bytes; a refused connection is then closed, and logged at a
+   bounded rate: `REFUSED_LOG_BURST` lines per `REFUSED_LOG_WINDOW`, then one line with the
+   count of those not logged);
 5. the session: `mcphost.mcpserve.stream.serve_socket`, the standalone host's framing and
    backpressure, bounded per session (`SESSION_LIMITS`: the standalone host's, with 16 MiB of
    request lines held instead of 128) and per agent: every session of one agent holds a share
@@ -40,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import math
 import os
 import re
 import socket
@@ -65,6 +68,42 @@ _CODE = re.compile(r"[^a-z0-9_]")
 SESSION_HELD_BYTES = 16 * 1024 * 1024  # request lines one session holds before it is not read
 SESSION_LIMITS = Limits(max_held_bytes=SESSION_HELD_BYTES)
 AGENT_HELD_BYTES = 64 * 1024 * 1024  # request bytes one agent's sessions hold, all together
+# Refused connections logged per hub: at most this many lines per window; the rest are counted
+# and reported as one `supervisor.session.refused_suppressed` line when the window ends (any
+# local user can connect to a 0666 socket as fast as it likes).
+REFUSED_LOG_BURST = 20
+REFUSED_LOG_WINDOW = 5.0
+
+
+class RateLimit:
+    """At most `burst` admitted in each fixed window of `window` seconds (pure: the caller
+    gives the time); what is not admitted is counted in `suppressed` until taken."""
+
+    def __init__(self, burst: int, window: float) -> None:
+        self.burst = burst
+        self.window = window
+        self.suppressed = 0
+        self._start = -math.inf
+        self._admitted = 0
+
+    def admit(self, now: float) -> bool:
+        if now - self._start >= self.window:
+            self._start, self._admitted = now, 0
+        if self._admitted < self.burst:
+            self._admitted += 1
+            return True
+        self.suppressed += 1
+        return False
+
+    def window_ends(self) -> float:
+        """When the current window ends (the time `admit` was given)."""
+        return self._start + self.window
+
+    def take_suppressed(self) -> int:
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+
 assert SESSION_HELD_BYTES < AGENT_HELD_BYTES < MAX_HELD_BYTES
 
 
@@ -120,6 +159,8 @@ class SessionHub:
         self._sessions: set[_Session] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._refusals = RateLimit(REFUSED_LOG_BURST, REFUSED_LOG_WINDOW)
+        self._suppressed_report: asyncio.TimerHandle | None = None
 
     # -- the socket -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -260,18 +301,37 @@ class SessionHub:
 
     def _refuse(self, conn: socket.socket, refusal: Refused, session: _Session | None) -> None:
         code = _CODE.sub("_", refusal.code.lower()) or "refused"
-        events.emit(
-            "supervisor.session.refused",
-            level="warning",
-            path=self.path,
-            code=code,
-            agent_id=session.attached.agent_id if session else None,
-            pid=session.pid if session else None,
-        )
+        loop = asyncio.get_running_loop()
+        if self._refusals.admit(loop.time()):
+            events.emit(
+                "supervisor.session.refused",
+                level="warning",
+                path=self.path,
+                code=code,
+                agent_id=session.attached.agent_id if session else None,
+                pid=session.pid if session else None,
+            )
+        elif self._suppressed_report is None:
+            self._suppressed_report = loop.call_at(
+                self._refusals.window_ends(), self._report_suppressed
+            )
         _send_now(conn, status_line("refused", code, refusal.message))
         with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_WR)
         _discard_unread(conn)  # unread bytes would turn the close into a reset, losing the line
+
+    def _report_suppressed(self) -> None:
+        """The refusals not logged in the window that just ended, as one line."""
+        self._suppressed_report = None
+        count = self._refusals.take_suppressed()
+        if count:
+            events.emit(
+                "supervisor.session.refused_suppressed",
+                level="warning",
+                path=self.path,
+                suppressed=count,
+                window_seconds=self._refusals.window,
+            )
 
     # -- the registry ---------------------------------------------------------------------
     def count(self, agent_id: str) -> int:
@@ -290,6 +350,9 @@ class SessionHub:
     async def aclose(self) -> None:
         """Stop listening, unlink the socket, end every session and wait for them to close."""
         self._closing = True
+        if self._suppressed_report is not None:
+            self._suppressed_report.cancel()
+            self._report_suppressed()
         if self._accepting is not None:
             self._accepting.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -70,11 +70,28 @@ class ProcessRecord:
     kind: str  # "agent" | "exec" | "adopted"
 
 
+MAX_GENERATION = (1 << 63) - 1  # what X-AC-MCP-Generation (and an SQLite INTEGER) can carry
+
+
+class GenerationExhausted(ValueError):
+    """No generation follows: the agent's last one (here or at the center) is `MAX_GENERATION`.
+    `code` is the stable code the runner fails the agent with."""
+
+    code = "generation_exhausted"
+
+
 def generation_after(last: int | None, *, at_least: int = 1) -> int:
     """The generation that follows `last` (None: there was none): one more, or `at_least` when
     that is higher. The one rule of the next generation, for the state file, the runner's ask of
-    the center and the center's last word alike."""
-    return max((last or 0) + 1, at_least)
+    the center and the center's last word alike. `GenerationExhausted` past `MAX_GENERATION`."""
+    generation = max((last or 0) + 1, at_least)
+    if generation > MAX_GENERATION:
+        raise GenerationExhausted(
+            f"generation {MAX_GENERATION} (the highest X-AC-MCP-Generation can carry) was "
+            "already used for this agent, here or at the center, so it cannot be spawned again; "
+            "give the agent another id, or have the center's operators reset its generations"
+        )
+    return generation
 
 
 class StateStore:

@@ -122,9 +122,12 @@ class Supervisor:
         """The agent's lock, for the relay's up / down (relayhost.py) as for ctl."""
         return self.reconciler.locks.held([agent_id])
 
-    async def reload(self) -> dict[str, Any]:
-        """Re-read the fleet file and apply it (`Reconciler.reload`), `[page]` included."""
-        outcome = await self.reconciler.reload()
+    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
+        """Re-read the fleet file and apply it (`Reconciler.reload`, `[page]` included;
+        `dry_run`: only say what applying it would do)."""
+        outcome = await self.reconciler.reload(dry_run=dry_run)
+        if dry_run:
+            return outcome
         if self.page is None or self.fleet.page != self.page.config:
             try:
                 await self._open_page(self.fleet.page)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +13,8 @@ from mcphost.relay import admission
 from mcphost.relay.admission import QUEUE_FULL, Ledger, Limits
 
 SMALL = Limits(per_target=3, bytes_per_target=100, per_sender=5, bytes_per_sender=150,
-               total=8, bytes_total=200)  # fmt: skip
+               total=8, bytes_total=200, share=4, bytes_share=101)  # fmt: skip
+FAIR = dataclasses.replace(SMALL, share=2, bytes_share=60)  # the share binds before the target
 
 
 def refusal(ledger: Ledger, sender: str, items: list[tuple[str, int]]) -> RelayError:
@@ -51,6 +54,36 @@ def test_each_scope_refuses_by_count_then_bytes_and_names_the_cause() -> None:
     assert (err.details["scope"], err.details["component"]) == ("relay", "envelopes")
 
 
+def test_one_sender_gets_its_share_of_a_target_and_leaves_the_rest_to_others() -> None:
+    """A sender holds at most half of a target's queue: a peer kept busy by one sender
+    (64 items once refused every other sender for the readiness timeout) still takes others'."""
+    ledger = Ledger()
+    share = admission.MAX_QUEUED_PER_SENDER_PER_TARGET
+    assert share == admission.MAX_QUEUED_PER_TARGET // 2
+    for _ in range(share):
+        ledger.check("hog@p", [("t@p", 10)])
+        ledger.admit("hog@p", "t@p", 10)
+    err = refusal(ledger, "hog@p", [("t@p", 10)])
+    assert err.details == {
+        "target_session": "t@p", "sender_session": "hog@p", "scope": "share",
+        "component": "envelopes", "limit": share, "queued": share, "size": 10,
+    }  # fmt: skip
+    assert "its share" in err.message
+    ledger.check("hog@p", [("u@p", 10)])  # its share of another target is its own
+    for other in ("b@p",):  # another sender gets its share too
+        for _ in range(share):
+            ledger.check(other, [("t@p", 10)])
+            ledger.admit(other, "t@p", 10)
+    assert ledger.queued("share", "b@p", "t@p") == (share, 10 * share)
+    err = refusal(ledger, "e@p", [("t@p", 10)])  # two full shares fill the target
+    assert (err.details["scope"], err.details["queued"]) == (
+        "target",
+        admission.MAX_QUEUED_PER_TARGET,
+    )
+    big = refusal(Ledger(), "a@p", [("t@p", admission.MAX_QUEUED_BYTES_PER_SENDER_PER_TARGET + 1)])
+    assert (big.details["scope"], big.details["component"]) == ("share", "bytes")
+
+
 def test_a_request_is_checked_whole() -> None:
     """A broadcast (or several targets) counts together: refused whole, nothing admitted."""
     ledger = Ledger(SMALL)
@@ -79,7 +112,7 @@ def test_release_frees_exactly_what_was_admitted() -> None:
 def test_admitted_stays_within_every_bound_and_drains_to_zero(
     requests: list[tuple[str, str, int]],
 ) -> None:
-    ledger = Ledger(SMALL)
+    ledger = Ledger(FAIR)
     admitted: list[tuple[str, str, int]] = []
     for sender, target, size in requests:
         try:
@@ -88,13 +121,16 @@ def test_admitted_stays_within_every_bound_and_drains_to_zero(
             continue
         ledger.admit(sender, target, size)
         admitted.append((sender, target, size))
-        assert ledger.count <= SMALL.total and ledger.bytes <= SMALL.bytes_total
+        assert ledger.count <= FAIR.total and ledger.bytes <= FAIR.bytes_total
         for who in "abc":
             count, nbytes = ledger.queued("sender", who)
-            assert count <= SMALL.per_sender and nbytes <= SMALL.bytes_per_sender
+            assert count <= FAIR.per_sender and nbytes <= FAIR.bytes_per_sender
         for where in "tuv":
             count, nbytes = ledger.queued("target", where)
-            assert count <= SMALL.per_target and nbytes <= SMALL.bytes_per_target
+            assert count <= FAIR.per_target and nbytes <= FAIR.bytes_per_target
+            for who in "abc":
+                count, nbytes = ledger.queued("share", who, where)
+                assert count <= FAIR.share and nbytes <= FAIR.bytes_share
     for sender, target, size in admitted:
         ledger.release(sender, target, size)
     assert ledger.count == 0 and ledger.bytes == 0

@@ -969,25 +969,30 @@ async def test_shutdown_drops_what_is_still_queued(world: World) -> None:
 async def test_the_queue_is_bounded_and_a_request_is_refused_whole(world: World) -> None:
     """SECURITY.md X8: what waits for a target is bounded (admission.py); over the bound the
     request is refused with `runtime_delivery_queue_full` and nothing of it is queued; every
-    outcome (delivered, dropped) frees its place."""
+    outcome (delivered, dropped) frees its place. One sender holds at most its share of a
+    target's queue, so another sender still reaches a target the first keeps busy."""
     bounds = world.relay.state.queue_bounds
     await world.call("alpha@party", "raww", target_session="bravo@party", text="hold")
     await world.pane("bravo", "holding")
     await world.relay.drain()
     assert (bounds.count, bounds.bytes) == (0, 0)  # the delivered raww freed its place
     ids = []
-    for n in range(admission.MAX_QUEUED_PER_TARGET):  # bravo is busy: all of them wait
+    share = admission.MAX_QUEUED_PER_SENDER_PER_TARGET
+    for n in range(share):  # bravo is busy: all of them wait
         sent = await world.call("alpha@party", "send", message=f"m{n}", targets=["bravo@party"])
         ids.append(sent["results"][0]["message_id"])
-    assert bounds.queued("target", "bravo@party")[0] == admission.MAX_QUEUED_PER_TARGET
+    assert bounds.queued("target", "bravo@party")[0] == share
     err = await world.refused("alpha@party", "send", message="one more", targets=["bravo@party"])
     assert err.code == "runtime_delivery_queue_full"
     assert {k: err.details[k] for k in ("target_session", "sender_session", "scope", "component",
                                         "limit", "queued")} == {
-        "target_session": "bravo@party", "sender_session": "alpha@party", "scope": "target",
-        "component": "envelopes", "limit": admission.MAX_QUEUED_PER_TARGET,
-        "queued": admission.MAX_QUEUED_PER_TARGET,
+        "target_session": "bravo@party", "sender_session": "alpha@party", "scope": "share",
+        "component": "envelopes", "limit": share, "queued": share,
     }  # fmt: skip
+    # another sender still gets its share of bravo's queue
+    fair = await world.call("charlie@party", "send", message="mine", targets=["bravo@party"])
+    assert fair["results"][0]["outcome"] == "queued"
+    ids.append(fair["results"][0]["message_id"])
     err = await world.refused("alpha@party", "send", message="to all", broadcast=True)
     assert err.code == "runtime_delivery_queue_full"
     assert bounds.queued("target", "charlie@party") == (0, 0)  # refused whole: charlie too

@@ -97,7 +97,7 @@ class Handler:
         self._known(agent)
         return {"agent_id": agent, "state": "starting", "generation": 9}
 
-    async def reload(self) -> Any:
+    async def reload(self, dry_run: bool = False) -> Any:
         if os.path.exists(os.environ.get("CTL_TEST_RELOAD_FAILS", "/nonexistent")):
             raise ControlError("reload_failed", "fleet.toml: agent.id: bad", {})
         return {

@@ -278,6 +278,36 @@ def test_a_refused_peer_gets_the_refused_line_and_no_session(hub_now: Harness) -
     assert surfaces(harness) == built, "no surface is built for a refusal"
 
 
+def test_refused_connects_are_logged_at_a_bounded_rate_with_a_count(
+    center: DevCenter, short_dir: Path
+) -> None:
+    """A local user hammering a 0666 attach socket: 300 refused connects write at most
+    `REFUSED_LOG_BURST` lines per window, then one line with the count of the rest."""
+    from mcphost.supervisor.sessions import REFUSED_LOG_BURST
+
+    log = short_dir / "events.log"
+
+    def named(event: str) -> list[dict[str, Any]]:
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [e for e in map(json.loads, lines) if e.get("event") == event]
+
+    with hub(center, short_dir, parent_as=None, mode=0o666) as harness:
+        for _ in range(300):  # this process is no agent: each is refused
+            line, _rest = read_status(harness.socket)
+            assert line.startswith(b"refused not_in_fleet "), line
+        (summary,) = until(
+            lambda: named("supervisor.session.refused_suppressed"), 60, "the suppressed count"
+        )
+        logged = named("supervisor.session.refused")
+        assert 0 < len(logged) <= REFUSED_LOG_BURST * 2, len(logged)  # one window, or two
+        assert len(logged) + summary["suppressed"] >= 300 - REFUSED_LOG_BURST, summary
+        assert harness.quit() == 0
+    assert (
+        len(logged) + sum(e["suppressed"] for e in named("supervisor.session.refused_suppressed"))
+        == 300
+    )
+
+
 def read_status(path: Path) -> tuple[bytes, bytes]:
     with socket.socket(socket.AF_UNIX) as sock:
         sock.connect(str(path))

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from mcphost.supervisor.state import StateStore, generation_after
 
 
@@ -136,3 +138,14 @@ def test_recorded_processes_persist_until_forgotten(tmp_path: object) -> None:
     again.forget_processes([(100, 5000), (230, 1)])  # the second names another process
     assert again.processes() == [escapee]
     again.close()
+
+
+def test_no_generation_follows_the_top_of_the_range() -> None:
+    from mcphost.supervisor.state import MAX_GENERATION, GenerationExhausted, generation_after
+
+    assert generation_after(MAX_GENERATION - 1) == MAX_GENERATION
+    with pytest.raises(GenerationExhausted) as caught:
+        generation_after(MAX_GENERATION)
+    assert caught.value.code == "generation_exhausted"
+    with pytest.raises(GenerationExhausted):
+        generation_after(None, at_least=MAX_GENERATION + 1)

@@ -219,8 +219,8 @@ def rss_kib(pid: int) -> int:
 
 def test_the_delivery_queue_is_bounded(party: Supervised) -> None:
     """600 sends of 512 KiB to C (never ready): before the bound the supervisor held all of
-    them (45 -> 364 MiB in 3 s, never released); now it queues 7 (4 MiB per target) and
-    refuses the rest, and its memory grows by a few MiB."""
+    them (45 -> 364 MiB in 3 s, never released); now it queues 3 (one sender's share of a
+    target's queue: 2 MiB of its 4) and refuses the rest, and its memory grows by a few MiB."""
     sv = party
     assert sv.proc is not None
     before = rss_kib(sv.proc.pid)
@@ -234,8 +234,8 @@ def test_the_delivery_queue_is_bounded(party: Supervised) -> None:
     after = rss_kib(sv.proc.pid)
     result = json.loads(done.stdout)
     print(f"supervisor RSS before {before // 1024} MiB, after {after // 1024} MiB: {result}")
-    assert result["outcomes"] == {"queued": 7, "runtime_delivery_queue_full": 593}, result
+    assert result["outcomes"] == {"queued": 3, "runtime_delivery_queue_full": 597}, result
     details = result["details"]
-    assert details["scope"] == "target" and details["component"] == "bytes", details
-    assert details["target_session"] == "C@party" and details["limit"] == 4 << 20, details
+    assert details["scope"] == "share" and details["component"] == "bytes", details
+    assert details["target_session"] == "C@party" and details["limit"] == 2 << 20, details
     assert after - before < 64 << 10, (before, after)  # KiB: the queue holds 4 MiB at most

@@ -86,7 +86,10 @@ def round_trip(session, tag):
     for tool, args in (("list", {"command": "principals"}),
                        ("send", {"targets": ["B"], "message": tag})):
         reply = session.request("tools/call", {"name": tool, "arguments": args})
-        if "result" not in reply or reply["result"].get("isError"):
+        # B's queue holds one sender's share (half of it: relay/admission.py); a send over it
+        # is answered by the relay through the shared connection all the same
+        full = "runtime_delivery_queue_full" in json.dumps(reply)
+        if ("result" not in reply or reply["result"].get("isError")) and not full:
             errors.append({"tool": tool, "reply": reply})
     return {"ok": not errors, "errors": errors}
 

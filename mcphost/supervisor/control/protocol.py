@@ -13,6 +13,7 @@ including the newline)
      "supervisor": true,     logs only, instead of "agent": the supervisor's own events
      "lines": N,             logs only: 0..MAX_LOG_LINES, default 50
      "follow": bool,         logs only: default false
+     "dry_run": bool,        reload only: default false (say what it would do, change nothing)
      "argv": ["cmd", ...]}   exec only: required, 1..MAX_ARGV strings without NUL
 
 and the server answers JSON lines, then closes:
@@ -66,7 +67,7 @@ OPS = ("status", "start", "stop", "restart", "reload", "logs", "exec")
 _AGENT_OPS = frozenset({"start", "stop", "restart", "logs", "exec"})
 _FIELDS = {
     "status": frozenset({"op"}),
-    "reload": frozenset({"op"}),
+    "reload": frozenset({"op", "dry_run"}),
     "start": frozenset({"op", "agent"}),
     "stop": frozenset({"op", "agent"}),
     "restart": frozenset({"op", "agent"}),
@@ -150,6 +151,11 @@ def parse_request(line: bytes) -> dict[str, Any]:
         if not isinstance(follow, bool):
             raise ControlError.row(R.BAD_FOLLOW)
         out["lines"], out["follow"] = lines, follow
+    if op == "reload":
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise ControlError.row(R.BAD_DRY_RUN)
+        out["dry_run"] = dry_run
     if op == "exec":
         out["argv"] = _argv(body.get("argv"))
     return out

@@ -79,7 +79,7 @@ class Fake:
         self.calls.append(("restart", agent))
         raise OtherError("unknown_agent", "not in the fleet", {"known": ["agent-1"]})
 
-    async def reload(self) -> Any:
+    async def reload(self, dry_run: bool = False) -> Any:
         self.calls.append(("reload",))
         raise ControlError("reload_failed", "fleet.toml: agent.id: bad", {"file": "fleet.toml"})
 
@@ -279,6 +279,10 @@ def test_parse_request_defaults() -> None:
         "lines": 50,
         "follow": False,
     }
+    assert parse_request(b'{"op":"reload"}') == {"op": "reload", "dry_run": False}
+    assert parse_request(b'{"op":"reload","dry_run":true}')["dry_run"] is True
+    with pytest.raises(ControlError, match="dry_run"):
+        parse_request(b'{"op":"reload","dry_run":"yes"}')
     long_op = "x" * 10_000
     with pytest.raises(ControlError) as caught:
         parse_request(json.dumps({"op": long_op}).encode())
