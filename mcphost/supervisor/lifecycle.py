@@ -63,6 +63,7 @@ from mcphost.supervisor.logs import RotatingLog
 from mcphost.supervisor.state import StateStore, generation_after
 
 if TYPE_CHECKING:
+    from mcphost.supervisor.cgroups import AgentGroup
     from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.plan import AgentPlan
 
@@ -315,6 +316,9 @@ class AgentRunner:
         previous = store.last_exit(plan.agent_id)
         self._last_exit = previous.exit if previous else None
         self._last_reason = previous.reason if previous else None
+        # the agent's cgroup (cgroups.py), set by the supervisor's reconciliation: each run
+        # enters it before exec, its OOM kills name the exit, it is removed once the run ended
+        self.cgroup: AgentGroup | None = None
 
     @classmethod
     def hosted(
@@ -505,7 +509,12 @@ class AgentRunner:
             emit("supervisor.log_write_failed", level="error", error=str(exc))
         try:
             setup = child_setup(
-                self._argv, cwd=self._cwd, env=self._env, creds=self._creds, fence=self._fence
+                self._argv,
+                cwd=self._cwd,
+                env=self._env,
+                creds=self._creds,
+                fence=self._fence,
+                cgroup=self.enter_group(),
             )
             stdin, stdout, stderr = self.STDIO
             child = procs.spawn(
@@ -547,6 +556,8 @@ class AgentRunner:
         stopped_by_us = not self._want
         self._last_exit = describe_status(status)
         self._last_reason = self._exit_reason(code, stopped_by_us)
+        if not stopped_by_us and code != 0 and self.cgroup is not None and self.cgroup.oom_kills():
+            self._last_reason = self._out_of_memory()
         self._store.record_exit(self.agent_id, run.generation, self._last_exit, self._last_reason)
         emit(
             "supervisor.agent_exited",
@@ -570,6 +581,18 @@ class AgentRunner:
         """Why the run ended, in the operator's words (a subclass that ended its agent for a
         reason of its own, acprunner.py's failed handshake, says that instead)."""
         return exit_reason(code, stopped_by_us)
+
+    # -- the agent's cgroup (cgroups.py) ------------------------------------------------------
+    def enter_group(self) -> tuple[str, ...]:
+        """The `cgroup.procs` files a run's first process writes itself to (the group made
+        with its limits); none without a group. OSError when it cannot be made."""
+        return self.cgroup.ensure() if self.cgroup is not None else ()
+
+    def _out_of_memory(self) -> str:
+        from mcphost.supervisor.cgroups import OOM_REASON
+
+        limit = self.cgroup.limits.memory_max if self.cgroup is not None else None
+        return OOM_REASON if limit is None else f"{OOM_REASON} (memory_max = {limit} bytes)"
 
     def _given_up(self) -> str | None:
         """A reason the agent must not be restarted whatever the policy (None: the policy
@@ -602,6 +625,8 @@ class AgentRunner:
                 if self._want and group_alive(run.pid):
                     await self._end_group(run.pid, run.exit)  # what the agent left behind
                 await self._run_ended(run)
+                if self.cgroup is not None:  # nothing of the run is left: its group goes
+                    await self.cgroup.remove()
             if not self._want:
                 return
             permanent = self._given_up()

@@ -226,6 +226,7 @@ class Operations:
             agent_id=agent_id,
             generation=status.generation,
             grace=slot.plan.stop_grace,
+            group=slot.runner.cgroup,
         )
         supervisor.identities.add(agent_id, execution.root, status.generation)
         supervisor.records.started(execution.pid, execution.starttime, agent_id, "exec")
