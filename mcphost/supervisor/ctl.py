@@ -26,7 +26,8 @@ is shown, not executed); to a pipe or file, the text is written as it is. `--raw
 `--escape` force one or the other.
 
 Owns: argument parsing (`mcphost.cliargs.Parser`), the status table (after the center's health:
-`center: ok`, or its code, the fleet key and the remedy; a column with each agent's fence level)
+`center: ok`, or its code, the fleet key and the remedy; `limits:`, the cgroup backend or why
+there is none; a column with each agent's fence level)
 and the human uptime, the escaping of log text for a terminal, and turning replies into
 stdout/stderr and exit codes.
 Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
@@ -263,6 +264,25 @@ def center_line(center: Any) -> str:
     )
 
 
+def limits_line(limits: Any) -> str:
+    """`limits: cgroup v1 (...)`, or `limits: none: <why> (agents run without limits)`; nothing
+    from a supervisor that does not report it (docs/supervisor.md, "Limits")."""
+    if not isinstance(limits, Mapping):
+        return ""
+    if limits.get("backend") == "none":
+        return f"limits: none: {_clean(limits.get('reason'))} (agents run without limits)\n\n"
+    defaults = limits.get("defaults")
+    shown = ""
+    if isinstance(defaults, Mapping):
+        memory = defaults.get("memory_max")
+        mib = f"{memory >> 20} MiB" if isinstance(memory, int) else "no limit"
+        shown = (
+            f"; per agent by default: memory {mib}, {_clean(defaults.get('pids_max'))} "
+            f"processes, cpu weight {_clean(defaults.get('cpu_weight'))}"
+        )
+    return f"limits: cgroup {_clean(limits.get('backend'))}{shown}\n\n"
+
+
 def status_table(agents: Sequence[Mapping[str, Any]], now: float) -> str:
     rows = [COLUMNS, *status_rows(agents, now)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
@@ -353,6 +373,7 @@ def _run(args: argparse.Namespace, path: str) -> int:
             sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
         else:
             sys.stdout.write(center_line(result.get("center")))
+            sys.stdout.write(limits_line(result.get("limits")))
             sys.stdout.write(status_table(result["agents"], time.time()))
         return EXIT_OK
     print(describe_result(args.command, getattr(args, "agent", None), result))

@@ -28,6 +28,7 @@ from mcphost.supervisor.lifecycle import AgentRunner, AgentState
 
 if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
+    from mcphost.supervisor.cgroups import Cgroups
     from mcphost.supervisor.execs import Execution
     from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.kernel import Reaper
@@ -75,6 +76,8 @@ class Supervised(Protocol):
     def env(self) -> Mapping[str, str]: ...
     @property
     def identities(self) -> Identities: ...
+    @property
+    def cgroups(self) -> Cgroups | None: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def reload(self) -> dict[str, Any]: ...
 
@@ -103,11 +106,14 @@ class Operations:
         return slot
 
     async def status(self) -> dict[str, Any]:
-        """`{"center": <health>, "agents": [<row>, ...]}` (the center first: it explains the
-        rest when it is down)."""
+        """`{"center": <health>, "limits": <backend>, "agents": [<row>, ...]}` (the center
+        first: it explains the rest when it is down; `limits`: cgroups.py's backend, its reason
+        and the default limits, or None before it is detected)."""
         health = self.supervisor.health
+        cgroups = self.supervisor.cgroups
         return {
             "center": health.as_json() if health is not None else None,
+            "limits": cgroups.as_json() if cgroups is not None else None,
             "agents": self._rows(),
         }
 
@@ -116,6 +122,7 @@ class Operations:
         supervisor = self.supervisor
         for agent_id, slot in sorted(supervisor.slots.items()):
             status = slot.runner.status()
+            group = slot.runner.cgroup
             rows.append(
                 {
                     "agent_id": agent_id,
@@ -132,6 +139,8 @@ class Operations:
                     "runner": slot.plan.runner,
                     "protocol_state": status.protocol_state,
                     "state_reason_code": status.state_reason_code,
+                    # the agent's cgroup limits (cgroups.py); None: no backend, no limits
+                    "limits": None if group is None else group.limits.as_json(),
                 }
             )
         for agent_id, reason in sorted(supervisor.unstarted.items()):

@@ -15,6 +15,7 @@ subtree with controllers and no writable v1 memory/pids/cpu hierarchies: not roo
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -273,6 +274,12 @@ def test_group_holds_exactly_the_agents_processes(supervised: Supervised) -> Non
     pane_some = next(iter(pane_dirs.values()))
     until(lambda: pane["pid"] in _procs(pane_some), 30, "the pane in its group")
     assert set(_procs(pane_some)) == tree(pane["pid"])
+    # ctl status says which backend bounds the agents, and each agent's limits (--json)
+    assert f"limits: cgroup {BACKEND.kind}" in sv.ctl("status").stdout
+    shown = json.loads(sv.ctl("status", "--json").stdout)
+    assert shown["limits"]["backend"] == BACKEND.kind
+    plain = next(a for a in shown["agents"] if a["agent_id"] == "plain")
+    assert plain["limits"] == shown["limits"]["defaults"]
     # the supervisor is in no agent's group
     assert sv.proc is not None
     for directory in (*dirs.values(), *pane_dirs.values()):
@@ -301,3 +308,15 @@ def test_stale_groups_of_a_crashed_supervisor_are_cleaned(supervised: Supervised
     sv.start()
     until(lambda: not any(os.path.exists(d) for d in dirs.values()), 30, "stale groups removed")
     assert any(e.get("event") == "supervisor.cgroups_stale_removed" for e in sv.events(True))
+
+
+def test_check_names_the_backend(supervised: Supervised) -> None:
+    supervised.write_fleet([{"id": "plain", "command": inline(HOLD)}])
+    done = subprocess.run(
+        [*supervised.argv(), "--check"],
+        capture_output=True,
+        text=True,
+        env=supervised.env(),
+        timeout=60,
+    )
+    assert f"--check: limits: cgroup {BACKEND.kind}" in done.stderr, done.stderr
