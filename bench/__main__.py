@@ -291,6 +291,7 @@ async def main() -> None:
         "bench.attach",
         "bench.supervisor",
         "bench.fence",
+        "bench.cgroups",
         "bench.before_after",
     ):
         try:
