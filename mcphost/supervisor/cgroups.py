@@ -8,8 +8,9 @@ limits, read the OOM counter, and remove a group once nothing of it runs.
 
 Layout: `<base>/mcphost-<instance>/agent-<id>`, where `<base>` is the supervisor's own cgroup
 (per controller on v1) and `<instance>` a digest of the state directory, so the next supervisor
-of the same state finds (and cleans) what a crashed one left. The supervisor stays outside its
-agents' groups: on cgroup v2 it moves itself (and whatever shared its group) into the leaf
+of the same state finds (and cleans) what a crashed one left. A group is made at an agent's
+spawn and removed when its runner stops running it (stopped, failed, removed): restarts reuse
+it. The supervisor stays outside its agents' groups: on cgroup v2 it moves itself (and whatever shared its group) into the leaf
 `<base>/supervisor` first (v2 lets a group hand controllers to children only while it has no
 process of its own), unless `<base>` is the root.
 

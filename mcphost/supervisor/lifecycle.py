@@ -317,8 +317,10 @@ class AgentRunner:
         self._last_exit = previous.exit if previous else None
         self._last_reason = previous.reason if previous else None
         # the agent's cgroup (cgroups.py), set by the supervisor's reconciliation: each run
-        # enters it before exec, its OOM kills name the exit, it is removed once the run ended
+        # enters it before exec, its OOM kills name the exit, it is removed (what is left in
+        # it killed) once the runner stops running the agent (stopped, failed, closed)
         self.cgroup: AgentGroup | None = None
+        self._oom_mark = 0
 
     @classmethod
     def hosted(
@@ -556,7 +558,13 @@ class AgentRunner:
         stopped_by_us = not self._want
         self._last_exit = describe_status(status)
         self._last_reason = self._exit_reason(code, stopped_by_us)
-        if not stopped_by_us and code != 0 and self.cgroup is not None and self.cgroup.oom_kills():
+        group = self.cgroup
+        if (
+            not stopped_by_us
+            and code != 0
+            and group is not None
+            and group.oom_kills() > self._oom_mark
+        ):
             self._last_reason = self._out_of_memory()
         self._store.record_exit(self.agent_id, run.generation, self._last_exit, self._last_reason)
         emit(
@@ -586,7 +594,11 @@ class AgentRunner:
     def enter_group(self) -> tuple[str, ...]:
         """The `cgroup.procs` files a run's first process writes itself to (the group made
         with its limits); none without a group. OSError when it cannot be made."""
-        return self.cgroup.ensure() if self.cgroup is not None else ()
+        if self.cgroup is None:
+            return ()
+        placement = self.cgroup.ensure()
+        self._oom_mark = self.cgroup.oom_kills()  # the group outlives a restart: count anew
+        return placement
 
     def _out_of_memory(self) -> str:
         from mcphost.supervisor.cgroups import OOM_REASON
@@ -610,6 +622,9 @@ class AgentRunner:
             await self._keep_up(first)
         except Exception as exc:  # a bug or a broken state file: say so, do not die silently
             self._fail(f"supervision failed: {type(exc).__name__}: {exc}")
+        finally:
+            if self.cgroup is not None:  # no more runs: the group goes, with what is left in it
+                await self.cgroup.remove()
 
     async def _keep_up(self, first: _Run | None) -> None:
         run: _Run | None = first
@@ -625,8 +640,6 @@ class AgentRunner:
                 if self._want and group_alive(run.pid):
                     await self._end_group(run.pid, run.exit)  # what the agent left behind
                 await self._run_ended(run)
-                if self.cgroup is not None:  # nothing of the run is left: its group goes
-                    await self.cgroup.remove()
             if not self._want:
                 return
             permanent = self._given_up()
