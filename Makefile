@@ -8,16 +8,18 @@ NODE_STAMP := tools/node_modules/.mcphost-installed
 .PHONY: demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node system
 
 # The fence's programs (docs/supervisor.md, "The fence"): bubblewrap, and socat for Claude Code's
-# own sandbox inside it. Installed with apt-get where they are missing and we are root; elsewhere
-# the line says what to install (the fence then refuses to start, naming the package).
-SYSTEM_PACKAGES := bubblewrap:bwrap socat:socat
+# own sandbox inside it; and chromium, the headless browser the fleet page's test drives
+# (tests/supervisor/test_supervise_page.py). Installed with apt-get where they are missing and we
+# are root; elsewhere the line says what to install (the fence then refuses to start, naming the
+# package; the page's browser test skips, saying so).
+SYSTEM_PACKAGES := bubblewrap:bwrap socat:socat chromium:chromium
 system:
 	@for pair in $(SYSTEM_PACKAGES); do pkg=$${pair%%:*}; bin=$${pair##*:}; \
 	  command -v $$bin >/dev/null 2>&1 && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $$pkg (apt-get)" >&2; \
 	    { apt-get install -y -qq $$pkg >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$pkg >/dev/null; }; } || exit 1; \
-	  else echo "$$bin not found: install the $$pkg package (the fence needs it)" >&2; fi; \
+	  else echo "$$bin not found: install the $$pkg package (the fence or the page's test needs it)" >&2; fi; \
 	done
 
 venv: $(STAMP)

@@ -290,6 +290,7 @@ async def main() -> None:
         "bench.lifecycle",
         "bench.attach",
         "bench.supervisor",
+        "bench.metrics",
         "bench.fence",
         "bench.cgroups",
         "bench.before_after",

@@ -3,7 +3,10 @@
 Owns: one `ClientFormat` per client (`CLIENTS`), each a small declaration (file syntax, the key
 holding the servers, how one server entry looks, the client's tiering default, what the client
 would interpolate), and `render`, which turns an `AgentConfig` into deterministic bytes: keys
-sorted, two-space JSON indentation, a trailing newline.
+sorted, two-space JSON indentation, a trailing newline; the servers in ACP's `session/new`
+shape (`acp_servers`); and how each client is told to run a preapproved server's tools without
+asking (Codex: the entry's `default_tools_approval_mode`; Claude Code: the `permissions.allow`
+rules of its settings file, `claude_permission_rules`).
 
 Pure: no I/O. Must never: emit a value the client would rewrite (`${...}` interpolation) or a
 document its own parser rejects.
@@ -58,12 +61,17 @@ def _codex(server: Server, config: AgentConfig) -> Entry:
     # `required`: Codex waits for the server before the first turn (and fails the thread if it
     # cannot start it) instead of running that turn without the agent's own tools when the
     # server is a moment slower than the model's first request.
-    return {
+    entry: Entry = {
         **_stdio(server, config),
         "required": True,
         "startup_timeout_sec": config.startup_timeout_sec,
         "tool_timeout_sec": config.tool_timeout_sec,
     }
+    if server.preapproved:
+        # Codex (codex-acp 0.16.0) runs every tool of the server without asking; a server of
+        # the same name given in ACP's `session/new` keeps this setting
+        entry["default_tools_approval_mode"] = "approve"
+    return entry
 
 
 _DOLLAR_BRACE = re.compile(r"\$\{")
@@ -196,6 +204,12 @@ def render(client_name: str, config: AgentConfig) -> bytes:
     if fmt.syntax == "toml":
         return (CODEX_HEADER + "\n" + codex_tables(fmt, ours)).encode("utf-8")
     return dump_json({fmt.servers_key: ours})
+
+
+def claude_permission_rules(config: AgentConfig) -> list[str]:
+    """Claude Code's `permissions.allow` rules (its settings file) that pre-approve every tool
+    of each `preapproved` server of `config`: `mcp__<server>`, in name order. Pure."""
+    return [f"mcp__{name}" for name, server in servers(config).items() if server.preapproved]
 
 
 def acp_servers(config: AgentConfig, *, tier_tools_default: bool = True) -> list[Entry]:

@@ -310,6 +310,9 @@ class AgentConfig:
     entries run `python` (an absolute interpreter path, default `sys.executable`) with
     `-I -S attach_script` (absolute, default the installed `mcphost/attach.py`).
     Timeouts are in seconds; clients that take them get them (Codex, Gemini).
+    `approve_attach_tools`: the client is told to run the attach entries' tools without asking
+    (`Server.preapproved`); a supervisor sets it for its ACP agents, whose every question
+    otherwise waits for a peer's `choose`. It never applies to any other entry.
     """
 
     center: CenterBinding | AttachBinding | None = None
@@ -322,6 +325,7 @@ class AgentConfig:
     relay_name: str = RELAY_NAME
     startup_timeout_sec: int = 30
     tool_timeout_sec: int = 300
+    approve_attach_tools: bool = False
 
     def __post_init__(self) -> None:
         if self.center is None and self.relay is None:
@@ -382,11 +386,14 @@ class AgentConfig:
 
 @dataclass(frozen=True, slots=True)
 class Server:
-    """One stdio server entry, client-neutral: what to run and with which environment."""
+    """One stdio server entry, client-neutral: what to run and with which environment.
+    `preapproved`: the client should run its tools without asking (only an attach entry, whose
+    tools are the agent's own, and only when its config says `approve_attach_tools`)."""
 
     command: str
     args: tuple[str, ...]
     env: Mapping[str, str]
+    preapproved: bool = False
 
 
 def servers(config: AgentConfig, *, tier_tools_default: bool = True) -> dict[str, Server]:
@@ -435,4 +442,6 @@ def _attach_server(config: AgentConfig, attach: AttachBinding) -> Server:
             "(or use configgen.generate, which uses sys.executable and mcphost/attach.py)",
         )
     args = ("-I", "-S", config.attach_script, attach.socket)
-    return Server(config.python, args, {MARKER: MARKER_VALUE})
+    return Server(
+        config.python, args, {MARKER: MARKER_VALUE}, preapproved=config.approve_attach_tools
+    )

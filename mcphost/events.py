@@ -92,6 +92,13 @@ def _install() -> tuple[logging.Logger, int]:
 _logger, _threshold = _install()
 
 
+def fields_of(record: logging.LogRecord) -> tuple[str, dict[str, Any]] | None:
+    """The level and fields `emit` gave `record` (None: another library's record), for a handler
+    of our own on the `mcphost` logger (the fleet page's recent events)."""
+    ours = getattr(record, _FIELDS, None)
+    return ours if isinstance(ours, tuple) else None
+
+
 def enabled(level: str) -> bool:
     return LEVELS.get(level, 20) >= _threshold
 

@@ -39,12 +39,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from mcphost.errors import CodedFailure
-
-if TYPE_CHECKING:
-    from mcphost.agentmux.operations import WireRequest
 
 SCHEMA_VERSION = "1"
 MAX_FRAME_BYTES = 1 << 20
@@ -99,6 +96,15 @@ class Hello:
     identity_token: str = field(repr=False)  # a PSK: never printed
 
 
+class TypedBody(Protocol):
+    """A request body as its operation's model (`agentmux.operations.WireRequest`: this module
+    stands below it, so it names what it reads of one, not the class)."""
+
+    operation: str
+
+    def wire(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Request:
     request_id: str | None
@@ -106,7 +112,7 @@ class Request:
     operation: str
     # the whole "request" object, "operation" included: decoded (a socket frame, a dict an
     # in-process client built) or typed (the operation's model, an in-process client's)
-    body: dict[str, Any] | WireRequest
+    body: dict[str, Any] | TypedBody
 
 
 @dataclass(frozen=True)

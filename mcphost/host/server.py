@@ -14,7 +14,9 @@ binding and closes them in `aclose()`. Under the supervisor, one pooled, pinned 
 by every agent's surface: passed in as `admin=` (and `runtime=`), it is used and never closed
 here (its owner closes it); identity still comes from this surface's binding, through its
 `RequestBuilder`, never from the client. The owner may also pass `on_failure`, told of every
-failure a call returns (the supervisor learns there that the center fenced a generation).
+failure a call returns (the supervisor learns there that the center fenced a generation), and
+`on_done`, told of every call's end: the tool (a catalog name, or `unknown`), its outcome (`ok`
+or the failure's code) and its seconds (the supervisor counts them: `ctl status`).
 
 Deferral is a listing choice, not a permission: every catalog tool is callable by name, so a
 client that ignores `tools/list_changed` still reaches what `search_tools` found.
@@ -86,14 +88,18 @@ class HostSurface:
         runtime: AdminClient | None = None,
         workspace: HeldRoot | None = None,
         on_failure: Callable[[ToolFailure], None] | None = None,
+        on_done: Callable[[str, str, float], None] | None = None,
     ) -> None:
         """`admin`/`runtime`: shared clients owned by the caller (used, never closed here);
         without them the surface opens its own from the binding and closes them itself.
         `workspace`: the root to serve the file tools beneath, handed over (closed with the
         surface); without it the surface opens `binding.agent_root` now.
-        `on_failure`: called with each failure a call returns, before it is returned."""
+        `on_failure`: called with each failure a call returns, before it is returned.
+        `on_done(tool, outcome, seconds)`: called as each call ends (outcome `ok`, a failure's
+        code, `cancelled`, or `internal` for an exception that escapes)."""
         self.binding = binding
         self.on_failure = on_failure
+        self.on_done = on_done
         self.catalog = {decl.name: decl for decl in catalog}
         self.list_changed = binding.tier_tools
         self.loaded: set[str] = set()
@@ -143,6 +149,22 @@ class HostSurface:
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any], ctx: CallContext
     ) -> ToolResult:
+        started, outcome = time.perf_counter(), "internal"
+        try:
+            result, outcome = await self._call(name, arguments, ctx)
+            return result
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            if self.on_done is not None:
+                tool = name if name in self.catalog else "unknown"
+                self.on_done(tool, outcome, time.perf_counter() - started)
+
+    async def _call(
+        self, name: str, arguments: Mapping[str, Any], ctx: CallContext
+    ) -> tuple[ToolResult, str]:
+        """The call's result and its outcome (`ok`, or the failure's code)."""
         started = time.perf_counter()
         decl = self.catalog.get(name)
         try:
@@ -178,7 +200,7 @@ class HostSurface:
                 status=failure.status,
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
-            return failure_result(failure)
+            return failure_result(failure), failure.code
         if events.enabled("debug"):
             events.emit(
                 "mcp.tool.ok",
@@ -186,7 +208,7 @@ class HostSurface:
                 tool=name,
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
-        return result
+        return result, "ok"
 
     async def _forward(self, decl: ToolDecl, params: StrictInput) -> ToolResult:
         """The one generic passthrough: the request from the builder, the reply mapped."""

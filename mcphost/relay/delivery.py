@@ -5,7 +5,8 @@ Owns, as functions of the relay's state (`state.RelayState`): the per-target del
 `drain`, `aclose`), the batch taken once the target's member takes input (`Member.deliver`: a
 tmux member's readiness gate, then one paste and submit; the member is `requester.member`), the
 queue bounds' ledger entries (admission.py),
-the recent outcomes (`outcomes`, the last `OUTCOMES_KEPT`), the `@GLOBAL` events
+the recent outcomes (`outcomes`, the last `OUTCOMES_KEPT`; `outcome_counts`, every outcome ever
+by its name, for the supervisor's metrics), the `@GLOBAL` events
 (`incoming_message`, `delivery_outcome`), and the terminal-outcome receipts to a sender that is a
 member of a registered kind.
 
@@ -226,6 +227,7 @@ def record(
     if reason is not None:
         kept["reason"] = reason
     state.outcomes[message_id] = kept
+    state.outcome_counts[outcome] += 1
     while len(state.outcomes) > OUTCOMES_KEPT:
         state.outcomes.popitem(last=False)
     state.inscribe(

@@ -18,7 +18,7 @@ Must never: act (no I/O of its own), or import the operations.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,5 +74,6 @@ class RelayState:
     workers: dict[tuple[str, str], Worker] = field(default_factory=dict)
     queue_bounds: admission.Ledger = field(default_factory=admission.Ledger)
     outcomes: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    outcome_counts: Counter[str] = field(default_factory=Counter)  # outcome -> deliveries ever
     choices: dict[str, Choices] = field(default_factory=dict)  # bundle id -> its queue
     closed: bool = False

@@ -15,10 +15,14 @@ which the agent could rewrite) for the next spawn.
 Failures keep agentmux's codes (reference acp.md §2, §6) as the state reason:
 `runtime_acp_initialize_failed`, `runtime_acp_session_new_failed`,
 `runtime_acp_session_load_failed` (no fallback to a new session: a load that fails is reported,
-and the next spawn tries again), `runtime_startup_failed`. The runner then ends the agent's
+and the next spawn tries again), `runtime_startup_failed` (the id could not be persisted, or the
+agent could not be spawned at all). The runner then ends the agent's
 process group and the restart policy decides, with backoff and a new generation, as for every
 agent (`AgentRunner`); `validation_missing_acp_capability` (no prompt support) is permanent: the
-agent is `failed` at once, since no restart can mend it. The ACP state
+agent is `failed` at once, since no restart can mend it. Once bootstrapped, a session that
+raises its respawn signal (the agent's stdout closed mid-turn or found closed at a prompt, a
+write to its stdin failed: it can take no turn any more, though its process may live on) has
+the runner end the agent's process group the same way, so the policy restarts it. The ACP state
 (initializing, available, busy, recovering, unavailable) and its reason code are in `status()`,
 so `ctl status` and the relay's `list` show them.
 
@@ -69,6 +73,7 @@ SESSION_SCHEMA = 2
 FRAME_LIMIT = 16 << 20  # one JSON-RPC line from the agent at most (a session/load replay frame)
 PERMANENT = frozenset({"validation_missing_acp_capability"})
 WORKER_UNAVAILABLE = "runtime_acp_worker_unavailable"
+STARTUP_FAILED = "runtime_startup_failed"
 
 OnSession = Callable[["AcpRunner", AcpSession | None], None]
 
@@ -191,6 +196,7 @@ class AcpRunner(AgentRunner):
         self.on_session: OnSession | None = None  # the relay host's: a session came or went
         self._handshake: asyncio.Task[None] | None = None
         self._failure: tuple[str, str] | None = None  # (code, message) of this run's handshake
+        self._lost: tuple[str, str] | None = None  # (code, reason): the connection failed after
         self._reason_code: str | None = None
 
     # -- status ----------------------------------------------------------------------------
@@ -237,14 +243,44 @@ class AcpRunner(AgentRunner):
         inp, _ = await loop.connect_write_pipe(lambda: protocol, proc.stdin)
         self._pipes.add(inp)
         writer = asyncio.StreamWriter(inp, protocol, None, loop)
-        self._failure = None
+        self._failure = self._lost = None
         self._reason_code = None
         session = AcpSession(reader, writer, target_session=self.target_session)
+        session.on_state = lambda state, code: self._on_state(run, session, state, code)
         self.session = session
         self._notify(session)
         self._handshake = loop.create_task(
             self._bootstrap(run, session), name=f"acp-handshake:{self.agent_id}"
         )
+
+    def _on_state(self, run: _Run, session: AcpSession, state: str, code: str | None) -> None:
+        """The session's respawn signal once it is bootstrapped (its stdout closed mid-turn, a
+        write to its stdin failed, or its stdout was found closed at a prompt): the agent can
+        take no turn any more, though its process may live on, so its process group is ended
+        and the restart policy brings it back. A failed handshake is `_handshake_failed`'s."""
+        handshake = self._handshake
+        if (
+            state != "unavailable"
+            or not session.needs_respawn
+            or session is not self.session
+            or handshake is None
+            or not handshake.done()
+            or self._lost is not None
+            or run.exit.done()
+            or not self._want  # being stopped: the connection closes with the process
+        ):
+            return
+        self._lost = (code or WORKER_UNAVAILABLE, session.state_reason or "the connection failed")
+        self._reason_code = code
+        emit(
+            "supervisor.acp_connection_lost",
+            level="warning",
+            agent_id=self.agent_id,
+            generation=run.generation,
+            code=self._lost[0],
+            reason=self._lost[1],
+        )
+        killpg_quietly(run.pid, signal.SIGTERM)
 
     async def _bootstrap(self, run: _Run, session: AcpSession) -> None:
         load = read_session_id(self.session_file)
@@ -257,7 +293,7 @@ class AcpRunner(AgentRunner):
             self._handshake_failed(run, exc.code, exc.message)
             return
         except OSError as exc:
-            self._handshake_failed(run, "runtime_startup_failed", f"cannot persist: {exc}")
+            self._handshake_failed(run, STARTUP_FAILED, f"cannot persist: {exc}")
             return
         emit(
             "supervisor.acp_ready",
@@ -280,11 +316,19 @@ class AcpRunner(AgentRunner):
         if not run.exit.done():
             killpg_quietly(run.pid, signal.SIGTERM)
 
+    def _spawn_failed(self, generation: int, reason: str) -> None:
+        self._reason_code = STARTUP_FAILED  # no process, so no session: acp.md's code for it
+        super()._spawn_failed(generation, reason)
+
     def _exit_reason(self, code: int, stopped_by_us: bool) -> str:
         if self._failure is not None and not stopped_by_us:
             failure_code, message = self._failure
             return f"{failure_code}: {message}"
-        return super()._exit_reason(code, stopped_by_us)
+        reason = super()._exit_reason(code, stopped_by_us)
+        if self._lost is not None and not stopped_by_us:
+            lost_code, why = self._lost
+            return f"{reason}, after its ACP connection failed ({lost_code}: {why})"
+        return reason
 
     def _given_up(self) -> str | None:
         if self._failure is not None and self._failure[0] in PERMANENT:
@@ -298,7 +342,9 @@ class AcpRunner(AgentRunner):
         session, self.session = self.session, None
         if session is not None:
             await session.close()
-            if self._reason_code is None:
+            if not self._want:  # stopped: nothing failed, whatever the closing pipes said
+                self._reason_code = WORKER_UNAVAILABLE
+            elif self._reason_code is None:
                 self._reason_code = session.state_reason_code
         self._notify(None)
 

@@ -27,6 +27,8 @@ checks:
   absolute path is not shown, it may be the token), `runtime_socket` (absolute, optional),
   `fleet = "file" | "center"`, `poll_seconds`. With `fleet = "center"` the file has no
   `[[agent]]`: the center assigns them (the plan's `plan_from_center`, `fleet_with_agents`).
+- `[metrics]` (optional; without it no endpoint): `listen`, a loopback `host:port` or
+  `unix:/abs.sock` (`plan.parse_listen`); a non-loopback address is refused here, never bound.
 - agent ids: `mcphost.names.AGENT_ID` (a directory name and an `AC_MCP_AGENT_ID`), unique (a
   duplicate names both entries); with a bundle also a relay session id (the relay tools speak
   for the session named after the agent).
@@ -44,6 +46,10 @@ checks:
   the key that asks for it (`mcphost.supervisor.plan` resolves and explains runners).
   `policy`: a relay policy id. `sandbox`: `"auto"` (default) or `"none"`.
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
+- `[page]` (optional; absent: no page): `listen = "127.0.0.1:8765"`, the read-only fleet page's
+  address (page.py), an IP literal of the loopback (`127.0.0.0/8`, `[::1]`) and a port (0: a
+  free one). Anything else is refused at load, naming `page.listen`: the page has no
+  authentication, so whoever can connect sees it.
 
 The checks of a loaded fleet against this machine (`check_users`, `check_sandbox`) are the
 plan's: `mcphost supervise` calls them after `load_fleet`, at start and at reload.
@@ -57,6 +63,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import ipaddress
 import os
 import re
 import string
@@ -81,18 +88,21 @@ from mcphost.settings import Invalid, SettingError, Settings
 from mcphost.supervisor import cgroups
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
+    LISTEN_EXPECTED,
     RESERVED_ENV_PREFIXES,
     AgentDefaults,
     CenterConfig,
     Client,
     Fleet,
     FleetSource,
+    PageConfig,
     Restart,
     Runner,
     Sandbox,
     apply_defaults,
     clipped,
     is_fleet_bundle,
+    parse_listen,
     raise_all,
     runner_problem,
 )
@@ -199,6 +209,34 @@ def _check_user(raw: object) -> object:
     return raw
 
 
+_LISTEN_EXPECTED = (
+    'a loopback address and port, "127.0.0.1:8765" or "[::1]:8765" (127.0.0.0/8 or ::1; port '
+    "0-65535, 0: a free one): the page has no authentication, so it never listens beyond the "
+    "machine"
+)
+
+
+def loopback_listen(raw: object) -> tuple[str, int]:
+    """`"127.0.0.1:8765"` / `"[::1]:8765"` -> (host, port); `Invalid` for anything that is not
+    an IP literal of the loopback with a port (a name such as `localhost` is refused too: what
+    it resolves to is not the file's to say)."""
+    if not isinstance(raw, str):
+        raise Invalid(_LISTEN_EXPECTED, repr(raw))
+    host, sep, port = raw.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 literal must be bracketed
+    try:
+        address = ipaddress.ip_address(host)
+        number = int(port, 10) if port.isdigit() else -1
+    except ValueError:
+        raise Invalid(_LISTEN_EXPECTED, repr(raw)) from None
+    if not sep or not address.is_loopback or not 0 <= number <= 65535:
+        raise Invalid(_LISTEN_EXPECTED, repr(raw))
+    return str(address), number
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -296,6 +334,33 @@ class CenterSection(_Section):
     poll_seconds: float = Field(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
 
 
+class PageSection(_Section):
+    listen: str = Field(description=_LISTEN_EXPECTED)
+
+    @field_validator("listen", mode="before")
+    @classmethod
+    def _loopback(cls, raw: Any) -> Any:
+        loopback_listen(raw)
+        return raw
+
+
+def _check_listen(raw: object) -> object:
+    if isinstance(raw, str):
+        try:
+            parse_listen(raw)
+        except ValueError:
+            raise Invalid(LISTEN_EXPECTED, clipped(raw)) from None
+    return raw
+
+
+class MetricsSection(_Section):
+    """`[metrics]`: the Prometheus endpoint (off without the table)."""
+
+    listen: str = Field(description=LISTEN_EXPECTED)
+
+    _listen = field_validator("listen", mode="before")(_check_listen)
+
+
 class FleetFile(Settings):
     """The fleet file as read (sources: flags > `MCPHOST_CENTER__*` > the file)."""
 
@@ -306,6 +371,12 @@ class FleetFile(Settings):
     )
     defaults: _Tunable = Field(_Tunable.model_validate({}), description="a [defaults] table")
     agent: tuple[AgentSection, ...] = Field((), description="[[agent]] tables")
+    page: PageSection | None = Field(
+        None, description='a [page] table with listen = "127.0.0.1:PORT"'
+    )
+    metrics: MetricsSection | None = Field(
+        None, description="a [metrics] table with listen (the Prometheus endpoint; off without it)"
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -372,6 +443,8 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "center": CenterSection,
     "defaults": _Tunable,
     "agent": AgentSection,
+    "page": PageSection,
+    "metrics": MetricsSection,
 }
 
 
@@ -466,7 +539,13 @@ def _unseen(problems: list[SettingError], seen: list[SettingError]) -> list[Sett
 
 def _known_keys(loc: tuple[str | int, ...]) -> str:
     """`a known key of [[agent]] (the closest: 'restart'): id, client, ...`."""
-    tables = {"center": "[center]", "defaults": "[defaults]", "agent": "[[agent]]"}
+    tables = {
+        "center": "[center]",
+        "defaults": "[defaults]",
+        "agent": "[[agent]]",
+        "page": "[page]",
+        "metrics": "[metrics]",
+    }
     section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
     if section is AgentSection:
@@ -660,4 +739,14 @@ def load_fleet(
     )
     defaults = _defaults_of(model.defaults)
     agents = tuple(apply_defaults(defaults, agent.id, _overrides(agent)) for agent in model.agent)
-    return Fleet(path=os.path.abspath(path), center=config, agents=agents, defaults=defaults)
+    page = None
+    if model.page is not None:
+        page = PageConfig(*loopback_listen(model.page.listen))
+    return Fleet(
+        path=os.path.abspath(path),
+        center=config,
+        agents=agents,
+        defaults=defaults,
+        page=page,
+        metrics=parse_listen(model.metrics.listen) if model.metrics is not None else None,
+    )

@@ -34,6 +34,13 @@ Owns:
   written fresh at each preparation from the `Operator` the caller read (`signin.read_operator`,
   once per preparation of the fleet), 0600, the agent's, by descriptor like the config; the
   agent's own record is read beneath the home without following a symlink and bounded in size.
+- An ACP agent's own MCP servers (its attach entries) preapproved, so that only its other
+  questions (a command, a file write) wait for a peer's `choose`: a codex agent's entries carry
+  `default_tools_approval_mode = "approve"` (configgen); a claude agent whose Claude Code keeps
+  its config in its home (`signin.claude_home_is_its_own`) gets `mcp__<server>` for each in
+  `permissions.allow` of `<home>/.claude/settings.json` (0600, by descriptor, merged into the
+  agent's own settings as its `.claude.json` is). Never a bypass of either client's approvals
+  or sandbox, and no rule for any other server or tool.
 - With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
   the codex and `.claude` directories, the config and the sign-in belong to that user (the
   agent writes there); the logs stay the supervisor's; `<state>/agents/` becomes 0711 so that
@@ -63,11 +70,14 @@ fleet did not give that very agent or a sign-in signin.py did not select for it.
 from __future__ import annotations
 
 import os
+import platform
 import stat
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from configgen import AgentConfig, AttachBinding, ConfigError, render, write_private
+from configgen.clients import claude_permission_rules, dump_json
 from mcphost.errors import CodedFailure
 from mcphost.names import is_agent_id
 from mcphost.supervisor import signin
@@ -87,6 +97,7 @@ CODEX_BASE_URL_KEY = "openai_base_url"  # Codex's own setting for the model API'
 # The ACP adapters a `runner = "acp"` agent of these clients runs by default (their npm
 # packages' programs: @zed-industries/claude-code-acp and @zed-industries/codex-acp)
 ACP_ADAPTERS = {"claude": "claude-code-acp", "codex": "codex-acp"}
+CLAUDE_SETTINGS = "settings.json"  # Claude Code's user settings, beneath `$HOME/.claude`
 # systemd hands these to the service; an agent must not talk to systemd as the supervisor.
 _SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 _SERVICE_ENV_PREFIXES = ("LISTEN_",)
@@ -171,7 +182,8 @@ def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
 
 
 def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
-    """The configgen input for `plan`: attach entries only (pure)."""
+    """The configgen input for `plan`: attach entries only, preapproved for an ACP agent (its
+    own tools; every other question of its waits for a peer's `choose`) (pure)."""
     relay = None
     if plan.bundle is not None and attach.relay_socket is not None:
         relay = AttachBinding(attach.relay_socket)
@@ -180,6 +192,7 @@ def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
         relay=relay,
         python=attach.interpreter,
         attach_script=attach.script,
+        approve_attach_tools=plan.runner == "acp",
     )
 
 
@@ -252,6 +265,7 @@ def hold_home(
         else:
             _write(root_fd, MCP_JSON, home.mcp_config, data, owner)
             _claude_sign_in(root_fd, home, state_dir, plan, operator, owner)
+            _claude_settings(root_fd, home, plan, attach, owner)
     except BaseException:
         if workspace >= 0:
             os.close(workspace)
@@ -299,6 +313,39 @@ def _claude_sign_in(
     if record is not None:
         shown = os.path.join(home.root, signin.CLAUDE_RECORD)
         _write(root_fd, signin.CLAUDE_RECORD, shown, record, owner)
+
+
+def claude_settings_bytes(own: bytes | None, rules: Sequence[str]) -> bytes:
+    """Claude Code's user settings with each of `rules` in `permissions.allow` once, merged into
+    the agent's own settings `own` (whatever else it holds stays; a document that is not a JSON
+    object is replaced) (pure)."""
+    settings = signin.parse_object(own) or {}
+    permissions = settings.get("permissions")
+    permissions = dict(permissions) if isinstance(permissions, dict) else {}
+    allow = permissions.get("allow")
+    allow = list(allow) if isinstance(allow, list) else []
+    allow += [rule for rule in rules if rule not in allow]
+    settings["permissions"] = {**permissions, "allow": allow}
+    return dump_json(settings)
+
+
+def _claude_settings(
+    root_fd: int, home: Home, plan: AgentPlan, attach: AttachPoints, owner: tuple[int, int] | None
+) -> None:
+    """An ACP claude agent whose Claude Code keeps its config in its home: its own MCP servers'
+    tools preapproved in `<home>/.claude/settings.json` (`claude_settings_bytes`, merged into
+    the agent's own file, read beneath the home without following a symlink)."""
+    rules = claude_permission_rules(attach_config(plan, attach))
+    if not rules or not signin.claude_home_is_its_own(plan):
+        return
+    folder = os.path.join(home.root, signin.CLAUDE_DIR)
+    claude_fd = _directory(root_fd, signin.CLAUDE_DIR, folder, owner)
+    try:
+        own = _read_own(claude_fd, CLAUDE_SETTINGS)
+        shown = os.path.join(folder, CLAUDE_SETTINGS)
+        _write(claude_fd, CLAUDE_SETTINGS, shown, claude_settings_bytes(own, rules), owner)
+    finally:
+        os.close(claude_fd)
 
 
 def _read_own(dir_fd: int, name: str) -> bytes | None:
@@ -447,10 +494,37 @@ def _write(dir_fd: int, name: str, shown: str, data: bytes, owner: tuple[int, in
         os.chown(name, owner[0], owner[1], dir_fd=dir_fd, follow_symlinks=False)
 
 
+def npm_platform() -> str:
+    """This machine as npm names a platform package's suffix (`linux-x64`, `darwin-arm64`)."""
+    machine = platform.machine().lower()
+    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(machine, machine)
+    return f"{sys.platform}-{arch}"
+
+
+def codex_acp_native(wrapper: str) -> str | None:
+    """The `codex-acp` binary that the npm package's node `wrapper` would run (its platform
+    package `@zed-industries/codex-acp-<platform>`), or None: beside the wrapper in the same
+    `bin` directory (npm links the platform package's own program there, `codex-acp-<platform>`),
+    else the package's own layout around the wrapper's real path (a sibling package, or one
+    nested in its `node_modules`, as a global install has it). The wrapper runs the binary as a
+    child and forwards no signal, so a stop that reached only the wrapper would orphan it."""
+    name = f"codex-acp-{npm_platform()}"
+    package = os.path.dirname(os.path.dirname(os.path.realpath(wrapper)))
+    for candidate in (
+        os.path.join(os.path.dirname(wrapper), name),
+        os.path.join(os.path.dirname(package), name, "bin", "codex-acp"),
+        os.path.join(package, "node_modules", "@zed-industries", name, "bin", "codex-acp"),
+    ):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
     """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
     default (an ACP agent: its client's ACP adapter, `ACP_ADAPTERS`, which takes its MCP servers
-    in ACP's `session/new`; `claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
+    in ACP's `session/new`; for codex the platform binary the adapter's node wrapper would run,
+    when it is found (`codex_acp_native`); `claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
     daemon_auto_start`, which finds its config through CODEX_HOME: Codex would otherwise start
     a detached app-server daemon, which leaves the agent's process tree, so neither its MCP
     servers' identity nor the agent's stop could reach it). A program not found stays bare;
@@ -467,7 +541,11 @@ def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
 
     if plan.runner == "acp" and plan.client in ACP_ADAPTERS:
         adapter = ACP_ADAPTERS[plan.client]
-        return [find_command(adapter) or adapter]
+        found = find_command(adapter)
+        if found is None:
+            return [adapter]
+        native = codex_acp_native(found) if plan.client == "codex" else None
+        return [native or found]
     if plan.client == "claude":
         program = find_command("claude") or "claude"
         return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]

@@ -1,14 +1,14 @@
 """The plan the supervisor runs from: a frozen `Fleet` of `AgentPlan`s, every default applied.
 
-Owns: the plan types every other module of the supervisor imports (`CenterConfig`,
-`AgentDefaults`, `AgentPlan`, `Fleet`; frozen dataclasses), how a plan is made from the defaults
-and an agent's own values (`apply_defaults`), the runner an agent gets (`resolve_runner`) and
-the combinations that cannot work (`runner_problem`), the rules every plan keeps wherever it
-came from (the bundle-name bound `is_fleet_bundle`, the variables the supervisor owns
+Owns: the plan types every other module of the supervisor imports (`CenterConfig`, `AgentDefaults`,
+`AgentPlan`, `PageConfig`, `Fleet`; frozen dataclasses), how a plan is made from the defaults and an
+agent's own values (`apply_defaults`), the runner an agent gets (`resolve_runner`) and the
+combinations that cannot work (`runner_problem`), the rules every plan keeps wherever it came from
+(the bundle-name bound `is_fleet_bundle`, the variables the supervisor owns
 `RESERVED_ENV_PREFIXES`), the plans of the agents the center assigns (`plan_from_center`,
 `fleet_with_agents`), and the checks of a whole fleet against this machine (`check_sandbox`,
-`check_users`). The fleet file and its loader are `mcphost.supervisor.fleet`, above this
-module: it reads the file, then builds its `Fleet` here.
+`check_users`). The fleet file and its loader are `mcphost.supervisor.fleet`, above this module: it
+reads the file, then builds its `Fleet` here.
 
 - `runner`: `"auto"` (default), `"process"`, `"tmux"` or `"acp"`, resolved in the plan
   (`resolve_runner`) to one of the last three: `auto` is `tmux` for an interactive client (`claude`, `codex`)
@@ -172,13 +172,84 @@ class AgentPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class PageConfig:
+    """`[page]`: where the read-only fleet page listens (page.py); a loopback address only."""
+
+    host: str  # an IP literal of the loopback (127.0.0.0/8 or ::1)
+    port: int  # 0: a free port, named by the `supervisor.page_listening` event
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Where the supervisor serves an operator's read-only HTTP endpoint (`[metrics] listen`):
+    a loopback `host` and `port`, or a Unix socket `path` (then host and port are None)."""
+
+    host: str | None = None
+    port: int | None = None
+    path: str | None = None
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        return (
+            f"[{self.host}]:{self.port}" if ":" in (self.host or "") else f"{self.host}:{self.port}"
+        )
+
+
+LISTEN_EXPECTED = (
+    'a loopback address and port ("127.0.0.1:9464", "[::1]:9464", "localhost:9464") or a Unix '
+    'socket ("unix:/absolute/path.sock", at most 107 bytes); never a non-loopback address: the '
+    "endpoint has no authentication"
+)
+_SUN_PATH_MAX = 107  # mcphost.unixsock.SUN_PATH_MAX (the plan imports none of the sockets)
+
+
+def parse_listen(text: str) -> Listen:
+    """`[metrics] listen` as a `Listen`; ValueError (LISTEN_EXPECTED) for anything else,
+    a non-loopback address included (refused at load, never bound)."""
+    import ipaddress
+
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if (
+            not path.startswith("/")
+            or "\0" in path
+            or path.endswith("/")
+            or len(os.fsencode(path)) > _SUN_PATH_MAX
+        ):
+            raise ValueError(LISTEN_EXPECTED)
+        return Listen(path=os.path.normpath(path))
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(LISTEN_EXPECTED)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(LISTEN_EXPECTED)
+    return Listen(host=host, port=int(port_text))
+
+
+@dataclass(frozen=True, slots=True)
 class Fleet:
-    """The fleet in force. `agents` are in file order; equality is the reload contract."""
+    """The fleet in force. `agents` are in file order; equality is the reload contract.
+    `metrics`: where `/metrics` is served (None: off, the default); read at start."""
 
     path: str
     center: CenterConfig
     agents: tuple[AgentPlan, ...]
     defaults: AgentDefaults = AgentDefaults()
+    page: PageConfig | None = None  # `[page]`: None, the page is off (the default)
+    metrics: Listen | None = None
 
 
 def _tier_default(client: Client) -> bool:

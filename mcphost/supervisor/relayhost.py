@@ -10,7 +10,8 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
                                 command round-trips), for file readers; the relay reads the
                                 same bundles from memory
     bundles/<bundle>.toml         members = the fleet's agents with that bundle
-    coders.toml                   one tmux coder per bundle agent ("fleet-<agent id>")
+    coders.toml                   one coder per bundle agent ("fleet-<agent id>"): tmux, or
+                                  an ACP stdio coder for a `runner = "acp"` agent
   identity/principals.json      the PSK store (RelayBehaviour / principals.py)
   inscriptions/relay.log        the relay's records (relay/inscriptions.py), beside the relay
                                 tools' inscriptions/bundles/<b>/sessions/<s>/mcp.log
@@ -34,11 +35,13 @@ process too: `configuration_roots` = generated, then the operator's), a standalo
 never reads it.
 
 The hosting: one `TmuxServer` per bundle (`tmux_server`), given to each `TmuxRunner`;
-`BundleHost` for `RelayBehaviour`: `up` / `down` start / stop the bundle's tmux agents through
+`BundleHost` for `RelayBehaviour`: `up` / `down` start / stop the bundle's agents through
 their runners, each under the agent's lock (`Agents.agent_held`, the one ctl and the
 supervisor's reconciliation hold) and looked up only then, so never a runner a reload
-discarded (a member is ready while its runner runs), `tmux` and `session_name` for look /
-send / raww. The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`,
+discarded; `member_endpoint` for look / send / raww / choices (a tmux member: the bundle's
+server and its session; an ACP member: its `AcpRunner`, whose live `AcpSession` the relay
+drives) and `member_state` (a member is ready while its runner runs, an ACP member while its
+session is also available or busy). The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`,
 `handle` and `admit`, started once the fleet has a bundle, unless the operator's environment names
 an `AGENTMUX_STATE_DIRECTORY` (an external relay, e.g. upstream agentmux: then the supervisor
 hosts tmux agents but serves no relay, and the relay tools use that state root's socket as
@@ -449,7 +452,8 @@ class RelayHost:
         if not members:
             raise RelayError(
                 "runtime_startup_failed",
-                f'bundle {bundle.id!r} has no agent with runner = "tmux" in the fleet',
+                f'bundle {bundle.id!r} has no agent with runner = "tmux" or "acp" in the fleet: '
+                "add one to the fleet file and reload",
             )
         for agent_id in members:
             await self._start_or_stop(bundle.id, agent_id, up=True)

@@ -7,14 +7,15 @@ token a reload swaps for the next call of every session; centerhealth.py: the ce
 in `ctl status`), the two attach hubs (center tools, relay tools: sessions.py, served as
 surfaces.py builds them), the control socket (operations.py: what `mcphost ctl` asks), the
 relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
-signals (SIGHUP reloads), and what follows an agent's generations: a spawn registers its
+signals (SIGHUP reloads), the metrics endpoint when `[metrics]` asks for one (metrics.py,
+imported only then), and what follows an agent's generations: a spawn registers its
 process as the agent's only root at that generation (`Identities.spawned`) and ends the older
 generation's sessions and `ctl exec` commands, as its exit does. The fleet in force, its slots,
 the agents' locks and every change of them are reconciliation's (reconcile.py). Beside it:
 startup.py (the token and the state directory, before anything else), records.py (every
 process it runs, in the state file, so a crash leaves none behind), reach.py (the attach points
 and each agent's fence, built as the load-time checks plan them), identity.py (the identity
-roots and the one vouch rule).
+roots and the one vouch rule), and with `[page]` the read-only fleet page (page.py).
 
 Identity: a pump is served as the agent the registry vouches for. Sessions of an older
 generation are closed the moment a newer spawn registers (and when an agent exits), and the
@@ -34,7 +35,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcphost import events
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.centerlink import CenterLink
     from mcphost.supervisor.cgroups import Cgroups
+    from mcphost.supervisor.metrics import MetricsServer, RelayFigures
+    from mcphost.supervisor.page import FleetPage
+    from mcphost.supervisor.plan import PageConfig
 
 # Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
 # the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
@@ -93,6 +97,11 @@ class Supervisor:
         self.records: ProcessRecords | None = None  # every process we run, in the state file
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
         self.cgroups: Cgroups | None = None  # each agent's cgroup and limits (cgroups.py)
+        self.page: FleetPage | None = None  # the read-only fleet page, with `[page]` (page.py)
+        # `[metrics]` (metrics.py, imported only then): the endpoint, and every center call's
+        # end told to it (surfaces.py hands this to each center session; None: nobody listens)
+        self.metrics: MetricsServer | None = None
+        self.on_center_call: Callable[[str, str, str, float], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
 
@@ -114,8 +123,14 @@ class Supervisor:
         return self.reconciler.locks.held([agent_id])
 
     async def reload(self) -> dict[str, Any]:
-        """Re-read the fleet file and apply it (`Reconciler.reload`)."""
-        return await self.reconciler.reload()
+        """Re-read the fleet file and apply it (`Reconciler.reload`), `[page]` included."""
+        outcome = await self.reconciler.reload()
+        if self.page is None or self.fleet.page != self.page.config:
+            try:
+                await self._open_page(self.fleet.page)
+            except OSError as exc:
+                events.emit("supervisor.page_failed", level="error", error=str(exc))
+        return outcome
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -149,6 +164,9 @@ class Supervisor:
             self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
         )
         await self.control.start()
+        if self.fleet.metrics is not None and not await self._serve_metrics():
+            await self._shutdown()
+            return 2
         budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
         for name in (CENTER, RELAY):
             self.hubs[name] = SessionHub(
@@ -159,6 +177,16 @@ class Supervisor:
                 budgets=budgets,
             )
             await self.hubs[name].start()
+        try:
+            await self._open_page(self.fleet.page)
+        except OSError as exc:
+            assert self.fleet.page is not None
+            print(
+                f"mcphost supervise: [page] listen = {self.fleet.page.listen}: {exc}",
+                file=sys.stderr,
+            )
+            await self._shutdown()
+            return 2
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self._reload_in_background)
@@ -186,6 +214,34 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping.set()
 
+    async def _serve_metrics(self) -> bool:
+        """Serve `[metrics]` (read at start: a reload keeps the endpoint it found); False (the
+        line printed) when its address cannot be served."""
+        from mcphost.supervisor.metrics import Metrics, MetricsBindError, MetricsServer
+
+        listen = self.fleet.metrics
+        assert listen is not None
+        metrics = Metrics(self.operations.status, self._relay_figures)
+        server = MetricsServer(metrics, listen)
+        try:
+            await server.start()
+        except MetricsBindError as exc:
+            print(f"mcphost supervise: {exc.line}", file=sys.stderr)
+            return False
+        self.metrics, self.on_center_call = server, metrics.center_call
+        events.emit("supervisor.metrics_serving", listen=str(listen))
+        return True
+
+    def _relay_figures(self) -> RelayFigures | None:
+        """The relay's deliveries by outcome and its queue now (None: no relay served)."""
+        from mcphost.supervisor.metrics import RelayFigures
+
+        behaviour = self.relay.behaviour if self.relay is not None else None
+        if behaviour is None:
+            return None
+        state = behaviour.state
+        return RelayFigures(outcomes=state.outcome_counts, queued=state.queue_bounds.count)
+
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -195,6 +251,24 @@ class Supervisor:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
         kernel-credential check is then the only gate, as it always is the real one)."""
         return 0o666 if any(a.user for a in self.fleet.agents) else 0o600
+
+    async def _open_page(self, config: PageConfig | None) -> None:
+        """The fleet page at `config` (None: none), in place of the one open; page.py is
+        imported only then. Raises `OSError` when the address cannot be bound."""
+        if self.page is not None:
+            page, self.page = self.page, None
+            await page.aclose()
+        if config is None:
+            return
+        from mcphost.supervisor.page import FleetPage
+
+        page = FleetPage(self.operations, config, started_at=self.started_at)
+        try:
+            await page.start()
+        except BaseException:
+            await page.aclose()
+            raise
+        self.page = page
 
     def _open_admin(self) -> None:
         from mcphost.admin.client import AdminClient
@@ -233,6 +307,9 @@ class Supervisor:
             task.cancel()
         if self.control is not None:
             await self.control.aclose()
+        await self._open_page(None)
+        if self.metrics is not None:
+            await self.metrics.aclose()
         await asyncio.gather(*(slot.runner.aclose() for slot in self.slots.values()))
         if self.relay is not None:
             await self.relay.aclose()

@@ -4,7 +4,8 @@ Owns: each hub's `identify` (`identifier`: the kernel's word through `Identities
 this surface's bounds: at most `MAX_SESSIONS_PER_AGENT` sessions per agent, relay tools only for
 an agent with a bundle) and `surface_for` (`factory`): the center tools (`HostSurface`, on the
 supervisor's one shared admin client, the file tools rooted at a duplicate of the held
-workspace, and the agent's id and generation) and the relay tools (`RelayToolsSurface`); the
+workspace, the agent's id and generation, and the supervisor's `on_center_call`, told of every
+call's tool, outcome and time: the metrics) and the relay tools (`RelayToolsSurface`); the
 one relay connection each agent generation's relay tools sessions share (the relay allows one
 per principal: opened with the first session, closed with the last, when the generation ends
 or when the agent leaves); closing the sessions of a generation that ended (`close_older`) or
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events, peer
@@ -70,6 +72,8 @@ class Supervised(Protocol):
     def runtime(self) -> AdminClient | None: ...
     @property
     def relay(self) -> RelayHost | None: ...
+    @property
+    def on_center_call(self) -> Callable[[str, str, str, float], None] | None: ...
     @property
     def env(self) -> Mapping[str, str]: ...
     def spawn(self, coro: Awaitable[Any]) -> None: ...
@@ -154,7 +158,14 @@ class Surfaces:
             runtime=supervisor.runtime,
             workspace=workspace,
             on_failure=lambda failure: self._center_failed(agent_id, generation, failure),
+            on_done=partial(self._call_done, agent_id),
         )
+
+    def _call_done(self, agent_id: str, tool: str, outcome: str, seconds: float) -> None:
+        """A center call of `agent_id` ended (`HostSurface.on_done`): told to the metrics."""
+        observe = self.supervisor.on_center_call
+        if observe is not None:
+            observe(agent_id, tool, outcome, seconds)
 
     def _center_failed(self, agent_id: str, generation: int, failure: ToolFailure) -> None:
         """A call of `agent_id`'s session (of `generation`) failed: if the center fenced that

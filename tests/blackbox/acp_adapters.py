@@ -52,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import platform
 import re
 import signal
 import sys
@@ -78,6 +77,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
+from mcphost.supervisor.homes import npm_platform
 from tests.blackbox.codex_standin import Call, CodexTurn, ResponsesStandIn
 from tests.blackbox.conftest import QUIET, project_root
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse, Turn
@@ -95,10 +95,7 @@ LINE_LIMIT = 16 << 20
 def codex_acp_binary() -> Path:
     """The `codex-acp` binary of this platform's npm package (`@zed-industries/codex-acp-<os>-
     <arch>`, what the package's node wrapper would run)."""
-    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(
-        platform.machine().lower(), platform.machine().lower()
-    )
-    return TOOLS / "@zed-industries" / f"codex-acp-{sys.platform}-{arch}" / "bin" / "codex-acp"
+    return TOOLS / "@zed-industries" / f"codex-acp-{npm_platform()}" / "bin" / "codex-acp"
 
 
 @dataclass(frozen=True)

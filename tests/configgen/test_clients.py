@@ -146,3 +146,44 @@ def test_unknown_client() -> None:
 
     with pytest.raises(ConfigError, match="unknown client 'zed'"):
         client("zed")
+
+
+def test_preapproval_is_for_attach_entries_only_and_only_when_asked() -> None:
+    """`approve_attach_tools` (a supervisor's ACP agent): Codex's attach entries carry
+    `default_tools_approval_mode = "approve"` and Claude Code gets `mcp__<server>` rules for
+    them; an entry that is not an attach entry (here the center over a binding) never does,
+    and without the flag nothing is preapproved."""
+    from configgen import AttachBinding
+    from configgen.clients import claude_permission_rules
+
+    attach = {"python": "/usr/bin/python3", "attach_script": "/opt/mcphost/attach.py"}
+    both = AgentConfig(
+        center=AttachBinding("/run/c.sock"),
+        relay=AttachBinding("/run/r.sock"),
+        approve_attach_tools=True,
+        **attach,
+    )
+    codex = servers_of("codex", render("codex", both))
+    assert {name: e.get("default_tools_approval_mode") for name, e in codex.items()} == {
+        "agent-center": "approve",
+        "agentmux": "approve",
+    }
+    assert claude_permission_rules(both) == ["mcp__agent-center", "mcp__agentmux"]
+    # Claude Code's own config file carries no approval: its rules live in its settings
+    assert "approve" not in render("claude", both).decode()
+    # renamed servers: the rules follow the names
+    renamed = AgentConfig(
+        center=AttachBinding("/run/c.sock"), center_name="center_1", approve_attach_tools=True,
+        **attach,
+    )  # fmt: skip
+    assert claude_permission_rules(renamed) == ["mcp__center_1"]
+    # a center over a binding beside an attach relay: only the attach entry
+    mixed = sample_config(relay=AttachBinding("/run/r.sock"), approve_attach_tools=True, **attach)
+    codex = servers_of("codex", render("codex", mixed))
+    assert "default_tools_approval_mode" not in codex["agent-center"]
+    assert codex["agentmux"]["default_tools_approval_mode"] == "approve"
+    assert claude_permission_rules(mixed) == ["mcp__agentmux"]
+    # not asked: nothing preapproved
+    plain = AgentConfig(center=AttachBinding("/run/c.sock"), **attach)
+    assert claude_permission_rules(plain) == []
+    assert "default_tools_approval_mode" not in render("codex", plain).decode()

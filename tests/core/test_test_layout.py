@@ -83,7 +83,6 @@ NOT_NAMED = {
     "mcphost/relay/state.py": "the dispatcher's: tests/relay/test_behaviour.py",
     "mcphost/relaytools/handlers.py": "through the process: tests/relaytools/test_relay_tools.py",
     "mcphost/relaytools/settings.py": "on the settings base: tests/core/test_settings.py",
-    "mcphost/supervisor/acprunner.py": "an ACP agent in the fleet: tests/supervisor/test_fleet.py",
     "mcphost/supervisor/centerhealth.py": "tests/supervisor/test_supervise_center.py",
     "mcphost/supervisor/centerlink.py": "tests/supervisor/test_supervise_center.py, "
     "tests/supervisor/test_supervise_rotation.py",

@@ -1,7 +1,8 @@
 """Run a real `mcphost supervise` process against a real reference center, for black-box tests.
 
 Owns: writing a fleet file, starting and stopping the supervisor process, `ctl` calls through
-the real `mcphost ctl` command, and reading what stand-in agents recorded in their workspaces.
+the real `mcphost ctl` command, reading what stand-in agents recorded in their workspaces, and
+an agent's relay tools driven from inside its tree (`RelayDriver`).
 Must never: reach into the supervisor's memory or database; everything goes through the
 process, its sockets, its files and the center.
 """
@@ -334,3 +335,79 @@ def center_heard(center: DevCenter, agent: str, tool: str) -> list[dict[str, Any
         for r in center.requests(500)
         if r["route"].endswith(f"/{tool}") and r["body"]["agent_id"] == agent
     ]
+
+
+def payload(result: dict[str, Any]) -> dict[str, Any]:
+    """A tool result's structured content (or its text parsed as JSON)."""
+    structured = result.get("structuredContent")
+    if isinstance(structured, dict):
+        return structured
+    texts = [c.get("text", "") for c in result.get("content", []) if c.get("type") == "text"]
+    return dict(json.loads(texts[0])) if texts else {}
+
+
+# Runs inside an agent (ctl exec): the SDK client on the agent's own `agentmux` attach entry (its
+# MCP config, argv[1]); each line of stdin is one tool call {"tool", "args"}, answered by one
+# line of stdout: the result, or the relay's refusal (a JSON-RPC error).
+RELAY_DRIVER = """\
+import asyncio, json, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError as McpError
+
+async def main():
+    entry = json.load(open(sys.argv[1]))["mcpServers"]["agentmux"]
+    params = StdioServerParameters(
+        command=entry["command"], args=entry.get("args", []), env=entry.get("env")
+    )
+    loop = asyncio.get_running_loop()
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            while line := await loop.run_in_executor(None, sys.stdin.readline):
+                op = json.loads(line)
+                try:
+                    result = await session.call_tool(op["tool"], op.get("args", {}))
+                    out = result.model_dump(mode="json", by_alias=True)
+                except McpError as exc:
+                    out = {"isError": True, "error": exc.error.model_dump()}
+                print(json.dumps(out), flush=True)
+
+asyncio.run(main())
+"""
+
+
+class RelayDriver:
+    """`agent`'s relay tools, called from inside its tree: one `ctl exec <agent>` process (the
+    official MCP SDK client on the agent's own `agentmux` attach entry, from its `mcp.json`)
+    for as many calls as the test makes, so every call goes pump -> supervisor -> relay."""
+
+    def __init__(self, sv: Supervised, agent: str) -> None:
+        config = sv.state / "agents" / agent / "mcp.json"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mcphost", "ctl", "--state", str(sv.state), "exec", agent,
+             "--", sys.executable, "-c", RELAY_DRIVER, str(config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=sv.env(),
+        )  # fmt: skip
+
+    def call(self, tool: str, **args: Any) -> dict[str, Any]:
+        """One tool call: its result as the SDK dumps it (`isError` and `error` on a refusal)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"tool": tool, "args": args}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the driver ended: {self.proc.wait()}"
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def ok(self, tool: str, **args: Any) -> dict[str, Any]:
+        """The call's structured result; it must not be an error."""
+        result = self.call(tool, **args)
+        assert not result.get("isError"), result
+        return payload(result)
+
+    def close(self) -> int:
+        """End the driver (its stdin closed); its exit status (`ctl exec`'s)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=60)

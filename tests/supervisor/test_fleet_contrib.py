@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from mcphost.supervisor import plan
-from mcphost.supervisor.fleet import AgentSection, CenterSection, load_fleet
+from mcphost.supervisor.fleet import (
+    AgentSection,
+    CenterSection,
+    MetricsSection,
+    PageSection,
+    load_fleet,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -35,7 +41,8 @@ def file_keys(text: str) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     section = ""
     for line in text.splitlines():
-        header = re.fullmatch(r"\[\[?([a-z]+)\]\]?\s*(#.*)?", line)
+        # a table, or one shown commented out (`# [page]`, `# [metrics]`: off unless given)
+        header = re.fullmatch(r"(?:# )?\[\[?([a-z]+)\]\]?\s*(#.*)?", line)
         if header:
             section = header.group(1)
             out.setdefault(section, {})
@@ -55,7 +62,9 @@ def test_the_sample_fleet_file_lists_every_key_with_its_default() -> None:
     """Issue 19: contrib/fleet.toml shows every key of the fleet model, set or commented out,
     with its default; a key without a default value is commented out."""
     keys = file_keys((CONTRIB / "fleet.toml").read_text())
-    assert set(keys) == {"center", "defaults", "agent"}
+    assert set(keys) == {"center", "defaults", "agent", "page", "metrics"}
+    assert set(keys["page"]) == set(PageSection.model_fields)
+    assert set(keys["metrics"]) == set(MetricsSection.model_fields)
     assert set(keys["center"]) == set(CenterSection.model_fields)
     assert set(keys["defaults"]) == set(plan.AgentDefaults.__dataclass_fields__)
     assert set(keys["defaults"]) == set(AgentSection.model_fields) - {"id"}

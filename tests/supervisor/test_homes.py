@@ -1,6 +1,7 @@
 """Per-agent homes on a tmp state dir: modes, symlink refusal, the logs outside the home, the
 held workspace (a swap of its path is never followed), the attach-only config (parses, holds no
-secret, runs the real pump), and the scrubbed environment."""
+secret, runs the real pump), an ACP agent's own servers preapproved and its adapter's command,
+and the scrubbed environment."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from configgen import attach_script
 from mcphost.supervisor.homes import (
     AttachPoints,
     HomeError,
+    agent_argv,
     agent_env,
     hold_home,
     home_paths,
+    npm_platform,
     prepare_home,
 )
 from mcphost.supervisor.plan import AgentDefaults, AgentPlan, plan_from_center
@@ -317,3 +320,97 @@ def test_a_codex_agent_with_an_api_key_gets_codex_s_api_key_sign_in(state: Path)
     with pytest.raises(HomeError):
         prepare_home(str(state), codex, points(state))
     assert not target.exists()
+
+
+def test_an_acp_claude_agent_s_own_servers_are_preapproved_in_its_settings(state: Path) -> None:
+    """An ACP claude agent (its Claude Code's config in its home): `mcp__<server>` for each of
+    its own attach entries in `permissions.allow` of `<home>/.claude/settings.json`, 0600,
+    merged into what the agent keeps there; no other agent gets such a file."""
+    acp = plan(runner="acp", bundle="party")
+    home = prepare_home(str(state), acp, points(state))
+    settings = os.path.join(home.root, ".claude", "settings.json")
+    assert json.loads(Path(settings).read_text()) == {
+        "permissions": {"allow": ["mcp__agent-center", "mcp__agentmux"]}
+    }
+    assert mode(settings) == 0o600 and mode(os.path.dirname(settings)) == 0o700
+    # the agent's own settings stay, its rules too, ours once
+    own = {"model": "x", "permissions": {"allow": ["Read", "mcp__agentmux"], "deny": ["Bash"]}}
+    Path(settings).write_text(json.dumps(own))
+    prepare_home(str(state), acp, points(state))
+    assert json.loads(Path(settings).read_text()) == {
+        "model": "x",
+        "permissions": {"allow": ["Read", "mcp__agentmux", "mcp__agent-center"], "deny": ["Bash"]},
+    }
+    Path(settings).write_text("not json")
+    prepare_home(str(state), acp, points(state))
+    assert json.loads(Path(settings).read_text())["permissions"]["allow"] == [
+        "mcp__agent-center",
+        "mcp__agentmux",
+    ]
+    # a settings file the agent planted as a symlink is refused, never followed
+    os.unlink(settings)
+    target = state / "elsewhere.json"
+    os.symlink(target, settings)
+    with pytest.raises(HomeError):
+        prepare_home(str(state), acp, points(state))
+    assert not target.exists()
+    # not an ACP agent, an ACP agent with a HOME of its own, or unfenced: nothing written
+    for other in (
+        plan("b", bundle="party"),
+        plan("c", runner="acp", bundle="party", env=(("HOME", "/elsewhere"),)),
+        plan("d", runner="acp", bundle="party", sandbox="none"),
+    ):
+        other_home = prepare_home(str(state), other, points(state))
+        assert not os.path.exists(os.path.join(other_home.root, ".claude", "settings.json"))
+
+
+def test_an_acp_codex_agent_s_own_servers_are_preapproved_in_its_config(state: Path) -> None:
+    acp = prepare_home(str(state), plan(client="codex", runner="acp", bundle="p"), points(state))
+    servers = tomllib.loads(Path(acp.mcp_config).read_text())["mcp_servers"]
+    assert {name: entry["default_tools_approval_mode"] for name, entry in servers.items()} == {
+        "agent-center": "approve",
+        "agentmux": "approve",
+    }
+    tmux = prepare_home(str(state), plan("b", client="codex", bundle="p"), points(state))
+    assert "default_tools_approval_mode" not in Path(tmux.mcp_config).read_text()
+
+
+def _executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_acp_agent_runs_its_client_s_adapter_codex_s_binary_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runner = "acp"` without a command: the client's ACP adapter found on PATH; for codex
+    the platform binary its node wrapper would run (which forwards no signal), beside the
+    wrapper or in the package's layout, else the wrapper."""
+    scope = tmp_path / "node_modules" / "@zed-industries"
+    bin_dir = tmp_path / "node_modules" / ".bin"
+    native = f"codex-acp-{npm_platform()}"
+    wrapper = _executable(scope / "codex-acp" / "bin" / "codex-acp.js")
+    _executable(scope / "claude-code-acp" / "dist" / "index.js")
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "codex-acp").symlink_to("../@zed-industries/codex-acp/bin/codex-acp.js")
+    (bin_dir / "claude-code-acp").symlink_to("../@zed-industries/claude-code-acp/dist/index.js")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    claude = plan(runner="acp", bundle="p", command=None)
+    assert agent_argv(claude, home_paths(str(tmp_path), claude.agent_id, "claude")) == [
+        str(bin_dir / "claude-code-acp")
+    ]
+    codex = plan(client="codex", runner="acp", bundle="p", command=None)
+    home = home_paths(str(tmp_path), codex.agent_id, "codex")
+    assert agent_argv(codex, home) == [str(bin_dir / "codex-acp")]  # no binary: the wrapper
+    nested = _executable(
+        wrapper.parents[1] / "node_modules" / scope.name / native / "bin" / "codex-acp"
+    )
+    assert agent_argv(codex, home) == [str(nested)]  # a global install's layout
+    sibling = _executable(scope / native / "bin" / "codex-acp")
+    assert agent_argv(codex, home) == [str(sibling)]
+    (bin_dir / native).symlink_to(f"../@zed-industries/{native}/bin/codex-acp")
+    assert agent_argv(codex, home) == [str(bin_dir / native)]  # npm's own link, beside
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert agent_argv(codex, home) == ["codex-acp"]  # not found: bare, the spawn names it

@@ -39,7 +39,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised, inline
+from tests.supervisor.supervise_harness import Supervised, inline, payload
 from tests.supervisor.test_kernel import isolated, until_async
 from tests.waiting import until
 
@@ -219,15 +219,6 @@ def drive(sv: Supervised, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
     results: list[dict[str, Any]] = json.loads(done.stdout)
     return results
-
-
-def payload(result: dict[str, Any]) -> dict[str, Any]:
-    """A tool result's structured content (or its text parsed as JSON)."""
-    structured = result.get("structuredContent")
-    if isinstance(structured, dict):
-        return structured
-    texts = [c.get("text", "") for c in result.get("content", []) if c.get("type") == "text"]
-    return dict(json.loads(texts[0])) if texts else {}
 
 
 class Wire:

@@ -56,6 +56,7 @@ class Supervisor:
     admin: Any = None
     runtime: Any = None
     relay: Any = None
+    on_center_call: Any = None
     env: dict[str, str] = field(default_factory=dict)
     fleet: Any = None
     spawned: list[Coroutine[Any, Any, Any]] = field(default_factory=list)

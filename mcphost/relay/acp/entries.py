@@ -55,6 +55,7 @@ PRIME_POLL_SECONDS = 0.025
 PENDING = "Pending"
 COMPLETED = "Completed"
 TERMINAL = ("completed", "failed")  # the ACP tool call statuses that end a call
+TURN_END = "turn_end"  # the relay's own update kind: how a turn ended, when not `end_turn`
 
 _KIND_OF_CHUNK = {
     "user_message_chunk": "user",
@@ -175,6 +176,12 @@ class EntryBuffer:
     def add_prompt(self, text: str) -> None:
         """The relay's own prompt, after its write succeeded: a `user` entry never merged."""
         self._append(_Entry("user", list(_split(text)), from_relay=True))
+
+    def add_turn_end(self, line: str) -> None:
+        """How a turn ended when it did not simply end (`stopReason` other than `end_turn`, or
+        an error): an `update` entry of kind `turn_end`, the relay's own, so a refusal that
+        ends a turn without a message of the agent's (Codex's `cancelled`) shows in `look`."""
+        self._append(_Entry("update", list(_split(line)), update_kind=TURN_END))
 
     def window(self, lines: int, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
         """Entries `[start, end)`, oldest first, with `end = max(0, total - offset)` and

@@ -434,6 +434,8 @@ class AcpSession:
         failure = turn.exception()
         if failure is None:
             self.last_stop_reason = getattr(turn.result(), "stop_reason", None)
+            if self.last_stop_reason not in (None, "end_turn"):  # a refusal, a cancel, a limit
+                self.entries.add_turn_end(f"stopReason: {self.last_stop_reason}")
         elif isinstance(failure, ConnectionError):  # stdout closed (or a write failed) mid-turn
             self._unavailable(TRANSPORT_UNAVAILABLE, "the agent's connection closed mid-turn", True)
             # a permission request still with the chooser can never be answered: drop it
@@ -441,6 +443,7 @@ class AcpSession:
             return
         else:  # a JSON-RPC error or a malformed reply: the turn is over all the same
             self.last_stop_reason = None
+            self.entries.add_turn_end(f"the turn failed: {type(failure).__name__}: {failure}")
         if self.state == "busy":
             self._set_state("available", None)
 

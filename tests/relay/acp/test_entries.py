@@ -328,3 +328,14 @@ def test_a_huge_line_and_a_huge_raw_update_are_cut() -> None:
     entry = buffer.window(1)[0][0]
     assert entry["invocation"]["truncated"] is True and entry["invocation"]["bytes"] > RAW_MAX
     assert entry["status"] == "Completed" and entry["result"]["status"] == "completed"
+
+
+def test_a_turn_that_did_not_simply_end_is_an_update_entry_of_its_own() -> None:
+    buffer = EntryBuffer()
+    buffer.ingest(chunk("agent_message_chunk", "asking"))
+    buffer.add_turn_end("stopReason: cancelled")
+    assert entries(buffer)[-1] == {
+        "kind": "update",
+        "update_kind": "turn_end",
+        "lines": ["stopReason: cancelled"],
+    }

@@ -128,7 +128,9 @@ async def test_a_prompt_is_delivered_once_written_and_the_turn_ends_available() 
 
 async def test_a_prompt_answered_with_an_error_still_ends_the_turn() -> None:
     async with ready("--fail", "session/prompt") as agent:
-        assert await agent.turn("hello") == []
+        [ended] = await agent.turn("hello")  # the failure, as the relay's turn_end entry
+        assert ended["kind"] == "update" and ended["update_kind"] == "turn_end"
+        assert ended["lines"][0].startswith("the turn failed: RequestError")
         assert agent.session.state == "available" and agent.session.last_stop_reason is None
         assert not agent.session.needs_respawn
 
