@@ -111,10 +111,28 @@ def _removed(directory: str) -> bool:
 
 
 @pytest.fixture
-def bounded(supervised: Supervised, parent: tuple[str, ...]) -> Supervised:
+def bounded(supervised: Supervised, parent: tuple[str, ...]) -> Iterator[Supervised]:
+    """The supervisor in the bounded parent; stopped (SIGTERM) before the parent is removed,
+    and then none of its groups is left."""
     supervised.__class__ = Bounded
     supervised.procs_files = parent  # type: ignore[attr-defined]
-    return supervised
+    yield supervised
+    if supervised.proc is not None:
+        pid = supervised.proc.pid
+        groups = (
+            [
+                os.path.join(
+                    os.path.dirname(os.path.dirname(d)),
+                    cgroups.instance_name(str(supervised.state)),
+                )
+                for d in group_dirs(supervised, "peer").values()
+            ]
+            if supervised.proc.poll() is None
+            else []
+        )
+        assert supervised.terminate() == 0, pid
+        for directory in groups:
+            assert not os.path.exists(directory), directory
 
 
 def _procs(directory: str) -> list[int]:
