@@ -292,6 +292,7 @@ async def main() -> None:
         "bench.supervisor",
         "bench.metrics",
         "bench.fence",
+        "bench.cgroups",
         "bench.before_after",
     ):
         try:

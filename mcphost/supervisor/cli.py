@@ -95,6 +95,7 @@ def main(argv: list[str]) -> int:
         support = probe()
         if check:
             print(f"mcphost supervise --check: fence: {support.describe()}", file=sys.stderr)
+            print(f"mcphost supervise --check: limits: {_limits()}", file=sys.stderr)
         check_sandbox(fleet, support.missing())
         check_reach(fleet, settings.state)
     except SettingError as exc:
@@ -110,6 +111,21 @@ def main(argv: list[str]) -> int:
     from mcphost.supervisor.supervisor import run_supervisor
 
     return run_supervisor(fleet, settings.state)
+
+
+def _limits() -> str:
+    """The cgroup backend the supervisor would use here, or why there is none (cgroups.py)."""
+    from mcphost.supervisor import cgroups
+
+    backend = cgroups.detect()
+    if backend.kind == "none":
+        return f"none: {backend.reason} (agents would run without limits)"
+    memory, pids = cgroups.ceilings(backend)
+    defaults = cgroups.default_limits(memory, pids)
+    return (
+        f"{backend.reason}; per agent by default: memory_max {defaults.memory_max}, "
+        f"pids_max {defaults.pids_max}, cpu_weight {defaults.cpu_weight}"
+    )
 
 
 def _preflight(fleet: object, state: str) -> int:

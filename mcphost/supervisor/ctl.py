@@ -28,7 +28,8 @@ is shown, not executed); to a pipe or file, the text is written as it is. `--raw
 `--escape` force one or the other.
 
 Owns: argument parsing (`mcphost.cliargs.Parser`), the status table (after the center's health:
-`center: ok`, or its code, the fleet key and the remedy; a column with each agent's fence level)
+`center: ok`, or its code, the fleet key and the remedy; `limits:`, the cgroup backend or why
+there is none; a column with each agent's fence level)
 and the human uptime, the escaping of log text for a terminal, and turning replies into
 stdout/stderr and exit codes.
 Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
@@ -392,6 +393,25 @@ def center_line(center: Any) -> str:
     )
 
 
+def limits_line(limits: Any) -> str:
+    """`limits: cgroup v1 (...)`, or `limits: none: <why> (agents run without limits)`; nothing
+    from a supervisor that does not report it (docs/supervisor.md, "Limits")."""
+    if not isinstance(limits, Mapping):
+        return ""
+    if limits.get("backend") == "none":
+        return f"limits: none: {_clean(limits.get('reason'))} (agents run without limits)\n\n"
+    defaults = limits.get("defaults")
+    shown = ""
+    if isinstance(defaults, Mapping):
+        memory = defaults.get("memory_max")
+        mib = f"{memory >> 20} MiB" if isinstance(memory, int) else "no limit"
+        shown = (
+            f"; per agent by default: memory {mib}, {_clean(defaults.get('pids_max'))} "
+            f"processes, cpu weight {_clean(defaults.get('cpu_weight'))}"
+        )
+    return f"limits: cgroup {_clean(limits.get('backend'))}{shown}\n\n"
+
+
 def _cut(cell: str, width: int) -> str:
     return cell if len(cell) <= width else cell[: max(width - 1, 0)] + "~"
 
@@ -621,6 +641,7 @@ def _run(args: argparse.Namespace, path: str) -> int:
         else:
             width = _terminal_size()[0] if sys.stdout.isatty() else None
             sys.stdout.write(center_line(result.get("center")))
+            sys.stdout.write(limits_line(result.get("limits")))
             agents = sort_agents(result["agents"], args.sort)
             sys.stdout.write(status_table(agents, time.time(), width))
         return EXIT_OK

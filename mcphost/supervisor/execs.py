@@ -1,7 +1,7 @@
 """A command an operator runs *as an agent* (`mcphost ctl exec AGENT -- CMD ...`).
 
 Owns: spawning the command (the operator's stdin, stdout and stderr as 0/1/2, the agent's
-environment, its workspace as cwd, its user, its fence (fence.py: the agent's own, so the
+environment, its workspace as cwd, its user, its cgroup (cgroups.py), its fence (fence.py: the agent's own, so the
 command sees and reaches exactly what the agent does), its own session and process group, the
 parent-death signal), watching its exit through the `Reaper` (the spawn and the watch are
 `procs.spawn`, mcphost/procs.py, as for an agent), signalling its process group, and
@@ -38,6 +38,7 @@ from mcphost.supervisor.kernel import (
 )
 
 if TYPE_CHECKING:
+    from mcphost.supervisor.cgroups import AgentGroup
     from mcphost.supervisor.fence import Fence
 
 # The grace between SIGTERM and SIGKILL when the group is ended (the agent's stop_grace).
@@ -123,12 +124,18 @@ def spawn(
     agent_id: str,
     generation: int,
     grace: float = DEFAULT_GRACE,
+    group: AgentGroup | None = None,
 ) -> Execution:
     """Start `argv` with `fds` as stdin/stdout/stderr; no `await`, so the caller registers the
-    identity root before the command can attach. `ExecFailed` when it cannot be run."""
+    identity root before the command can attach. `group`: the agent's cgroup (cgroups.py),
+    which the command enters before exec, as the agent did. `ExecFailed` when it cannot be
+    run."""
     stdin, stdout, stderr = fds
     try:
-        setup = child_setup(list(argv), cwd=cwd, env=env, creds=creds, fence=fence)
+        placement = group.ensure() if group is not None else ()
+        setup = child_setup(
+            list(argv), cwd=cwd, env=env, creds=creds, fence=fence, cgroup=placement
+        )
         child = procs.spawn(
             setup.argv,
             cwd=setup.cwd,

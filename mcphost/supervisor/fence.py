@@ -498,6 +498,25 @@ class Fence:
 NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"
 
 
+def with_cgroup(message: bytes, procs_files: tuple[str, ...]) -> bytes:
+    """The gate's `message` with the agent's cgroup (cgroups.py) to enter before anything
+    else: the `cgroup.procs` files the gate writes "0" to."""
+    if not procs_files:
+        return message
+    body = json.loads(message)
+    body["cgroup"] = list(procs_files)
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def _enter_cgroup(procs_files: list[str]) -> None:
+    for path in procs_files:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
 def for_agent(
     *,
     state_dir: str,
@@ -896,6 +915,11 @@ def main(argv: list[str]) -> int:
     os.close(fd)
     message = json.loads(data.decode())
     command = argv[1:]
+    try:
+        _enter_cgroup([str(p) for p in message.pop("cgroup", [])])
+    except OSError as exc:
+        sys.stderr.write(f"mcphost: cannot enter the agent's cgroup: {exc}\n")
+        return 126
     if not message:
         try:
             own_keyring()

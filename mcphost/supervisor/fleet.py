@@ -85,6 +85,7 @@ from mcphost.admin.pinning import PinError, parse_pins
 from mcphost.admin.target import AdminTarget, TargetError, parse_target
 from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, is_session_id
 from mcphost.settings import Invalid, SettingError, Settings
+from mcphost.supervisor import cgroups
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
     LISTEN_EXPECTED,
@@ -291,6 +292,21 @@ class _Tunable(_Section):
         None, ge=4096, le=1 << 40, description="a whole number of bytes, at least 4096"
     )
     log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
+    # the agent's cgroup (cgroups.py; docs/supervisor.md, "Limits"): None is the default
+    memory_max: int | str | None = Field(None, description=cgroups.SIZE_EXPECTED)
+    pids_max: int | str | None = Field(None, description=cgroups.COUNT_EXPECTED)
+    cpu_weight: int | None = Field(None, ge=1, le=10000, description=cgroups.WEIGHT_EXPECTED)
+
+    @field_validator("memory_max", "pids_max", mode="before")
+    @classmethod
+    def _limit(cls, raw: Any, info: ValidationInfo) -> Any:
+        if raw is None:
+            return None
+        parse = cgroups.parse_size if info.field_name == "memory_max" else cgroups.parse_count
+        try:
+            return parse(raw)
+        except ValueError as exc:
+            raise Invalid(str(exc), repr(raw)) from None
 
     @field_validator("command", "env", "bundle", "user", "policy", mode="before")
     @classmethod

@@ -140,8 +140,10 @@ def pdeathsig_preexec(
     parent: int | None = None,
     creds: Credentials | None = None,
     fence: Callable[[], None] | None = None,
+    cgroup: tuple[str, ...] = (),
 ) -> Callable[[], None]:
-    """A `preexec_fn`: switch user (if `creds`), enter the fence (if `fence`: fence.py's
+    """A `preexec_fn`: enter the agent's cgroup (write "0", this process, to each of the
+    `cgroup` files: cgroups.py; first, while still the supervisor's user), switch user (if `creds`), enter the fence (if `fence`: fence.py's
     `enter`, as that user; without one, `own_keyring`), arm `sig` on parent death, check the
     parent.
 
@@ -164,6 +166,12 @@ def pdeathsig_preexec(
     )
 
     def preexec() -> None:
+        for procs_file in cgroup:
+            fd = os.open(procs_file, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
         if creds is not None:
             os.setgroups(groups)
             os.setgid(creds.gid)
@@ -198,22 +206,25 @@ def child_setup(
     env: dict[str, str],
     creds: Credentials | None,
     fence: Fence | None,
+    cgroup: tuple[str, ...] = (),
 ) -> ChildSetup:
     """Unfenced: `argv` in `cwd`, switched to `creds` before exec. Fenced: bubblewrap's command
     line around `argv` (fence.py), started in `/` (the working directory is set inside, never
     inherited: `cwd` may lead below a cover), the user switched before bubblewrap where the
     fence says so (`Fence.switch_outside`), else inside by its `setpriv` (a root-run
-    bubblewrap needs no user namespace). OSError when the fence refuses
+    bubblewrap needs no user namespace). `cgroup`: the agent's group's `cgroup.procs` files,
+    entered first (cgroups.py). OSError when the fence refuses
     (a bound symlink, a program the agent would not find)."""
     if fence is None:
-        return ChildSetup(list(argv), cwd, pdeathsig_preexec(signal.SIGTERM, creds=creds))
+        preexec = pdeathsig_preexec(signal.SIGTERM, creds=creds, cgroup=cgroup)
+        return ChildSetup(list(argv), cwd, preexec)
     switched = creds if fence.switch_outside else None
     # bubblewrap ignores SIGTERM (fence.FORWARDED): its parent-death signal is SIGKILL, and its
     # init, with everything in the agent's namespace, ends with it (--die-with-parent)
     return ChildSetup(
         fence.wrap(list(argv), env, held=cwd),
         "/",
-        pdeathsig_preexec(signal.SIGKILL, creds=switched, fence=fence),
+        pdeathsig_preexec(signal.SIGKILL, creds=switched, fence=fence, cgroup=cgroup),
     )
 
 

@@ -64,6 +64,7 @@ from mcphost.supervisor.logs import RotatingLog
 from mcphost.supervisor.state import GenerationExhausted, StateStore, generation_after
 
 if TYPE_CHECKING:
+    from mcphost.supervisor.cgroups import AgentGroup
     from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.plan import AgentPlan
 
@@ -317,6 +318,11 @@ class AgentRunner:
         previous = store.last_exit(plan.agent_id)
         self._last_exit = previous.exit if previous else None
         self._last_reason = previous.reason if previous else None
+        # the agent's cgroup (cgroups.py), set by the supervisor's reconciliation: each run
+        # enters it before exec, its OOM kills name the exit, it is removed (what is left in
+        # it killed) once the runner stops running the agent (stopped, failed, closed)
+        self.cgroup: AgentGroup | None = None
+        self._oom_mark = 0
 
     @classmethod
     def hosted(
@@ -537,7 +543,12 @@ class AgentRunner:
             emit("supervisor.log_write_failed", level="error", error=str(exc))
         try:
             setup = child_setup(
-                self._argv, cwd=self._cwd, env=self._env, creds=self._creds, fence=self._fence
+                self._argv,
+                cwd=self._cwd,
+                env=self._env,
+                creds=self._creds,
+                fence=self._fence,
+                cgroup=self.enter_group(),
             )
             stdin, stdout, stderr = self.STDIO
             child = procs.spawn(
@@ -579,6 +590,14 @@ class AgentRunner:
         stopped_by_us = not self._want
         self._last_exit = describe_status(status)
         self._last_reason = self._exit_reason(code, stopped_by_us)
+        group = self.cgroup
+        if (
+            not stopped_by_us
+            and code != 0
+            and group is not None
+            and group.oom_kills() > self._oom_mark
+        ):
+            self._last_reason = self._out_of_memory()
         self._store.record_exit(self.agent_id, run.generation, self._last_exit, self._last_reason)
         emit(
             "supervisor.agent_exited",
@@ -603,6 +622,22 @@ class AgentRunner:
         reason of its own, acprunner.py's failed handshake, says that instead)."""
         return exit_reason(code, stopped_by_us)
 
+    # -- the agent's cgroup (cgroups.py) ------------------------------------------------------
+    def enter_group(self) -> tuple[str, ...]:
+        """The `cgroup.procs` files a run's first process writes itself to (the group made
+        with its limits); none without a group. OSError when it cannot be made."""
+        if self.cgroup is None:
+            return ()
+        placement = self.cgroup.ensure()
+        self._oom_mark = self.cgroup.oom_kills()  # the group outlives a restart: count anew
+        return placement
+
+    def _out_of_memory(self) -> str:
+        from mcphost.supervisor.cgroups import OOM_REASON
+
+        limit = self.cgroup.limits.memory_max if self.cgroup is not None else None
+        return OOM_REASON if limit is None else f"{OOM_REASON} (memory_max = {limit} bytes)"
+
     def _given_up(self) -> str | None:
         """A reason the agent must not be restarted whatever the policy (None: the policy
         decides); a subclass that met a failure no restart can mend says it here (after
@@ -620,6 +655,9 @@ class AgentRunner:
             await self._keep_up(first)
         except Exception as exc:  # a bug or a broken state file: say so, do not die silently
             self._fail(f"supervision failed: {type(exc).__name__}: {exc}")
+        finally:
+            if self.cgroup is not None:  # no more runs: the group goes, with what is left in it
+                await self.cgroup.remove()
 
     async def _keep_up(self, first: _Run | None) -> None:
         run: _Run | None = first

@@ -33,6 +33,7 @@ from mcphost.supervisor.usage import Peaks, ProcTable, agent_usage, usage_json
 
 if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
+    from mcphost.supervisor.cgroups import Cgroups
     from mcphost.supervisor.execs import Execution
     from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.kernel import Reaper
@@ -102,6 +103,8 @@ class Supervised(Protocol):
     def surfaces(self) -> CenterCalls: ...
     @property
     def relay(self) -> RelayQueues | None: ...
+    @property
+    def cgroups(self) -> Cgroups | None: ...
     def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def reload(self, dry_run: bool = False) -> dict[str, Any]: ...
 
@@ -131,11 +134,14 @@ class Operations:
         return slot
 
     async def status(self) -> dict[str, Any]:
-        """`{"center": <health>, "agents": [<row>, ...]}` (the center first: it explains the
-        rest when it is down)."""
+        """`{"center": <health>, "limits": <backend>, "agents": [<row>, ...]}` (the center
+        first: it explains the rest when it is down; `limits`: cgroups.py's backend, its reason
+        and the default limits, or None before it is detected)."""
         health = self.supervisor.health
+        cgroups = self.supervisor.cgroups
         return {
             "center": health.as_json() if health is not None else None,
+            "limits": cgroups.as_json() if cgroups is not None else None,
             "agents": self._rows(),
         }
 
@@ -151,7 +157,7 @@ class Operations:
             supervisor.identities.of(agent_id) if status.pid is not None else (),
             table=table,
             peaks=self.peaks,
-            cgroup=getattr(slot, "cgroup", None),  # the agent's own cgroup, once it has one
+            cgroup=self._v2_group(agent_id),
         )
         return usage_json(
             figures,
@@ -163,6 +169,12 @@ class Operations:
                 ),
             },
         )
+
+    def _v2_group(self, agent_id: str) -> str | None:
+        """The agent's own cgroup v2 group, whose files usage.py reads; None on v1 (its files
+        differ: the agent's processes in /proc are the source there) and without limits."""
+        groups = self.supervisor.cgroups
+        return groups.cgroup_of(agent_id) if groups is not None and groups.kind == "v2" else None
 
     def sample_usage(self) -> None:
         """Sample every agent's usage once (its memory peak: `Peaks`)."""
@@ -183,6 +195,7 @@ class Operations:
         table = ProcTable.scan()  # one scan of /proc for every agent's usage
         for agent_id, slot in sorted(supervisor.slots.items()):
             status = slot.runner.status()
+            group = slot.runner.cgroup
             rows.append(
                 {
                     "agent_id": agent_id,
@@ -200,6 +213,8 @@ class Operations:
                     "protocol_state": status.protocol_state,
                     "state_reason_code": status.state_reason_code,
                     "usage": self._usage(agent_id, slot, table),
+                    # the agent's cgroup limits (cgroups.py); None: no backend, no limits
+                    "limits": None if group is None else group.limits.as_json(),
                 }
             )
         for agent_id, reason in sorted(supervisor.unstarted.items()):
@@ -308,6 +323,7 @@ class Operations:
             agent_id=agent_id,
             generation=status.generation,
             grace=slot.plan.stop_grace,
+            group=slot.runner.cgroup,
         )
         supervisor.identities.add(agent_id, execution.root, status.generation)
         supervisor.records.started(execution.pid, execution.starttime, agent_id, "exec")

@@ -139,6 +139,10 @@ class AgentDefaults:
     policy: str | None = None
     sandbox: Sandbox = "auto"
     tmp_size: int = 256 << 20  # bytes of each private tmpfs of a fenced agent (fence.py)
+    # the agent's cgroup (cgroups.py): None is the documented default, "max" no limit
+    memory_max: int | str | None = None
+    pids_max: int | str | None = None
+    cpu_weight: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,9 @@ class AgentPlan:
     policy: str | None = None  # the relay policy of the agent's bundle member
     sandbox: Sandbox = "auto"  # "auto": fenced (fence.py); "none": not
     tmp_size: int = 256 << 20  # bytes of each private tmpfs (/tmp, /var/tmp, /dev/shm) when fenced
+    memory_max: int | str | None = None  # the agent's cgroup limits (cgroups.py); None: default
+    pids_max: int | str | None = None
+    cpu_weight: int | None = None
 
 
 # The plan fields a running agent never sees: its runner applies them in place at a reload

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.centerfleet import Generations
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.cgroups import Cgroups
     from mcphost.supervisor.kernel import Reaper
     from mcphost.supervisor.relayhost import RelayHost
     from mcphost.supervisor.sessions import SessionHub
@@ -149,6 +150,8 @@ class Supervised(Protocol):
     def hubs(self) -> Mapping[str, SessionHub]: ...
     @property
     def generations(self) -> Generations: ...
+    @property
+    def cgroups(self) -> Cgroups | None: ...
     def spawned(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None: ...
     def exited(self, runner: AgentRunner, generation: int) -> None: ...
     def left(self, agent_id: str) -> None: ...
@@ -323,6 +326,9 @@ class Reconciler:
             reserve=reserve,
         )
         runner = RUNNERS[plan.runner].hosted(plan, home, given, supervisor)
+        cgroups = supervisor.cgroups
+        if cgroups is not None:  # the agent's own cgroup, with its limits (cgroups.py)
+            runner.cgroup = cgroups.group(plan.agent_id, cgroups.limits_of(plan))
         return Slot(
             plan=plan,
             home=home,

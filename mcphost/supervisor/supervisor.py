@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcphost import events
 from mcphost.mcpserve.budget import Budgets
+from mcphost.supervisor import cgroups, journal, kernel, reach, startup
 from mcphost.supervisor import fence as fences
-from mcphost.supervisor import journal, kernel, reach, startup
 from mcphost.supervisor.centerfleet import Generations
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from mcphost.errors import ToolFailure
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.cgroups import Cgroups
     from mcphost.supervisor.metrics import MetricsServer, RelayFigures
     from mcphost.supervisor.page import FleetPage
     from mcphost.supervisor.plan import PageConfig
@@ -96,6 +97,7 @@ class Supervisor:
         self.reaper: kernel.Reaper | None = None
         self.records: ProcessRecords | None = None  # every process we run, in the state file
         self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
+        self.cgroups: Cgroups | None = None  # each agent's cgroup and limits (cgroups.py)
         self.page: FleetPage | None = None  # the read-only fleet page, with `[page]` (page.py)
         # `[metrics]` (metrics.py, imported only then): the endpoint, and every center call's
         # end told to it (surfaces.py hands this to each center session; None: nobody listens)
@@ -161,6 +163,8 @@ class Supervisor:
         await self.records.end_leftovers(
             max((plan.stop_grace for plan in self.fleet.agents), default=10.0)
         )
+        # each agent in a cgroup of its own (and what a crashed supervisor left there ended)
+        self.cgroups = cgroups.open_cgroups(self.state_dir)
         self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
         self._open_admin()
         self.control = ControlServer(
@@ -322,6 +326,8 @@ class Supervisor:
         await self.surfaces.aclose()
         if self.reaper is not None:
             await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
+        if self.cgroups is not None:
+            self.cgroups.close()
         for client in (self.admin, self.runtime):
             if client is not None:
                 await client.aclose()

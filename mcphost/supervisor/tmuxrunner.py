@@ -63,7 +63,7 @@ from typing import Protocol
 from mcphost import fsutil, procs
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
-from mcphost.supervisor.fence import NO_FENCE, Fence
+from mcphost.supervisor.fence import NO_FENCE, Fence, with_cgroup
 from mcphost.supervisor.kernel import Reaper, proc_starttime
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
@@ -210,6 +210,7 @@ class TmuxRunner(AgentRunner):
                 self._spawn_failed(generation, procs.spawn_failure_reason(self._argv[0], exc))
                 return None
         try:
+            message = with_cgroup(message, self.enter_group())  # the gate enters it first
             await self._kill_session()  # a leftover of an earlier run or supervisor
             gated = [sys.executable, "-I", "-S", GATE, self._open_gate(), *self._argv]
             pid = await self.server.new_session(self.session, gated, cwd=cwd, env=self._pane_env)

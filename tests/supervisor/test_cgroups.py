@@ -1,0 +1,114 @@
+"""The pure planning of per-agent cgroups (cgroups.py): keys, defaults, writes, detection."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcphost.supervisor import cgroups as cg
+
+HYBRID_CGROUP = """9:name=systemd:/
+8:pids:/
+4:memory:/process_api/abc
+2:cpuacct:/
+1:cpu:/
+0::/
+"""
+HYBRID_MOUNTS = """31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+UNIFIED_MOUNTS = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [(1 << 20, 1 << 20), ("512M", 512 << 20), ("2G", 2 << 30), ("2GiB", 2 << 30), ("max", "max")],
+)
+def test_sizes(raw: object, value: object) -> None:
+    assert cg.parse_size(raw) == value
+
+
+@pytest.mark.parametrize("raw", ["12Q", "", -1, 1024, True, 1.5, "1k"])
+def test_bad_sizes(raw: object) -> None:
+    with pytest.raises(ValueError):
+        cg.parse_size(raw)
+
+
+def test_counts() -> None:
+    assert cg.parse_count(512) == 512
+    assert cg.parse_count("max") == "max"
+    for bad in (3, "12", True, 0):
+        with pytest.raises(ValueError):
+            cg.parse_count(bad)
+
+
+def test_defaults_leave_the_supervisor_its_share() -> None:
+    # a big machine, no limit above: the documented caps
+    assert cg.default_limits(64 << 30, None) == cg.Limits(2 << 30, 512, 100)
+    # under TasksMax=200 and 1 GiB: a quarter of the processes, half the memory
+    assert cg.default_limits(1 << 30, 200) == cg.Limits(512 << 20, 50, 100)
+
+
+def test_resolve_limits() -> None:
+    defaults = cg.Limits(2 << 30, 512, 100)
+    assert cg.resolve_limits(None, None, None, defaults) == defaults
+    assert cg.resolve_limits("max", "max", 50, defaults) == cg.Limits(None, None, 50)
+    assert cg.resolve_limits(1 << 20, 64, None, defaults) == cg.Limits(1 << 20, 64, 100)
+
+
+def test_writes_per_backend() -> None:
+    limits = cg.Limits(512 << 20, 64, 200)
+    v2 = dict(((f, v) for _c, f, v in cg.writes("v2", limits)))
+    assert v2 == {
+        "memory.max": str(512 << 20),
+        "memory.swap.max": "0",
+        "memory.oom.group": "1",
+        "pids.max": "64",
+        "cpu.weight": "200",
+    }
+    v1 = cg.writes("v1", limits)
+    assert [f for _c, f, _v in v1][:2] == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+    assert ("cpu", "cpu.shares", "2048") in v1
+    assert ("pids", "pids.max", "64") in v1
+    unlimited = cg.writes("v1", cg.Limits(None, None, 100))
+    assert ("memory", "memory.limit_in_bytes", "-1") in unlimited
+    assert ("pids", "pids.max", "max") in unlimited
+    assert cg.writes("none", limits) == []
+
+
+def test_oom_counters() -> None:
+    assert cg.oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n") == 2
+    assert cg.oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n") == 1
+    assert cg.oom_kills("oom_kill_disable 0\nunder_oom 0\n") == 0
+
+
+def test_proc_cgroup_and_mounts() -> None:
+    unified, v1 = cg.parse_proc_cgroup(HYBRID_CGROUP)
+    assert unified == "/"
+    assert v1 == {"pids": "/", "memory": "/process_api/abc", "cpuacct": "/", "cpu": "/"}
+    v2_mount, mounts = cg.parse_mountinfo(HYBRID_MOUNTS)
+    assert v2_mount is not None and v2_mount.point == "/sys/fs/cgroup/unified"
+    assert mounts["memory"].point == "/sys/fs/cgroup/memory"
+    assert cg.located(mounts["memory"], v1["memory"]) == "/sys/fs/cgroup/memory/process_api/abc"
+    assert cg.located(mounts["pids"], "/") == "/sys/fs/cgroup/pids"
+    # a container that sees only part of the hierarchy
+    part = cg.Mount("/sys/fs/cgroup", "/docker/x", frozenset())
+    assert cg.located(part, "/docker/x/sub") == "/sys/fs/cgroup/sub"
+    assert cg.located(part, "/elsewhere") is None
+
+
+def test_detect_without_controllers_says_why() -> None:
+    backend = cg.detect(
+        "0::/user.slice/x\n", UNIFIED_MOUNTS.replace("/sys/fs/cgroup", "/nonexistent")
+    )
+    assert backend.kind == "none"
+    assert "cgroup v2" in backend.reason and "controller" in backend.reason
+
+
+def test_names_are_stable() -> None:
+    assert cg.instance_name("/var/lib/x") == cg.instance_name("/var/lib/x/")
+    assert cg.instance_name("/var/lib/x") != cg.instance_name("/var/lib/y")
+    assert cg.group_name("a1") == "agent-a1"
