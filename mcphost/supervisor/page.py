@@ -61,6 +61,9 @@ EVENT_FIELDS = frozenset(
     }
 )  # fmt: skip
 _WORD = re.compile(r"[a-z_]{1,32}")
+# An absolute path anywhere in a string (`supervisor.limits`'s reason names the cgroup
+# directories): such a value is left out, as paths are (`url` excepted: the page's own address).
+_PATH = re.compile(r"(?:^|[\s(\[=:,'\"])/\w")
 _LIST_MAX = 50
 
 
@@ -116,10 +119,14 @@ def safe_event(event: str, level: str, ts: float, fields: Mapping[str, Any]) -> 
             continue
         if isinstance(value, list | tuple):
             items = [_scalar(item) for item in value[:_LIST_MAX]]
-            out[key] = [item for shown, item in items if shown]
+            out[key] = [
+                item
+                for shown, item in items
+                if shown and not (isinstance(item, str) and _PATH.search(item))
+            ]
             continue
         shown, clean = _scalar(value)
-        if shown:
+        if shown and not (key != "url" and isinstance(clean, str) and _PATH.search(clean)):
             out[key] = clean
     return out
 

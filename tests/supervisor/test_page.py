@@ -108,6 +108,12 @@ def test_the_allow_lists() -> None:
     }
     record = {"ts": 2.0, "level": "info", "event": "supervisor.x", "pid": 1, "path": "/p"}
     assert safe_record(record) == {"ts": 2.0, "level": "info", "event": "supervisor.x", "pid": 1}
+    limits = safe_event(
+        "supervisor.limits", "info", 1.0, {"reason": "cgroup v1 (/sys/fs/cgroup/pids)", "a": 1}
+    )
+    assert "reason" not in limits  # a path, even inside a sentence
+    listening = safe_event("supervisor.page_listening", "info", 1.0, {"url": "http://[::1]:1/"})
+    assert listening["url"] == "http://[::1]:1/"
     long = safe_event("supervisor.x", "info", 1.0, {"reason": "r" * 1000, "agents": ["a", {}]})
     assert len(long["reason"]) == 300 and long["agents"] == ["a"]
 
