@@ -10,7 +10,7 @@ at N = 100, and spawn time with per-agent cgroups against without.
    - start-up: CPU and PSS once every agent's call is recorded;
    - burst: CPU per 1000 center calls while every agent makes BENCH_SV_BURST_CALLS calls;
    - steady state: CPU over BENCH_OPS_WINDOW seconds (30) after the burst, during which the `on`
-     arm is looked at as an operator would: `GET /api/fleet` once a second (what the page's
+     arm is looked at as an operator would: `GET /api/fleet` every `page.POLL_MS` (what the page's
      script does in an open browser tab; the page itself fetched once at the start) and a
      `/metrics` scrape every 15 s (Prometheus' usual interval); the others are left alone;
    - PSS at the end of the window, and the total CPU of the run.
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.metrics import scrape
+from mcphost.supervisor.page import POLL_MS
 from bench.supervisor import (
     BURST_CALLS,
     PY,
@@ -65,7 +66,7 @@ WINDOW = float(os.environ.get("BENCH_OPS_WINDOW", "30"))
 SCRAPES = int(os.environ.get("BENCH_OPS_SCRAPES", "30"))
 PAIRS = int(os.environ.get("BENCH_OPS_SPAWN_PAIRS", "8"))
 BASELINE = os.environ.get("BENCH_BASELINE", "")
-POLL_EVERY = 1.0  # the page's script polls /api/fleet each second (page.py POLL_MS)
+POLL_EVERY = POLL_MS / 1000  # how often the page's script polls /api/fleet
 SCRAPE_EVERY = 15.0  # Prometheus' usual scrape_interval
 
 
@@ -201,7 +202,7 @@ def section_fleet(out: list[str]) -> None:
         ("end_pss", f"PSS at the end of the {WINDOW:.0f} s window", "MB", 1),
         ("start_cpu", "CPU for the fleet's start-up", "s", 2),
         ("burst_cpu", f"CPU per 1000 center calls (burst: {N} x {BURST_CALLS})", "s", 3),
-        ("window_cpu", f"CPU over the {WINDOW:.0f} s window (on: page polled 1/s, scraped 1/15 s)", "s", 3),
+        ("window_cpu", f"CPU over the {WINDOW:.0f} s window (on: page polled every {POLL_EVERY:g} s, scraped every 15 s)", "s", 3),
         ("total_cpu", "CPU for the whole run (start-up + burst + window)", "s", 2),
     )  # fmt: skip
 

@@ -37,7 +37,7 @@ from aiohttp import web
 from mcphost import events
 from mcphost.supervisor.plan import PageConfig
 
-POLL_MS = 1000  # how often the page asks for a snapshot
+POLL_MS = 2000  # how often the page asks for a snapshot (the usage figures' age: operations.py)
 EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
 TEXT_MAX = 300  # characters of any string value shown
 
