@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.metrics import scrape
-from mcphost.supervisor.page import POLL_MS
 from bench.supervisor import (
     BURST_CALLS,
     PY,
@@ -59,6 +58,7 @@ from bench.supervisor import (
     pss_mb,
     run_burst,
 )
+from mcphost.supervisor.page import POLL_MS
 
 N = int(os.environ.get("BENCH_OPS_N", "100"))
 ROUNDS = int(os.environ.get("BENCH_OPS_ROUNDS", "2"))
