@@ -8,7 +8,9 @@ with its interquartile range, next to a baseline measured in the same run, and a
 older commit: `git archive <rev> mcphost configgen | tar -x -C <dir>`) to the start-up and
 per-call tables, with before/after ratios, and runs section 11 (bench/before_after.py): host
 start-up and per-call (Unix, TLS), the supervised relay tools' `send` / `look` and center calls,
-and the supervisor's memory with N agents, each tree by turns in the same run.
+and the supervisor's memory with N agents, each tree by turns in the same run; and adds that
+tree's supervisor as a third arm to section 13 (bench/operations.py: metrics and the fleet page
+on and off at N = 100, the scrape, spawn time with cgroups against without).
 """
 
 from __future__ import annotations
@@ -292,7 +294,7 @@ async def main() -> None:
         "bench.supervisor",
         "bench.metrics",
         "bench.fence",
-        "bench.cgroups",
+        "bench.operations",  # section 13, bench/cgroups.py's figure included
         "bench.before_after",
     ):
         try:

@@ -82,10 +82,19 @@ WAIT = 300.0  # seconds for any one thing the bench waits on
 
 
 def supervise(argv: list[str]) -> int:
-    """`mcphost supervise ARGV` with `bench.spawn_begin` emitted as each spawn begins."""
+    """`mcphost supervise ARGV` with `bench.spawn_begin` emitted as each spawn begins; with
+    BENCH_NO_CGROUPS set, with the cgroup backend `none` (bench/operations.py's arm without
+    groups: the supervisor's own fallback, agents in no group of their own)."""
     from mcphost import events
     from mcphost.cli import main
-    from mcphost.supervisor import lifecycle
+    from mcphost.supervisor import cgroups, lifecycle
+
+    if os.environ.get("BENCH_NO_CGROUPS"):
+
+        def no_groups(state_dir: str) -> cgroups.Cgroups:
+            return cgroups.Cgroups(cgroups.Backend("none", "bench: groups off"), state_dir)
+
+        cgroups.open_cgroups = no_groups
 
     original = lifecycle.AgentRunner._spawn
 
@@ -143,7 +152,15 @@ class Events:
 class Supervisor:
     """One `mcphost supervise` (through `supervise`) with `agents`, against `center`."""
 
-    def __init__(self, center: Any, base: Path, agents: list[dict[str, Any]], label: str) -> None:
+    def __init__(
+        self,
+        center: Any,
+        base: Path,
+        agents: list[dict[str, Any]],
+        label: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """`env`: added to the supervisor's environment (BENCH_NO_CGROUPS: `supervise`)."""
         from mcphost.testing.fleet import fleet_toml
 
         self.work = Path(tempfile.mkdtemp(prefix=f"fence-{label}-", dir=base))
@@ -159,7 +176,7 @@ class Supervisor:
         )
         self.ids = [a["id"] for a in agents]
         self.events = Events(self.work / "supervisor.err")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "MCPHOST_LOG_LEVEL": "info"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "MCPHOST_LOG_LEVEL": "info", **(env or {})}
         argv = [PY, "-m", "bench.fence", "supervise", "--fleet", str(fleet)]
         with self.events.path.open("wb") as err:
             self.started = time.time()

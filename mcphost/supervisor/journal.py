@@ -1,4 +1,4 @@
-"""The supervisor's own events, where `ctl logs --supervisor` (and later the fleet page) reads
+"""The supervisor's own events, where `ctl logs --supervisor` and the fleet page (page.py) read
 them: `<state>/logs/supervisor.log` and a bounded ring of the recent ones in memory.
 
 Owns: `Journal`, a `logging` handler installed on the root logger beside the events sink
@@ -6,7 +6,8 @@ Owns: `Journal`, a `logging` handler installed on the root logger beside the eve
 writes (the same threshold: the `mcphost` logger's `MCPHOST_LOG_LEVEL`, other libraries' at
 warning and above), formatted by the sink's own `JsonFormatter`, is appended to a `RotatingLog`
 (logs.py: 0600 in the supervisor's logs directory, `<state>/logs/`, rotated at `MAX_BYTES`,
-`KEEP` old files) and kept in the ring (`RING` lines; `recent()` gives them as records).
+`KEEP` old files) and kept in the ring (`RING` lines; `recent()` gives them as records, oldest
+first; `newest()` the newest of one family of events, newest first: the fleet page's list).
 
 An agent's logs live in `<state>/logs/<id>/`; an agent named `supervisor.log` is the one
 that cannot have them (its home fails, that agent only).
@@ -70,6 +71,18 @@ class Journal(logging.Handler):
         """The last `limit` records, oldest first."""
         lines = list(self.ring)[-limit:] if limit > 0 else []
         return [json.loads(line) for line in lines]
+
+    def newest(self, limit: int, prefix: str = "") -> list[dict[str, Any]]:
+        """The newest `limit` records whose `event` starts with `prefix`, newest first (only as
+        many lines are parsed as it takes to find them)."""
+        out: list[dict[str, Any]] = []
+        for line in reversed(list(self.ring)):  # a copy: `emit` may append meanwhile
+            if len(out) >= limit:
+                break
+            record = json.loads(line)
+            if str(record.get("event", "")).startswith(prefix):
+                out.append(record)
+        return out
 
     def close(self) -> None:
         logging.getLogger().removeHandler(self)

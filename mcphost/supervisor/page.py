@@ -7,8 +7,8 @@ two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that scri
 second (so the page follows restarts without a reload): the center's health, and per agent its
 state, generation, restarts, fence, usage, sessions, last exit and reason (`Operations.status()`'s
 rows, read with `.get`, every field passed through an allow-list), and the supervisor's recent
-events (`EventRing`: a bounded ring fed by a handler on the `mcphost` logger, as the journal's
-ring is fed, kept to `supervisor.*` events and an allow-list of fields).
+events (the newest `supervisor.*` records of the journal's ring, journal.py, each cut to
+`safe_event`'s allow-list of fields).
 
 Who can reach it: whoever can connect to that loopback port: every local user of the machine (no
 authentication; the page says nothing more than `ctl status`'s ids, states and figures). A
@@ -25,12 +25,9 @@ elsewhere; nor be imported unless `[page]` is set (supervisor.py imports it then
 from __future__ import annotations
 
 import base64
-import collections
 import hashlib
 import json
-import logging
 import re
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -40,9 +37,8 @@ from aiohttp import web
 from mcphost import events
 from mcphost.supervisor.plan import PageConfig
 
-POLL_MS = 1000  # how often the page asks for a snapshot
-RING_SIZE = 200  # recent supervisor events kept
-EVENTS_SHOWN = 60  # of which the snapshot carries the newest
+POLL_MS = 2000  # how often the page asks for a snapshot (the usage figures' age: operations.py)
+EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
 TEXT_MAX = 300  # characters of any string value shown
 
 # What the page shows of a status row, of its `fenced` record, and of the center's health: ids,
@@ -65,6 +61,9 @@ EVENT_FIELDS = frozenset(
     }
 )  # fmt: skip
 _WORD = re.compile(r"[a-z_]{1,32}")
+# An absolute path anywhere in a string (`supervisor.limits`'s reason names the cgroup
+# directories): such a value is left out, as paths are (`url` excepted: the page's own address).
+_PATH = re.compile(r"(?:^|[\s(\[=:,'\"])/\w")
 _LIST_MAX = 50
 
 
@@ -120,51 +119,36 @@ def safe_event(event: str, level: str, ts: float, fields: Mapping[str, Any]) -> 
             continue
         if isinstance(value, list | tuple):
             items = [_scalar(item) for item in value[:_LIST_MAX]]
-            out[key] = [item for shown, item in items if shown]
+            out[key] = [
+                item
+                for shown, item in items
+                if shown and not (isinstance(item, str) and _PATH.search(item))
+            ]
             continue
         shown, clean = _scalar(value)
-        if shown:
+        if shown and not (key != "url" and isinstance(clean, str) and _PATH.search(clean)):
             out[key] = clean
     return out
 
 
-class EventRing(logging.Handler):
-    """The newest `RING_SIZE` supervisor events, fed by a handler on the `mcphost` logger (every
-    `events.emit` that passes `MCPHOST_LOG_LEVEL`), each already cut to `safe_event`."""
-
-    def __init__(self, size: int = RING_SIZE) -> None:
-        super().__init__()
-        self._ring: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
-        self._guard = threading.Lock()
-
-    def install(self) -> None:
-        logging.getLogger("mcphost").addHandler(self)
-
-    def remove(self) -> None:
-        logging.getLogger("mcphost").removeHandler(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        ours = events.fields_of(record)
-        if ours is None or not str(record.msg).startswith("supervisor."):
-            return
-        level, fields = ours
-        entry = safe_event(str(record.msg), level, record.created, fields)
-        with self._guard:
-            self._ring.append(entry)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        pass  # never a traceback on stderr from the page's ring
-
-    def recent(self, count: int = EVENTS_SHOWN) -> list[dict[str, Any]]:
-        """The newest `count` events, newest first."""
-        with self._guard:
-            return list(reversed(self._ring))[:count]
+def safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A journal record (`ts`, `level`, `event`, then its fields) as the page shows it."""
+    fields = {k: v for k, v in record.items() if k not in ("ts", "level", "event")}
+    ts = record.get("ts")
+    when = float(ts) if isinstance(ts, int | float) else 0.0
+    return safe_event(str(record.get("event")), str(record.get("level")), when, fields)
 
 
 class StatusSource(Protocol):
     """What the page reads of the supervisor: `Operations.status()` (operations.py)."""
 
     async def status(self) -> dict[str, Any]: ...
+
+
+class EventSource(Protocol):
+    """What the page reads of the supervisor's events: the journal's ring (journal.py)."""
+
+    def newest(self, limit: int, prefix: str = "") -> list[dict[str, Any]]: ...
 
 
 _STYLE = """
@@ -345,12 +329,18 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class FleetPage:
     """The page on `config`'s address (module doc); `start()` binds, `aclose()` ends it."""
 
-    def __init__(self, source: StatusSource, config: PageConfig, *, started_at: float) -> None:
+    def __init__(
+        self,
+        source: StatusSource,
+        config: PageConfig,
+        *,
+        started_at: float,
+        journal: EventSource,
+    ) -> None:
         self.config = config
         self._source = source
+        self._journal = journal
         self._started_at = started_at
-        self.ring = EventRing()
-        self.ring.install()  # from now: the events of the start-up are on the page too
         self._runner: web.AppRunner | None = None
         self._hosts: frozenset[str] = frozenset()
         self.url: str | None = None
@@ -378,7 +368,6 @@ class FleetPage:
         return self.url
 
     async def aclose(self) -> None:
-        self.ring.remove()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -392,7 +381,7 @@ class FleetPage:
             "supervisor": {"started_at": self._started_at},
             "center": safe_center(status.get("center")),
             "agents": [safe_row(row) for row in agents if isinstance(row, Mapping)],
-            "events": self.ring.recent(),
+            "events": [safe_record(r) for r in self._journal.newest(EVENTS_SHOWN, "supervisor.")],
         }
 
     @web.middleware

@@ -277,7 +277,8 @@ class Supervisor:
             return
         from mcphost.supervisor.page import FleetPage
 
-        page = FleetPage(self.operations, config, started_at=self.started_at)
+        assert self.journal is not None  # installed first thing in `run`
+        page = FleetPage(self.operations, config, started_at=self.started_at, journal=self.journal)
         try:
             await page.start()
         except BaseException:

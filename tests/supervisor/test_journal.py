@@ -46,3 +46,16 @@ def test_the_ring_is_bounded_and_a_journal_that_cannot_open_keeps_it(tmp_path: P
     recent = kept.recent()
     assert len(recent) == journal.RING and recent[-1]["n"] == journal.RING + 9
     assert kept.recent(2) == recent[-2:]
+
+
+def test_newest_gives_one_family_of_events_newest_first(tmp_path: Path) -> None:
+    kept = journal.install(str(tmp_path))
+    try:
+        for n in range(5):
+            events.emit("supervisor.tick", n=n)
+            events.emit("relay.tick", n=n)
+    finally:
+        kept.close()
+    newest = kept.newest(3, "supervisor.")
+    assert [(r["event"], r["n"]) for r in newest] == [("supervisor.tick", n) for n in (4, 3, 2)]
+    assert len(kept.newest(100)) == 10 and kept.newest(0) == []

@@ -1,8 +1,9 @@
 """The fleet page's server (page.py), in process against a stand-in status source: it answers
 GET and HEAD only (405 otherwise), its own loopback Host only (403: DNS rebinding), with a
 strict Content-Security-Policy that allows exactly its inline style and script; its snapshot
-carries only the allow-listed fields of the status rows, the center and the supervisor's events;
-and the supervisor imports it only when `[page]` is set. The page in a real browser on a real
+carries only the allow-listed fields of the status rows, the center and the supervisor's events
+(read from the journal's ring, journal.py: those from before the page opened too); and the
+supervisor imports it only when `[page]` is set. The page in a real browser on a real
 supervisor: test_supervise_page.py."""
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from mcphost import events
-from mcphost.supervisor.page import CSP, PAGE, FleetPage, safe_event, safe_row
+from mcphost.supervisor import journal
+from mcphost.supervisor.page import CSP, PAGE, FleetPage, safe_event, safe_record, safe_row
 from mcphost.supervisor.plan import PageConfig
 
 SECRET = "tok-3b9f"
@@ -40,8 +43,10 @@ class Source:
         }  # fmt: skip
 
 
-async def _exercise() -> dict[str, Any]:
-    page = FleetPage(Source(), PageConfig("127.0.0.1", 0), started_at=0.0)
+async def _exercise(logs: Path) -> dict[str, Any]:
+    kept = journal.install(str(logs))
+    events.emit("supervisor.reloaded", added=["a1"], message=SECRET)  # before the page
+    page = FleetPage(Source(), PageConfig("127.0.0.1", 0), started_at=0.0, journal=kept)
     url = await page.start()
     out: dict[str, Any] = {"url": url}
     try:
@@ -64,11 +69,14 @@ async def _exercise() -> dict[str, Any]:
                 out["rebound"] = r.status
     finally:
         await page.aclose()
+        kept.close()
     return out
 
 
-def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_fields() -> None:
-    out = asyncio.run(_exercise())
+def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_fields(
+    tmp_path: Path,
+) -> None:
+    out = asyncio.run(_exercise(tmp_path))
     assert out["refused"] == {405} and out["allow"] == {"GET,HEAD"}
     assert out["head"] == 200 and out["rebound"] == 403
     assert out["html"] == PAGE and out["headers"]["Content-Security-Policy"] == CSP
@@ -83,6 +91,7 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     assert snapshot["center"] == {"state": "ok", "checked_at": 1.0, "fleet_key": None}
     names = [e["event"] for e in snapshot["events"]]
     assert names[:2] == ["supervisor.started", "supervisor.agent_exited"]  # newest first
+    assert names[-1] == "supervisor.reloaded" and snapshot["events"][-1]["added"] == ["a1"]
     assert "relay.delivered" not in names  # the supervisor's own events only
     assert "state" not in snapshot["events"][0]  # a directory, not a state word
 
@@ -97,6 +106,14 @@ def test_the_allow_lists() -> None:
         "event": "supervisor.center_health",
         "state": "down",
     }
+    record = {"ts": 2.0, "level": "info", "event": "supervisor.x", "pid": 1, "path": "/p"}
+    assert safe_record(record) == {"ts": 2.0, "level": "info", "event": "supervisor.x", "pid": 1}
+    limits = safe_event(
+        "supervisor.limits", "info", 1.0, {"reason": "cgroup v1 (/sys/fs/cgroup/pids)", "a": 1}
+    )
+    assert "reason" not in limits  # a path, even inside a sentence
+    listening = safe_event("supervisor.page_listening", "info", 1.0, {"url": "http://[::1]:1/"})
+    assert listening["url"] == "http://[::1]:1/"
     long = safe_event("supervisor.x", "info", 1.0, {"reason": "r" * 1000, "agents": ["a", {}]})
     assert len(long["reason"]) == 300 and long["agents"] == ["a"]
 

@@ -104,7 +104,7 @@ def test_usage_figures_match_the_kernels(supervised: Supervised, center: DevCent
     assert caller >= 1
     # the table: every usage column, one row per agent
     table = supervised.ctl("status").stdout.splitlines()
-    header = table[2].split()
+    header = next(line for line in table if line.startswith("AGENT ")).split()
     assert header[7:11] == ["MEM", "PEAK", "CPU", "PROCS"], table
     (hog_line,) = [line for line in table if line.startswith("hog ")]
     hog = dict(zip(header, hog_line.split(), strict=False))
