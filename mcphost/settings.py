@@ -82,6 +82,14 @@ class SettingError(CodedFailure, ValueError):
         """One operator line per problem, in field order."""
         return [str(p) for p in self.problems]
 
+    def text(self) -> str:
+        """Every problem for an operator: the one line when there is one, else their count and
+        one indented line each (as `supervise --check` prints them)."""
+        lines = self.lines()
+        if len(lines) == 1:
+            return lines[0]
+        return f"{len(lines)} problems:" + "".join(f"\n  {line}" for line in lines)
+
     @staticmethod
     def gather(problems: Sequence[SettingError]) -> SettingError | None:
         """The first of every problem `problems` hold (each once, in order), holding all of

@@ -458,12 +458,19 @@ class TmuxServer:
                 os.close(fd)
 
     # -- panes ------------------------------------------------------------------------------
-    async def capture(self, name: str, lines: int = DEFAULT_LOOK_LINES) -> list[str]:
-        """The last `lines` lines of the pane, oldest first (see the module doc)."""
+    async def capture(
+        self, name: str, lines: int = DEFAULT_LOOK_LINES, *, joined: bool = False
+    ) -> list[str]:
+        """The last `lines` lines of the pane, oldest first (see the module doc); `joined`: a
+        line the pane wrapped at its width is one line (`-J`), without trailing blanks."""
         if lines < 1:
             raise ValueError("lines must be >= 1")
-        out = await self._ok("capture-pane", "-p", "-t", _pane(name), "-S", f"-{lines}")
-        return _trim(_split_output(out))[-lines:]
+        flags = ["-J"] if joined else []
+        out = await self._ok("capture-pane", "-p", *flags, "-t", _pane(name), "-S", f"-{lines}")
+        split = _split_output(out)
+        if joined:
+            split = [line.rstrip() for line in split]
+        return _trim(split)[-lines:]
 
     async def cursor_x(self, name: str) -> int:
         return int(await self._display(name, "#{cursor_x}"))

@@ -46,6 +46,7 @@ class Diagnosis:
     remedy: str
 
 
+ADMIN_URL = "[center] admin_url"
 _TABLE: dict[str, Diagnosis] = {
     "admin_pin_mismatch": Diagnosis(
         "pin_mismatch",
@@ -94,11 +95,15 @@ _UNAUTHORIZED = Diagnosis(
 )
 
 
-def diagnose(failure: ToolFailure) -> Diagnosis:
-    """The state and `[center]` remedy for a failure of the probe."""
+def diagnose(failure: ToolFailure, url: str | None = None) -> Diagnosis:
+    """The state and `[center]` remedy for a failure of the probe; a remedy about
+    `[center] admin_url` names `url`, the address tried, when it is given."""
     if failure.code.startswith("auth_"):
         return _UNAUTHORIZED
     known = _TABLE.get(failure.code)
+    if known is not None and url is not None and known.fleet_key == "admin_url":
+        named = known.remedy.replace(ADMIN_URL, f"{ADMIN_URL} ({url})", 1)
+        return Diagnosis(known.state, known.fleet_key, named)
     if known is not None:
         return known
     return Diagnosis(
@@ -147,7 +152,7 @@ class CenterHealth:
             self.state, self.fleet_key = "ok", None
             self.message = f"the center answered ({ms} ms)"
         else:
-            found = diagnose(failure)
+            found = diagnose(failure, str(self.client.target))
             self.state, self.fleet_key, self.message = found.state, found.fleet_key, found.remedy
         self.checked_at = time.time()
         if self.state != before:
@@ -190,10 +195,21 @@ def _state_problem(state_dir: str) -> str | None:
     """What keeps `state_dir` from being the supervisor's state directory, if anything."""
     try:
         info = os.lstat(state_dir)
-    except FileNotFoundError:
-        parent = os.path.dirname(state_dir.rstrip("/")) or "/"
+    except (FileNotFoundError, NotADirectoryError):
+        # created with its missing parents (startup.own_dir): the nearest that exists decides
+        missing = state_dir.rstrip("/")
+        parent = os.path.dirname(missing) or "/"
+        while not os.path.lexists(parent):
+            missing, parent = parent, os.path.dirname(parent) or "/"
+        if not os.path.isdir(parent):
+            return f"cannot be created: {parent} is not a directory"
         if not os.access(parent, os.W_OK | os.X_OK):
-            return f"does not exist and {parent} is not writable, so it cannot be created"
+            lacking = (
+                "does not exist"
+                if missing == state_dir.rstrip("/")
+                else (f"does not exist, nor does {missing}")
+            )
+            return f"{lacking}, and {parent} is not writable, so it cannot be created"
         return None
     if not stat.S_ISDIR(info.st_mode):
         return "is not a directory (or is a symlink)"
@@ -218,9 +234,7 @@ async def preflight(fleet: Fleet, state_dir: str) -> list[str]:
     try:
         token, _ = read_token(center.token_file)
     except BindingError as exc:
-        problems.append(
-            f"[center] token_file: {center.token_file} {exc.problem}: expected {exc.expected}"
-        )
+        problems.append(f"[center] token_file {exc.problem}: expected {exc.expected}")
         return problems
     client = AdminClient(center.admin_url, token=token, pins=center.pins, on_failure=for_operator)
     try:
@@ -228,7 +242,8 @@ async def preflight(fleet: Fleet, state_dir: str) -> list[str]:
     finally:
         await client.aclose()
     if not result["ok"]:
-        found = diagnose(ToolFailure(result["error"], result["message"], result["details"]))
+        failure = ToolFailure(result["error"], result["message"], result["details"])
+        found = diagnose(failure, str(center.admin_url))
         key = f"[center] {found.fleet_key}" if found.fleet_key else "[center]"
         problems.append(f"{key}: {found.state}: {found.remedy}")
     return problems

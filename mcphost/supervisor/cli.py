@@ -32,8 +32,12 @@ class SuperviseSettings(Settings):
 
     model_config = SettingsConfigDict(env_prefix="MCPHOST_")
 
-    fleet: str = Field(description="the path of the fleet file (TOML)")
-    state: str = Field(description="an absolute path: the supervisor's state directory")
+    fleet: str = Field(
+        description="the path of the fleet file (TOML), as --fleet FILE or in MCPHOST_FLEET"
+    )
+    state: str = Field(
+        description="the supervisor's state directory, as --state DIR or in MCPHOST_STATE"
+    )
 
     @field_validator("fleet", "state", mode="before")
     @classmethod

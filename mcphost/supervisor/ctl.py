@@ -1,15 +1,20 @@
 """`mcphost ctl`: ask a running supervisor for its agents' status, start/stop/restart one, reload
 the fleet, read an agent's log, or run a command as an agent.
 
-    mcphost ctl --state DIR status [--json]      --json: {"center": {...}, "agents": [...]}
+    mcphost ctl --state DIR status [AGENT...] [--json]   --json: {"center": {...}, "agents": [...]}
     mcphost ctl --state DIR status --watch [--sort cpu|mem] [--interval S]   (= ctl top)
     mcphost ctl --state DIR start|stop|restart AGENT
+    mcphost ctl --state DIR restart --all
     mcphost ctl --state DIR reload [--dry-run] [--json]
     mcphost ctl --state DIR logs AGENT|--supervisor [--follow] [-n N] [--raw | --escape]
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
 `<state>/control.sock` (see `mcphost.supervisor.control.protocol` for the protocol).
+
+An AGENT that is not an agent id (names.py's grammar) is refused without being shown (it may be
+a token typed in the wrong place). `status AGENT...` names one that is not in the fleet when it
+is close to one of the fleet's ids (a typo), else only counts it (`only_agents`).
 
 Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` on stderr), or
 the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
@@ -48,6 +53,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
+from mcphost.names import AGENT_ID_EXPECTED, is_agent_id
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.client import NotRunning, request, stream_logs
 from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES, ControlError
@@ -118,6 +124,15 @@ def _interval(text: str) -> float:
     return value
 
 
+def _agent(text: str) -> str:
+    """An AGENT argument: an agent id, else refused without showing it (it may be a token)."""
+    if not is_agent_id(text):
+        raise argparse.ArgumentTypeError(
+            f"not an agent id (value not shown): expected {AGENT_ID_EXPECTED}"
+        )
+    return text
+
+
 def _parser() -> Parser:
     state_help = f"the supervisor's --state directory (default: ${STATE_ENV})"
     common = Parser(add_help=False)
@@ -141,6 +156,13 @@ def _parser() -> Parser:
     status.add_argument("--json", action="store_true", help="the status list as JSON")
     top = sub.add_parser("top", parents=[common], help="= status --watch: a live table")
     for one in (status, top):
+        one.add_argument(
+            "agents",
+            metavar="AGENT",
+            nargs="*",
+            type=_agent,
+            help="only these agents (default: all)",
+        )
         if one is status:
             one.add_argument(
                 "--watch",
@@ -162,7 +184,11 @@ def _parser() -> Parser:
         ("restart", "stop and start an agent (a new generation; clears a failed state)"),
     ):
         one = sub.add_parser(name, parents=[common], help=text)
-        one.add_argument("agent", metavar="AGENT")
+        if name == "restart":
+            one.add_argument("agent", metavar="AGENT", nargs="?", type=_agent)
+            one.add_argument("--all", action="store_true", help="restart every agent, one by one")
+        else:
+            one.add_argument("agent", metavar="AGENT", type=_agent)
     reload = sub.add_parser(
         "reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)"
     )
@@ -175,7 +201,7 @@ def _parser() -> Parser:
     logs = sub.add_parser(
         "logs", parents=[common], help="an agent's output (its log's tail), or the supervisor's"
     )
-    logs.add_argument("agent", metavar="AGENT", nargs="?")
+    logs.add_argument("agent", metavar="AGENT", nargs="?", type=_agent)
     logs.add_argument(
         "--supervisor",
         action="store_true",
@@ -210,7 +236,7 @@ def _parser() -> Parser:
         help="run a command as an agent (in its tree: its MCP servers attach as the agent)",
         usage="mcphost ctl exec [--state DIR] AGENT -- CMD [ARGS...]",
     )
-    run.add_argument("agent", metavar="AGENT")
+    run.add_argument("agent", metavar="AGENT", type=_agent)
     run.add_argument("argv", metavar="CMD", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
@@ -539,14 +565,46 @@ def _exec(args: argparse.Namespace, path: str) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _status(path: str, timeout: float) -> dict[str, Any]:
-    """The supervisor's status, `{"center", "agents"}`; `ControlError` when it is not one."""
+def _status(path: str, timeout: float, only: Sequence[str] = ()) -> dict[str, Any]:
+    """The supervisor's status, `{"center", "agents"}`, its rows those of `only` when given
+    (`ControlError` `unknown_agent` naming those not in the fleet); `ControlError` when it is
+    not one."""
     result = request(path, "status", timeout=timeout)
     if isinstance(result, list):  # a supervisor from before the center's health
         result = {"center": None, "agents": result}
     if not isinstance(result, dict) or not isinstance(result.get("agents"), list):
         raise ControlError.row(R.REPLY_NOT_STATUS)
+    if only:
+        return {**result, "agents": only_agents(result["agents"], only)}
     return result
+
+
+def only_agents(rows: Sequence[Any], only: Sequence[str]) -> list[Any]:
+    """The status rows of the agents `only` names, in the fleet's order (pure); `ControlError`
+    `unknown_agent` for those the fleet does not have, each named when it is close to one of
+    the fleet's ids (a typo: `difflib`), else only counted: a value like no agent id here may
+    be a token typed in the wrong place, and the agent-id grammar alone admits most tokens."""
+    import difflib
+
+    known = [str(row.get("agent_id")) for row in rows if isinstance(row, Mapping)]
+    unknown = [agent for agent in dict.fromkeys(only) if agent not in known]
+    if not unknown:
+        return [row for row in rows if isinstance(row, Mapping) and row.get("agent_id") in only]
+    named = []
+    for agent in unknown:
+        close = difflib.get_close_matches(agent, known, n=1)
+        if close:
+            named.append(f"{agent!r} (did you mean {close[0]!r}?)")
+    hidden = len(unknown) - len(named)
+    if hidden:
+        noun = "value" if hidden == 1 else "values"
+        named.append(f"{hidden} {noun} not shown (like no agent id of the fleet)")
+    raise ControlError.row(
+        R.UNKNOWN_AGENTS,
+        {"unknown": len(unknown)},
+        agents=", ".join(named),
+        known=", ".join(_clean(agent) for agent in known) or "no agents",
+    )
 
 
 def _terminal_size() -> tuple[int, int]:
@@ -605,7 +663,7 @@ def _watch(args: argparse.Namespace, path: str) -> int:
         if tty:
             out.write(HIDE + HOME + ERASE_BELOW)
         while True:
-            result = _status(path, args.timeout)
+            result = _status(path, args.timeout, args.agents)
             size = _terminal_size() if tty else None
             out.write(
                 watch_frame(result, time.time(), sort=args.sort, interval=args.interval, size=size)
@@ -635,7 +693,7 @@ def _run(args: argparse.Namespace, path: str) -> int:
     if args.command in ("status", "top"):
         if args.command == "top" or args.watch:
             return _watch(args, path)
-        result = _status(path, args.timeout)
+        result = _status(path, args.timeout, args.agents)
         if args.json:
             sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
         else:
@@ -645,6 +703,8 @@ def _run(args: argparse.Namespace, path: str) -> int:
             agents = sort_agents(result["agents"], args.sort)
             sys.stdout.write(status_table(agents, time.time(), width))
         return EXIT_OK
+    if args.command == "restart" and args.all:
+        return _restart_all(args, path)
     fields: dict[str, Any] = {}
     if args.command in ("start", "stop", "restart"):
         fields["agent"] = args.agent
@@ -660,6 +720,21 @@ def _run(args: argparse.Namespace, path: str) -> int:
     return EXIT_OK
 
 
+def _restart_all(args: argparse.Namespace, path: str) -> int:
+    """`restart --all`: every agent of the fleet, one after the other (a line each); a
+    refusal for one is printed and the others still restarted (exit 1 then)."""
+    agents = [_clean(row.get("agent_id")) for row in _status(path, args.timeout)["agents"]]
+    code = EXIT_OK
+    for agent in agents:
+        try:
+            result = request(path, "restart", timeout=args.timeout, agent=agent)
+        except ControlError as exc:
+            code = _fail(exc.message, exc.code)
+            continue
+        print(describe_result("restart", agent, result))
+    return code
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     """Parse; for `exec`, everything after the first `--` is the command, taken verbatim."""
     parser = _parser()
@@ -672,6 +747,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "logs" and (args.agent is None) == (not args.supervisor):
         parser.error("logs needs an AGENT or --supervisor (one of them)")
+    if args.command == "restart" and (args.agent is None) == (not args.all):
+        parser.error("restart needs an AGENT or --all (one of them)")
     return _checked_exec(parser, args) if args.command == "exec" else args
 
 

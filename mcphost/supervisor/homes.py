@@ -34,13 +34,16 @@ Owns:
   written fresh at each preparation from the `Operator` the caller read (`signin.read_operator`,
   once per preparation of the fleet), 0600, the agent's, by descriptor like the config; the
   agent's own record is read beneath the home without following a symlink and bounded in size.
-- An ACP agent's own MCP servers (its attach entries) preapproved, so that only its other
-  questions (a command, a file write) wait for a peer's `choose`: a codex agent's entries carry
-  `default_tools_approval_mode = "approve"` (configgen); a claude agent whose Claude Code keeps
-  its config in its home (`signin.claude_home_is_its_own`) gets `mcp__<server>` for each in
-  `permissions.allow` of `<home>/.claude/settings.json` (0600, by descriptor, merged into the
-  agent's own settings as its `.claude.json` is). Never a bypass of either client's approvals
-  or sandbox, and no rule for any other server or tool.
+- Every claude and codex agent's own MCP servers (its attach entries) preapproved, so that an
+  agent never stops at a permission prompt for them (a tmux agent runs unattended; an ACP
+  agent's other questions, a command or a file write, wait for a peer's `choose`): a codex
+  agent's entries carry `default_tools_approval_mode = "approve"` (configgen); a claude agent
+  whose Claude Code keeps its config in its home (`signin.claude_home_is_its_own`) gets
+  `mcp__<server>` for each in `permissions.allow` of `<home>/.claude/settings.json` (0600, by
+  descriptor, merged into the agent's own settings as its `.claude.json` is), and the default
+  `claude` command gives the same rules as `--allowedTools` (an unfenced agent's settings are
+  the operator's own, never written). Never a bypass of either client's approvals or sandbox,
+  and no rule for any other server or tool.
 - With `plan.user` (another uid; the supervisor must be privileged): the home, its workspace,
   the codex and `.claude` directories, the config and the sign-in belong to that user (the
   agent writes there); the logs stay the supervisor's; `<state>/agents/` becomes 0711 so that
@@ -69,6 +72,7 @@ fleet did not give that very agent or a sign-in signin.py did not select for it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import stat
@@ -97,6 +101,9 @@ CODEX_BASE_URL_KEY = "openai_base_url"  # Codex's own setting for the model API'
 # The ACP adapters a `runner = "acp"` agent of these clients runs by default (their npm
 # packages' programs: @zed-industries/claude-code-acp and @zed-industries/codex-acp)
 ACP_ADAPTERS = {"claude": "claude-code-acp", "codex": "codex-acp"}
+# The clients told to run their own attach entries' tools without asking (a `command` agent's
+# client is unknown: nothing to tell it)
+APPROVING_CLIENTS = ("claude", "codex")
 CLAUDE_SETTINGS = "settings.json"  # Claude Code's user settings, beneath `$HOME/.claude`
 # systemd hands these to the service; an agent must not talk to systemd as the supervisor.
 _SERVICE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
@@ -182,8 +189,8 @@ def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
 
 
 def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
-    """The configgen input for `plan`: attach entries only, preapproved for an ACP agent (its
-    own tools; every other question of its waits for a peer's `choose`) (pure)."""
+    """The configgen input for `plan`: attach entries only, preapproved for a claude or codex
+    agent (its own tools; every other question of its still asks) (pure)."""
     relay = None
     if plan.bundle is not None and attach.relay_socket is not None:
         relay = AttachBinding(attach.relay_socket)
@@ -192,8 +199,16 @@ def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
         relay=relay,
         python=attach.interpreter,
         attach_script=attach.script,
-        approve_attach_tools=plan.runner == "acp",
+        approve_attach_tools=plan.client in APPROVING_CLIENTS,
     )
+
+
+def own_tool_rules(plan: AgentPlan) -> list[str]:
+    """Claude Code's rules that preapprove every tool of `plan`'s own attach entries (the
+    center's; the relay's when it is in a bundle) (pure)."""
+    relay = AttachBinding("/") if plan.bundle is not None else None
+    names = AttachPoints(sys.executable, "/", "/")  # the rules depend on the entries' names only
+    return claude_permission_rules(dataclasses.replace(attach_config(plan, names), relay=relay))
 
 
 def config_bytes(plan: AgentPlan, attach: AttachPoints) -> bytes:
@@ -332,7 +347,7 @@ def claude_settings_bytes(own: bytes | None, rules: Sequence[str]) -> bytes:
 def _claude_settings(
     root_fd: int, home: Home, plan: AgentPlan, attach: AttachPoints, owner: tuple[int, int] | None
 ) -> None:
-    """An ACP claude agent whose Claude Code keeps its config in its home: its own MCP servers'
+    """A claude agent whose Claude Code keeps its config in its home: its own MCP servers'
     tools preapproved in `<home>/.claude/settings.json` (`claude_settings_bytes`, merged into
     the agent's own file, read beneath the home without following a symlink)."""
     rules = claude_permission_rules(attach_config(plan, attach))
@@ -524,7 +539,8 @@ def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
     """The argv to spawn: `plan.command` with its placeholders expanded, else the client's
     default (an ACP agent: its client's ACP adapter, `ACP_ADAPTERS`, which takes its MCP servers
     in ACP's `session/new`; for codex the platform binary the adapter's node wrapper would run,
-    when it is found (`codex_acp_native`); `claude --mcp-config <mcp_config> --strict-mcp-config`; `codex --disable
+    when it is found (`codex_acp_native`); `claude --mcp-config <mcp_config> --strict-mcp-config
+    --allowedTools <own_tool_rules>`; `codex --disable
     daemon_auto_start`, which finds its config through CODEX_HOME: Codex would otherwise start
     a detached app-server daemon, which leaves the agent's process tree, so neither its MCP
     servers' identity nor the agent's stop could reach it). A program not found stays bare;
@@ -548,7 +564,8 @@ def agent_argv(plan: AgentPlan, home: Home) -> list[str]:
         return [native or found]
     if plan.client == "claude":
         program = find_command("claude") or "claude"
-        return [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
+        argv = [program, "--mcp-config", home.mcp_config, "--strict-mcp-config"]
+        return [*argv, "--allowedTools", ",".join(own_tool_rules(plan))]
     if plan.client == "codex":
         return [find_command("codex") or "codex", "--disable", "daemon_auto_start"]
     raise ValueError(f'agent {plan.agent_id}: client = "command" needs a command')

@@ -375,7 +375,7 @@ class Reconciler:
             raise ControlError.row(
                 R.FLEET_INVALID,
                 {"problems": [p.details for p in exc.problems], "file": self.fleet.path},
-                problem=exc,
+                problem=exc.text(),
             ) from None
         return fleet
 
@@ -460,7 +460,7 @@ class Reconciler:
             raise ControlError.row(
                 R.CENTER_LIST_INVALID,
                 {"problems": [p.details for p in exc.problems]},
-                problem=exc,
+                problem=exc.text(),
             ) from None
 
     async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:

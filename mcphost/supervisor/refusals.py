@@ -146,6 +146,9 @@ CHANGED_WHILE_BINDING = Refusal(
 UNKNOWN_AGENT = Refusal(
     "unknown_agent", "there is no agent {agent!r} in the fleet; `mcphost ctl status` lists them"
 )
+UNKNOWN_AGENTS = Refusal(
+    "unknown_agent", "not an agent of the fleet: {agents}; the fleet has: {known}"
+)
 NOT_RUNNING = Refusal(
     "agent_not_running",
     "agent {agent} is {state}, not running: a command runs as an agent only while the agent "
@@ -232,6 +235,7 @@ CONTROL = (
     UNPROBEABLE,
     CHANGED_WHILE_BINDING,
     UNKNOWN_AGENT,
+    UNKNOWN_AGENTS,
     NOT_RUNNING,
     STOPPING,
     EXEC_FAILED,

@@ -8,7 +8,9 @@ applies it inside one `BEGIN IMMEDIATE` transaction (so two
 processes on the same file serialise) and commits (synchronous=FULL, write-ahead log) before it
 returns, so a generation once handed to an agent is never handed out again, even if the
 supervisor is killed right after. Also the last exit of every agent (`record_exit`), so
-`ctl status` can show it after a supervisor restart. And every process the supervisor started
+`ctl status` can show it after a supervisor restart; a generation handed out with no exit
+recorded after it was running when the supervisor died (`kill -9`, a crash): the next
+supervisor records that as its exit (`record_lost_runs`, before any runner reads an exit). And every process the supervisor started
 or adopted (`record_process`: pid, /proc start time, process group, session; agents, `ctl exec`
 commands, and escapees reparented to it as subreaper), committed before the call returns, so a
 supervisor started after a crash (`kill -9`) can end what the dead one left running before it
@@ -47,6 +49,11 @@ CREATE TABLE IF NOT EXISTS processes (
     PRIMARY KEY (pid, starttime)
 );
 """
+
+
+# The exit of a run the supervisor never saw end: it died (`kill -9`, a crash) while it ran.
+LOST_EXIT = "unknown"
+LOST_REASON = "the supervisor died while this generation ran (no exit was recorded)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +170,33 @@ class StateStore:
         if row is None:
             return None
         return ExitRecord(agent_id, int(row[0]), float(row[1]), row[2], row[3])
+
+    def record_lost_runs(self) -> list[ExitRecord]:
+        """Record `LOST_EXIT` as the exit of every agent whose last generation has no exit
+        recorded (it was running, or starting, when the supervisor died without stopping it),
+        in one transaction; the records written. Call at start, before any spawn."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            rows = db.execute(
+                "SELECT g.agent_id, g.generation FROM generations AS g "
+                "LEFT JOIN exits AS e ON e.agent_id = g.agent_id "
+                "WHERE e.generation IS NULL OR e.generation < g.generation ORDER BY g.agent_id"
+            ).fetchall()
+            now = time.time()
+            lost = [
+                ExitRecord(str(agent_id), int(generation), now, LOST_EXIT, LOST_REASON)
+                for agent_id, generation in rows
+            ]
+            for record in lost:
+                self.record_exit(
+                    record.agent_id, record.generation, record.exit, record.reason, at=now
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return lost
 
     def record_process(self, record: ProcessRecord) -> None:
         """Remember a process (committed on return: synchronous=FULL)."""

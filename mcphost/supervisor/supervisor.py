@@ -156,6 +156,13 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
         self.store = StateStore(self.path("state.sqlite3"))
+        lost = self.store.record_lost_runs()  # before any runner reads its agent's last exit
+        if lost:
+            events.emit(
+                "supervisor.lost_runs_recorded",
+                level="warning",
+                agents={record.agent_id: record.generation for record in lost},
+            )
         self.records = ProcessRecords(self.store)
         self.reaper = kernel.Reaper()
         self.reaper.install(loop)

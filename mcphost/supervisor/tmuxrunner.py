@@ -81,6 +81,7 @@ from mcphost.supervisor.relayhost import NO_TMUX, RelayHost
 from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
+DEAD_PANE = "Pane is dead"  # tmux's last line of a dead pane it keeps (remain-on-exit)
 # The gate is fence.py run as a script (stdlib only, so `-I -S` is enough): see `main` there.
 GATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fence.py")
 UNKNOWN_STATUS = 255 << 8  # tmux recorded no status (the session vanished): "exit 255"
@@ -270,7 +271,7 @@ class TmuxRunner(AgentRunner):
         """Keep the pane's last screen in the agent's log, then kill the (dead) session."""
         self._close_gate()
         try:
-            lines = await self.server.capture(self.session, CAPTURE_LINES)
+            lines = await self._screen(CAPTURE_LINES)
         except tm.TmuxError:
             lines = []
         if lines:
@@ -285,6 +286,19 @@ class TmuxRunner(AgentRunner):
                 emit("supervisor.log_write_failed", level="error", error=str(exc))
         await self._kill_session()
 
+    async def _screen(self, lines: int) -> list[str]:
+        """The pane's last `lines` lines as an operator reads them: a line the pane wrapped is
+        one line (words are never cut at its width), and the blank screen between the agent's
+        last words and tmux's "Pane is dead" line of a dead pane is dropped, so a short
+        capture shows the error, not the blank rows under it."""
+        screen = await self.server.capture(self.session, CAPTURE_LINES, joined=True)
+        if screen and screen[-1].startswith(DEAD_PANE):
+            end = len(screen) - 1
+            while end and not screen[end - 1].strip():
+                end -= 1
+            screen = [*screen[:end], screen[-1]]
+        return screen[-lines:]
+
     async def live_screen(self, lines: int = CAPTURE_LINES) -> bytes:
         """The running pane's last `lines` lines (at most 1000) under a header, for `ctl logs`;
         empty when the agent is not running."""
@@ -292,7 +306,7 @@ class TmuxRunner(AgentRunner):
         if status.state != AgentState.RUNNING or status.pid is None:
             return b""
         try:
-            screen = await self.server.capture(self.session, max(1, min(lines, CAPTURE_LINES)))
+            screen = await self._screen(max(1, min(lines, CAPTURE_LINES)))
         except tm.TmuxError:
             return b""
         header = f"--- tmux pane of {self.agent_id}, generation {status.generation}, now ---\n"

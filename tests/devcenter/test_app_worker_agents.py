@@ -249,3 +249,38 @@ def test_more_workers_through_the_control_route(center: DevCenter) -> None:
     for bad in ({"worker_id": "../x"}, {"worker_id": "w-7", "x": 1}, {}):
         reply = center.request("POST", "/_devcenter/workers", bad)
         assert (reply.status, reply.error) == (400, "invalid_input")
+
+
+def test_the_documented_curl_calls_work_once_the_agent_has_run(tmp_path: Path) -> None:
+    """docs/devcenter.md's "Talking to it by hand", run as written (its paths pointed at this
+    center), after agent-1 has run at generation 3: each call sends the generation the
+    worker's agent list reports, so none is refused as stale."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "devcenter.md").read_text()
+    block = re.search(r"```sh\n(TOKEN=\$\(cat /tmp/dc/worker-token\).*?)\n# over TLS", doc, re.S)
+    assert block is not None, "the doc's by-hand block"
+    with DevCenter.start(tmp_path / "dc", unix=True) as center:
+        token = center.worker_token()
+        ran = center.request(
+            "POST",
+            "/admin/agent-tools/get_my_work",
+            {"agent_id": "agent-1"},
+            headers={**bearer(token), "X-AC-MCP-Generation": "3"},
+        )
+        assert ran.status == 200, ran.body
+        script = block.group(1).replace("/tmp/dc/admin.sock", str(center.socket_path))
+        script = script.replace("/tmp/dc/worker-token", str(center.state_dir / "worker-token"))
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "stale_generation" not in done.stdout and '"tasks"' in done.stdout, done.stdout
+    assert "Try the host" in done.stdout, done.stdout

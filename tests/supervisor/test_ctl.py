@@ -223,6 +223,39 @@ def test_status_json_has_the_center_and_the_list(running: Running) -> None:
     assert json.loads(done.stdout) == {"center": CENTER, "agents": AGENTS}
 
 
+def test_status_of_some_agents_only(running: Running) -> None:
+    """`status AGENT...` filters; an unknown id close to one of the fleet's (a typo) is named,
+    a value like no agent id is only counted (it may be a token), one outside the agent-id
+    grammar is refused as usage without being shown."""
+    s = str(running.state)
+    done = ctl("--state", s, "status", "agent-2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [row["agent_id"] for row in json.loads(done.stdout)["agents"]] == ["agent-2"]
+    table = ctl("--state", s, "status", "agent-2", "agent-1").stdout
+    assert "agent-1" in table and "agent-2" in table
+    done = ctl("--state", s, "status", "agnet-1", "acatT0k3nT0k3n")
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr == (
+        "mcphost ctl: not an agent of the fleet: 'agnet-1' (did you mean 'agent-1'?), 1 value "
+        "not shown (like no agent id of the fleet); the fleet has: agent-1, agent-2 "
+        "(unknown_agent)\n"
+    )
+    done = ctl("--state", s, "status", "acat_secret/with+slash")
+    assert done.returncode == 2 and "not an agent id (value not shown)" in done.stderr
+    assert "acat_secret" not in done.stderr
+
+
+def test_restart_all_restarts_every_agent(running: Running) -> None:
+    done = ctl("--state", str(running.state), "restart", "--all")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "agent-1: state starting, generation 9\nagent-2: state starting, generation 9\n"
+    )
+    for args in (("restart",), ("restart", "agent-1", "--all")):
+        done = ctl("--state", str(running.state), *args)
+        assert done.returncode == 2 and "an AGENT or --all" in done.stderr, done.stderr
+
+
 def test_state_from_the_environment_or_after_the_command(running: Running) -> None:
     assert ctl("status", "--json", environ=env(MCPHOST_STATE=str(running.state))).returncode == 0
     done = ctl("status", "--state", str(running.state), environ=env(MCPHOST_STATE="/nowhere"))

@@ -479,6 +479,8 @@ def test_agent_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "--mcp-config",
         home.mcp_config,
         "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__agent-center,mcp__agentmux",
     ]
     monkeypatch.setattr(launch, "find_command", lambda name: f"/opt/bin/{name}")
     assert agent_argv(bare, home)[0] == "/opt/bin/claude"

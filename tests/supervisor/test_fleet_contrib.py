@@ -129,3 +129,12 @@ def test_systemd_accepts_the_unit_with_a_venv_exec_start(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert "mcphost-supervisor.service" not in done.stderr, done.stderr
+
+
+def test_contrib_installs_from_the_source_not_from_a_registry() -> None:
+    """No package registry serves mcphost: `pip install mcphost` would fail (or install
+    someone else's package); contrib/ says to install the checkout."""
+    for path in (CONTRIB / "README.md", UNIT):
+        text = path.read_text()
+        assert not re.search(r"pip install mcphost\b", text), path
+        assert "checkout of the source" in text, path

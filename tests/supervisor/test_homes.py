@@ -68,7 +68,8 @@ def test_layout_and_modes(state: Path) -> None:
     assert home.mcp_config == os.path.join(home.root, "mcp.json")
     assert mode(home.mcp_config) == 0o600 and home.codex_home is None
     assert prepare_home(str(state), plan(), points(state)) == home  # idempotent
-    assert sorted(os.listdir(home.root)) == ["mcp.json", "workspace"]  # no temp left
+    # no temp left; `.claude` holds its settings (its own tools preapproved)
+    assert sorted(os.listdir(home.root)) == [".claude", "mcp.json", "workspace"]
 
 
 def test_claude_config_is_attach_only_and_runs_the_real_pump(state: Path) -> None:
@@ -312,7 +313,7 @@ def test_a_codex_agent_with_an_api_key_gets_codex_s_api_key_sign_in(state: Path)
     assert bare.codex_home is not None
     assert not os.path.exists(os.path.join(bare.codex_home, "auth.json"))
     claude = prepare_home(str(state), plan("c", env=(("OPENAI_API_KEY", key),)), points(state))
-    assert sorted(os.listdir(claude.root)) == ["mcp.json", "workspace"]
+    assert not os.path.exists(os.path.join(claude.root, "auth.json"))
     # an auth.json the agent planted as a symlink is refused, never followed
     os.unlink(auth)
     target = state / "elsewhere.json"
@@ -322,10 +323,10 @@ def test_a_codex_agent_with_an_api_key_gets_codex_s_api_key_sign_in(state: Path)
     assert not target.exists()
 
 
-def test_an_acp_claude_agent_s_own_servers_are_preapproved_in_its_settings(state: Path) -> None:
-    """An ACP claude agent (its Claude Code's config in its home): `mcp__<server>` for each of
+def test_a_claude_agent_s_own_servers_are_preapproved_in_its_settings(state: Path) -> None:
+    """A claude agent (its Claude Code's config in its home): `mcp__<server>` for each of
     its own attach entries in `permissions.allow` of `<home>/.claude/settings.json`, 0600,
-    merged into what the agent keeps there; no other agent gets such a file."""
+    merged into what the agent keeps there; no agent whose settings are not its own gets one."""
     acp = plan(runner="acp", bundle="party")
     home = prepare_home(str(state), acp, points(state))
     settings = os.path.join(home.root, ".claude", "settings.json")
@@ -354,25 +355,51 @@ def test_an_acp_claude_agent_s_own_servers_are_preapproved_in_its_settings(state
     with pytest.raises(HomeError):
         prepare_home(str(state), acp, points(state))
     assert not target.exists()
-    # not an ACP agent, an ACP agent with a HOME of its own, or unfenced: nothing written
+    # a tmux agent too: it runs unattended, never stopped at a prompt for its own tools
+    tmux = prepare_home(str(state), plan("t", bundle="party"), points(state))
+    assert json.loads(Path(tmux.root, ".claude", "settings.json").read_text()) == {
+        "permissions": {"allow": ["mcp__agent-center", "mcp__agentmux"]}
+    }
+    # a HOME of its own, unfenced, or not a claude agent: nothing written
     for other in (
-        plan("b", bundle="party"),
         plan("c", runner="acp", bundle="party", env=(("HOME", "/elsewhere"),)),
+        plan("e", client="command", command=("x",), bundle="party"),
         plan("d", runner="acp", bundle="party", sandbox="none"),
     ):
         other_home = prepare_home(str(state), other, points(state))
         assert not os.path.exists(os.path.join(other_home.root, ".claude", "settings.json"))
 
 
-def test_an_acp_codex_agent_s_own_servers_are_preapproved_in_its_config(state: Path) -> None:
-    acp = prepare_home(str(state), plan(client="codex", runner="acp", bundle="p"), points(state))
-    servers = tomllib.loads(Path(acp.mcp_config).read_text())["mcp_servers"]
-    assert {name: entry["default_tools_approval_mode"] for name, entry in servers.items()} == {
-        "agent-center": "approve",
-        "agentmux": "approve",
-    }
-    tmux = prepare_home(str(state), plan("b", client="codex", bundle="p"), points(state))
-    assert "default_tools_approval_mode" not in Path(tmux.mcp_config).read_text()
+def test_a_codex_agent_s_own_servers_are_preapproved_in_its_config(state: Path) -> None:
+    """ACP or tmux, a codex agent's own entries run without asking (a tmux agent unattended)."""
+    for agent in (
+        plan(client="codex", runner="acp", bundle="p"),
+        plan("b", client="codex", bundle="p"),
+    ):
+        home = prepare_home(str(state), agent, points(state))
+        servers = tomllib.loads(Path(home.mcp_config).read_text())["mcp_servers"]
+        assert {name: entry["default_tools_approval_mode"] for name, entry in servers.items()} == {
+            "agent-center": "approve",
+            "agentmux": "approve",
+        }
+    command = prepare_home(str(state), plan("c", client="command", command=("x",)), points(state))
+    assert "default_tools_approval_mode" not in Path(command.mcp_config).read_text()
+
+
+def test_the_default_claude_command_preapproves_its_own_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unfenced claude agent's settings are the operator's (never written): the default
+    command itself allows exactly the agent's own servers' tools."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for agent, rules in (
+        (plan(sandbox="none", command=None), "mcp__agent-center"),
+        (plan(bundle="p", command=None), "mcp__agent-center,mcp__agentmux"),
+    ):
+        home = home_paths(str(tmp_path), agent.agent_id, agent.client)
+        assert agent_argv(agent, home) == [
+            "claude", "--mcp-config", home.mcp_config, "--strict-mcp-config", "--allowedTools", rules,
+        ]  # fmt: skip
 
 
 def _executable(path: Path) -> Path:

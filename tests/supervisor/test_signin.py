@@ -396,9 +396,11 @@ def test_a_claude_home_gets_the_operator_s_sign_in_0600_fresh_at_each_preparatio
     other = prepare_home(str(state), plan("agent-2"), points(state), operator)
     theirs = json.loads((Path(other.root) / ".claude.json").read_text())
     assert list(theirs["projects"]) == [other.workspace] and "numStartups" not in theirs
-    # signed out: nothing written; what is there stays
+    # signed out: no sign-in written (`.claude` holds only its own tools' approvals); what is
+    # there stays
     bare = prepare_home(str(state), plan("agent-3"), points(state), Operator())
-    assert sorted(os.listdir(bare.root)) == ["mcp.json", "workspace"]
+    assert sorted(os.listdir(bare.root)) == [".claude", "mcp.json", "workspace"]
+    assert os.listdir(Path(bare.root) / ".claude") == ["settings.json"]
 
 
 def test_a_symlink_the_agent_plants_for_its_sign_in_is_never_followed(

@@ -99,6 +99,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
         shutil.rmtree(sv.state, ignore_errors=True)
 
 
+def test_supervise_without_arguments_names_the_flags() -> None:
+    """Not only the variables: `--fleet` and `--state` are what an operator types."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCPHOST_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mcphost", "supervise"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--fleet FILE" in done.stderr and "--state DIR" in done.stderr, done.stderr
+
+
 def test_each_agent_reaches_the_center_as_itself(fleet: Fleet, center: DevCenter):
     supervised = fleet.sv
     for agent in ("agent-1", "agent-2"):

@@ -182,7 +182,7 @@ def test_supervise_check_exit_codes_and_one_line_per_problem(
     done = check(sv)
     assert done.returncode == 1, done.stderr
     problems = [line for line in done.stderr.splitlines() if "--check:" not in line]
-    assert len(problems) == 1 and "[center] token_file: " in problems[0], done.stderr
+    assert len(problems) == 1 and "[center] token_file is " in problems[0], done.stderr
 
     write_fleet(sv, admin_url=f"unix:{sv.base}/no-center.sock")
     (sv.state / "state-is-a-file").write_text("")
@@ -201,3 +201,28 @@ def test_supervise_check_exit_codes_and_one_line_per_problem(
     sv.fleet.write_text(sv.fleet.read_text() + "\n[center.bogus]\n")
     assert check(sv).returncode == 2
     assert not (sv.state / "control.sock").exists()  # a check starts nothing
+
+
+def test_supervise_check_lines_name_what_they_tried_once(sv: Supervised) -> None:
+    """The token file's path once; the address that nothing answers at; a state directory
+    whose parents are missing is one the supervisor creates (with them), not "not writable"."""
+    write_fleet(sv, token_file=str(sv.base / "missing.token"))
+    problems = [line for line in check(sv).stderr.splitlines() if "--check:" not in line]
+    assert len(problems) == 1 and problems[0].count(str(sv.base / "missing.token")) == 1, problems
+
+    url = f"unix:{sv.base}/no-center.sock"
+    write_fleet(sv, admin_url=url)
+    sv.state = sv.base / "no" / "st"
+    done = check(sv)
+    problems = [line for line in done.stderr.splitlines() if "--check:" not in line]
+    assert len(problems) == 1, done.stderr  # the state directory is not one
+    assert "[center] admin_url: admin_unreachable" in problems[0]
+    assert f"[center] admin_url ({url})" in problems[0], problems
+
+    (sv.base / "a-file").write_text("")
+    sv.state = sv.base / "a-file" / "st"
+    problems = [line for line in check(sv).stderr.splitlines() if "--check:" not in line]
+    assert (
+        f"--state {sv.state}: cannot be created: {sv.base / 'a-file'} is not a directory"
+        in (problems[0])
+    ), problems

@@ -8,6 +8,7 @@ from `ctl reload`; a `fleet = "center"` poll that changes nothing logs its
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.supervisor.supervise_harness import Supervised, standin
@@ -33,6 +34,26 @@ def test_a_failed_ctl_reload_is_in_the_event_log(supervised: Supervised) -> None
     assert [p["variable"] for p in failed["details"]["problems"]] == [
         f"{supervised.fleet}: agent[1].id"
     ], failed
+
+
+def test_a_ctl_reload_names_every_problem_of_the_file(supervised: Supervised) -> None:
+    """Three problems, three lines (as `supervise --check` prints them), not only the first."""
+    supervised.write_fleet([{"id": "agent-1", "command": standin("--hold")}])
+    supervised.start()
+    supervised.wait_running("agent-1")
+    command = json.dumps(standin("--hold"))
+    bad = (("sandbox", '"maybe"'), ("restart", '"sometimes"'), ("bundle", '"no bundle"'))
+    supervised.fleet.write_text(
+        supervised.fleet.read_text()
+        + "".join(
+            f'\n[[agent]]\nid = "agent-{n}"\ncommand = {command}\n{key} = {value}\n'
+            for n, (key, value) in enumerate(bad, 2)
+        )
+    )
+    done = supervised.ctl("reload", check=False)
+    assert done.returncode == 1 and "3 problems" in done.stderr, done.stderr
+    for key in ("agent[1].sandbox", "agent[2].restart", "agent[3].bundle"):
+        assert key in done.stderr, done.stderr
 
 
 def test_a_center_poll_that_changes_nothing_logs_at_debug(supervised: Supervised) -> None:

@@ -203,3 +203,37 @@ def test_a_restart_after_kill_9_ends_what_the_dead_supervisor_left(
         supervised.close()
         for pid in tagged(stubborn) + tagged(escaper) + tagged(escapee):
             os.kill(pid, signal.SIGKILL)  # whatever a failed run left
+
+
+def test_after_kill_9_the_next_supervisor_shows_the_crash_as_the_last_exit(
+    supervised: Supervised,
+) -> None:
+    """Not the exit before it (a clean stop's "stopped by the supervisor"): the generation that
+    ran when the supervisor died has no exit recorded, so the next one records the crash."""
+    supervised.write_fleet([{"id": "agent-1", "command": supervised.standin("--hold")}])
+    try:
+        supervised.start()
+        first = supervised.wait_running("agent-1")["generation"]
+        assert supervised.terminate() == 0
+        supervised.start()
+        row = supervised.wait_running("agent-1")
+        assert row["generation"] > first and row["last_reason"] == "stopped by the supervisor"
+        lost_generation = row["generation"]
+        assert supervised.proc is not None
+        supervised.proc.kill()
+        supervised.proc.wait(timeout=60)
+        supervised.start()
+        row = supervised.wait_running("agent-1")
+        assert row["generation"] > lost_generation, row
+        assert (row["last_exit"], row["last_reason"]) == (
+            "unknown",
+            "the supervisor died while this generation ran (no exit was recorded)",
+        ), row
+        (lost,) = [
+            e
+            for e in supervised.events(this_run=True)
+            if e["event"] == "supervisor.lost_runs_recorded"
+        ]
+        assert lost["agents"] == {"agent-1": lost_generation}, lost
+    finally:
+        supervised.close()
