@@ -93,8 +93,13 @@ def test_usage_figures_match_the_kernels(supervised: Supervised, center: DevCent
     # memory freed: the current figure falls, the peak stays what the supervisor saw
     (supervised.workspace("hog") / "free").write_text("")
     until(lambda: (supervised.workspace("hog") / "freed").exists(), 60, "the hog to free")
-    after = supervised.status()["hog"]["usage"]
-    assert after["memory_current_bytes"] < usage["memory_current_bytes"] - HOLD * MIB / 2
+    # (a status reads a /proc scan at most USAGE_MAX_AGE_SECONDS old: wait for a fresh one)
+    fell = usage["memory_current_bytes"] - HOLD * MIB / 2
+    after = until(
+        lambda: (u := supervised.status()["hog"]["usage"])["memory_current_bytes"] < fell and u,
+        60,
+        "the hog's memory to fall",
+    )
     assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
     # the stand-in calls the center: its calls are counted
     until(lambda: supervised.calls("caller"), 60, "the stand-in's first call")
