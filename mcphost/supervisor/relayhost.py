@@ -187,7 +187,9 @@ def fleet_bundle(
     coders: dict[str, Coder] = {}
     for plan, workspace, argv in members:
         coder = CODER_PREFIX + plan.agent_id
-        transport = "acp" if plan.runner == "acp" else "tmux"
+        # a process agent is a member (it speaks through its relay tools) that nothing can
+        # deliver to: no pane, no ACP; listed as what it is, and refused as a target
+        transport = {"acp": "acp", "process": "process"}.get(plan.runner, "tmux")
         sessions.append(
             Session(
                 id=plan.agent_id,

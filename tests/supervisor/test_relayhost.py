@@ -940,3 +940,59 @@ def test_an_agent_in_a_pane_attaches_as_itself(tmp_path: Path, center: DevCenter
     finally:
         sv.close()
         shutil.rmtree(sv.state, ignore_errors=True)
+
+
+def test_a_process_agent_of_a_bundle_is_listed_as_what_it_is(tmp_path: Path) -> None:
+    """A `runner = "process"` member speaks through its relay tools, but nothing can be
+    delivered to it (no pane, no ACP): its session says `process`, which no member kind hosts
+    (a target refused with `runtime_session_type_not_implemented`), and the bundle's
+    `degraded` names the members that are not ready."""
+    import asyncio
+
+    from mcphost.relay import members
+    from mcphost.relay.ops.listing import listed_bundle
+    from mcphost.supervisor.plan import AgentDefaults, Fleet, apply_defaults
+    from mcphost.supervisor.relayhost import RelayHost
+
+    base = AgentDefaults(bundle="party", client="command", command=("echo", "hi"))
+    plans = (
+        apply_defaults(base, "P"),
+        apply_defaults(dataclasses_replace(base, runner="tmux"), "T"),
+    )
+    fleet = Fleet(path="f.toml", center=None, agents=plans)  # type: ignore[arg-type]
+    host = RelayHost(str(tmp_path / "state"), {"AGENTMUX_STATE_DIRECTORY": "/x"}, _Agents())
+    asyncio.run(host.configure(fleet))
+    bundle = host.bundles()["party"]
+    assert [(s.id, s.transport) for s in bundle.sessions] == [("P", "process"), ("T", "tmux")]
+    assert members.kind_of(bundle, bundle.sessions[0]) is None
+
+    class Ready:  # the host's word: T runs, P is a process (never ready)
+        def member_state(self, b: Any, session_id: str) -> tuple[bool, Any]:
+            from mcphost.relay.hosting import MemberHealth
+
+            return session_id == "T", MemberHealth()
+
+        def member_endpoint(self, b: Any, session_id: str) -> Any:
+            from mcphost.relay.members.tmux import TmuxEndpoint
+
+            return TmuxEndpoint(None, session_id) if session_id == "T" else None  # type: ignore[arg-type]
+
+        def hosted(self, b: Any) -> bool:
+            return True
+
+    from mcphost.relay.state import RelayState
+
+    state = RelayState.__new__(RelayState)
+    state.host = Ready()  # type: ignore[assignment]
+    state.choices = {}
+    state.quiet_ms, state.poll_ms = 750, 50
+    listed = listed_bundle(state, bundle)
+    assert [(p.id, p.transport, p.ready) for p in listed.principals] == [
+        ("P@party", "process", False),
+        ("T@party", "tmux", True),
+    ]
+    assert (listed.startup_health, listed.state_reason_code) == (
+        "degraded",
+        "runtime_members_not_ready",
+    )
+    assert listed.state_reason == "1 of 2 members are not ready: P@party"

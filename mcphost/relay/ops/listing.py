@@ -6,8 +6,10 @@ the ListedBundle and its principals (`ListedBundle`, `ListedPrincipal`) and how 
   (`requester.member`: the kind bound to the host's endpoint) does too; it carries its member's
   `state` / `state_reason_code` when the member reports them (an ACP member); `hosted` / `state`
   "up" iff at least one member is ready; `startup_health` "healthy" (all ready) or "degraded"
-  (some), only when up; `state_reason_code` `runtime_no_configured_sessions` (no members) or
-  `runtime_startup_failed` (none ready while the host hosts the bundle); a bundle the host does
+  (some), only when up; `state_reason_code` `runtime_members_not_ready` (degraded: the reason
+  names the members not ready; not agentmux's, which gives a degraded bundle no reason),
+  `runtime_no_configured_sessions` (no members) or `runtime_startup_failed` (none ready while
+  the host hosts the bundle); a bundle the host does
   not host is "down" with no reason;
 - `GLOBAL` (`global_view`): the users.toml principals plus live `@GLOBAL` connections, `ready`
   = a live connection.
@@ -104,6 +106,12 @@ def listed_bundle(state: RelayState, bundle: Bundle) -> ListedBundle:
     reason: str | None = None
     if up:
         health_of = "healthy" if ready_count == len(bundle.sessions) else "degraded"
+        if health_of == "degraded":  # say which members, so the degradation has a reason
+            waiting = [p.id for p in principals if not p.ready]
+            code = "runtime_members_not_ready"
+            reason = f"{len(waiting)} of {len(principals)} members are not ready: " + ", ".join(
+                waiting
+            )
     elif not bundle.sessions:
         code, reason = "runtime_no_configured_sessions", "bundle has zero configured sessions"
     elif state.host.hosted(bundle):
