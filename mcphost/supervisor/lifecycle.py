@@ -332,6 +332,14 @@ class AgentRunner:
         `reconcile.RUNNERS`): from what every runner is given and, for a kind that needs more
         of its host, from `site` (the supervisor's reconciliation; such a kind overrides this
         and states what it reads of `site` as a Protocol of its module: tmuxrunner.Site)."""
+        return cls.from_given(plan, home, given)
+
+    @classmethod
+    def from_given(
+        cls, plan: Plan, home: HomeDirs, given: Collaborators, **own: Any
+    ) -> AgentRunner:
+        """This kind of runner from what every runner is given, plus its `own` arguments: the
+        one place `Collaborators` become constructor arguments (each kind's `hosted` calls it)."""
         return cls(
             plan,
             home,
@@ -344,6 +352,7 @@ class AgentRunner:
             cwd=given.cwd,
             fence=given.fence,
             reserve=given.reserve,
+            **own,
         )
 
     # -- public ---------------------------------------------------------------------------

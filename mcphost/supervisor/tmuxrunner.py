@@ -145,20 +145,7 @@ class TmuxRunner(AgentRunner):
             server = site.relay.tmux_server(plan.bundle)
         else:
             server = agent_server(site.state_dir, plan.agent_id, site.env, given.reaper.watch)
-        return cls(
-            plan,
-            home,
-            given.store,
-            given.reaper,
-            server=server,
-            on_spawn=given.on_spawn,
-            on_exit=given.on_exit,
-            argv=given.argv,
-            env=given.env,
-            cwd=given.cwd,
-            fence=given.fence,
-            reserve=given.reserve,
-        )
+        return cls.from_given(plan, home, given, server=server)
 
     def __init__(
         self,
