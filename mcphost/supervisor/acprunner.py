@@ -137,18 +137,10 @@ class AcpRunner(AgentRunner):
                 return os.readlink(held)
             return os.path.realpath(os.fspath(home.workspace))
 
-        return cls(
+        return cls.from_given(
             plan,
             home,
-            given.store,
-            given.reaper,
-            on_spawn=given.on_spawn,
-            on_exit=given.on_exit,
-            argv=given.argv,
-            env=given.env,
-            cwd=given.cwd,
-            fence=given.fence,
-            reserve=given.reserve,
+            given,
             session_file=os.path.join(site.state_dir, ACP_DIR, plan.agent_id + ".json"),
             mcp_servers=servers,
             workspace=workspace,
@@ -193,7 +185,8 @@ class AcpRunner(AgentRunner):
         self._workspace = workspace
         self.target_session = target_session  # `<agent>@<bundle>`, the relay's name for it
         self.session: AcpSession | None = None
-        self.on_session: OnSession | None = None  # the relay host's: a session came or went
+        self.on_session: OnSession | None = None  # told when a session comes or goes (none: the
+        # relay host reads `session` through its endpoint; tests watch the hand-overs here)
         self._handshake: asyncio.Task[None] | None = None
         self._failure: tuple[str, str] | None = None  # (code, message) of this run's handshake
         self._lost: tuple[str, str] | None = None  # (code, reason): the connection failed after
@@ -239,7 +232,9 @@ class AcpRunner(AgentRunner):
             lambda: asyncio.StreamReaderProtocol(reader), proc.stdout
         )
         self._pipes.add(out)
-        protocol = _WriteProtocol()
+        # the stdlib's flow control for a write pipe: what `StreamWriter.drain` waits on (and
+        # raises ConnectionResetError from, once the agent's stdin is closed)
+        protocol = asyncio.streams.FlowControlMixin()
         inp, _ = await loop.connect_write_pipe(lambda: protocol, proc.stdin)
         self._pipes.add(inp)
         writer = asyncio.StreamWriter(inp, protocol, None, loop)
@@ -357,35 +352,3 @@ class AcpRunner(AgentRunner):
                 self.on_session(self, session)
             except Exception as exc:
                 emit("supervisor.on_session_failed", level="error", error=repr(exc))
-
-
-class _WriteProtocol(asyncio.Protocol):
-    """A write pipe's protocol with the flow control `StreamWriter.drain` needs."""
-
-    def __init__(self) -> None:
-        self._paused = False
-        self._waiters: list[asyncio.Future[None]] = []
-        self._lost = False
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self.resume_writing()
-
-    async def _drain_helper(self) -> None:
-        if self._lost:
-            raise ConnectionResetError("the agent's stdin is closed")
-        if not self._paused:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        await waiter
