@@ -47,7 +47,13 @@ from tests.blackbox.codex_standin import Call, ResponsesStandIn
 from tests.blackbox.conftest import QUIET
 from tests.blackbox.model_standin import ModelStandIn, ToolUse
 from tests.blackbox.test_acp_adapters import COMMAND, COMMAND_OPTIONS
-from tests.supervisor.supervise_harness import RelayDriver, Supervised, inline, inner
+from tests.supervisor.supervise_harness import (
+    CHOOSING_POLICIES,
+    RelayDriver,
+    Supervised,
+    inline,
+    inner,
+)
 from tests.supervisor.test_relayhost import ECHO_AGENT
 from tests.waiting import until
 
@@ -70,26 +76,6 @@ CENTER_TOOL = "get_my_work"
 REFUSED = "echo refused > refused.txt"  # the second turn's command, answered cancelled
 NOTE = "note from B " + uuid.uuid4().hex[:8]  # what B sends A with its relay tools
 WAIT = 180  # a deadline only a hang reaches: Claude Code starts slowly on a busy machine
-
-POLICIES = """\
-format-version = 1
-default = "default"
-
-[[policies]]
-id = "default"
-[policies.controls]
-list = "home"
-look = "home"
-send = "home"
-
-[[policies]]
-id = "lead"
-[policies.controls]
-list = "home"
-look = "home"
-send = "home"
-choose = "home"
-"""
 
 
 @dataclass
@@ -157,7 +143,7 @@ def party(
     client: Client = request.param
     base = tmp_path_factory.mktemp(f"acp-members-{client}")
     operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
-    (operator / "policies.toml").write_text(POLICIES)
+    (operator / "policies.toml").write_text(CHOOSING_POLICIES)
     with DevCenter.start(base / "center") as center, model_for(client).running() as model:
         center.bind("w-1", "B")
         # not beneath /tmp: Codex's helpers (acp_adapters.codex_adapter)

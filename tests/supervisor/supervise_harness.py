@@ -377,6 +377,29 @@ asyncio.run(main())
 """
 
 
+# The operator's policies.toml of a bundle with ACP members: everyone lists, looks and sends at
+# home; a member with policy "lead" also decides the ACP members' permission choices.
+CHOOSING_POLICIES = """\
+format-version = 1
+default = "default"
+
+[[policies]]
+id = "default"
+[policies.controls]
+list = "home"
+look = "home"
+send = "home"
+
+[[policies]]
+id = "lead"
+[policies.controls]
+list = "home"
+look = "home"
+send = "home"
+choose = "home"
+"""
+
+
 class RelayDriver:
     """`agent`'s relay tools, called from inside its tree: one `ctl exec <agent>` process (the
     official MCP SDK client on the agent's own `agentmux` attach entry, from its `mcp.json`)

@@ -37,7 +37,13 @@ import pytest
 
 from mcphost.supervisor.acprunner import ACP_DIR, read_session_id
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import RelayDriver, Supervised, inline, inner
+from tests.supervisor.supervise_harness import (
+    CHOOSING_POLICIES,
+    RelayDriver,
+    Supervised,
+    inline,
+    inner,
+)
 from tests.supervisor.test_relayhost import ECHO_AGENT
 from tests.waiting import until
 
@@ -45,26 +51,6 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 ACP_AGENT = str(Path(__file__).resolve().parents[2] / "mcphost" / "testing" / "acp_agent.py")
 CENTER_TOOL = "get_my_work"  # the center's cheapest tool: no arguments
-
-POLICIES = """\
-format-version = 1
-default = "default"
-
-[[policies]]
-id = "default"
-[policies.controls]
-list = "home"
-look = "home"
-send = "home"
-
-[[policies]]
-id = "lead"
-[policies.controls]
-list = "home"
-look = "home"
-send = "home"
-choose = "home"
-"""
 
 # Runs inside agent A (ctl exec): the SDK client on A's agentmux entry; each line of stdin is one
 
@@ -92,7 +78,7 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
     center.bind("w-1", "B")
     sv = Supervised(tmp_path_factory.mktemp("acp-party"), center)
     operator = Path(tempfile.mkdtemp(prefix="mcphost-op-"))
-    (operator / "policies.toml").write_text(POLICIES)
+    (operator / "policies.toml").write_text(CHOOSING_POLICIES)
     sv.extra_env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
     write_party(sv, acp_agent())
     try:
