@@ -292,7 +292,6 @@ async def main() -> None:
         "bench.lifecycle",
         "bench.attach",
         "bench.supervisor",
-        "bench.metrics",
         "bench.fence",
         "bench.operations",  # section 13, bench/cgroups.py's figure included
         "bench.before_after",

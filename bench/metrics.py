@@ -10,7 +10,10 @@ N driver agents (bench/supervisor.py's `Arm` and driver: each attaches, makes on
   over its Unix socket, timed from the request to the last byte, and the supervisor's CPU per
   scrape; the exposition's size and series count.
 Ratios are on / off, medians of per-round ratios (target <= 1.05).
-Run alone with `python -m bench.metrics`; `make bench` runs it after section 9.
+Run alone with `python -m bench.metrics` (metrics alone, on / off). `make bench` does not run it:
+its section 13 (bench/operations.py) measures the same fleet with metrics and the fleet page
+together on and off, and times the scrape with this module's `scrape`; one N = 100 run of each
+arm is enough for a `make bench`.
 Env: BENCH_METRICS_N (100), BENCH_METRICS_ROUNDS (2), BENCH_METRICS_SCRAPES (50).
 """
 
