@@ -29,7 +29,8 @@ at N = 100, and spawn time with per-agent cgroups against without.
    center call recorded.
 
 Run alone: `python -m bench.operations` (BENCH_BASELINE=<dir> for the baseline arm); `make bench`
-runs it as section 13. bench/results/2026-12-05-operations.md holds a run with its machine.
+runs it as section 13. BENCH_OPS_PARTS (a comma list of `fleet` (1 and 2), `cgroups` and `spawn`
+(3); default all) runs only those: `BENCH_OPS_PARTS=cgroups,spawn` measures spawn alone. bench/results/2026-12-05-operations.md holds a run with its machine.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ WINDOW = float(os.environ.get("BENCH_OPS_WINDOW", "30"))
 SCRAPES = int(os.environ.get("BENCH_OPS_SCRAPES", "30"))
 PAIRS = int(os.environ.get("BENCH_OPS_SPAWN_PAIRS", "8"))
 BASELINE = os.environ.get("BENCH_BASELINE", "")
+PARTS = ("fleet", "cgroups", "spawn")
+ONLY = frozenset(p.strip() for p in os.environ.get("BENCH_OPS_PARTS", ",".join(PARTS)).split(","))
 POLL_EVERY = POLL_MS / 1000  # how often the page's script polls /api/fleet
 SCRAPE_EVERY = 15.0  # Prometheus' usual scrape_interval
 
@@ -339,12 +342,17 @@ async def section(out: list[str]) -> None:
         f"{load[2]:.2f}" + (f" · baseline `{BASELINE}`" if BASELINE else " · no BENCH_BASELINE"),
         "",
     ]
-    section_fleet(out)
-    cg_out: list[str] = []
-    await bench.cgroups.section(cg_out)
-    cg_out[0] = "### 13.3 Spawn time with per-agent cgroups against without (bench/cgroups.py)"
-    out += cg_out
-    section_spawn(out)
+    if ONLY - set(PARTS):
+        raise SystemExit(f"BENCH_OPS_PARTS: expected a comma list of {', '.join(PARTS)}")
+    if "fleet" in ONLY:
+        section_fleet(out)
+    if "cgroups" in ONLY:
+        cg_out: list[str] = []
+        await bench.cgroups.section(cg_out)
+        cg_out[0] = "### 13.3 Spawn time with per-agent cgroups against without (bench/cgroups.py)"
+        out += cg_out
+    if "spawn" in ONLY:
+        section_spawn(out)
     load = os.getloadavg()
     out += [f"Load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}.", ""]
 
