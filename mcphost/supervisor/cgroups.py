@@ -21,13 +21,20 @@ root on a legacy or hybrid system), else `none` with the reason (`mcphost superv
 and `ctl status` say so; agents then run without limits).
 
 Placement: a child enters its group before it execs: the spawn's pre-exec step (kernel.py)
-writes "0" (the writer itself) to each `cgroup.procs` file `AgentGroup.ensure` returns; a tmux
-pane's gate (fence.py `main`) does the same from the paths in its FIFO message. Everything the
-child starts inherits the group.
+writes "0" (the writer itself) to each entry file `AgentGroup.ensure` returns; a tmux pane's
+gate (fence.py `main`) does the same from the paths in its FIFO message. Everything the child
+starts inherits the group. The entry files (`entry_file`): v2's `cgroup.procs`; on v1 each
+hierarchy's `tasks`, which moves the writing thread alone: the writer (a child between fork and
+exec, or the gate: one thread each) is its whole process, and the kernel moves the current
+thread alone without the global threadgroup lock, whose every writer waits for an RCU grace
+period (5 to 12 ms on the test machine, each spawn: bench/cgroups.py); a move by v1's
+`cgroup.procs` took it. On v2 a thread cannot move to another domain group, so the entry is
+`cgroup.procs` there.
 
 Must never: put the supervisor in an agent's group, write outside `<base>/mcphost-<instance>`
-(and the v2 leaf and `cgroup.subtree_control` of `<base>`), or remove a group that still has a
-process (what is left is killed first: the agent's run has ended).
+(and the v2 leaf and `cgroup.subtree_control` of `<base>`), remove a group that still has a
+process (what is left is killed first: the agent's run has ended), or hand an entry file to a
+writer that has more than one thread (on v1 the others would stay behind).
 """
 
 from __future__ import annotations
@@ -205,6 +212,12 @@ def oom_kills(text: str) -> int:
 
 def oom_file(kind: Kind) -> tuple[str, str]:
     return ("", "memory.events") if kind == "v2" else ("memory", "memory.oom_control")
+
+
+def entry_file(kind: Kind) -> str:
+    """The file of a group a single-threaded process writes "0" to, to enter it (module doc,
+    Placement): v1's `tasks` (no RCU grace period), v2's `cgroup.procs`."""
+    return "cgroup.procs" if kind == "v2" else "tasks"
 
 
 # -- detection (pure parts) -----------------------------------------------------------------
@@ -440,8 +453,8 @@ class AgentGroup:
         return os.path.isdir(self.path)
 
     def ensure(self) -> tuple[str, ...]:
-        """Make the group (if need be) with its limits; the `cgroup.procs` files a child writes
-        "0" to before it execs. OSError when it cannot be made."""
+        """Make the group (if need be) with its limits; the entry files (`entry_file`) a
+        single-threaded child writes "0" to before it execs. OSError when it cannot be made."""
         for directory in self.dirs.values():
             with contextlib.suppress(FileExistsError):
                 os.mkdir(directory, 0o755)
@@ -452,7 +465,7 @@ class AgentGroup:
             except OSError:
                 if name not in OPTIONAL_FILES:  # a kernel without swap accounting, say
                     raise
-        return tuple(os.path.join(d, "cgroup.procs") for d in self.dirs.values())
+        return tuple(os.path.join(d, entry_file(self.kind)) for d in self.dirs.values())
 
     def oom_kills(self) -> int:
         controller, name = oom_file(self.kind)

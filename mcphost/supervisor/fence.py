@@ -498,18 +498,18 @@ class Fence:
 NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"
 
 
-def with_cgroup(message: bytes, procs_files: tuple[str, ...]) -> bytes:
+def with_cgroup(message: bytes, entry_files: tuple[str, ...]) -> bytes:
     """The gate's `message` with the agent's cgroup (cgroups.py) to enter before anything
-    else: the `cgroup.procs` files the gate writes "0" to."""
-    if not procs_files:
+    else: the entry files (`cgroups.entry_file`) the gate, one thread, writes "0" to."""
+    if not entry_files:
         return message
     body = json.loads(message)
-    body["cgroup"] = list(procs_files)
+    body["cgroup"] = list(entry_files)
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
-def _enter_cgroup(procs_files: list[str]) -> None:
-    for path in procs_files:
+def _enter_cgroup(entry_files: list[str]) -> None:
+    for path in entry_files:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
             os.write(fd, b"0")

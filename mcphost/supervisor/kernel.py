@@ -143,7 +143,8 @@ def pdeathsig_preexec(
     cgroup: tuple[str, ...] = (),
 ) -> Callable[[], None]:
     """A `preexec_fn`: enter the agent's cgroup (write "0", this process, to each of the
-    `cgroup` files: cgroups.py; first, while still the supervisor's user), switch user (if `creds`), enter the fence (if `fence`: fence.py's
+    `cgroup` entry files: cgroups.py, the forked child being single-threaded; first, while still
+    the supervisor's user), switch user (if `creds`), enter the fence (if `fence`: fence.py's
     `enter`, as that user; without one, `own_keyring`), arm `sig` on parent death, check the
     parent.
 
@@ -212,8 +213,8 @@ def child_setup(
     line around `argv` (fence.py), started in `/` (the working directory is set inside, never
     inherited: `cwd` may lead below a cover), the user switched before bubblewrap where the
     fence says so (`Fence.switch_outside`), else inside by its `setpriv` (a root-run
-    bubblewrap needs no user namespace). `cgroup`: the agent's group's `cgroup.procs` files,
-    entered first (cgroups.py). OSError when the fence refuses
+    bubblewrap needs no user namespace). `cgroup`: the agent's group's entry files
+    (`cgroups.entry_file`), entered first. OSError when the fence refuses
     (a bound symlink, a program the agent would not find)."""
     if fence is None:
         preexec = pdeathsig_preexec(signal.SIGTERM, creds=creds, cgroup=cgroup)

@@ -633,7 +633,7 @@ class AgentRunner:
 
     # -- the agent's cgroup (cgroups.py) ------------------------------------------------------
     def enter_group(self) -> tuple[str, ...]:
-        """The `cgroup.procs` files a run's first process writes itself to (the group made
+        """The entry files a run's first process writes itself to (the group made
         with its limits); none without a group. OSError when it cannot be made."""
         if self.cgroup is None:
             return ()

@@ -1,10 +1,16 @@
-"""The pure planning of per-agent cgroups (cgroups.py): keys, defaults, writes, detection."""
+"""Per-agent cgroups (cgroups.py): the pure planning (keys, defaults, writes, detection), and,
+where this machine has a usable backend, a child's entry into a real group."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
 
 import pytest
 
 from mcphost.supervisor import cgroups as cg
+from mcphost.supervisor.kernel import child_setup
 
 HYBRID_CGROUP = """9:name=systemd:/
 8:pids:/
@@ -21,6 +27,7 @@ HYBRID_MOUNTS = """31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 """
 UNIFIED_MOUNTS = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
+LIMITS = cg.Limits(256 << 20, 64, 100)
 
 
 @pytest.mark.parametrize(
@@ -112,3 +119,49 @@ def test_names_are_stable() -> None:
     assert cg.instance_name("/var/lib/x") == cg.instance_name("/var/lib/x/")
     assert cg.instance_name("/var/lib/x") != cg.instance_name("/var/lib/y")
     assert cg.group_name("a1") == "agent-a1"
+
+
+def test_entry_files_per_backend() -> None:
+    """v1: `tasks` (the writer's thread alone: no wait for an RCU grace period); v2:
+    `cgroup.procs` (a thread cannot leave its domain group there)."""
+    assert cg.entry_file("v1") == "tasks"
+    assert cg.entry_file("v2") == "cgroup.procs"
+
+
+def test_a_child_and_what_it_starts_are_in_every_hierarchy_of_its_group() -> None:
+    """The spawn's pre-exec step (kernel.child_setup) with the entry files `ensure` returns: the
+    child, and a process it starts, are in the agent's group in every controller; the spawning
+    process is not."""
+    backend = cg.detect()
+    if backend.kind == "none":
+        pytest.skip(f"no usable cgroup backend here: {backend.reason}")
+    with tempfile.TemporaryDirectory(prefix="mcphost-test-cg-") as state:
+        groups = cg.Cgroups(backend, state, LIMITS)
+        groups.prepare()
+        group = groups.group("entry", LIMITS)
+        assert group is not None
+        try:
+            entry = group.ensure()
+            assert {os.path.basename(p) for p in entry} == {cg.entry_file(backend.kind)}
+            script = "cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'"
+            setup = child_setup(["sh", "-c", script], cwd="/", env={}, creds=None, fence=None,
+                                cgroup=entry)  # fmt: skip
+            done = subprocess.run(
+                setup.argv, cwd=setup.cwd, preexec_fn=setup.preexec, capture_output=True,
+                text=True, check=True, timeout=60,
+            )  # fmt: skip
+        finally:
+            assert groups_removed(group)
+            groups.close()
+    name = cg.group_name("entry")
+    lines = done.stdout.splitlines()
+    for table in (lines[: len(lines) // 2], lines[len(lines) // 2 :]):
+        unified, v1 = cg.parse_proc_cgroup("\n".join(table))
+        paths = [unified] if backend.kind == "v2" else [v1[c] for c in cg.V1_CONTROLLERS]
+        assert all(path is not None and path.endswith("/" + name) for path in paths), table
+    with open("/proc/self/cgroup") as own:
+        assert name not in own.read()
+
+
+def groups_removed(group: cg.AgentGroup) -> bool:
+    return group.remove_now() and not group.exists
