@@ -3,7 +3,7 @@ the fleet, read an agent's log, or run a command as an agent.
 
     mcphost ctl --state DIR status [AGENT...] [--json]   --json: {"center": {...}, "agents": [...]}
     mcphost ctl --state DIR status --watch [--sort cpu|mem] [--interval S]   (= ctl top)
-    mcphost ctl --state DIR start|stop|restart AGENT
+    mcphost ctl --state DIR start|stop|restart AGENT...
     mcphost ctl --state DIR restart --all
     mcphost ctl --state DIR reload [--dry-run] [--json]
     mcphost ctl --state DIR logs AGENT|--supervisor [--follow] [-n N] [--raw | --escape]
@@ -13,18 +13,23 @@ the fleet, read an agent's log, or run a command as an agent.
 `<state>/control.sock` (see `mcphost.supervisor.control.protocol` for the protocol).
 
 An AGENT that is not an agent id (names.py's grammar) is refused without being shown (it may be
-a token typed in the wrong place). `status AGENT...` names one that is not in the fleet when it
-is close to one of the fleet's ids (a typo), else only counts it (`only_agents`).
+a token typed in the wrong place). An AGENT the fleet lacks is refused by every command that
+takes one (`unknown_agent`, exit 2), and nothing is done to the others given with it: the
+supervisor checks them all first (start, stop, restart, logs, exec), ctl itself for `status
+AGENT...` (`only_agents`). The refusal names such an id when it is close to one of the fleet's
+(a typo, with the closest), else only counts it, and says how many agents the fleet file
+defines (`control.protocol.unknown_agents`).
 
 Exit codes: 0 done; 1 the supervisor refused (`mcphost ctl: <message> (<code>)` on stderr), or
-the socket shut us out; 2 usage; 3 no supervisor is running on that state directory.
+the socket shut us out; 2 usage, an AGENT the fleet lacks included (`unknown_agent`); 3 no
+supervisor is running on that state directory.
 
 `exec` hands our stdin, stdout and stderr to the supervisor (SCM_RIGHTS), which runs CMD inside
 the agent (its environment, workspace, user and identity; see `Operations.exec`); ctl then
 waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not found) / 126
 (cannot run) when CMD could not start. SIGINT, SIGTERM and SIGHUP to ctl are forwarded to
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
-A refusal before CMD started (`agent_not_running`, `unknown_agent`, ...) exits 1 as above.
+A refusal before CMD started exits 1 as above (`agent_not_running`, ...), 2 for `unknown_agent`.
 
 `logs --supervisor` prints the supervisor's own events (JSON lines, journal.py). `logs` prints
 an agent's output, which the agent chose: to a terminal, control characters are
@@ -56,7 +61,12 @@ from mcphost.cliargs import Parser
 from mcphost.names import AGENT_ID_EXPECTED, is_agent_id
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.client import NotRunning, request, stream_logs
-from mcphost.supervisor.control.protocol import DEFAULT_LOG_LINES, MAX_LOG_LINES, ControlError
+from mcphost.supervisor.control.protocol import (
+    DEFAULT_LOG_LINES,
+    MAX_LOG_LINES,
+    ControlError,
+    unknown_agents,
+)
 
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
@@ -179,16 +189,18 @@ def _parser() -> Parser:
             help="seconds between two refreshes of --watch (default 2)",
         )
     for name, text in (
-        ("start", "start a stopped or failed agent"),
-        ("stop", "stop an agent (it stays stopped until start or a supervisor restart)"),
-        ("restart", "stop and start an agent (a new generation; clears a failed state)"),
+        ("start", "start stopped or failed agents"),
+        ("stop", "stop agents (each stays stopped until start or a supervisor restart)"),
+        ("restart", "stop and start agents (a new generation; clears a failed state)"),
     ):
         one = sub.add_parser(name, parents=[common], help=text)
+        agents = "AGENT... (all checked first: one the fleet lacks, and nothing is done)"
+        one.add_argument(
+            "agents", metavar="AGENT", nargs="*" if name == "restart" else "+", type=_agent,
+            help=agents,
+        )  # fmt: skip
         if name == "restart":
-            one.add_argument("agent", metavar="AGENT", nargs="?", type=_agent)
             one.add_argument("--all", action="store_true", help="restart every agent, one by one")
-        else:
-            one.add_argument("agent", metavar="AGENT", type=_agent)
     reload = sub.add_parser(
         "reload", parents=[common], help="re-read the fleet and reconcile (= SIGHUP)"
     )
@@ -539,8 +551,9 @@ def describe_result(command: str, agent: str | None, result: Any) -> str:
 
 
 def _fail(message: str, code: str) -> int:
+    """Say the refusal; its exit code: 2 (usage) for an AGENT the fleet lacks, else 1."""
     print(f"mcphost ctl: {message} ({code})", file=sys.stderr)
-    return EXIT_REFUSED
+    return EXIT_USAGE if code == R.UNKNOWN_AGENTS.code else EXIT_REFUSED
 
 
 def _exec(args: argparse.Namespace, path: str) -> int:
@@ -566,45 +579,27 @@ def _exec(args: argparse.Namespace, path: str) -> int:
 
 
 def _status(path: str, timeout: float, only: Sequence[str] = ()) -> dict[str, Any]:
-    """The supervisor's status, `{"center", "agents"}`, its rows those of `only` when given
-    (`ControlError` `unknown_agent` naming those not in the fleet); `ControlError` when it is
-    not one."""
+    """The supervisor's status, `{"center", "agents", ...}`, its rows those of `only` when given
+    (`ControlError` `unknown_agent`: `only_agents`); `ControlError` when it is not one."""
     result = request(path, "status", timeout=timeout)
     if isinstance(result, list):  # a supervisor from before the center's health
         result = {"center": None, "agents": result}
     if not isinstance(result, dict) or not isinstance(result.get("agents"), list):
         raise ControlError.row(R.REPLY_NOT_STATUS)
     if only:
-        return {**result, "agents": only_agents(result["agents"], only)}
+        return {**result, "agents": only_agents(result["agents"], only, result.get("fleet"))}
     return result
 
 
-def only_agents(rows: Sequence[Any], only: Sequence[str]) -> list[Any]:
+def only_agents(rows: Sequence[Any], only: Sequence[str], fleet: Any = None) -> list[Any]:
     """The status rows of the agents `only` names, in the fleet's order (pure); `ControlError`
-    `unknown_agent` for those the fleet does not have, each named when it is close to one of
-    the fleet's ids (a typo: `difflib`), else only counted: a value like no agent id here may
-    be a token typed in the wrong place, and the agent-id grammar alone admits most tokens."""
-    import difflib
-
+    `unknown_agent` for those the fleet does not have, as the supervisor refuses them
+    (`control.protocol.unknown_agents`; `fleet`: the status's, where the agents come from)."""
     known = [str(row.get("agent_id")) for row in rows if isinstance(row, Mapping)]
-    unknown = [agent for agent in dict.fromkeys(only) if agent not in known]
-    if not unknown:
-        return [row for row in rows if isinstance(row, Mapping) and row.get("agent_id") in only]
-    named = []
-    for agent in unknown:
-        close = difflib.get_close_matches(agent, known, n=1)
-        if close:
-            named.append(f"{agent!r} (did you mean {close[0]!r}?)")
-    hidden = len(unknown) - len(named)
-    if hidden:
-        noun = "value" if hidden == 1 else "values"
-        named.append(f"{hidden} {noun} not shown (like no agent id of the fleet)")
-    raise ControlError.row(
-        R.UNKNOWN_AGENTS,
-        {"unknown": len(unknown)},
-        agents=", ".join(named),
-        known=", ".join(_clean(agent) for agent in known) or "no agents",
-    )
+    unknown = [agent for agent in only if agent not in known]
+    if unknown:
+        raise unknown_agents(unknown, known, fleet if isinstance(fleet, Mapping) else None)
+    return [row for row in rows if isinstance(row, Mapping) and row.get("agent_id") in only]
 
 
 def _terminal_size() -> tuple[int, int]:
@@ -707,7 +702,19 @@ def _run(args: argparse.Namespace, path: str) -> int:
         return _restart_all(args, path)
     fields: dict[str, Any] = {}
     if args.command in ("start", "stop", "restart"):
-        fields["agent"] = args.agent
+        ids = list(dict.fromkeys(args.agents))
+        # one: "agent", as every supervisor takes it; several: "agents", checked all at once
+        if len(ids) == 1:
+            fields["agent"] = ids[0]
+        else:
+            fields["agents"] = ids
+        result = request(path, args.command, timeout=args.timeout, **fields)
+        results = [result]
+        if len(ids) > 1 and isinstance(result, dict) and isinstance(result.get("agents"), list):
+            results = result["agents"]
+        for agent, one in zip(ids, results, strict=False):
+            print(describe_result(args.command, agent, one))
+        return EXIT_OK
     if args.command == "reload" and args.dry_run:
         fields["dry_run"] = True
     result = request(path, args.command, timeout=args.timeout, **fields)
@@ -716,20 +723,22 @@ def _run(args: argparse.Namespace, path: str) -> int:
     elif args.command == "reload" and args.dry_run and isinstance(result, Mapping):
         print(describe_dry_run(result))
     else:
-        print(describe_result(args.command, getattr(args, "agent", None), result))
+        print(describe_result(args.command, None, result))
     return EXIT_OK
 
 
 def _restart_all(args: argparse.Namespace, path: str) -> int:
     """`restart --all`: every agent of the fleet, one after the other (a line each); a
-    refusal for one is printed and the others still restarted (exit 1 then)."""
+    refusal for one (an agent a reload removed meanwhile, say) is printed and the others still
+    restarted (exit 1 then)."""
     agents = [_clean(row.get("agent_id")) for row in _status(path, args.timeout)["agents"]]
     code = EXIT_OK
     for agent in agents:
         try:
             result = request(path, "restart", timeout=args.timeout, agent=agent)
         except ControlError as exc:
-            code = _fail(exc.message, exc.code)
+            _fail(exc.message, exc.code)
+            code = EXIT_REFUSED
             continue
         print(describe_result("restart", agent, result))
     return code
@@ -747,8 +756,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "logs" and (args.agent is None) == (not args.supervisor):
         parser.error("logs needs an AGENT or --supervisor (one of them)")
-    if args.command == "restart" and (args.agent is None) == (not args.all):
-        parser.error("restart needs an AGENT or --all (one of them)")
+    if args.command == "restart" and (not args.agents) == (not args.all):
+        parser.error("restart needs AGENTs or --all (one of them)")
     return _checked_exec(parser, args) if args.command == "exec" else args
 
 

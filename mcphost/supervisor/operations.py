@@ -1,16 +1,19 @@
 """The ctl operations: what `mcphost ctl` can ask of a running supervisor, in one place.
 
 Owns: `Operations`, the control socket's handler (`control.server.ControlHandler`): status,
-start, stop, restart, reload, logs and exec, each resolving the agent's name to its slot (under
-the agent's lock for start / stop / restart: a reconciliation in between has replaced or
-removed it, never half) and mapping every failure to a row of `mcphost.supervisor.refusals`;
+start, stop, restart, reload, logs and exec, each resolving the agents' names to their slots
+(under the agents' locks for start / stop / restart: a reconciliation in between has replaced or
+removed one, never half), every name checked before anything is done to any (an id the fleet
+lacks: `unknown_agent`, built by `control.protocol.unknown_agents`; one it could not set up:
+`agent_not_running`), and mapping every failure to a row of `mcphost.supervisor.refusals`;
 the `ctl exec` commands running (ended with their agent's generation: `end_execs`); each status
 row's `usage` (usage.py: one /proc scan per status, the agents' memory peaks, with the center
 calls the surfaces counted and the relay's queue depth) and the sampling of the peaks between
 two statuses (`sample_usage`); and the event of a reload that applied nothing (`reload_failed`,
 for ctl and SIGHUP alike).
 
-Must never: start, stop or restart an agent without holding its lock, run a command as an agent
+Must never: start, stop or restart an agent without holding its lock, act on any agent of a
+request that names one the fleet lacks, run a command as an agent
 that is not running (its identity root must have a generation), or register an exec'd command
 anywhere but the identity registry (`identity.Identities`).
 """
@@ -21,12 +24,12 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events
 from mcphost.supervisor import refusals as R
-from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.control.protocol import ControlError, unknown_agents
 from mcphost.supervisor.homes import LOGS, HeldWorkspace, Home, agent_env
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.execs import Execution
     from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.kernel import Reaper
-    from mcphost.supervisor.plan import AgentPlan
+    from mcphost.supervisor.plan import AgentPlan, Fleet
     from mcphost.supervisor.records import ProcessRecords
     from mcphost.supervisor.sessions import SessionHub
 
@@ -88,6 +91,8 @@ class Supervised(Protocol):
     @property
     def unstarted(self) -> Mapping[str, str]: ...
     @property
+    def fleet(self) -> Fleet: ...
+    @property
     def hubs(self) -> Mapping[str, SessionHub]: ...
     @property
     def health(self) -> CenterHealth | None: ...
@@ -109,7 +114,7 @@ class Supervised(Protocol):
     def relay(self) -> RelayQueues | None: ...
     @property
     def cgroups(self) -> Cgroups | None: ...
-    def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]: ...
+    def agent_held(self, *agent_ids: str) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def reload(self, dry_run: bool = False) -> dict[str, Any]: ...
 
 
@@ -137,24 +142,42 @@ class Operations:
             reload_failed(exc, "ctl")  # in the event log too, as a failed SIGHUP reload is
             raise
 
-    def _slot_for(self, agent_id: str | None) -> Slot:
-        slots = self.supervisor.slots
-        slot = slots.get(agent_id or "")
-        if slot is None:
-            raise ControlError.row(
-                R.UNKNOWN_AGENT, {"agent": agent_id, "known": sorted(slots)}, agent=agent_id
-            )
-        return slot
+    def _slots_for(self, agent_ids: Sequence[str]) -> list[Slot]:
+        """The slots of `agent_ids`, in order; every id checked before any slot is returned:
+        `unknown_agent` naming (as `unknown_agents` does) each the fleet lacks,
+        `agent_not_running` for one it has but could not set up (`unstarted`)."""
+        supervisor = self.supervisor
+        slots, unstarted = supervisor.slots, supervisor.unstarted
+        unknown = [a for a in agent_ids if a not in slots and a not in unstarted]
+        if unknown:
+            raise unknown_agents(unknown, [*slots, *unstarted], self._fleet_json())
+        for agent_id in agent_ids:
+            if agent_id in unstarted:
+                raise ControlError.row(
+                    R.UNSTARTED,
+                    {"agent": agent_id, "reason": unstarted[agent_id]},
+                    agent=agent_id,
+                    reason=unstarted[agent_id],
+                )
+        return [slots[agent_id] for agent_id in agent_ids]
+
+    def _fleet_json(self) -> dict[str, Any]:
+        """Where the fleet's agents come from: its file and `[center] fleet`."""
+        fleet = self.supervisor.fleet
+        return {"path": fleet.path, "agents_from": fleet.center.fleet}
 
     async def status(self) -> dict[str, Any]:
-        """`{"center": <health>, "limits": <backend>, "agents": [<row>, ...]}` (the center
-        first: it explains the rest when it is down; `limits`: cgroups.py's backend, its reason
-        and the default limits, or None before it is detected)."""
+        """`{"center": <health>, "limits": <backend>, "fleet": {"path", "agents_from"},
+        "agents": [<row>, ...]}` (the center first: it explains the rest when it is down;
+        `limits`: cgroups.py's backend, its reason and the default limits, or None before it is
+        detected; `fleet`: the fleet file and where its agents come from, `file` or
+        `center`)."""
         health = self.supervisor.health
         cgroups = self.supervisor.cgroups
         return {
             "center": health.as_json() if health is not None else None,
             "limits": cgroups.as_json() if cgroups is not None else None,
+            "fleet": self._fleet_json(),
             "agents": self._rows(),
         }
 
@@ -251,32 +274,42 @@ class Operations:
             )
         return rows
 
-    # start / stop / restart hold the agent's lock (`agent_held`) and find its slot only
-    # then: a reconciliation in between has replaced or removed it, never half.
-    async def start(self, agent_id: str) -> dict[str, Any]:
-        async with self.supervisor.agent_held(agent_id):
-            slot = self._slot_for(agent_id)
-            if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
-                return {"agent_id": agent_id, "already": "running"}
-            await slot.runner.start()
-            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+    # start / stop / restart hold the agents' locks (`agent_held`) and find their slots only
+    # then: a reconciliation in between has replaced or removed one, never half; every id is
+    # checked before the first is acted on, and the locks are held until the last is done.
+    async def _each(
+        self, agent_ids: Sequence[str], act: Callable[[str, Slot], Awaitable[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        async with self.supervisor.agent_held(*agent_ids):
+            slots = self._slots_for(agent_ids)
+            return [await act(a, slot) for a, slot in zip(agent_ids, slots, strict=True)]
 
-    async def stop(self, agent_id: str) -> dict[str, Any]:
-        async with self.supervisor.agent_held(agent_id):
-            slot = self._slot_for(agent_id)
-            await slot.runner.stop()
-            return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+    async def start(self, agent_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._each(agent_ids, self._start)
 
-    async def restart(self, agent_id: str) -> dict[str, Any]:
-        async with self.supervisor.agent_held(agent_id):
-            slot = self._slot_for(agent_id)
-            await slot.runner.restart()
-            status = slot.runner.status()
-            return {
-                "agent_id": agent_id,
-                "state": str(status.state),
-                "generation": status.generation,
-            }
+    async def stop(self, agent_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._each(agent_ids, self._stop)
+
+    async def restart(self, agent_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._each(agent_ids, self._restart)
+
+    @staticmethod
+    async def _start(agent_id: str, slot: Slot) -> dict[str, Any]:
+        if slot.runner.status().state in (AgentState.RUNNING, AgentState.STARTING):
+            return {"agent_id": agent_id, "already": "running"}
+        await slot.runner.start()
+        return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+
+    @staticmethod
+    async def _stop(agent_id: str, slot: Slot) -> dict[str, Any]:
+        await slot.runner.stop()
+        return {"agent_id": agent_id, "state": str(slot.runner.status().state)}
+
+    @staticmethod
+    async def _restart(agent_id: str, slot: Slot) -> dict[str, Any]:
+        await slot.runner.restart()
+        status = slot.runner.status()
+        return {"agent_id": agent_id, "state": str(status.state), "generation": status.generation}
 
     async def logs(self, agent_id: str | None, lines: int, follow: bool) -> AsyncIterator[bytes]:
         """The agent's log (its pane's screen after it, for a tmux agent); `agent_id` None: the
@@ -293,7 +326,7 @@ class Operations:
                 async for chunk in follow_log(directory, journal.NAME):
                     yield chunk
             return
-        slot = self._slot_for(agent_id)
+        (slot,) = self._slots_for([agent_id])
         yield tail(slot.home.logs, lines)
         if slot.plan.runner == "tmux":  # a pane: its screen, captured now
             from mcphost.supervisor.tmuxrunner import TmuxRunner
@@ -312,7 +345,7 @@ class Operations:
         from mcphost.supervisor import execs
         from mcphost.supervisor.kernel import resolve_user
 
-        slot = self._slot_for(agent_id)
+        (slot,) = self._slots_for([agent_id])
         status = slot.runner.status()
         supervisor = self.supervisor
         if supervisor.stopping.is_set():

@@ -84,6 +84,11 @@ UNKNOWN_OP = Refusal("unknown_op", "unknown op {op}; expected one of {ops}")
 EXTRA_FIELDS = Refusal("bad_request", "{op} takes no field(s) {fields}")
 NO_AGENT = Refusal("bad_request", '{op} needs "agent" (a non-empty string)')
 BAD_AGENT = Refusal("bad_request", '"agent" must be at most {limit} printable characters')
+BAD_AGENTS = Refusal(
+    "bad_request",
+    '{op} takes "agent" (one id) or "agents" (a list of 1 to {limit} ids, each at most {chars} '
+    "printable characters), not both",
+)
 BAD_LINES = Refusal("bad_request", '"lines" must be an integer')
 LINES_RANGE = Refusal("bad_request", '"lines" must be from 0 to {limit}')
 BAD_FOLLOW = Refusal("bad_request", '"follow" must be true or false')
@@ -143,11 +148,16 @@ CHANGED_WHILE_BINDING = Refusal(
 )
 
 # -- the control socket: the operations (operations.py, the supervisor's reload) --------------
-UNKNOWN_AGENT = Refusal(
-    "unknown_agent", "there is no agent {agent!r} in the fleet; `mcphost ctl status` lists them"
-)
+# control.protocol.unknown_agents fills it (the one place that decides which ids are shown)
 UNKNOWN_AGENTS = Refusal(
-    "unknown_agent", "not an agent of the fleet: {agents}; the fleet has: {known}"
+    "unknown_agent",
+    "not in the fleet: {agents}; nothing was done. {source} {known}: `mcphost ctl status` "
+    "lists them",
+)
+UNSTARTED = Refusal(
+    "agent_not_running",
+    "agent {agent} is in the fleet but could not be set up ({reason}); nothing was done. Fix "
+    "that, then `mcphost ctl reload` (a reload tries it again)",
 )
 NOT_RUNNING = Refusal(
     "agent_not_running",
@@ -212,6 +222,7 @@ CONTROL = (
     EXTRA_FIELDS,
     NO_AGENT,
     BAD_AGENT,
+    BAD_AGENTS,
     BAD_LINES,
     LINES_RANGE,
     BAD_FOLLOW,
@@ -234,8 +245,8 @@ CONTROL = (
     LISTENED_ON,
     UNPROBEABLE,
     CHANGED_WHILE_BINDING,
-    UNKNOWN_AGENT,
     UNKNOWN_AGENTS,
+    UNSTARTED,
     NOT_RUNNING,
     STOPPING,
     EXEC_FAILED,

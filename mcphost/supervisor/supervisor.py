@@ -120,9 +120,9 @@ class Supervisor:
     def unstarted(self) -> Mapping[str, str]:
         return self.reconciler.unstarted
 
-    def agent_held(self, agent_id: str) -> contextlib.AbstractAsyncContextManager[None]:
-        """The agent's lock, for the relay's up / down (relayhost.py) as for ctl."""
-        return self.reconciler.locks.held([agent_id])
+    def agent_held(self, *agent_ids: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The agents' locks, for the relay's up / down (relayhost.py) as for ctl."""
+        return self.reconciler.locks.held(agent_ids)
 
     async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         """Re-read the fleet file and apply it (`Reconciler.reload`, `[page]` included;

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.control.protocol import ControlError, unknown_agents
 from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.ctl import (
     COLUMNS,
@@ -78,24 +78,29 @@ CENTER = {
 }
 
 
+FLEET = {"path": "/etc/mcphost/fleet.toml", "agents_from": "file"}
+
+
 class Handler:
     def __init__(self) -> None:
         self.follow_closed = threading.Event()
 
     async def status(self) -> Any:
-        return {"center": CENTER, "agents": AGENTS}
+        return {"center": CENTER, "fleet": FLEET, "agents": AGENTS}
 
-    async def start(self, agent: str) -> Any:
-        self._known(agent)
-        return {"agent_id": agent, "state": "running", "pid": 99, "generation": 8}
+    async def start(self, agents: list[str]) -> list[Any]:
+        self._known(*agents)
+        return [
+            {"agent_id": agent, "state": "running", "pid": 99, "generation": 8} for agent in agents
+        ]
 
-    async def stop(self, agent: str) -> Any:
-        self._known(agent)
-        return {"agent_id": agent, "state": "stopped"}
+    async def stop(self, agents: list[str]) -> list[Any]:
+        self._known(*agents)
+        return [{"agent_id": agent, "state": "stopped"} for agent in agents]
 
-    async def restart(self, agent: str) -> Any:
-        self._known(agent)
-        return {"agent_id": agent, "state": "starting", "generation": 9}
+    async def restart(self, agents: list[str]) -> list[Any]:
+        self._known(*agents)
+        return [{"agent_id": agent, "state": "starting", "generation": 9} for agent in agents]
 
     async def reload(self, dry_run: bool = False) -> Any:
         if os.path.exists(os.environ.get("CTL_TEST_RELOAD_FAILS", "/nonexistent")):
@@ -120,12 +125,12 @@ class Handler:
                 self.follow_closed.set()
 
     @staticmethod
-    def _known(agent: str) -> None:
-        if agent not in ("agent-1", "agent-2"):
-            raise ControlError(
-                "unknown_agent",
-                f"there is no agent {agent!r} in the fleet; `mcphost ctl status` lists them",
-            )
+    def _known(*agents: str) -> None:
+        """Every id checked first, refused as the supervisor refuses it."""
+        known = [row["agent_id"] for row in AGENTS]
+        unknown = [agent for agent in agents if agent not in known]
+        if unknown:
+            raise unknown_agents(unknown, known, FLEET)
 
 
 class Running:
@@ -220,7 +225,7 @@ def test_status_table(running: Running) -> None:
 def test_status_json_has_the_center_and_the_list(running: Running) -> None:
     done = ctl("--state", str(running.state), "status", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"center": CENTER, "agents": AGENTS}
+    assert json.loads(done.stdout) == {"center": CENTER, "fleet": FLEET, "agents": AGENTS}
 
 
 def test_status_of_some_agents_only(running: Running) -> None:
@@ -234,10 +239,11 @@ def test_status_of_some_agents_only(running: Running) -> None:
     table = ctl("--state", s, "status", "agent-2", "agent-1").stdout
     assert "agent-1" in table and "agent-2" in table
     done = ctl("--state", s, "status", "agnet-1", "acatT0k3nT0k3n")
-    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr == (
-        "mcphost ctl: not an agent of the fleet: 'agnet-1' (did you mean 'agent-1'?), 1 value "
-        "not shown (like no agent id of the fleet); the fleet has: agent-1, agent-2 "
+        "mcphost ctl: not in the fleet: 'agnet-1' (did you mean 'agent-1'?), 1 value not shown "
+        "(like none of the fleet's ids); nothing was done. The fleet file "
+        "/etc/mcphost/fleet.toml defines 2 agents: `mcphost ctl status` lists them "
         "(unknown_agent)\n"
     )
     done = ctl("--state", s, "status", "acat_secret/with+slash")
@@ -253,7 +259,7 @@ def test_restart_all_restarts_every_agent(running: Running) -> None:
     )
     for args in (("restart",), ("restart", "agent-1", "--all")):
         done = ctl("--state", str(running.state), *args)
-        assert done.returncode == 2 and "an AGENT or --all" in done.stderr, done.stderr
+        assert done.returncode == 2 and "AGENTs or --all" in done.stderr, done.stderr
 
 
 def test_state_from_the_environment_or_after_the_command(running: Running) -> None:
@@ -275,6 +281,9 @@ def test_agent_commands_print_one_line(running: Running) -> None:
     assert ctl("--state", s, "restart", "agent-1").stdout == (
         "agent-1: state starting, generation 9\n"
     )
+    assert ctl("--state", s, "stop", "agent-2", "agent-1", "agent-2").stdout == (
+        "agent-2: state stopped\nagent-1: state stopped\n"
+    )
     done = ctl("--state", s, "reload")
     assert done.returncode == 0
     assert done.stdout == (
@@ -282,15 +291,16 @@ def test_agent_commands_print_one_line(running: Running) -> None:
     )
 
 
-def test_a_refusal_exits_1_with_message_and_code(
+def test_a_refusal_says_its_message_and_code(
     running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = ctl("--state", str(running.state), "restart", "agent-9")
-    assert done.returncode == 1
+    done = ctl("--state", str(running.state), "restart", "agent-1", "agnet-2")
+    assert done.returncode == 2  # usage: an AGENT the fleet lacks
     assert done.stdout == ""
     assert done.stderr == (
-        "mcphost ctl: there is no agent 'agent-9' in the fleet; `mcphost ctl status` lists them "
-        "(unknown_agent)\n"
+        "mcphost ctl: not in the fleet: 'agnet-2' (did you mean 'agent-2'?); nothing was done. "
+        "The fleet file /etc/mcphost/fleet.toml defines 2 agents: `mcphost ctl status` lists "
+        "them (unknown_agent)\n"
     )
     flag = running.state / "reload-fails"
     flag.touch()
@@ -310,7 +320,7 @@ def test_logs_prints_the_text(running: Running) -> None:
     assert done.stdout == "last 20 lines of agent-1\nhéllo\n"
     assert ctl("--state", str(running.state), "logs", "agent-1").stdout.startswith("last 50 ")
     missing = ctl("--state", str(running.state), "logs", "agent-9")
-    assert (missing.returncode, missing.stdout) == (1, "")
+    assert (missing.returncode, missing.stdout) == (2, "")
     assert missing.stderr.endswith("(unknown_agent)\n")
 
 

@@ -137,7 +137,7 @@ def test_an_agent_that_is_not_running_is_refused(sv: Supervised) -> None:
     unknown = subprocess.run(
         ctl_exec(sv, "agent-9", "true"), capture_output=True, text=True, env=sv.env(), timeout=60
     )
-    assert unknown.returncode == 1 and "unknown_agent" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown_agent" in unknown.stderr
 
 
 def test_sigint_to_ctl_reaches_the_command(sv: Supervised) -> None:

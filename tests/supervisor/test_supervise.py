@@ -286,8 +286,72 @@ def test_ctl_status_table_and_logs(fleet: Fleet):
     logs = supervised.ctl("logs", "printer").stdout
     assert "hello from printer" in logs
     missing = supervised.ctl("restart", "agent-9", check=False)
-    assert missing.returncode == 1 and "unknown_agent" in missing.stderr
+    assert missing.returncode == 2 and "unknown_agent" in missing.stderr
     json.loads(supervised.ctl("status", "--json").stdout)
+
+
+def test_every_ctl_verb_refuses_an_agent_the_fleet_lacks(fleet: Fleet):
+    """start, stop, restart, logs, exec and status given a valid id the fleet lacks: refused
+    with `unknown_agent`, exit 2, a message naming the typo's closest id, the fleet file and
+    how many agents it defines (a value like no id of the fleet, a token perhaps, not shown),
+    and nothing done: not to the agents named with it (all are checked first), not to any
+    other."""
+    supervised = fleet.sv
+    rows = {a: supervised.wait_running(a) for a in ("agent-1", "agent-2")}
+    token = "acat_" + "Zq9x" * 11  # the center's token shape passes the agent-id grammar
+    known = len(fleet.base)  # unsafe-home included: in the fleet, though never started
+    for args in (
+        ("start", "agnet-1"),
+        ("stop", "agnet-1"),
+        ("restart", "agnet-1"),
+        ("stop", "agent-1", "agnet-1"),
+        ("restart", "agent-2", "agent-1", "agnet-1"),
+        ("logs", "agnet-1"),
+        ("exec", "agnet-1", "--", "true"),
+        ("status", "agnet-1"),
+    ):
+        done = supervised.ctl(*args, check=False)
+        assert (done.returncode, done.stdout) == (2, ""), (args, done.stdout, done.stderr)
+        assert done.stderr == (
+            "mcphost ctl: not in the fleet: 'agnet-1' (did you mean 'agent-1'?); nothing was "
+            f"done. The fleet file {supervised.fleet} defines {known} agents: `mcphost ctl "
+            "status` lists them (unknown_agent)\n"
+        ), args
+    hidden = supervised.ctl("restart", "agent-1", token, check=False)
+    assert hidden.returncode == 2 and "1 value not shown" in hidden.stderr, hidden.stderr
+    assert token not in hidden.stdout + hidden.stderr
+    after = supervised.status()
+    for agent, row in rows.items():
+        assert (after[agent]["pid"], after[agent]["generation"]) == (
+            row["pid"],
+            row["generation"],
+        ), agent
+    unstarted = supervised.ctl("restart", "unsafe-home", check=False)
+    assert unstarted.returncode == 1, unstarted.stderr
+    assert "agent unsafe-home is in the fleet but could not be set up" in unstarted.stderr
+    assert unstarted.stderr.endswith("(agent_not_running)\n")
+
+
+def test_ctl_acts_on_several_agents_in_one_command(fleet: Fleet):
+    """`stop A B` / `restart A B`: a line per agent, each done; with an id the fleet lacks
+    among them, none is."""
+    supervised = fleet.sv
+    pair = ("several-1", "several-2")
+    fleet.reload(*({"id": a, "command": standin("--hold")} for a in pair))
+    try:
+        first = {a: supervised.wait_running(a) for a in pair}
+        refused = supervised.ctl("stop", *pair, "several-9", check=False)
+        assert refused.returncode == 2 and "'several-9'" in refused.stderr, refused.stderr
+        assert {a: supervised.status()[a]["state"] for a in pair} == dict.fromkeys(pair, "running")
+        done = supervised.ctl("restart", *pair)
+        assert [line.split(":")[0] for line in done.stdout.splitlines()] == list(pair)
+        for agent in pair:
+            supervised.wait_running(agent, generation=first[agent]["generation"] + 1)
+        supervised.ctl("stop", *pair)
+        assert {a: supervised.status()[a]["state"] for a in pair} == dict.fromkeys(pair, "stopped")
+    finally:
+        fleet.reload()  # the fleet as the module started it
+    until(lambda: not set(pair) & set(supervised.status()), 60, "cleanup")
 
 
 def test_an_unsafe_home_fails_that_agent_only(fleet: Fleet):

@@ -10,6 +10,8 @@ including the newline)
 
     {"op": "status" | "start" | "stop" | "restart" | "reload" | "logs" | "exec",
      "agent": "<id>",        start, stop, restart, logs, exec: required; otherwise refused
+     "agents": ["<id>", ...] start, stop, restart: instead of "agent", 1..MAX_AGENTS ids, all
+                             checked before any is acted on (one unknown: nothing is done)
      "supervisor": true,     logs only, instead of "agent": the supervisor's own events
      "lines": N,             logs only: 0..MAX_LOG_LINES, default 50
      "follow": bool,         logs only: default false
@@ -19,6 +21,7 @@ including the newline)
 and the server answers JSON lines, then closes:
 
     {"ok": true, "result": <JSON>}                                     every op but logs, exec
+                                       (with "agents": {"agents": [<one result per id>, ...]})
     {"ok": false, "error": {"code": "...", "message": "...", "details": {...}}}
     {"log": "<text chunk>"} ... {"ok": true, "end": true}              logs (an error may end it)
     {"ok": true, "started": {...}} ... {"ok": true, "exit": {"code": N, "status": "exit 7"}}
@@ -28,7 +31,8 @@ With `follow`, the log lines keep coming until the client closes (or half-closes
 server then stops reading the log. Codes are stable, every one of them in the table of
 `mcphost.supervisor.refusals` (`bad_request`, `unknown_op`, `request_too_large`,
 `forbidden_peer`, `busy`, `internal`, and the operations' `unknown_agent`, `reload_failed`,
-`agent_not_running`, `exec_failed`, ...).
+`agent_not_running`, `exec_failed`, ...). `unknown_agent` is built in one place for the server and
+for ctl's own filter (`unknown_agents`).
 
 Exec: the request line is sent with exactly three file descriptors attached (`SCM_RIGHTS`: the
 client's stdin, stdout, stderr), in the same `sendmsg`. After `started`, the client may send
@@ -37,14 +41,16 @@ process group; anything else it sends is ignored. The client must send nothing a
 until it has read `started`. When the command exits, the server sends `exit` and closes; when the
 client's side closes first, the server ends the command's process group.
 
-Must never: import anything beyond the stdlib's json and the refusals table (both ends import
-it; `mcphost ctl` must start fast), or echo more than 80 characters of a value it refuses.
+Must never: import anything beyond the stdlib's json and the refusals table at module level (both
+ends import it; `mcphost ctl` must start fast: `signal` and `difflib` only in the function that
+needs them), echo more than 80 characters of a value it refuses, or show an unknown agent id
+that is like none of the fleet's (`unknown_agents`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from mcphost.errors import CodedFailure
@@ -56,6 +62,7 @@ MAX_REPLY_LINE = 64 * 1024 * 1024  # what the client accepts per reply line (sta
 MAX_LOG_LINES = 100_000
 DEFAULT_LOG_LINES = 50
 MAX_AGENT_CHARS = 256
+MAX_AGENTS = 1024  # start, stop, restart: ids in one request
 LOG_CHUNK = 16 * 1024  # bytes of log text per {"log": ...} line
 MAX_ARGV = 4096  # exec: arguments of the command
 EXEC_FDS = 3  # exec: stdin, stdout, stderr, in that order
@@ -64,13 +71,14 @@ EXEC_FDS = 3  # exec: stdin, stdout, stderr, in that order
 EXEC_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2")
 
 OPS = ("status", "start", "stop", "restart", "reload", "logs", "exec")
-_AGENT_OPS = frozenset({"start", "stop", "restart", "logs", "exec"})
+_AGENT_OPS = frozenset({"logs", "exec"})
+_AGENTS_OPS = frozenset({"start", "stop", "restart"})  # "agent", or several: "agents"
 _FIELDS = {
     "status": frozenset({"op"}),
     "reload": frozenset({"op", "dry_run"}),
-    "start": frozenset({"op", "agent"}),
-    "stop": frozenset({"op", "agent"}),
-    "restart": frozenset({"op", "agent"}),
+    "start": frozenset({"op", "agent", "agents"}),
+    "stop": frozenset({"op", "agent", "agents"}),
+    "restart": frozenset({"op", "agent", "agents"}),
     "logs": frozenset({"op", "agent", "supervisor", "lines", "follow"}),
     "exec": frozenset({"op", "agent", "argv"}),
 }
@@ -114,9 +122,11 @@ def decode(line: bytes, not_json: R.Refusal, not_object: R.Refusal) -> dict[str,
 
 
 def parse_request(line: bytes) -> dict[str, Any]:
-    """One request line -> `{"op", "agent"?, "lines"?, "follow"?}` with defaults (`logs` of the
-    supervisor: `"agent": None`); `ControlError` (`bad_request`, `unknown_op`) naming what is
-    wrong. Values are never echoed beyond 80 chars."""
+    """One request line -> `{"op", "agent"?, "agents"?, "lines"?, "follow"?}` with defaults
+    (`logs` of the supervisor: `"agent": None`; start, stop, restart: `"agents"`, the ids in
+    order without repeats, and `"agent"` too when the request named one); `ControlError`
+    (`bad_request`, `unknown_op`) naming what is wrong. Values are never echoed beyond 80
+    chars."""
     body = decode(line, R.NOT_JSON, R.NOT_OBJECT)
     op = body.get("op")
     if not isinstance(op, str):
@@ -134,13 +144,17 @@ def parse_request(line: bytes) -> dict[str, Any]:
         raise ControlError.row(R.BAD_SUPERVISOR)
     if supervisor:
         out["agent"] = None
-    elif op in _AGENT_OPS:
+    elif op in _AGENTS_OPS and "agents" in body:
+        out["agents"] = _agents(op, body)
+    elif op in _AGENT_OPS | _AGENTS_OPS:
         agent = body.get("agent")
         if not isinstance(agent, str) or not agent:
             raise ControlError.row(R.NO_AGENT, op=op)
-        if len(agent) > MAX_AGENT_CHARS or not agent.isprintable():
+        if not _is_agent(agent):
             raise ControlError.row(R.BAD_AGENT, limit=MAX_AGENT_CHARS)
         out["agent"] = agent
+        if op in _AGENTS_OPS:
+            out["agents"] = [agent]
     if op == "logs":
         lines = body.get("lines", DEFAULT_LOG_LINES)
         if isinstance(lines, bool) or not isinstance(lines, int):
@@ -159,6 +173,71 @@ def parse_request(line: bytes) -> dict[str, Any]:
     if op == "exec":
         out["argv"] = _argv(body.get("argv"))
     return out
+
+
+def _is_agent(agent: object) -> bool:
+    return isinstance(agent, str) and 0 < len(agent) <= MAX_AGENT_CHARS and agent.isprintable()
+
+
+def _agents(op: str, body: Mapping[str, Any]) -> list[str]:
+    """The `"agents"` of a start, stop or restart: 1..MAX_AGENTS ids, without `"agent"`."""
+    agents = body["agents"]
+    if (
+        "agent" in body
+        or not isinstance(agents, list)
+        or not 0 < len(agents) <= MAX_AGENTS
+        or not all(_is_agent(agent) for agent in agents)
+    ):
+        raise ControlError.row(R.BAD_AGENTS, op=op, limit=MAX_AGENTS, chars=MAX_AGENT_CHARS)
+    return list(dict.fromkeys(agents))
+
+
+def unknown_agents(
+    unknown: Sequence[str], known: Sequence[str], fleet: Mapping[str, Any] | None = None
+) -> ControlError:
+    """`unknown_agent` for the ids of `unknown`, none of them among `known` (the fleet's ids);
+    `fleet`: where the fleet's agents come from (`{"path", "agents_from"}`: status's `fleet`),
+    named in the message. An id close to one of the fleet's (a typo: `difflib`) is named with
+    the closest; any other is only counted: a value like no agent id of the fleet may be a
+    token typed in the wrong place (a token passes the agent-id grammar). Details:
+    `agents` (those named), `not_shown` (how many others), `did_you_mean` ({id: the fleet's
+    closest}), `known_count` and `fleet` (its file's path). Pure."""
+    import difflib
+
+    named: list[str] = []
+    suggestions: dict[str, str] = {}
+    ids = list(dict.fromkeys(unknown))
+    for agent in ids:
+        close = difflib.get_close_matches(agent, known, n=1)
+        if close:
+            suggestions[agent] = close[0]
+            named.append(f"{_short(agent)} (did you mean {_short(close[0])}?)")
+    hidden = len(ids) - len(named)
+    shown = list(named)
+    if hidden:
+        noun = "value" if hidden == 1 else "values"
+        shown.append(f"{hidden} {noun} not shown (like none of the fleet's ids)")
+    path = fleet.get("path") if isinstance(fleet, Mapping) else None
+    if isinstance(fleet, Mapping) and fleet.get("agents_from") == "center":
+        source = "The center assigns this worker"
+    elif isinstance(path, str) and path:
+        source = f"The fleet file {path} defines"
+    else:
+        source = "The fleet has"
+    count = len(known)
+    return ControlError.row(
+        R.UNKNOWN_AGENTS,
+        {
+            "agents": list(suggestions),
+            "not_shown": hidden,
+            "did_you_mean": suggestions,
+            "known_count": count,
+            "fleet": path if isinstance(path, str) else None,
+        },
+        agents=", ".join(shown),
+        source=source,
+        known=f"{count} agent{'' if count == 1 else 's'}" if count else "no agents",
+    )
 
 
 def _argv(argv: Any) -> list[str]:

@@ -27,7 +27,7 @@ import pytest
 from mcphost.supervisor.control import protocol
 from mcphost.supervisor.control import server as control_server
 from mcphost.supervisor.control.client import ExecClient, NotRunning, request, stream_logs
-from mcphost.supervisor.control.protocol import ControlError, parse_request
+from mcphost.supervisor.control.protocol import ControlError, parse_request, unknown_agents
 from mcphost.supervisor.control.server import ControlInUse, ControlServer, peer_allowed
 
 pytestmark = pytest.mark.anyio
@@ -61,22 +61,24 @@ class Fake:
         self.calls.append(("status",))
         return [{"agent_id": "agent-1", "state": "running", "pid": 42}]
 
-    async def start(self, agent: str) -> Any:
-        self.calls.append(("start", agent))
-        self._agent(agent)
-        return {"agent_id": agent, "state": "running"}
+    async def start(self, agents: list[str]) -> list[Any]:
+        self.calls.append(("start", *agents))
+        for agent in agents:
+            self._agent(agent)
+        return [{"agent_id": agent, "state": "running"} for agent in agents]
 
-    async def stop(self, agent: str) -> Any:
-        self.calls.append(("stop", agent))
-        if agent == "boom":
+    async def stop(self, agents: list[str]) -> list[Any]:
+        self.calls.append(("stop", *agents))
+        if "boom" in agents:
             raise RuntimeError("secret internals /etc/mcphost/worker.token")
-        if agent == "odd":
-            return {"not json": object()}
-        self._agent(agent)
-        return {"agent_id": agent, "state": "stopped"}
+        if "odd" in agents:
+            return [{"not json": object()}]
+        for agent in agents:
+            self._agent(agent)
+        return [{"agent_id": agent, "state": "stopped"} for agent in agents]
 
-    async def restart(self, agent: str) -> Any:
-        self.calls.append(("restart", agent))
+    async def restart(self, agents: list[str]) -> list[Any]:
+        self.calls.append(("restart", *agents))
         raise OtherError("unknown_agent", "not in the fleet", {"known": ["agent-1"]})
 
     async def reload(self, dry_run: bool = False) -> Any:
@@ -270,6 +272,71 @@ async def test_bad_requests_are_refused_with_stable_codes(
     assert says in error["message"]
     assert "acat_x" not in json.dumps(error)
     assert fake.calls == []
+
+
+async def test_several_agents_in_one_request_one_result_each(served: Any) -> None:
+    """`"agents"`: the handler gets them all at once (without repeats), the reply a list."""
+    _server, fake, path = served
+    reply = await asyncio.to_thread(request, path, "start", agents=["agent-1", "agent-1"])
+    assert reply == {"agents": [{"agent_id": "agent-1", "state": "running"}]}
+    with pytest.raises(ControlError) as caught:
+        await asyncio.to_thread(request, path, "stop", agents=["agent-1", "agent-9"])
+    assert caught.value.code == "unknown_agent"
+    assert fake.calls == [("start", "agent-1"), ("stop", "agent-1", "agent-9")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"op": "stop", "agents": []},
+        {"op": "stop", "agents": "agent-1"},
+        {"op": "stop", "agents": ["agent-1", ""]},
+        {"op": "stop", "agents": ["agent-1", 7]},
+        {"op": "stop", "agents": ["a\x1b]52"]},
+        {"op": "stop", "agents": ["a" * 257]},
+        {"op": "stop", "agents": ["a"] * 1025},
+        {"op": "stop", "agent": "agent-1", "agents": ["agent-2"]},
+        {"op": "logs", "agents": ["agent-1"]},
+    ],
+)
+def test_agents_must_be_a_list_of_ids_instead_of_agent(body: dict[str, Any]) -> None:
+    with pytest.raises(ControlError) as caught:
+        parse_request(json.dumps(body).encode())
+    assert caught.value.code == "bad_request"
+    assert len(caught.value.message) < 300
+
+
+def test_start_stop_restart_take_agent_or_agents() -> None:
+    one = parse_request(b'{"op":"restart","agent":"a"}')
+    assert one == {"op": "restart", "agent": "a", "agents": ["a"]}
+    several = parse_request(b'{"op":"restart","agents":["b","a","b"]}')
+    assert several == {"op": "restart", "agents": ["b", "a"]}
+
+
+def test_an_unknown_id_is_named_only_when_close_to_one_of_the_fleet() -> None:
+    """A typo is named with the fleet's closest id; a value like none of the fleet's ids (a
+    token typed in the wrong place passes the agent-id grammar) is only counted, on the wire
+    too; the message says where the fleet's agents come from and how many there are."""
+    token = "acat_" + "Zq9" * 14
+    fleet = {"path": "/etc/mcphost/fleet.toml", "agents_from": "file"}
+    error = unknown_agents(["agnet-1", token], ["agent-1", "agent-2", "printer"], fleet)
+    assert error.code == "unknown_agent"
+    assert error.message == (
+        "not in the fleet: 'agnet-1' (did you mean 'agent-1'?), 1 value not shown (like none "
+        "of the fleet's ids); nothing was done. The fleet file /etc/mcphost/fleet.toml defines "
+        "3 agents: `mcphost ctl status` lists them"
+    )
+    assert error.details == {
+        "agents": ["agnet-1"],
+        "not_shown": 1,
+        "did_you_mean": {"agnet-1": "agent-1"},
+        "known_count": 3,
+        "fleet": "/etc/mcphost/fleet.toml",
+    }
+    assert token not in json.dumps(error.wire())
+    center = unknown_agents(["x"], ["a"], {"path": "/f.toml", "agents_from": "center"})
+    assert "The center assigns this worker 1 agent:" in center.message
+    assert "The fleet has no agents:" in unknown_agents(["x"], []).message
 
 
 def test_parse_request_defaults() -> None:
