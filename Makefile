@@ -5,16 +5,19 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mcphost-installed
 NODE_STAMP := tools/node_modules/.mcphost-installed
 
-.PHONY: demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node system
+PACKAGES ?= $(SYSTEM_PACKAGES)
+
+.PHONY: test-kernels demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node system
 
 # The fence's programs (docs/supervisor.md, "The fence"): bubblewrap, and socat for Claude Code's
 # own sandbox inside it; and chromium, the headless browser the fleet page's test drives
 # (tests/supervisor/test_supervise_page.py). Installed with apt-get where they are missing and we
 # are root; elsewhere the line says what to install (the fence then refuses to start, naming the
-# package; the page's browser test skips, saying so).
+# package; the page's browser test skips, saying so). `make test-kernels` also needs QEMU.
 SYSTEM_PACKAGES := bubblewrap:bwrap socat:socat chromium:chromium
+KERNEL_PACKAGES := qemu-system-x86:qemu-system-x86_64
 system:
-	@for pair in $(SYSTEM_PACKAGES); do pkg=$${pair%%:*}; bin=$${pair##*:}; \
+	@for pair in $(PACKAGES); do pkg=$${pair%%:*}; bin=$${pair##*:}; \
 	  command -v $$bin >/dev/null 2>&1 && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $$pkg (apt-get)" >&2; \
@@ -66,7 +69,15 @@ test: $(STAMP) node system lint
 # payload tests, and the `thorough` tests again at their full example counts (tests/thorough.py).
 # CI runs it after `make test`.
 test-slow: $(STAMP) node system
-	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m 'slow or thorough or deep'
+	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m '(slow or thorough or deep) and not kernels'
+
+# The fence's and the limits' black-box tests on the kernels workers run (tests/kernels/): each
+# Debian release's own kernel (11: 5.10, 12: 6.1, 13: 6.12) booted under QEMU over this machine's
+# files, with cgroup v2 (tests/kernelvm.py; kernels cached in ~/.cache/mcphost/kernels). CI runs it
+# after test-slow; about 10 minutes a kernel under QEMU's software emulation.
+test-kernels: $(STAMP) node system
+	@$(MAKE) --no-print-directory system PACKAGES='$(KERNEL_PACKAGES)'
+	@$(PY) -m pytest -m kernels -n 0 tests/kernels
 
 # The determinism check: the pytest run of `make test`, RUNS times in a row, while one CPU burner
 # per CPU spins (tools/loaded_runs.py). Not part of CI: it takes several suite runs.

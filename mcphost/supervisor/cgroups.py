@@ -12,7 +12,8 @@ of the same state finds (and cleans) what a crashed one left. A group is made at
 spawn and removed when its runner stops running it (stopped, failed, removed): restarts reuse
 it. The supervisor stays outside its agents' groups: on cgroup v2 it moves itself (and whatever shared its group) into the leaf
 `<base>/supervisor` first (v2 lets a group hand controllers to children only while it has no
-process of its own), unless `<base>` is the root.
+process of its own), unless `<base>` is the root; a supervisor that starts inside such a leaf
+takes the leaf's parent as its base (`own_base`).
 
 Backends, detected at start (`detect`): `v2` (a cgroup2 mount whose `cgroup.controllers` has
 memory, pids and cpu, the supervisor's own group writable: root, or a delegated subtree:
@@ -72,6 +73,7 @@ COUNT_EXPECTED = 'a whole number of processes (at least 16) or "max"'
 WEIGHT_EXPECTED = "a whole number from 1 to 10000 (100: an equal share)"
 
 Kind = Literal["v2", "v1", "none"]
+LEAF = "supervisor"  # v2: the supervisor's own leaf beside its agents' groups
 
 
 class Planned(Protocol):
@@ -314,6 +316,15 @@ def _writable(path: str) -> bool:
     return os.access(path, os.W_OK) and os.access(os.path.join(path, "cgroup.procs"), os.W_OK)
 
 
+def own_base(group: str) -> str:
+    """The base of a supervisor in v2 group `group`: that group, or, when it is the leaf an
+    earlier supervisor made (`<base>/supervisor`: a supervisor started again from a shell or a
+    process that was moved there with it), the leaf's parent. So every supervisor of a state
+    uses one base, and finds (and cleans) the groups a crashed one left."""
+    parent, _, name = group.rstrip("/").rpartition("/")
+    return (parent or "/") if name == LEAF else group
+
+
 def detect(proc_cgroup: str | None = None, mountinfo: str | None = None) -> Backend:
     """The backend for this process (its own cgroup and the machine's mounts)."""
     try:
@@ -322,6 +333,7 @@ def detect(proc_cgroup: str | None = None, mountinfo: str | None = None) -> Back
     except OSError as exc:
         return Backend("none", f"cannot read the process's cgroups: {exc}")
     own_v2, own_v1 = parse_proc_cgroup(proc_cgroup)
+    own_v2 = None if own_v2 is None else own_base(own_v2)
     unified, v1_mounts = parse_mountinfo(mountinfo)
     problems: list[str] = []
     if unified is not None and own_v2 is not None:
@@ -551,7 +563,7 @@ class Cgroups:
     def _prepare_v2(self) -> None:
         base = self.backend.bases[""]
         if not self.backend.is_root:
-            leaf = os.path.join(base, "supervisor")
+            leaf = os.path.join(base, LEAF)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(leaf, 0o755)
             for _ in range(8):  # a process forked meanwhile: move it too

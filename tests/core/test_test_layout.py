@@ -29,7 +29,7 @@ PACKAGES = {
 
 # The process-level tiers: tests that cross packages through real processes, named after what
 # they prove (tests/README.md says what each holds). No name in them is checked.
-TIERS = {"blackbox", "hardening"}
+TIERS = {"blackbox", "hardening", "kernels"}
 
 # Black-box tests of a package's command, named after what they drive: `test_<command>.py` or
 # `test_<command>_<aspect>.py` in the package's own folder, docstring starting "Black-box:".

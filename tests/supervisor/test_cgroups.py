@@ -115,6 +115,19 @@ def test_detect_without_controllers_says_why() -> None:
     assert "cgroup v2" in backend.reason and "controller" in backend.reason
 
 
+def test_a_supervisor_started_in_the_leaf_of_an_earlier_one_shares_its_base() -> None:
+    """Found on Debian 12's kernel (tests/kernels/test_kernels.py): a supervisor started again
+    from a process the first one moved into its leaf took the leaf as its base, nested a new
+    leaf in it, and never found the groups the crashed one left."""
+    assert (
+        cg.own_base("/system.slice/mcphost.service/supervisor") == "/system.slice/mcphost.service"
+    )
+    assert cg.own_base("/system.slice/mcphost.service") == "/system.slice/mcphost.service"
+    assert cg.own_base("/supervisor") == "/"
+    assert cg.own_base("/") == "/"
+    assert cg.own_base("/x/supervisors") == "/x/supervisors"
+
+
 def test_names_are_stable() -> None:
     assert cg.instance_name("/var/lib/x") == cg.instance_name("/var/lib/x/")
     assert cg.instance_name("/var/lib/x") != cg.instance_name("/var/lib/y")
