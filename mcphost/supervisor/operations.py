@@ -157,7 +157,6 @@ class Operations:
         self._snapshot = Snapshot(0, {})
         # each agent's last row and what it was made of (`_rows`)
         self._row_cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-        self.samples = 0  # usage samples taken (each agent's figures read anew)
 
     async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         try:
@@ -228,7 +227,6 @@ class Operations:
             self._scan = None
         self.peaks.keep_only(self.supervisor.slots)
         self._sample = (now, figures)
-        self.samples += 1
         return figures
 
     def _proc_table(self) -> ProcTable:
