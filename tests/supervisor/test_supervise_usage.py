@@ -146,7 +146,7 @@ def _agrees(usage: dict[str, Any], group: dict[str, float]) -> bool:
 
 @pytest.mark.skipif(BACKEND.kind == "none", reason=f"no cgroup backend here: {BACKEND.reason}")
 def test_usage_figures_are_the_agents_groups_own(supervised: Supervised, center: DevCenter) -> None:
-    _start(supervised)
+    row = _start(supervised)
     files = _group_files(supervised, "hog")
     seen: dict[str, Any] = {}
 
@@ -175,11 +175,13 @@ def test_usage_figures_are_the_agents_groups_own(supervised: Supervised, center:
     )
     assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
     assert after["memory_peak_bytes"] == int(files["peak"].read_text())
-    # a new run counts anew (v1: the peak and the CPU account start over at the spawn; v2
-    # counts from the group's making): its CPU is its own busy second, not both runs'
+    # the runner's own restart (the agent killed) keeps the group; the new run counts anew
+    # (v1: the peak and the CPU account start over at its spawn; v2 counts from the group's
+    # making): its CPU is its own busy second and starts, not both runs'
     for name in ("ready", "free", "freed"):
         (supervised.workspace("hog") / name).unlink()
-    supervised.ctl("restart", "hog")
+    os.killpg(row["pid"], signal.SIGKILL)  # the hog and its children: its own process group
+    supervised.wait_running("hog", generation=row["generation"] + 1)
     until(lambda: (supervised.workspace("hog") / "ready").exists(), 60, "the new hog ready")
     again = until(
         lambda: agreeing() and seen["usage"]["processes"] >= 1 + KIDS and seen["usage"],
