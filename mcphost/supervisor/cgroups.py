@@ -2,9 +2,10 @@
 
 Owns: the planning (pure: the fleet keys `memory_max`, `pids_max`, `cpu_weight` as numbers, the
 documented defaults derived from what the supervisor's own group may use, the files each backend
-writes, the parsing of `/proc/self/cgroup`, `/proc/self/mountinfo` and the OOM counters) and a
-thin writer (`Cgroups`, `AgentGroup`): detect the backend at start, make the groups, write the
-limits, read the OOM counter, and remove a group once nothing of it runs.
+writes, the files each backend's usage is read from (`usage_files`: usage.py reads them), the
+parsing of `/proc/self/cgroup`, `/proc/self/mountinfo` and the OOM counters) and a thin writer
+(`Cgroups`, `AgentGroup`): detect the backend at start, make the groups, write the limits, read
+the OOM counter, and remove a group once nothing of it runs.
 
 Layout: `<base>/mcphost-<instance>/agent-<id>`, where `<base>` is the supervisor's own cgroup
 (per controller on v1) and `<instance>` a digest of the state directory, so the next supervisor
@@ -18,8 +19,9 @@ takes the leaf's parent as its base (`own_base`).
 Backends, detected at start (`detect`): `v2` (a cgroup2 mount whose `cgroup.controllers` has
 memory, pids and cpu, the supervisor's own group writable: root, or a delegated subtree:
 systemd's `Delegate=yes`), `v1` (the memory, pids and cpu hierarchies mounted and writable:
-root on a legacy or hybrid system), else `none` with the reason (`mcphost supervise --check`
-and `ctl status` say so; agents then run without limits).
+root on a legacy or hybrid system; the cpuacct hierarchy too where it is, mounted with cpu or
+apart, for the agents' CPU time: without it their usage comes from /proc), else `none` with the
+reason (`mcphost supervise --check` and `ctl status` say so; agents then run without limits).
 
 Placement: a child enters its group before it execs: the spawn's pre-exec step (kernel.py)
 writes "0" (the writer itself) to each entry file `AgentGroup.ensure` returns; a tmux pane's
@@ -52,9 +54,11 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from mcphost.events import emit
+from mcphost.supervisor.usage import CgroupFiles
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
+V1_ACCOUNTING = ("cpuacct",)  # used where mounted and writable: the CPU time of usage.py
 V2_CONTROLLERS = ("memory", "pids", "cpu")
 DEFAULT_MEMORY_MAX = 2 << 30  # at most; and at most half of what the supervisor's group may use
 DEFAULT_PIDS_MAX = 512  # at most; and at most a quarter of the supervisor's group's limit
@@ -201,6 +205,34 @@ def writes(kind: Kind, limits: Limits) -> list[tuple[str, str, str]]:
 
 
 OPTIONAL_FILES = frozenset({"memory.swap.max", "memory.memsw.limit_in_bytes", "memory.oom.group"})
+# v1 counters a spawn starts over (a write resets them), so a group that outlives restarts shows
+# the current generation's peak and CPU time, as /proc does; best effort. v2 has no such reset:
+# its `memory.peak` and `cpu.stat` count since the group was made.
+V1_RESETS = (
+    ("memory", "memory.max_usage_in_bytes", "0"),
+    ("cpuacct", "cpuacct.usage", "0"),
+)
+
+
+def usage_files(kind: Kind, dirs: Mapping[str, str]) -> CgroupFiles | None:
+    """Where usage.py reads a group's memory, peak, CPU and processes (`dirs`: the group's
+    directory per controller, "" for v2); None without a CPU account (v1 without cpuacct)."""
+    if kind == "v2" and "" in dirs:
+        group = dirs[""]
+        return CgroupFiles(
+            os.path.join(group, "memory.current"),
+            os.path.join(group, "memory.peak"),
+            os.path.join(group, "cpu.stat"),
+            os.path.join(group, "pids.current"),
+        )
+    if kind != "v1" or not {"memory", "cpuacct", "pids"} <= set(dirs):
+        return None
+    return CgroupFiles(
+        os.path.join(dirs["memory"], "memory.usage_in_bytes"),
+        os.path.join(dirs["memory"], "memory.max_usage_in_bytes"),
+        os.path.join(dirs["cpuacct"], "cpuacct.usage"),
+        os.path.join(dirs["pids"], "pids.current"),
+    )
 
 
 def oom_kills(text: str) -> int:
@@ -325,6 +357,19 @@ def own_base(group: str) -> str:
     return (parent or "/") if name == LEAF else group
 
 
+def _v1_base(
+    name: str, mounts: Mapping[str, Mount], own: Mapping[str, str]
+) -> tuple[str | None, str | None]:
+    """(the supervisor's group in the v1 hierarchy of controller `name`, or why not)."""
+    mount, path = mounts.get(name), own.get(name)
+    where = located(mount, path) if mount is not None and path is not None else None
+    if where is None:
+        return None, f"cgroup v1: no {name} hierarchy"
+    if not _writable(where):
+        return None, f"cgroup v1: {where} is not writable (run as root)"
+    return where, None
+
+
 def detect(proc_cgroup: str | None = None, mountinfo: str | None = None) -> Backend:
     """The backend for this process (its own cgroup and the machine's mounts)."""
     try:
@@ -364,16 +409,18 @@ def detect(proc_cgroup: str | None = None, mountinfo: str | None = None) -> Back
                 return Backend("v2", f"cgroup v2 at {base}", {"": base}, own_v2 in ("/", ""))
     bases: dict[str, str] = {}
     for name in V1_CONTROLLERS:
-        mount, path = v1_mounts.get(name), own_v1.get(name)
-        where = located(mount, path) if mount is not None and path is not None else None
-        if where is None:
-            problems.append(f"cgroup v1: no {name} hierarchy")
-        elif not _writable(where):
-            problems.append(f"cgroup v1: {where} is not writable (run as root)")
-        else:
+        where, problem = _v1_base(name, v1_mounts, own_v1)
+        if where is not None:
             bases[name] = where
+        elif problem is not None:
+            problems.append(problem)
     if len(bases) == len(V1_CONTROLLERS):
-        return Backend("v1", "cgroup v1 (" + ", ".join(bases.values()) + ")", bases)
+        for name in V1_ACCOUNTING:  # optional: without it, usage from /proc
+            where, _ = _v1_base(name, v1_mounts, own_v1)
+            if where is not None:
+                bases[name] = where
+        shown = ", ".join(dict.fromkeys(bases.values()))  # cpu and cpuacct mounted together: once
+        return Backend("v1", f"cgroup v1 ({shown})", bases)
     return Backend("none", "; ".join(problems) or "no cgroup hierarchy")
 
 
@@ -454,6 +501,9 @@ class AgentGroup:
         self.agent_id = agent_id
         self.dirs = dict(dirs)
         self.limits = limits
+        # each directory once (v1's cpu and cpuacct may be one hierarchy: one directory)
+        self.unique_dirs = tuple(dict.fromkeys(self.dirs.values()))
+        self.usage_files = usage_files(kind, self.dirs)  # None: the agent's usage from /proc
 
     @property
     def path(self) -> str:
@@ -464,10 +514,12 @@ class AgentGroup:
     def exists(self) -> bool:
         return os.path.isdir(self.path)
 
-    def ensure(self) -> tuple[str, ...]:
+    def ensure(self, new_run: bool = False) -> tuple[str, ...]:
         """Make the group (if need be) with its limits; the entry files (`entry_file`) a
-        single-threaded child writes "0" to before it execs. OSError when it cannot be made."""
-        for directory in self.dirs.values():
+        single-threaded child writes "0" to before it execs. `new_run`: the agent's spawn (not
+        a `ctl exec`): v1's peak and CPU counters start over (`V1_RESETS`). OSError when it
+        cannot be made."""
+        for directory in self.unique_dirs:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(directory, 0o755)
         for controller, name, value in writes(self.kind, self.limits):
@@ -477,7 +529,12 @@ class AgentGroup:
             except OSError:
                 if name not in OPTIONAL_FILES:  # a kernel without swap accounting, say
                     raise
-        return tuple(os.path.join(d, entry_file(self.kind)) for d in self.dirs.values())
+        if new_run and self.kind == "v1":
+            for controller, name, value in V1_RESETS:
+                if controller in self.dirs:
+                    with contextlib.suppress(OSError):
+                        _write(os.path.join(self.dirs[controller], name), value)
+        return tuple(os.path.join(d, entry_file(self.kind)) for d in self.unique_dirs)
 
     def oom_kills(self) -> int:
         controller, name = oom_file(self.kind)
@@ -491,7 +548,7 @@ class AgentGroup:
         could not be (an unkillable process: left, and said)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        for directory in self.dirs.values():
+        for directory in self.unique_dirs:
             while os.path.isdir(directory) and not _rmdir_quietly(directory):
                 if loop.time() >= deadline:
                     emit(
@@ -508,7 +565,7 @@ class AgentGroup:
     def remove_now(self, timeout: float = 10.0) -> bool:
         """`remove`, blocking (at start, before the event loop serves anything)."""
         deadline = time.monotonic() + timeout
-        for directory in self.dirs.values():
+        for directory in self.unique_dirs:
             while os.path.isdir(directory) and not _rmdir_quietly(directory):
                 if time.monotonic() >= deadline:
                     return False
@@ -537,6 +594,13 @@ class Cgroups:
     def _instance_dirs(self) -> dict[str, str]:
         return {c: os.path.join(base, self.instance) for c, base in self.backend.bases.items()}
 
+    def _unique_instance_dirs(self) -> dict[str, str]:
+        """`_instance_dirs` with each directory once: {directory: a controller of it}."""
+        unique: dict[str, str] = {}
+        for controller, directory in self._instance_dirs().items():
+            unique.setdefault(directory, controller)
+        return unique
+
     def prepare(self) -> list[str]:
         """Start-up: (v2) the supervisor into its leaf and the controllers handed down; the
         instance's groups made, and every agent group a crashed supervisor left removed (what
@@ -546,7 +610,7 @@ class Cgroups:
         if self.kind == "v2":
             self._prepare_v2()
         stale: list[str] = []
-        for controller, directory in self._instance_dirs().items():
+        for directory, controller in self._unique_instance_dirs().items():
             with contextlib.suppress(FileExistsError):
                 os.mkdir(directory, 0o755)
             if self.kind == "v2":
@@ -587,18 +651,9 @@ class Cgroups:
         """The limits of an agent's plan, defaults applied."""
         return resolve_limits(plan.memory_max, plan.pids_max, plan.cpu_weight, self.defaults)
 
-    def cgroup_of(self, agent_id: str) -> str | None:
-        """The directory of the agent's group while it exists (v2: its group; v1: its memory
-        group, beside `pids/` and `cpu/` ones of the same name), for usage figures."""
-        if self.kind == "none":
-            return None
-        base = self._instance_dirs()["" if self.kind == "v2" else "memory"]
-        path = os.path.join(base, group_name(agent_id))
-        return path if os.path.isdir(path) else None
-
     def close(self) -> None:
         """At shutdown, after every agent is gone: the instance's groups removed."""
-        for directory in self._instance_dirs().values():
+        for directory in self._unique_instance_dirs():
             _rmdir_quietly(directory)
 
 

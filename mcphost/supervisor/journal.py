@@ -7,7 +7,9 @@ writes (the same threshold: the `mcphost` logger's `MCPHOST_LOG_LEVEL`, other li
 warning and above), formatted by the sink's own `JsonFormatter`, is appended to a `RotatingLog`
 (logs.py: 0600 in the supervisor's logs directory, `<state>/logs/`, rotated at `MAX_BYTES`,
 `KEEP` old files) and kept in the ring (`RING` lines; `recent()` gives them as records, oldest
-first; `newest()` the newest of one family of events, newest first: the fleet page's list).
+first; `newest()` the newest of one family of events, newest first: the fleet page's list;
+`version` counts the records kept, so a reader rebuilds what it made of the ring only when it
+grew).
 
 An agent's logs live in `<state>/logs/<id>/`; an agent named `supervisor.log` is the one
 that cannot have them (its home fails, that agent only).
@@ -42,6 +44,7 @@ class Journal(logging.Handler):
         self.setFormatter(events.JsonFormatter())
         self.directory = directory
         self.ring: deque[str] = deque(maxlen=RING)
+        self.version = 0  # records kept in the ring, ever
         self.problem: str | None = None
         self.log: RotatingLog | None = None
         try:
@@ -55,6 +58,7 @@ class Journal(logging.Handler):
         except Exception:  # a record that cannot be formatted: the sink says nothing either
             return
         self.ring.append(line)
+        self.version += 1
         if self.log is None:
             return
         try:

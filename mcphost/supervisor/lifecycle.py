@@ -633,11 +633,12 @@ class AgentRunner:
 
     # -- the agent's cgroup (cgroups.py) ------------------------------------------------------
     def enter_group(self) -> tuple[str, ...]:
-        """The entry files a run's first process writes itself to (the group made
-        with its limits); none without a group. OSError when it cannot be made."""
+        """The entry files a run's first process writes itself to (the group made with its
+        limits, its usage counters started over); none without a group. OSError when it cannot
+        be made."""
         if self.cgroup is None:
             return ()
-        placement = self.cgroup.ensure()
+        placement = self.cgroup.ensure(new_run=True)
         self._oom_mark = self.cgroup.oom_kills()  # the group outlives a restart: count anew
         return placement
 

@@ -7,15 +7,19 @@ removed one, never half), every name checked before anything is done to any (an 
 lacks: `unknown_agent`, built by `control.protocol.unknown_agents`; one it could not set up:
 `agent_not_running`), and mapping every failure to a row of `mcphost.supervisor.refusals`;
 the `ctl exec` commands running (ended with their agent's generation: `end_execs`); each status
-row's `usage` (usage.py: one /proc scan per status, the agents' memory peaks, with the center
-calls the surfaces counted and the relay's queue depth) and the sampling of the peaks between
-two statuses (`sample_usage`); and the event of a reload that applied nothing (`reload_failed`,
-for ctl and SIGHUP alike).
+row's `usage` (usage.py's figures from one sample shared by every status, page poll and scrape
+within `USAGE_SAMPLE_SECONDS`, with the center calls the surfaces counted and the relay's queue
+depth, both read live) and the sampling between statuses where a peak needs it
+(`sample_usage_forever`); the status as a versioned `Snapshot` (a new version only when
+something in it changed: what the page and the metrics build from it is built once per
+version); and the event of a reload that applied nothing (`reload_failed`, for ctl and SIGHUP
+alike).
 
 Must never: start, stop or restart an agent without holding its lock, act on any agent of a
-request that names one the fleet lacks, run a command as an agent
-that is not running (its identity root must have a generation), or register an exec'd command
-anywhere but the identity registry (`identity.Identities`).
+request that names one the fleet lacks, run a command as an agent that is not running (its
+identity root must have a generation), register an exec'd command anywhere but the identity
+registry (`identity.Identities`), or change a status it handed out (every reader of a snapshot
+shares it: read it, never write it).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events
@@ -32,12 +38,12 @@ from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import ControlError, unknown_agents
 from mcphost.supervisor.homes import LOGS, HeldWorkspace, Home, agent_env
 from mcphost.supervisor.identity import Identities
-from mcphost.supervisor.lifecycle import AgentRunner, AgentState
-from mcphost.supervisor.usage import Peaks, ProcTable, agent_usage, usage_json
+from mcphost.supervisor.lifecycle import AgentRunner, AgentState, AgentStatus
+from mcphost.supervisor.usage import Peaks, ProcTable, Usage, agent_usage, usage_json
 
 if TYPE_CHECKING:
     from mcphost.supervisor.centerhealth import CenterHealth
-    from mcphost.supervisor.cgroups import Cgroups
+    from mcphost.supervisor.cgroups import Cgroups, Limits
     from mcphost.supervisor.execs import Execution
     from mcphost.supervisor.fence import Fence
     from mcphost.supervisor.kernel import Reaper
@@ -45,12 +51,32 @@ if TYPE_CHECKING:
     from mcphost.supervisor.records import ProcessRecords
     from mcphost.supervisor.sessions import SessionHub
 
-# Seconds between two samples of every agent's usage (the memory peaks from /proc): one scan
-# of /proc, a few milliseconds for a fleet of 100 (bench/usage.py).
+# How old the usage figures of a status may be, in seconds: every status, page poll, scrape and
+# `ctl top` refresh within this age reads the same sample (each agent's group files, about 10 us
+# an agent; or one scan of /proc for the agents without a group, ~12 ms for a fleet of 100:
+# bench/usage.py), and where a peak is the supervisor's own (`Usage.sampled_peak`) a sample is
+# taken at least this often.
 USAGE_SAMPLE_SECONDS = 5.0
-# How old a scan of /proc may be and still answer a status: the page's polls, the scrapes and
-# `ctl top` within this share one scan (a scan of a 100-agent fleet costs ~12 ms of CPU).
-USAGE_MAX_AGE_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One `status()` answer and its `version`, which grows whenever anything in the answer
+    changed (a state, a count, the center's health, a new usage sample); what is built from a
+    snapshot (the page's JSON, the metrics' text) is built once per version. Shared: read only."""
+
+    version: int
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    """One agent's usage as sampled, with the run it was read for (a new run is read anew)."""
+
+    pid: int | None
+    generation: int | None
+    usage: Usage
+    json: dict[str, object]
 
 
 class Slot(Protocol):
@@ -125,15 +151,12 @@ class Operations:
         self.supervisor = supervisor
         self.execs: dict[int, Execution] = {}  # `ctl exec` commands by pid
         self.peaks = Peaks()  # each agent's largest memory seen, of its current generation
-        self._scan: tuple[float, ProcTable] | None = None  # the last /proc scan, and when
-
-    def _table(self, max_age: float = USAGE_MAX_AGE_SECONDS) -> ProcTable:
-        """A scan of /proc at most `max_age` seconds old (one scan serves every agent's row,
-        and every status asked for within that age)."""
-        now = time.monotonic()
-        if self._scan is None or now - self._scan[0] > max_age:
-            self._scan = (now, ProcTable.scan())
-        return self._scan[1]
+        # the last usage sample (monotonic time, each agent's figures) and the last snapshot
+        self._sample: tuple[float, dict[str, _Figures]] | None = None
+        self._scan: ProcTable | None = None  # /proc as the sample being taken read it
+        self._snapshot = Snapshot(0, {})
+        # each agent's last row and what it was made of (`_rows`)
+        self._row_cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     async def reload(self, dry_run: bool = False) -> dict[str, Any]:
         try:
@@ -171,88 +194,125 @@ class Operations:
         "agents": [<row>, ...]}` (the center first: it explains the rest when it is down;
         `limits`: cgroups.py's backend, its reason and the default limits, or None before it is
         detected; `fleet`: the fleet file and where its agents come from, `file` or
-        `center`)."""
+        `center`). The snapshot's: read only."""
+        return self.snapshot().status
+
+    def snapshot(self, max_age: float = USAGE_SAMPLE_SECONDS) -> Snapshot:
+        """The status now, its usage figures at most `max_age` seconds old, as a `Snapshot`:
+        the same one (same version) as long as nothing in it changed."""
         health = self.supervisor.health
         cgroups = self.supervisor.cgroups
-        return {
+        status = {
             "center": health.as_json() if health is not None else None,
             "limits": cgroups.as_json() if cgroups is not None else None,
             "fleet": self._fleet_json(),
-            "agents": self._rows(),
+            "agents": self._rows(self._usage_sample(max_age)),
         }
+        if status != self._snapshot.status:
+            self._snapshot = Snapshot(self._snapshot.version + 1, status)
+        return self._snapshot
 
-    def _usage(self, agent_id: str, slot: Slot, table: ProcTable) -> dict[str, Any]:
-        """The row's `usage`: usage.py's figures, the center calls, the relay queue depth."""
-        supervisor = self.supervisor
+    # -- usage: one sample for every reader within its age ---------------------------------
+    def _usage_sample(self, max_age: float) -> dict[str, _Figures]:
+        """Every agent's figures, read at most `max_age` seconds ago (read now otherwise)."""
+        now = time.monotonic()
+        if self._sample is not None and now - self._sample[0] <= max_age:
+            return self._sample[1]
+        try:
+            figures = {
+                agent_id: self._read_figures(agent_id, slot)
+                for agent_id, slot in list(self.supervisor.slots.items())
+            }
+        finally:
+            self._scan = None
+        self.peaks.keep_only(self.supervisor.slots)
+        self._sample = (now, figures)
+        return figures
+
+    def _proc_table(self) -> ProcTable:
+        """/proc, scanned once per sample and only if an agent without a group asks."""
+        if self._scan is None:
+            self._scan = ProcTable.scan()
+        return self._scan
+
+    def _read_figures(self, agent_id: str, slot: Slot) -> _Figures:
+        """usage.py's figures of one agent: its group's files, else its trees in /proc."""
         status = slot.runner.status()
-        calls, errors = supervisor.surfaces.center_calls(agent_id)
-        relay = supervisor.relay
-        figures = agent_usage(
+        group = slot.runner.cgroup
+        usage = agent_usage(
             agent_id,
             status.generation,
-            supervisor.identities.of(agent_id) if status.pid is not None else (),
-            table=table,
+            self.supervisor.identities.of(agent_id) if status.pid is not None else (),
+            table=self._proc_table,
             peaks=self.peaks,
-            cgroup=self._v2_group(agent_id),
+            cgroup=group.usage_files if group is not None else None,
         )
-        return usage_json(
-            figures,
-            {
-                "center_calls": calls,
-                "center_errors": errors,
-                "relay_queue_depth": (
-                    relay.queue_depth(slot.plan.bundle, agent_id) if relay is not None else None
-                ),
-            },
-        )
+        return _Figures(status.pid, status.generation, usage, usage.as_json())
 
-    def _v2_group(self, agent_id: str) -> str | None:
-        """The agent's own cgroup v2 group, whose files usage.py reads; None on v1 (its files
-        differ: the agent's processes in /proc are the source there) and without limits."""
-        groups = self.supervisor.cgroups
-        return groups.cgroup_of(agent_id) if groups is not None and groups.kind == "v2" else None
-
-    def sample_usage(self) -> None:
-        """Sample every agent's usage once (its memory peak: `Peaks`)."""
-        table = self._table()
-        for agent_id, slot in list(self.supervisor.slots.items()):
-            self._usage(agent_id, slot, table)
-        self.peaks.keep_only(self.supervisor.slots)
+    def _needs_sampling(self) -> bool:
+        """Whether a peak is the supervisor's own (`Usage.sampled_peak`): an agent running
+        without a group that gives one, or last read without it."""
+        sample = self._sample[1] if self._sample is not None else {}
+        for agent_id, slot in self.supervisor.slots.items():
+            group = slot.runner.cgroup
+            if slot.runner.status().pid is not None and (group is None or not group.usage_files):
+                return True
+            seen = sample.get(agent_id)
+            if seen is not None and seen.usage.sampled_peak:
+                return True
+        return False
 
     async def sample_usage_forever(self, every: float = USAGE_SAMPLE_SECONDS) -> None:
-        """`sample_usage` every `every` seconds (a task of the supervisor's)."""
+        """A usage sample at least every `every` seconds where a peak needs it (`Peaks`: the
+        agents read from /proc); nothing otherwise: the kernel keeps a group's peak. A task of
+        the supervisor's."""
         while True:
             await asyncio.sleep(every)
-            self.sample_usage()
+            if self._needs_sampling():
+                self._usage_sample(every)
 
-    def _rows(self) -> list[dict[str, Any]]:
+    def _figures(
+        self, agent_id: str, slot: Slot, status: AgentStatus, sample: dict[str, _Figures]
+    ) -> _Figures:
+        """The sample's figures of the agent, read anew for a run the sample did not see."""
+        figures = sample.get(agent_id)
+        if figures is None or (figures.pid, figures.generation) != (status.pid, status.generation):
+            figures = sample[agent_id] = self._read_figures(agent_id, slot)
+            self._scan = None
+        return figures
+
+    def _rows(self, sample: dict[str, _Figures]) -> list[dict[str, Any]]:
+        """One row per agent; an agent's row is the same object as in the last status while
+        nothing it shows changed (`_row_cache`), so comparing two statuses costs little and
+        what is built per row (the page's JSON) can be kept per row."""
         rows = []
         supervisor = self.supervisor
-        table = self._table()  # one scan of /proc for every agent's usage
+        surfaces, relay = supervisor.surfaces, supervisor.relay
+        sessions: Counter[str] = Counter()
+        for hub in supervisor.hubs.values():
+            sessions.update(hub.counts())
+        cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         for agent_id, slot in sorted(supervisor.slots.items()):
             status = slot.runner.status()
             group = slot.runner.cgroup
-            rows.append(
-                {
-                    "agent_id": agent_id,
-                    "state": str(status.state),
-                    "pid": status.pid,
-                    "generation": status.generation,
-                    "restarts": status.restarts,
-                    "started_at": status.started_at,
-                    "last_exit": status.last_exit,
-                    "last_reason": status.last_reason,
-                    "sessions": sum(hub.count(agent_id) for hub in supervisor.hubs.values()),
-                    "fenced": slot.fenced,
-                    "sandbox": "none" if slot.sandbox is None else slot.sandbox.name,
-                    "runner": slot.plan.runner,
-                    "protocol_state": status.protocol_state,
-                    "state_reason_code": status.state_reason_code,
-                    "usage": self._usage(agent_id, slot, table),
-                    # the agent's cgroup limits (cgroups.py); None: no backend, no limits
-                    "limits": None if group is None else group.limits.as_json(),
-                }
+            fenced = slot.fenced
+            key = (
+                status,
+                sessions[agent_id],
+                tuple(fenced.items()) if fenced is not None else None,  # changed in place
+                "none" if slot.sandbox is None else slot.sandbox.name,
+                slot.plan.runner,
+                self._figures(agent_id, slot, status, sample),
+                surfaces.center_calls(agent_id),
+                relay.queue_depth(slot.plan.bundle, agent_id) if relay is not None else None,
+                None if group is None else group.limits,
             )
+            held = self._row_cache.get(agent_id)
+            if held is None or held[0] != key:
+                held = (key, _row(agent_id, *key))
+            cache[agent_id] = held
+            rows.append(held[1])
+        self._row_cache = cache
         for agent_id, reason in sorted(supervisor.unstarted.items()):
             rows.append(
                 {
@@ -386,6 +446,46 @@ class Operations:
         for execution in list(self.execs.values()):
             if execution.agent_id == agent_id and (below is None or execution.generation < below):
                 execution.end()
+
+
+def _row(
+    agent_id: str,
+    status: AgentStatus,
+    sessions: int,
+    fenced: tuple[tuple[str, Any], ...] | None,
+    sandbox: str,
+    runner: str,
+    figures: _Figures,
+    calls: tuple[int, int],
+    queue_depth: int | None,
+    limits: Limits | None,
+) -> dict[str, Any]:
+    """One agent's `ctl status` row, from what `Operations._rows` keys it by."""
+    return {
+        "agent_id": agent_id,
+        "state": str(status.state),
+        "pid": status.pid,
+        "generation": status.generation,
+        "restarts": status.restarts,
+        "started_at": status.started_at,
+        "last_exit": status.last_exit,
+        "last_reason": status.last_reason,
+        "sessions": sessions,
+        "fenced": dict(fenced) if fenced is not None else None,
+        "sandbox": sandbox,
+        "runner": runner,
+        "protocol_state": status.protocol_state,
+        "state_reason_code": status.state_reason_code,
+        # usage.py's figures of the sample, the center calls and the relay queue (live)
+        "usage": {
+            **figures.json,
+            "center_calls": calls[0],
+            "center_errors": calls[1],
+            "relay_queue_depth": queue_depth,
+        },
+        # the agent's cgroup limits (cgroups.py); None: no backend, no limits
+        "limits": None if limits is None else limits.as_json(),
+    }
 
 
 def reload_failed(exc: ControlError, trigger: str) -> None:

@@ -3,12 +3,15 @@
 Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback IP literal, held
 to that by the fleet file's loader) with two resources: `/`, one HTML document whose style and
 script are inline (no external asset, no CDN; a Content-Security-Policy that allows exactly those
-two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script polls each
-second (so the page follows restarts without a reload): the center's health, and per agent its
-state, generation, restarts, fence, usage, sessions, last exit and reason (`Operations.status()`'s
+two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script polls every
+`POLL_MS` (so the page follows restarts without a reload): the center's health, and per agent its
+state, generation, restarts, fence, usage, sessions, last exit and reason (`Operations.snapshot()`'s
 rows, read with `.get`, every field passed through an allow-list), and the supervisor's recent
 events (the newest `supervisor.*` records of the journal's ring, journal.py, each cut to
-`safe_event`'s allow-list of fields).
+`safe_event`'s allow-list of fields). The JSON is built once per change of what it shows (the
+snapshot's version, the journal's) and served as the same bytes to every poll until the next
+change, with the time of the answer (`now`) put in front: a poll between two changes costs the
+server's own work and a comparison of the agents' states, nothing more.
 
 Who can reach it: whoever can connect to that loopback port: every local user of the machine (no
 authentication; the page says nothing more than `ctl status`'s ids, states and figures). A
@@ -29,7 +32,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -139,16 +142,31 @@ def safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return safe_event(str(record.get("event")), str(record.get("level")), when, fields)
 
 
-class StatusSource(Protocol):
-    """What the page reads of the supervisor: `Operations.status()` (operations.py)."""
+class Versioned(Protocol):
+    """A status and its version (`operations.Snapshot`)."""
 
-    async def status(self) -> dict[str, Any]: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def status(self) -> Mapping[str, Any]: ...
+
+
+class StatusSource(Protocol):
+    """What the page reads of the supervisor: `Operations.snapshot()` (operations.py)."""
+
+    def snapshot(self) -> Versioned: ...
 
 
 class EventSource(Protocol):
     """What the page reads of the supervisor's events: the journal's ring (journal.py)."""
 
+    @property
+    def version(self) -> int: ...
     def newest(self, limit: int, prefix: str = "") -> list[dict[str, Any]]: ...
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
 
 
 _STYLE = """
@@ -344,6 +362,15 @@ class FleetPage:
         self._runner: web.AppRunner | None = None
         self._hosts: frozenset[str] = frozenset()
         self.url: str | None = None
+        # what `/api/fleet` shows after `now`, as built for these versions (status, journal)
+        self._built: tuple[int, int] | None = None
+        self._fleet_part = ""  # the center and the agents, of the status version built
+        # each agent's JSON, by agent, with the row it was made of (the same row object while
+        # nothing in it changed: operations.py)
+        self._rows: dict[str, tuple[Mapping[str, Any], str]] = {}
+        self._events_part = ""  # the events, of the journal version built
+        self._tail = b""
+        self.builds = 0  # times the JSON was built (tests, bench)
 
     async def start(self) -> str:
         """Bind and serve; the page's URL. Raises `OSError` (the address is taken...)."""
@@ -372,17 +399,45 @@ class FleetPage:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
-    async def snapshot(self) -> dict[str, Any]:
-        """`/api/fleet`: what the page shows, nothing more (module doc)."""
-        status = await self._source.status()
-        agents = status.get("agents") or []
-        return {
-            "now": time.time(),
-            "supervisor": {"started_at": self._started_at},
-            "center": safe_center(status.get("center")),
-            "agents": [safe_row(row) for row in agents if isinstance(row, Mapping)],
-            "events": [safe_record(r) for r in self._journal.newest(EVENTS_SHOWN, "supervisor.")],
-        }
+    def body(self) -> bytes:
+        """`/api/fleet`: what the page shows, nothing more (module doc): `now`, then what was
+        built for the current versions of the status and the journal (built anew only when
+        one of them changed)."""
+        snapshot = self._source.snapshot()
+        versions = (snapshot.version, self._journal.version)
+        if versions != self._built:
+            built = self._built or (-1, -1)
+            if versions[0] != built[0]:
+                status = snapshot.status
+                center = _json(safe_center(status.get("center")))
+                rows = ", ".join(self._agents(status.get("agents") or ()))
+                self._fleet_part = f', "center": {center}, "agents": [{rows}]'
+            if versions[1] != built[1]:
+                newest = self._journal.newest(EVENTS_SHOWN, "supervisor.")
+                self._events_part = _json([safe_record(r) for r in newest])
+            supervisor = _json({"started_at": self._started_at})
+            self._tail = (
+                f', "supervisor": {supervisor}{self._fleet_part}, "events": {self._events_part}}}'
+            ).encode()
+            self._built = versions
+            self.builds += 1
+        return b'{"now": ' + repr(time.time()).encode() + self._tail
+
+    def _agents(self, rows: Iterable[Any]) -> list[str]:
+        """Each row's JSON (`safe_row`), kept while the row is the same object."""
+        kept: dict[str, tuple[Mapping[str, Any], str]] = {}
+        out = []
+        for row in rows:
+            if not isinstance(row, Mapping):
+                continue
+            agent = str(row.get("agent_id"))
+            held = self._rows.get(agent)
+            if held is None or held[0] is not row:
+                held = (row, _json(safe_row(row)))
+            kept[agent] = held
+            out.append(held[1])
+        self._rows = kept
+        return out
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -396,8 +451,7 @@ class FleetPage:
         return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
 
     async def _fleet(self, request: web.Request) -> web.Response:
-        body = json.dumps(await self.snapshot(), default=str, ensure_ascii=False)
-        return web.Response(text=body, content_type="application/json", charset="utf-8")
+        return web.Response(body=self.body(), content_type="application/json", charset="utf-8")
 
 
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:

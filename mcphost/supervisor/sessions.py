@@ -47,6 +47,7 @@ import os
 import re
 import socket
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -334,11 +335,13 @@ class SessionHub:
             )
 
     # -- the registry ---------------------------------------------------------------------
+    def counts(self) -> Counter[str]:
+        """Live sessions (identified, not being closed) per agent, in one pass."""
+        return Counter(s.attached.agent_id for s in self._sessions if not s.stop.is_set())
+
     def count(self, agent_id: str) -> int:
-        """Live sessions of `agent_id` (identified, not being closed)."""
-        return sum(
-            1 for s in self._sessions if s.attached.agent_id == agent_id and not s.stop.is_set()
-        )
+        """Live sessions of `agent_id`."""
+        return self.counts()[agent_id]
 
     def close_where(self, pred: Callable[[Attached], bool]) -> int:
         """End every live session whose `Attached` satisfies `pred` at once; how many."""

@@ -236,7 +236,7 @@ class Supervisor:
 
         listen = self.fleet.metrics
         assert listen is not None
-        metrics = Metrics(self.operations.status, self._relay_figures)
+        metrics = Metrics(self.operations.snapshot, self._relay_figures)
         server = MetricsServer(metrics, listen)
         try:
             await server.start()

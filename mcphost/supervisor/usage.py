@@ -1,36 +1,41 @@
 """Per-agent resource usage: memory (current and peak), CPU seconds and processes.
 
 Two sources, the better first:
-- the agent's own cgroup v2 directory, when it has one (`cgroup`: a path, or None until the
-  supervisor places agents in cgroups): `memory.current`, `memory.peak`, `cpu.stat`'s
-  `usage_usec` and `pids.current` (tasks: processes and their threads), the kernel's own count
-  of everything the agent ever ran there;
+- the agent's own cgroup, when it has one (`CgroupFiles`: the four files cgroups.py names for
+  its backend), the kernel's own count of everything the agent ran there since the group was
+  made (at its spawn; kept across restarts, removed when the agent stops). cgroup v2:
+  `memory.current`, `memory.peak`, `cpu.stat`'s `usage_usec`, `pids.current`; cgroup v1:
+  `memory.usage_in_bytes`, `memory.max_usage_in_bytes`, `cpuacct.usage` (nanoseconds),
+  `pids.current`. `pids.current` counts tasks: processes and their threads. Reading them costs
+  four small reads per agent, whatever the agent runs;
 - else the agent's process trees in /proc: each identity root `(pid, starttime)` of the agent
   (identity.py: its spawn and its `ctl exec` commands) and every live descendant. Memory is the
   sum of each process's resident set (`stat` field 24; a process's proportional share, PSS from
   `smaps_rollup`, with `pss=True`: dearer, read once per process), CPU the sum of `utime + stime
   + cutime + cstime` (a process's own time and that of the children it has waited for: nothing
   counted twice), processes the count. A process that left the tree (reparented to the
-  supervisor, the child subreaper) is no longer counted; its time is lost with it.
+  supervisor, the child subreaper) is no longer counted; its time is lost with it. This needs a
+  scan of all of /proc (`ProcTable.scan`, shared by every agent of a sample).
 
-The peak from /proc (and from a cgroup without `memory.peak`) is the largest current figure the
-supervisor has seen for the agent's current generation (`Peaks`: every `ctl status`, and the
-supervisor's sampler).
+The peak from /proc (and from a cgroup without a peak file) is the largest current figure the
+supervisor has seen for the agent's current generation (`Peaks`: every sample).
 
 Owns: the pure parsers of the /proc and cgroup files (`parse_stat`, `parse_smaps_rollup`,
-`parse_cpu_stat`, `parse_counter`), the one scan of /proc shared by every agent of a status
-(`ProcTable.scan`), the tree walk (`tree_usage`), the cgroup read (`cgroup_usage`), the peaks,
-and `agent_usage`, the one call the operations make per agent.
+`parse_cpu_stat`, `parse_counter`, `parse_cpu`), the one scan of /proc shared by every agent of
+a sample (`ProcTable.scan`), the tree walk (`tree_usage`), the cgroup read (`cgroup_usage`), the
+peaks, and `agent_usage`, the one call the operations make per agent.
 Must never: write anything, follow a reused pid into another process's tree (a child that
 started before its parent is not its child), raise on a process that vanished mid-read
-(gone is simply not counted), or import anything of the supervisor's above identity.
+(gone is simply not counted), scan /proc for an agent that has nothing to find there, or import
+anything of the supervisor's above identity.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -40,16 +45,26 @@ FIELDS = ("memory_current_bytes", "memory_peak_bytes", "cpu_seconds", "processes
 @dataclass(frozen=True, slots=True)
 class Usage:
     """One agent's figures; None when unknown (no process, or a file that could not be read).
-    `source`: "cgroup", "proc", or "none" (nothing running)."""
+    `source`: "cgroup", "proc", or "none" (nothing running). `sampled_peak`: the peak is the
+    largest figure seen at samples (`Peaks`), not the kernel's: worth sampling between
+    statuses (not shown)."""
 
     memory_current_bytes: int | None = None
     memory_peak_bytes: int | None = None
     cpu_seconds: float | None = None
     processes: int | None = None
     source: str = "none"
+    sampled_peak: bool = False
 
     def as_json(self) -> dict[str, object]:
-        return asdict(self)
+        """`FIELDS` and `source`, as a `ctl status` row's `usage` has them."""
+        return {
+            "memory_current_bytes": self.memory_current_bytes,
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "cpu_seconds": self.cpu_seconds,
+            "processes": self.processes,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +122,29 @@ def parse_cpu_stat(text: str) -> float | None:
 
 
 def parse_counter(text: str) -> int | None:
-    """A one-number cgroup file (`memory.current`, `memory.peak`, `pids.current`); None for
-    anything else (`max`, empty)."""
+    """A one-number cgroup file (`memory.current`, `memory.peak`, `pids.current`, v1's
+    `memory.usage_in_bytes`); None for anything else (`max`, empty)."""
     text = text.strip()
     return int(text) if text.isdigit() else None
+
+
+def parse_cpuacct_usage(text: str) -> float | None:
+    """cgroup v1 `cpuacct.usage` (nanoseconds), in seconds; None when it is not a number."""
+    count = parse_counter(text)
+    return count / 1_000_000_000 if count is not None else None
+
+
+# The CPU file's name -> its parser (the backend's file: cgroups.py names it).
+CPU_PARSERS: dict[str, Callable[[str], float | None]] = {
+    "cpu.stat": parse_cpu_stat,
+    "cpuacct.usage": parse_cpuacct_usage,
+}
+
+
+def parse_cpu(name: str, text: str) -> float | None:
+    """The CPU seconds of a group's CPU file, by its base name (`cpu.stat` or `cpuacct.usage`)."""
+    parser = CPU_PARSERS.get(name)
+    return parser(text) if parser is not None else None
 
 
 # -- /proc ---------------------------------------------------------------------------------------
@@ -203,29 +237,31 @@ def tree_usage(entries: list[ProcEntry], *, pss: bool = False, proc: str = "/pro
     )
 
 
-# -- cgroup v2 -----------------------------------------------------------------------------------
+# -- cgroups --------------------------------------------------------------------------------------
 
 
-def cgroup_usage(path: str) -> Usage | None:
-    """Usage from the cgroup v2 directory `path`; None when it cannot be read at all (gone)."""
-    files = {
-        name: _read(os.path.join(path, name))
-        for name in ("memory.current", "memory.peak", "cpu.stat", "pids.current")
-    }
-    if all(text is None for text in files.values()):
+class CgroupFiles(NamedTuple):
+    """Where one agent's group keeps its four figures (cgroups.py `AgentGroup.usage_files`:
+    v2, one directory; v1, the memory, cpuacct and pids hierarchies' groups)."""
+
+    memory_current: str
+    memory_peak: str
+    cpu: str  # `cpu.stat` (v2) or `cpuacct.usage` (v1): parsed by its name (`parse_cpu`)
+    processes: str
+
+
+def cgroup_usage(files: CgroupFiles) -> Usage | None:
+    """Usage from the agent's group `files`; None when none of them can be read (gone)."""
+    texts = [_read(path, 1024) for path in files]
+    if all(text is None for text in texts):
         return None
-
-    def counter(name: str) -> int | None:
-        text = files[name]
-        return parse_counter(text) if text is not None else None
-
-    cpu_text = files["cpu.stat"]
-    cpu = parse_cpu_stat(cpu_text) if cpu_text is not None else None
+    current, peak, cpu_text, processes = texts
+    cpu = parse_cpu(os.path.basename(files.cpu), cpu_text) if cpu_text is not None else None
     return Usage(
-        memory_current_bytes=counter("memory.current"),
-        memory_peak_bytes=counter("memory.peak"),
+        memory_current_bytes=parse_counter(current) if current is not None else None,
+        memory_peak_bytes=parse_counter(peak) if peak is not None else None,
         cpu_seconds=round(cpu, 2) if cpu is not None else None,
-        processes=counter("pids.current"),
+        processes=parse_counter(processes) if processes is not None else None,
         source="cgroup",
     )
 
@@ -259,24 +295,36 @@ def agent_usage(
     generation: int | None,
     roots: Iterable[tuple[int, int]],
     *,
-    table: ProcTable | None,
+    table: Callable[[], ProcTable] | ProcTable | None,
     peaks: Peaks,
-    cgroup: str | None = None,
+    cgroup: CgroupFiles | None = None,
     pss: bool = False,
 ) -> Usage:
-    """One agent's usage: its cgroup's files when it has a cgroup, else its trees in `table`
-    (one `ProcTable.scan` for every agent of a status: pass the same table); the peak through
-    `peaks` where the source has none."""
+    """One agent's usage: its group's files when it has a group, else its trees in /proc
+    (`table`: one `ProcTable.scan` for every agent of a sample: pass the same table, or a
+    function that scans once when first asked; None scans now). No scan for an agent without
+    roots (nothing running). The peak through `peaks` where the source has none."""
     usage = cgroup_usage(cgroup) if cgroup is not None else None
     if usage is None:
-        if table is None:
-            table = ProcTable.scan()
-        usage = tree_usage(table.tree(roots), pss=pss)
+        roots = list(roots)
+        if not roots:
+            usage = Usage(source="none")
+        else:
+            if table is None:
+                table = ProcTable.scan()
+            elif callable(table):
+                table = table()
+            usage = tree_usage(table.tree(roots), pss=pss)
     if usage.memory_peak_bytes is None:
         peak = peaks.update(agent_id, generation, usage.memory_current_bytes)
         if usage.source != "none":
             usage = Usage(
-                usage.memory_current_bytes, peak, usage.cpu_seconds, usage.processes, usage.source
+                usage.memory_current_bytes,
+                peak,
+                usage.cpu_seconds,
+                usage.processes,
+                usage.source,
+                sampled_peak=True,
             )
     return usage
 

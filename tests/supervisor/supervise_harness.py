@@ -234,6 +234,31 @@ class Supervised:
             self.terminate()
 
 
+def group_dirs(sv: Supervised, agent_id: str) -> dict[str, str]:
+    """The agent's group per controller ("" on v2; on v1 the cpuacct group too where that
+    hierarchy is mounted), found as the supervisor's docs name it:
+    `<its own group>/mcphost-<instance>/agent-<id>`."""
+    from mcphost.supervisor import cgroups
+
+    assert sv.proc is not None
+    own = Path(f"/proc/{sv.proc.pid}/cgroup").read_text()
+    mounts = Path("/proc/self/mountinfo").read_text()
+    unified, v1 = cgroups.parse_proc_cgroup(own)
+    v2_mount, v1_mounts = cgroups.parse_mountinfo(mounts)
+    instance = cgroups.instance_name(str(sv.state))
+    leaf = cgroups.group_name(agent_id)
+    if cgroups.detect().kind == "v2":
+        assert v2_mount is not None and unified is not None
+        base = cgroups.located(v2_mount, unified.removesuffix("/supervisor"))
+        return {"": os.path.join(str(base), instance, leaf)}
+    out = {}
+    for c in (*cgroups.V1_CONTROLLERS, *cgroups.V1_ACCOUNTING):
+        if c in v1_mounts and c in v1:
+            base = cgroups.located(v1_mounts[c], v1[c])
+            out[c] = os.path.join(str(base), instance, leaf)
+    return out
+
+
 def package_copy(parent: Path) -> Path:
     """A copy of the packages a supervisor, its pumps and the stand-in agent run (`mcphost/`,
     `configgen/`) under `parent`, without caches: its root, for `Supervised.use_tree`."""

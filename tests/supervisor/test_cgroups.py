@@ -1,11 +1,13 @@
-"""Per-agent cgroups (cgroups.py): the pure planning (keys, defaults, writes, detection), and,
-where this machine has a usable backend, a child's entry into a real group."""
+"""Per-agent cgroups (cgroups.py): the pure planning (keys, defaults, writes, detection, v1's
+cpuacct apart or with cpu, the files each backend's usage is read from), and, where this machine
+has a usable backend, a child's entry into a real group."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -170,7 +172,7 @@ def test_a_child_and_what_it_starts_are_in_every_hierarchy_of_its_group() -> Non
     lines = done.stdout.splitlines()
     for table in (lines[: len(lines) // 2], lines[len(lines) // 2 :]):
         unified, v1 = cg.parse_proc_cgroup("\n".join(table))
-        paths = [unified] if backend.kind == "v2" else [v1[c] for c in cg.V1_CONTROLLERS]
+        paths = [unified] if backend.kind == "v2" else [v1[c] for c in backend.bases]
         assert all(path is not None and path.endswith("/" + name) for path in paths), table
     with open("/proc/self/cgroup") as own:
         assert name not in own.read()
@@ -178,3 +180,64 @@ def test_a_child_and_what_it_starts_are_in_every_hierarchy_of_its_group() -> Non
 
 def groups_removed(group: cg.AgentGroup) -> bool:
     return group.remove_now() and not group.exists
+
+
+def _hierarchies(tmp_path: Path, mounts: dict[str, str]) -> str:
+    """A mountinfo of v1 hierarchies at directories under `tmp_path` ({point: controllers}),
+    each writable as root's are (a `cgroup.procs` in it)."""
+    lines = []
+    for index, (point, controllers) in enumerate(mounts.items()):
+        directory = tmp_path / point
+        directory.mkdir()
+        (directory / "cgroup.procs").write_text("")
+        lines.append(
+            f"{40 + index} 31 0:{40 + index} / {directory} rw - cgroup cgroup rw,{controllers}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hierarchies must be writable as root's are")
+@pytest.mark.parametrize("together", [False, True])
+def test_v1_accounts_cpu_in_cpuacct_apart_or_mounted_with_cpu(
+    tmp_path: Path, together: bool
+) -> None:
+    mounts = {"memory": "memory", "pids": "pids"}
+    mounts.update(
+        {"cpu,cpuacct": "cpu,cpuacct"} if together else {"cpu": "cpu", "cpuacct": "cpuacct"}
+    )
+    own = (
+        "8:pids:/\n4:memory:/\n2:cpuacct:/\n1:cpu:/\n"
+        if not together
+        else "8:pids:/\n4:memory:/\n1:cpu,cpuacct:/\n"
+    )
+    backend = cg.detect(own, _hierarchies(tmp_path, mounts))
+    assert backend.kind == "v1" and set(backend.bases) == {"memory", "pids", "cpu", "cpuacct"}
+    assert backend.reason.count(str(tmp_path)) == (3 if together else 4)  # each directory once
+    group = cg.Cgroups(backend, str(tmp_path / "state"), cg.Limits(None, None, 100)).group(
+        "a1", cg.Limits(None, None, 100)
+    )
+    assert group is not None
+    assert len(group.unique_dirs) == (3 if together else 4)
+    files = group.usage_files
+    assert files is not None
+    assert files.memory_current == os.path.join(group.dirs["memory"], "memory.usage_in_bytes")
+    assert files.memory_peak == os.path.join(group.dirs["memory"], "memory.max_usage_in_bytes")
+    assert files.cpu == os.path.join(group.dirs["cpuacct"], "cpuacct.usage")
+    assert files.processes == os.path.join(group.dirs["pids"], "pids.current")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hierarchies must be writable as root's are")
+def test_v1_without_cpuacct_keeps_its_limits_and_reads_usage_from_proc(tmp_path: Path) -> None:
+    mounts = _hierarchies(tmp_path, {"memory": "memory", "pids": "pids", "cpu": "cpu"})
+    backend = cg.detect("8:pids:/\n4:memory:/\n1:cpu:/\n", mounts)
+    assert backend.kind == "v1" and "cpuacct" not in backend.bases
+    group = cg.AgentGroup("v1", "a1", {c: f"/x/{c}" for c in backend.bases}, cg.Limits(1, 1, 1))
+    assert group.usage_files is None
+
+
+def test_usage_files_of_v2() -> None:
+    files = cg.usage_files("v2", {"": "/sys/fs/cgroup/m/agent-a1"})
+    assert files is not None and [os.path.basename(f) for f in files] == [
+        "memory.current", "memory.peak", "cpu.stat", "pids.current",
+    ]  # fmt: skip
+    assert cg.usage_files("none", {}) is None

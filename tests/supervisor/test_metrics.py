@@ -1,9 +1,12 @@
 """The metrics module: the families of a status, the center calls, the server, and its cost.
 
-- `families` of a status (the rows `Operations.status()` gives, with and without the usage
-  figures another module adds) and the relay's figures: names, labels, values; a figure that is
-  None or absent is left out, never shown as 0; an agent that left is gone from the next
-  scrape.
+- `FleetText` of a status (the rows `Operations.snapshot()` gives, with and without the usage
+  figures another module adds) and `relay_families` of the relay's figures, read back with
+  prometheus_client's parser: names, labels, values; a figure that is None or absent is left
+  out, never shown as 0; an agent that left is gone from the next scrape; the text is what
+  prometheus_client's `generate_latest` writes for the same families, and a scrape formats
+  the fleet again only for a new snapshot version, each agent's lines only when its row
+  changed.
 - `Metrics.center_call`: by tool and outcome (a code that is not code-shaped is `other`), a
   histogram by tool.
 - `MetricsServer` over a real Unix socket: `GET /metrics` only, mode 0660, the socket gone
@@ -24,17 +27,45 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mcphost.supervisor.lifecycle import AgentState
 from mcphost.supervisor.metrics import (
     NAMES,
+    FleetText,
     Metrics,
     MetricsServer,
     RelayFigures,
-    families,
     outcome_label,
+    relay_families,
 )
 from mcphost.supervisor.plan import Listen
+
+
+class Families:
+    """Metric families as a collector (what `generate_latest` renders)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+class Snapshots:
+    """`Operations.snapshot` over a list of statuses: each call the next one, a new version."""
+
+    def __init__(self, statuses: list[Mapping[str, Any]]) -> None:
+        self.statuses = statuses
+        self.version = 0
+
+    def __call__(self) -> Snapshots:
+        if self.statuses:
+            self.status = self.statuses.pop(0)
+            self.version += 1
+        return self
 
 
 def row(agent: str, **over: Any) -> dict[str, Any]:
@@ -52,7 +83,8 @@ def row(agent: str, **over: Any) -> dict[str, Any]:
 
 
 def by_name(status: Mapping[str, Any], relay: RelayFigures | None = None) -> dict[str, Any]:
-    return {f.name: f for f in families(status, relay)}
+    text = FleetText().text(status) + generate_latest(Families(relay_families(relay))).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
 
 
 def values(family: Any) -> dict[tuple[tuple[str, str], ...], float]:
@@ -117,21 +149,72 @@ def test_outcome_labels_are_codes_or_other(code: str, label: str) -> None:
     assert outcome_label(code) == label
 
 
+def test_the_fleets_text_is_what_prometheus_client_writes_for_the_same_families() -> None:
+    odd = 'we"ird\\ id\n'  # every character the text format escapes in a label value
+    usage = {"memory_current_bytes": 123456789012, "memory_peak_bytes": None, "cpu_seconds": 1.25}
+    rows = [row(odd, usage=usage), row("a2", state="failed", generation=None, sandbox=None)]
+    status = {"center": {"state": "ok"}, "agents": rows}
+    names = [
+        ("mcphost_agent_state", "gauge", ["agent", "state"]),
+        ("mcphost_agent_restarts", "counter", ["agent"]),
+        ("mcphost_agent_generation", "gauge", ["agent"]),
+        ("mcphost_agent_sessions", "gauge", ["agent"]),
+        ("mcphost_agent_fence_info", "gauge", ["agent", "fence"]),
+        ("mcphost_agent_memory_bytes", "gauge", ["agent"]),
+        ("mcphost_agent_memory_peak_bytes", "gauge", ["agent"]),
+        ("mcphost_agent_cpu_seconds", "counter", ["agent"]),
+        ("mcphost_agent_processes", "gauge", ["agent"]),
+        ("mcphost_center_up", "gauge", []),
+    ]
+    made: dict[str, Any] = {}
+    for name, kind, labels in names:
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+        shown = name + ("_total" if kind == "counter" else "")
+        made[name] = family(name, NAMES[shown], labels=labels)
+    for r in rows:
+        agent = r["agent_id"]
+        for state in AgentState:
+            made["mcphost_agent_state"].add_metric([agent, state.value], state == r["state"])
+        made["mcphost_agent_restarts"].add_metric([agent], r["restarts"])
+        if r["generation"] is not None:
+            made["mcphost_agent_generation"].add_metric([agent], r["generation"])
+        made["mcphost_agent_sessions"].add_metric([agent], r["sessions"])
+        if r["sandbox"] is not None:
+            made["mcphost_agent_fence_info"].add_metric([agent, r["sandbox"]], 1)
+    made["mcphost_agent_memory_bytes"].add_metric([odd], 123456789012)
+    made["mcphost_agent_cpu_seconds"].add_metric([odd], 1.25)
+    made["mcphost_center_up"].add_metric([], 1)
+    expected = generate_latest(Families(list(made.values()))).decode()
+    assert FleetText().text(status) == expected
+
+
+def test_a_scrape_formats_the_fleet_once_per_version_and_an_agent_only_when_it_changed() -> None:
+    first = {"center": {"state": "ok"}, "agents": [row("a1"), row("a2")]}
+    second = {"center": {"state": "ok"}, "agents": [row("a1"), row("a2", restarts=3)]}
+    snapshots = Snapshots([first])
+    metrics = Metrics(snapshots, lambda: None)
+    one = metrics.exposition()
+    assert metrics.fleet.formatted == 2 and b'restarts_total{agent="a2"} 2.0' in one
+    again = metrics.exposition()  # the same version: the same fleet text, nothing formatted
+    assert metrics.fleet.formatted == 2
+    assert again.split(b"# HELP process_")[0] == one.split(b"# HELP process_")[0]
+    snapshots.statuses.append(second)
+    two = metrics.exposition()  # a new version: only the agent whose row changed
+    assert metrics.fleet.formatted == 3 and b'restarts_total{agent="a2"} 3.0' in two
+    assert b'restarts_total{agent="a1"} 2.0' in two
+
+
 def scrape(metrics: Metrics) -> dict[str, Any]:
-    text = asyncio.run(metrics.exposition()).decode()
+    text = metrics.exposition().decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
 def test_center_calls_by_tool_and_outcome_with_latency_and_rows_per_scrape() -> None:
-    statuses = [
+    statuses: list[Mapping[str, Any]] = [
         {"center": {"state": "ok"}, "agents": [row("a1"), row("a2")]},
         {"center": {"state": "ok"}, "agents": [row("a2")]},
     ]
-
-    async def status() -> Mapping[str, Any]:
-        return statuses.pop(0)
-
-    metrics = Metrics(status, lambda: None)
+    metrics = Metrics(Snapshots(statuses), lambda: None)
     metrics.center_call("a1", "get_my_work", "ok", 0.02)
     metrics.center_call("a2", "get_my_work", "ok", 0.2)
     metrics.center_call("a2", "get_my_work", "Not A Code", 3.0)
@@ -160,11 +243,10 @@ def test_the_server_answers_get_metrics_only_on_a_private_socket() -> None:
     directory = tempfile.mkdtemp(prefix="mcphost-mt-")
     path = os.path.join(directory, "m.sock")
 
-    async def status() -> Mapping[str, Any]:
-        return {"center": None, "agents": [row("a1")]}
+    snapshots = Snapshots([{"center": None, "agents": [row("a1")]}])
 
     async def run() -> tuple[bytes, bytes, int]:
-        server = MetricsServer(Metrics(status, lambda: None), Listen(path=path))
+        server = MetricsServer(Metrics(snapshots, lambda: None), Listen(path=path))
         await server.start()
         try:
             mode = os.stat(path).st_mode & 0o777

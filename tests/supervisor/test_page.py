@@ -2,13 +2,15 @@
 GET and HEAD only (405 otherwise), its own loopback Host only (403: DNS rebinding), with a
 strict Content-Security-Policy that allows exactly its inline style and script; its snapshot
 carries only the allow-listed fields of the status rows, the center and the supervisor's events
-(read from the journal's ring, journal.py: those from before the page opened too); and the
-supervisor imports it only when `[page]` is set. The page in a real browser on a real
-supervisor: test_supervise_page.py."""
+(read from the journal's ring, journal.py: those from before the page opened too); the JSON is
+built once per version of the status and of the journal, every poll in between served the same
+bytes with its own `now`; and the supervisor imports it only when `[page]` is set. The page in a
+real browser on a real supervisor: test_supervise_page.py."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +27,16 @@ SECRET = "tok-3b9f"
 
 
 class Source:
-    """`Operations.status()` as a row could carry more than the page may show."""
+    """`Operations.snapshot()` (its `version` and `status`) as a row could carry more than the
+    page may show."""
 
-    async def status(self) -> dict[str, Any]:
+    version = 1
+
+    def snapshot(self) -> Source:
+        return self
+
+    @property
+    def status(self) -> dict[str, Any]:
         return {
             "center": {"state": "ok", "message": f"via {SECRET}", "checked_at": 1.0,
                        "fleet_key": None, "admin_url": SECRET},
@@ -94,6 +103,32 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     assert names[-1] == "supervisor.reloaded" and snapshot["events"][-1]["added"] == ["a1"]
     assert "relay.delivered" not in names  # the supervisor's own events only
     assert "state" not in snapshot["events"][0]  # a directory, not a state word
+
+
+def test_the_json_is_built_once_per_change_and_every_poll_has_its_own_time(
+    tmp_path: Path,
+) -> None:
+    kept = journal.install(str(tmp_path))
+    try:
+        source = Source()
+        page = FleetPage(source, PageConfig("127.0.0.1", 0), started_at=0.0, journal=kept)
+        first = json.loads(page.body())
+        second = json.loads(page.body())
+        assert page.builds == 1  # nothing changed: the same bytes
+        assert second["now"] >= first["now"] and first["agents"] == second["agents"]
+        assert {k: v for k, v in first.items() if k != "now"} == {
+            k: v for k, v in second.items() if k != "now"
+        }
+        source.version = 2  # a new snapshot (a state, a count, a usage sample)
+        page.body()
+        assert page.builds == 2
+        events.emit("supervisor.agent_exited", agent_id="a1", exit="signal 9")
+        shown = json.loads(page.body())
+        assert page.builds == 3 and shown["events"][0]["event"] == "supervisor.agent_exited"
+        page.body()
+        assert page.builds == 3
+    finally:
+        kept.close()
 
 
 def test_the_allow_lists() -> None:

@@ -5,8 +5,9 @@ Through a real `mcphost supervise` started inside a bounded parent group (as und
 reaches only its own process limit, while `ctl exec` of another agent, the restart of another
 agent and `ctl status` keep working; a memory hog is killed by its own limit, reported "out of
 memory" and restarted by its policy, its peer untouched; the processes in an agent's group are
-exactly the agent's (its pumps, its `ctl exec` commands, a tmux agent's pane), never the
-supervisor; the groups go with the agents.
+exactly the agent's (its pumps, its `ctl exec` commands, a tmux agent's pane), in every
+controller's group (v1's cpuacct too, which counts its CPU time), never the supervisor; the
+groups go with the agents.
 
 Skipped, with the reason, where the machine has no usable backend (no writable cgroup v2
 subtree with controllers and no writable v1 memory/pids/cpu hierarchies: not root).
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.supervisor import cgroups
-from tests.supervisor.supervise_harness import Supervised, inline
+from tests.supervisor.supervise_harness import Supervised, group_dirs, inline
 from tests.waiting import until
 
 # deep (make test-slow): a fork loop and a memory hog take the machine's processes and memory.
@@ -140,26 +141,6 @@ def _procs(directory: str) -> list[int]:
         return [int(p) for p in Path(directory, "cgroup.procs").read_text().split()]
     except OSError:
         return []
-
-
-def group_dirs(sv: Supervised, agent_id: str) -> dict[str, str]:
-    """The agent's group per controller ("" on v2), found as the supervisor's docs name it:
-    `<its own group>/mcphost-<instance>/agent-<id>`."""
-    own = Path(f"/proc/{sv.proc.pid}/cgroup").read_text()  # type: ignore[union-attr]
-    mounts = Path("/proc/self/mountinfo").read_text()
-    unified, v1 = cgroups.parse_proc_cgroup(own)
-    v2_mount, v1_mounts = cgroups.parse_mountinfo(mounts)
-    instance = cgroups.instance_name(str(sv.state))
-    leaf = f"{cgroups.group_name(agent_id)}"
-    if BACKEND.kind == "v2":
-        assert v2_mount is not None and unified is not None
-        base = cgroups.located(v2_mount, unified.removesuffix("/supervisor"))
-        return {"": os.path.join(str(base), instance, leaf)}
-    out = {}
-    for c in cgroups.V1_CONTROLLERS:
-        base = cgroups.located(v1_mounts[c], v1[c])
-        out[c] = os.path.join(str(base), instance, leaf)
-    return out
 
 
 def pids_dir(sv: Supervised, agent_id: str) -> str:

@@ -14,6 +14,7 @@ import pytest
 from mcphost.supervisor import usage as U
 
 UNIFIED = Path("/sys/fs/cgroup/unified/cpu.stat")
+CPUACCT = Path("/sys/fs/cgroup/cpuacct/cpuacct.usage")  # this machine's v1 CPU account
 
 
 def _read(path: str) -> str:
@@ -62,30 +63,79 @@ def test_parse_counter() -> None:
     assert U.parse_counter("") is None
 
 
+@pytest.mark.skipif(not CPUACCT.exists(), reason="no cgroup v1 cpuacct hierarchy on this machine")
+def test_parse_cpuacct_usage_of_a_real_v1_group() -> None:
+    seconds = U.parse_cpu("cpuacct.usage", CPUACCT.read_text())
+    assert seconds is not None and seconds > 0
+    assert U.parse_cpuacct_usage("2500000000\n") == 2.5
+    assert U.parse_cpu("cpu.stat", "usage_usec 1500000\n") == 1.5
+    assert U.parse_cpu("memory.current", "12\n") is None  # not a CPU file
+
+
+def _files(directory: Path, v1: bool = False) -> U.CgroupFiles:
+    """The four files of a group in `directory` (the v2 names, or v1's in one directory)."""
+    names = (
+        ("memory.usage_in_bytes", "memory.max_usage_in_bytes", "cpuacct.usage", "pids.current")
+        if v1
+        else ("memory.current", "memory.peak", "cpu.stat", "pids.current")
+    )
+    return U.CgroupFiles(*(str(directory / name) for name in names))
+
+
 def test_cgroup_usage_reads_the_four_files(tmp_path: Path) -> None:
-    # the kernel's formats (this machine's controllers are on v1: the files are written here)
+    # the kernel's formats, written here (usage against a real v1 group of a real agent:
+    # test_supervise_usage.py)
     (tmp_path / "memory.current").write_text("4096000\n")
     (tmp_path / "memory.peak").write_text("8192000\n")
     (tmp_path / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
     (tmp_path / "pids.current").write_text("7\n")
-    assert U.cgroup_usage(str(tmp_path)) == U.Usage(4096000, 8192000, 2.5, 7, "cgroup")
-    assert U.cgroup_usage(str(tmp_path / "gone")) is None
+    assert U.cgroup_usage(_files(tmp_path)) == U.Usage(4096000, 8192000, 2.5, 7, "cgroup")
+    (tmp_path / "memory.usage_in_bytes").write_text("4096000\n")
+    (tmp_path / "memory.max_usage_in_bytes").write_text("8192000\n")
+    (tmp_path / "cpuacct.usage").write_text("2504000000\n")  # nanoseconds
+    assert U.cgroup_usage(_files(tmp_path, v1=True)) == U.Usage(4096000, 8192000, 2.5, 7, "cgroup")
+    assert U.cgroup_usage(_files(tmp_path / "gone")) is None
+
+
+def _no_scan() -> U.ProcTable:
+    raise AssertionError("/proc scanned")
 
 
 def test_agent_usage_prefers_the_cgroup_and_keeps_a_peak_where_it_has_none(tmp_path: Path) -> None:
     (tmp_path / "memory.current").write_text("100\n")
     peaks = U.Peaks()
-    first = U.agent_usage("a", 1, (), table=U.ProcTable(), peaks=peaks, cgroup=str(tmp_path))
+    group = _files(tmp_path)
+    first = U.agent_usage("a", 1, [(1, 1)], table=_no_scan, peaks=peaks, cgroup=group)
     assert (first.memory_current_bytes, first.memory_peak_bytes, first.source) == (
         100,
         100,
         "cgroup",
     )
+    assert first.sampled_peak  # no memory.peak: the supervisor's own
     (tmp_path / "memory.current").write_text("40\n")
-    second = U.agent_usage("a", 1, (), table=U.ProcTable(), peaks=peaks, cgroup=str(tmp_path))
+    second = U.agent_usage("a", 1, [(1, 1)], table=_no_scan, peaks=peaks, cgroup=group)
     assert (second.memory_current_bytes, second.memory_peak_bytes) == (40, 100)
-    newer = U.agent_usage("a", 2, (), table=U.ProcTable(), peaks=peaks, cgroup=str(tmp_path))
+    newer = U.agent_usage("a", 2, [(1, 1)], table=_no_scan, peaks=peaks, cgroup=group)
     assert newer.memory_peak_bytes == 40  # a new generation starts over
+    (tmp_path / "memory.peak").write_text("500\n")
+    kernels = U.agent_usage("a", 2, [(1, 1)], table=_no_scan, peaks=peaks, cgroup=group)
+    assert (kernels.memory_peak_bytes, kernels.sampled_peak) == (500, False)
+
+
+def test_no_scan_of_proc_for_an_agent_with_nothing_running(tmp_path: Path) -> None:
+    gone = _files(tmp_path / "removed")  # a stopped agent's group is removed
+    for cgroup in (gone, None):
+        usage = U.agent_usage("a", 1, (), table=_no_scan, peaks=U.Peaks(), cgroup=cgroup)
+        assert usage == U.Usage()
+    scans: list[int] = []
+
+    def scan_once() -> U.ProcTable:
+        scans.append(1)
+        return U.ProcTable()
+
+    # a group gone while the agent still has a root: its trees in /proc, from the shared table
+    fell_back = U.agent_usage("a", 1, [(1, 1)], table=scan_once, peaks=U.Peaks(), cgroup=gone)
+    assert fell_back.source == "none" and scans == [1]
 
 
 @pytest.fixture
