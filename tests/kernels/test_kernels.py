@@ -64,7 +64,7 @@ print("KERNELVM-PROBE " + json.dumps({
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_the_fence_and_the_limits_hold_on_the_kernel(name: str) -> None:
     pytest_argv = ["env", "MCPHOST_TEST_DEPTH=full", sys.executable, "-m", "pytest"]
-    pytest_argv += ["-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile"]
+    pytest_argv += ["-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "--timeout", "900"]
     pytest_argv += ["-m", "deep or not deep", *GUEST_FILES]
     probe_then_test = '"$1" -c "$2" && shift 2 && exec "$@"'
     command = ["sh", "-c", probe_then_test, "sh", sys.executable, PROBE, *pytest_argv]
