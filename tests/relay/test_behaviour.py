@@ -378,7 +378,9 @@ async def test_raww_writes_raw_text_and_look_reads_it_back(world: World) -> None
     assert any("echo: raw words here" in line for line in look["snapshot_lines"])
     assert look["snapshot_lines"][-1].startswith(">")
     assert "authenticated_identity" not in look  # socket trust: no verified identity
-    # default and maximum lines
+    # default and maximum lines (once bravo's stand-in has drawn its prompt: an empty pane
+    # captures as no line)
+    await world.pane("bravo", ">")
     assert 1 <= len((await world.call("alpha@party", "look", target_session="bravo@party"))[
         "snapshot_lines"]) <= 120  # fmt: skip
     for bad in (0, 1001):
