@@ -3,7 +3,8 @@
 `make test-kernels` (CI runs it after `make test-slow`): tests/kernelvm.py boots each kernel of
 `KERNELS` (Debian 11's 5.10, 12's 6.1, 13's 6.12, each its release's `linux-image-amd64`) under
 QEMU over this machine's files, with a cgroup2 hierarchy holding every controller, and runs the
-GUEST_FILES there with pytest, as root in a delegated group (`--cgroup delegated`: what the
+GUEST_FILES there with pytest (the fence's, the real Codex's and Claude Code's own sandboxes
+inside it, the limits' and the usage figures'), as root in a delegated group (`--cgroup delegated`: what the
 contrib systemd unit's `Delegate=yes` gives), so the supervisor moves itself into its own leaf
 group. Before them, the guest prints what the fence and the limits find on that kernel
 (`fence.probe()`, `cgroups.detect()`), and the test pins it: the level `ctl status` will show and
@@ -30,11 +31,16 @@ from tests.kernelvm import KERNELS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# What depends on the kernel: the hostile agent against the fence, the agents' own sandboxes
-# nested in it, the per-agent limits (fork loop, memory hog, OOM report) and the usage figures.
+# What depends on the kernel: the hostile agent against the fence and the operator's renames
+# around it, the agents' own sandboxes nested in it (bubblewrap and user namespaces, and the real
+# Codex and Claude Code with their own sandboxes on), the per-agent limits (fork loop, memory
+# hog, OOM report) and the usage figures.
 GUEST_FILES = (
     "tests/supervisor/test_fence.py",
+    "tests/supervisor/test_fence_field.py",
     "tests/supervisor/test_fence_nesting.py",
+    "tests/blackbox/test_fenced_codex.py",
+    "tests/blackbox/test_fenced_claude.py",
     "tests/supervisor/test_supervise_cgroups.py",
     "tests/supervisor/test_supervise_usage.py",
 )
