@@ -22,7 +22,7 @@ system:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $$pkg (apt-get)" >&2; \
 	    { apt-get install -y -qq $$pkg >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$pkg >/dev/null; }; } || exit 1; \
-	  else echo "$$bin not found: install the $$pkg package (the fence or the page's test needs it)" >&2; fi; \
+	  else echo "$$bin not found: install the $$pkg package (the fence, the page's test or make test-kernels needs it)" >&2; fi; \
 	done
 
 venv: $(STAMP)
