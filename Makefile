@@ -74,7 +74,7 @@ test-slow: $(STAMP) node system
 # The fence's and the limits' black-box tests on the kernels workers run (tests/kernels/): each
 # Debian release's own kernel (11: 5.10, 12: 6.1, 13: 6.12) booted under QEMU over this machine's
 # files, with cgroup v2 (tests/kernelvm.py; kernels cached in ~/.cache/mcphost/kernels). CI runs it
-# after test-slow; about 10 minutes a kernel under QEMU's software emulation.
+# after test-slow; 10 to 13 minutes a kernel under QEMU's software emulation.
 test-kernels: $(STAMP) node system
 	@$(MAKE) --no-print-directory system PACKAGES='$(KERNEL_PACKAGES)'
 	@$(PY) -m pytest -m kernels -n 0 tests/kernels

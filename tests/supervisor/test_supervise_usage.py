@@ -114,8 +114,9 @@ def _group_files(supervised: Supervised, agent_id: str) -> dict[str, Path]:
     }
 
 
-def _read_group(files: dict[str, Path]) -> dict[str, float]:
-    """The group's figures now: bytes, bytes, CPU seconds, tasks."""
+def _read_group(files: dict[str, Path]) -> dict[str, float | None]:
+    """The group's figures now: bytes, bytes, CPU seconds, tasks. v2 has `memory.peak` from
+    Linux 5.19 (Debian 11's 5.10 has none: tests/kernels/): without it, the peak is None."""
     cpu = files["cpu"].read_text()
     seconds = (
         int(cpu.split("usage_usec ")[1].split()[0]) / 1e6
@@ -124,23 +125,25 @@ def _read_group(files: dict[str, Path]) -> dict[str, float]:
     )
     return {
         "memory_current_bytes": int(files["memory"].read_text()),
-        "memory_peak_bytes": int(files["peak"].read_text()),
+        "memory_peak_bytes": int(files["peak"].read_text()) if files["peak"].exists() else None,
         "cpu_seconds": seconds,
         "processes": int(files["tasks"].read_text()),
     }
 
 
-def _agrees(usage: dict[str, Any], group: dict[str, float]) -> bool:
+def _agrees(usage: dict[str, Any], group: dict[str, Any]) -> bool:
     """The row's figures are the group's (read a moment apart: memory within 5%, CPU within
-    0.1 s, tasks exactly; the peak the kernel's, which only grows within a run)."""
+    0.1 s, tasks exactly; the peak the kernel's, which only grows within a run, or, where the
+    kernel keeps none, the largest figure the supervisor saw)."""
+    kernel_peak = group["memory_peak_bytes"]
+    if kernel_peak is None:
+        kernel_peak = usage["memory_peak_bytes"]
     return (
         usage["processes"] == group["processes"]
         and abs(usage["memory_current_bytes"] - group["memory_current_bytes"])
         <= 0.05 * group["memory_current_bytes"]
         and abs(usage["cpu_seconds"] - group["cpu_seconds"]) <= 0.1
-        and usage["memory_current_bytes"]
-        <= usage["memory_peak_bytes"]
-        <= group["memory_peak_bytes"]
+        and usage["memory_current_bytes"] <= usage["memory_peak_bytes"] <= kernel_peak
     )
 
 
@@ -174,7 +177,8 @@ def test_usage_figures_are_the_agents_groups_own(supervised: Supervised, center:
         "the hog's memory to fall",
     )
     assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
-    assert after["memory_peak_bytes"] == int(files["peak"].read_text())
+    if files["peak"].exists():
+        assert after["memory_peak_bytes"] == int(files["peak"].read_text())
     # the runner's own restart (the agent killed) keeps the group; the new run counts anew
     # (v1: the peak and the CPU account start over at its spawn; v2 counts from the group's
     # making): its CPU is its own busy second and starts, not both runs'
