@@ -75,7 +75,7 @@ class Kernel:
 KERNELS = {
     kernel.name: kernel
     for kernel in (
-        Kernel("debian-11", "bullseye", "Linux 5.10: Landlock ABI 1 (no scopes), cgroup v2"),
+        Kernel("debian-11", "bullseye", "Linux 5.10: no Landlock (5.13 brought it), cgroup v2"),
         Kernel("debian-12", "bookworm", "Linux 6.1: Landlock ABI 2 (no scopes), cgroup v2"),
         Kernel("debian-13", "trixie", "Linux 6.12: Landlock ABI 6 (scopes), cgroup v2"),
     )
