@@ -85,6 +85,7 @@ import platform
 import shutil
 import stat
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 # -- constants (linux/landlock.h, linux/prctl.h, linux/keyctl.h) ---------------------------------
@@ -508,7 +509,9 @@ def with_cgroup(message: bytes, entry_files: tuple[str, ...]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
-def _enter_cgroup(entry_files: list[str]) -> None:
+def enter_cgroup(entry_files: Iterable[str]) -> None:
+    """Put the writing process (thread, for v1's `tasks`) into each group's entry file: the
+    spawn's pre-exec step (kernel.py) and the tmux gate (`main`) both enter this way."""
     for path in entry_files:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -916,7 +919,7 @@ def main(argv: list[str]) -> int:
     message = json.loads(data.decode())
     command = argv[1:]
     try:
-        _enter_cgroup([str(p) for p in message.pop("cgroup", [])])
+        enter_cgroup(str(p) for p in message.pop("cgroup", []))
     except OSError as exc:
         sys.stderr.write(f"mcphost: cannot enter the agent's cgroup: {exc}\n")
         return 126

@@ -56,7 +56,7 @@ from typing import Protocol
 from mcphost.events import emit
 from mcphost.peer import ProcStat, read_stat
 from mcphost.procs import open_pidfd, wait_pidfd
-from mcphost.supervisor.fence import Fence, Switch, own_keyring
+from mcphost.supervisor.fence import Fence, Switch, enter_cgroup, own_keyring
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -167,12 +167,7 @@ def pdeathsig_preexec(
     )
 
     def preexec() -> None:
-        for procs_file in cgroup:
-            fd = os.open(procs_file, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
+        enter_cgroup(cgroup)
         if creds is not None:
             os.setgroups(groups)
             os.setgid(creds.gid)

@@ -167,15 +167,7 @@ def test_usage_figures_are_the_agents_groups_own(supervised: Supervised, center:
     assert usage["relay_queue_depth"] is None  # no bundle
     assert (usage["center_calls"], usage["center_errors"]) == (0, 0)
     # memory freed: the current figure falls, the peak stays the kernel's
-    (supervised.workspace("hog") / "free").write_text("")
-    until(lambda: (supervised.workspace("hog") / "freed").exists(), 60, "the hog to free")
-    # (a status reads a sample at most USAGE_SAMPLE_SECONDS old: wait for a fresh one)
-    fell = usage["memory_current_bytes"] - HOLD * MIB / 2
-    after = until(
-        lambda: (u := supervised.status()["hog"]["usage"])["memory_current_bytes"] < fell and u,
-        60,
-        "the hog's memory to fall",
-    )
+    after = _freed(supervised, usage)
     assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
     if files["peak"].exists():
         assert after["memory_peak_bytes"] == int(files["peak"].read_text())
@@ -220,16 +212,23 @@ def test_usage_figures_without_cgroups_match_ps(supervised: Supervised, center: 
     assert 1.0 <= usage["cpu_seconds"] < 1.0 + 10, usage  # the busy child, and the starts
     assert usage["memory_peak_bytes"] >= usage["memory_current_bytes"]
     # memory freed: the current figure falls, the peak stays what the supervisor saw
+    after = _freed(supervised, usage)
+    assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
+    _check_calls_and_table(supervised, usage)
+
+
+def _freed(supervised: Supervised, usage: dict[str, Any]) -> dict[str, Any]:
+    """Have the hog free half its memory; its next row whose memory fell (a status reads a
+    sample at most USAGE_SAMPLE_SECONDS old: this waits for a fresh one)."""
     (supervised.workspace("hog") / "free").write_text("")
     until(lambda: (supervised.workspace("hog") / "freed").exists(), 60, "the hog to free")
     fell = usage["memory_current_bytes"] - HOLD * MIB / 2
-    after = until(
+    after: dict[str, Any] = until(
         lambda: (u := supervised.status()["hog"]["usage"])["memory_current_bytes"] < fell and u,
         60,
         "the hog's memory to fall",
     )
-    assert after["memory_peak_bytes"] >= usage["memory_current_bytes"]
-    _check_calls_and_table(supervised, usage)
+    return after
 
 
 def _check_calls_and_table(supervised: Supervised, usage: dict[str, Any]) -> None:
