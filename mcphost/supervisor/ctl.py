@@ -73,6 +73,9 @@ SOCKET_NAME = "control.sock"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 # RST: restarts; SESS: MCP sessions attached; MEM, PEAK: memory now and at its largest (of
 # this generation); CPU: CPU time; PROCS: processes; CALLS: center calls/those that failed;
+# FENCE ends " (shared uid)" for an agent that runs as the supervisor's own uid (an unprivileged
+# supervisor's, or `user = "root"`): the kernel's permissions are then no wall between them.
+SHARED_UID = {"shared": " (shared uid)"}
 # QUEUE: items waiting in the relay's delivery queue to the agent; FENCE: the agent's fence level
 # (`sandbox` in --json: fence.py's `Support.level()`, or `none`); EXIT: the last exit and its
 # reason, free text, last. Given a width (a terminal's), `status_table` fits it (`FIT`).
@@ -408,7 +411,7 @@ def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[s
                 up,
                 _clean(agent.get("sessions")),
                 *_usage_cells(agent.get("usage")),
-                _clean(agent.get("sandbox")),
+                _clean(agent.get("sandbox")) + SHARED_UID.get(str(agent.get("identity")), ""),
                 _exit_cell(agent),
             )
         )

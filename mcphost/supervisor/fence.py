@@ -77,7 +77,9 @@ bind a path that is a symlink (`check_sources`, at each spawn), or run an agent 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import glob
 import json
 import os
@@ -85,7 +87,7 @@ import platform
 import shutil
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 # -- constants (linux/landlock.h, linux/prctl.h, linux/keyctl.h) ---------------------------------
@@ -509,6 +511,23 @@ def with_cgroup(message: bytes, entry_files: tuple[str, ...]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
+def with_switch(message: bytes, switch: Switch | None) -> bytes:
+    """The gate's `message` with the user to switch to before it enters the fence (or runs an
+    unfenced command): an agent of its own uid in a pane of the root tmux server."""
+    if switch is None:
+        return message
+    body = json.loads(message)
+    body["switch"] = [switch.uid, switch.gid, list(switch.groups)]
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def switch_to(switch: Switch) -> None:
+    """Become `switch`'s user for good (groups and gid first, while still root)."""
+    os.setgroups(list(switch.groups))
+    os.setgid(switch.gid)
+    os.setuid(switch.uid)
+
+
 def enter_cgroup(entry_files: Iterable[str]) -> None:
     """Put the writing process (thread, for v1's `tasks`) into each group's entry file: the
     spawn's pre-exec step (kernel.py) and the tmux gate (`main`) both enter this way."""
@@ -532,6 +551,7 @@ def for_agent(
     pump: str,
     tmp_size: int = DEFAULT_TMP_SIZE,
     support: Support | None = None,
+    reaches: Callable[[str], bool] | None = None,
 ) -> Fence:
     """The fence the supervisor gives one agent: `plan` with what the fleet's `env` gives it
     as `HOME`/`CLAUDE_CONFIG_DIR` writable, the supervisor's own programs kept (this
@@ -548,10 +568,13 @@ def for_agent(
                 siblings[folder] = tuple(sorted(os.listdir(folder)))
             except OSError:
                 siblings[folder] = ()
-    # a `user =` agent: where an unprivileged user may make user namespaces, bubblewrap runs as
-    # that user (switched before it execs, `Fence.switch_outside`), so it covers nothing of /proc
-    # and the agent's own sandbox may mount a /proc of its own; elsewhere root's bubblewrap
-    # switches it inside, after the mounts
+    # an agent of another uid (its own, or `user =`'s): where an unprivileged user may make user
+    # namespaces and that uid can reach every path bound from the host (`reaches`, asked of each
+    # source's directory: bubblewrap resolves it as that uid), bubblewrap runs as that uid
+    # (switched before it execs, `Fence.switch_outside`), so it covers nothing of /proc and the
+    # agent's own sandbox may mount a /proc of its own; elsewhere (a supervisor installed under
+    # a 0700 home, a state directory that uid cannot pass) root's bubblewrap switches it inside,
+    # after the mounts
     outside = switch is not None and support.unprivileged_userns()
     planned = plan(
         state_dir=state_dir,
@@ -570,6 +593,11 @@ def for_agent(
         operator_home=_operator_home(),
         root_only=tuple(p for pattern in ROOT_ONLY for p in sorted(glob.glob(pattern))),
     )
+    if outside and reaches is not None:
+        sources = {os.path.dirname(path) for path in planned.sources()}
+        if not all(reaches(folder) for folder in sorted(sources)):
+            outside = False
+            planned = dataclasses.replace(planned, switch=switch)
     return Fence(
         planned,
         support.landlock_abi,
@@ -903,7 +931,8 @@ GATE_USAGE = "usage: fence.py FIFO ARGV...  (the command arrives on the FIFO as 
 def main(argv: list[str]) -> int:
     """The pane's process: read one line from the FIFO (`{"argv": [...], "abi": n}`, the
     fenced command, or `{}` for none: then ARGV runs as it is; EOF: the runner gave up, exit
-    1), enter (`enter`), then exec (same pid). 126 when the fence fails, 127 when the program
+    1), enter the agent's cgroup (`"cgroup"`), become its user (`"switch"`, `with_switch`),
+    enter (`enter`), then exec (same pid). 126 when the fence fails, 127 when the program
     cannot be run."""
     if len(argv) < 2:
         sys.stderr.write(GATE_USAGE + "\n")
@@ -923,6 +952,16 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         sys.stderr.write(f"mcphost: cannot enter the agent's cgroup: {exc}\n")
         return 126
+    switch = message.pop("switch", None)
+    if switch is not None:
+        uid, gid, groups = int(switch[0]), int(switch[1]), tuple(int(g) for g in switch[2])
+        try:
+            with contextlib.suppress(OSError):  # the pane's terminal, as login gives it
+                os.fchown(0, uid, gid)
+            switch_to(Switch(uid, gid, groups))
+        except OSError as exc:
+            sys.stderr.write(f"mcphost: cannot switch to the agent's uid {uid}: {exc}\n")
+            return 126
     if not message:
         try:
             own_keyring()

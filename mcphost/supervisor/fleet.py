@@ -85,7 +85,7 @@ from mcphost.admin.pinning import PinError, parse_pins
 from mcphost.admin.target import AdminTarget, TargetError, parse_target
 from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, is_session_id
 from mcphost.settings import Invalid, SettingError, Settings
-from mcphost.supervisor import cgroups
+from mcphost.supervisor import cgroups, uids
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
     LISTEN_EXPECTED,
@@ -361,6 +361,22 @@ class MetricsSection(_Section):
     _listen = field_validator("listen", mode="before")(_check_listen)
 
 
+class IdentitySection(_Section):
+    """`[identity]`: the uids a root supervisor gives its agents (uids.py)."""
+
+    uids: str = Field(str(uids.DEFAULT_RANGE), description=uids.RANGE_EXPECTED)
+
+    @field_validator("uids", mode="before")
+    @classmethod
+    def _range(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            try:
+                uids.parse_range(raw)
+            except ValueError:
+                raise Invalid(uids.RANGE_EXPECTED, clipped(raw)) from None
+        return raw
+
+
 class FleetFile(Settings):
     """The fleet file as read (sources: flags > `MCPHOST_CENTER__*` > the file)."""
 
@@ -376,6 +392,9 @@ class FleetFile(Settings):
     )
     metrics: MetricsSection | None = Field(
         None, description="a [metrics] table with listen (the Prometheus endpoint; off without it)"
+    )
+    identity: IdentitySection = Field(
+        IdentitySection.model_validate({}), description="an [identity] table with uids"
     )
 
     @model_validator(mode="wrap")
@@ -445,6 +464,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "agent": AgentSection,
     "page": PageSection,
     "metrics": MetricsSection,
+    "identity": IdentitySection,
 }
 
 
@@ -545,6 +565,7 @@ def _known_keys(loc: tuple[str | int, ...]) -> str:
         "agent": "[[agent]]",
         "page": "[page]",
         "metrics": "[metrics]",
+        "identity": "[identity]",
     }
     section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
@@ -749,4 +770,5 @@ def load_fleet(
         defaults=defaults,
         page=page,
         metrics=parse_listen(model.metrics.listen) if model.metrics is not None else None,
+        uids=uids.parse_range(model.identity.uids),
     )

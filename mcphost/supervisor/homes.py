@@ -246,7 +246,7 @@ def hold_home(
     operator = operator or Operator()
     home = home_paths(state_dir, plan.agent_id, plan.client)
     data = config_bytes(plan, attach)
-    owner = _owner(plan.user)
+    owner = _owner(plan)
     try:
         state_fd = os.open(_state_of(home), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
@@ -266,7 +266,7 @@ def hold_home(
             also=(0o711,),
         )
         fds.append(agents_fd)
-        root_fd = _directory(agents_fd, plan.agent_id, home.root, owner)
+        root_fd = _directory(agents_fd, plan.agent_id, home.root, owner, tree=True)
         fds.append(root_fd)
         workspace = _directory(root_fd, WORKSPACE, home.workspace, owner)
         if home.codex_home is not None:
@@ -416,8 +416,12 @@ def agent_env(base: Mapping[str, str], plan: AgentPlan, home: Home) -> dict[str,
 # -- the edge: directories opened beneath each other, never through a symlink --------------
 
 
-def _owner(user: str | None) -> tuple[int, int] | None:
-    """(uid, gid) of `user` when it is not us; None when the agent runs as we do."""
+def _owner(plan: AgentPlan) -> tuple[int, int] | None:
+    """(uid, gid) of the agent when it is not us: its own uid (`plan.uid`, its gid the same),
+    or its `user`'s; None when the agent runs as we do."""
+    if plan.uid is not None:
+        return plan.uid, plan.uid
+    user = plan.user
     if user is None:
         return None
     import pwd
@@ -439,9 +443,11 @@ def _directory(
     *,
     mode: int = 0o700,
     also: tuple[int, ...] = (),
+    tree: bool = False,
 ) -> int:
     """Open (creating it) the directory `name` beneath `parent_fd` without following a
-    symlink; hand it to `owner`; set its mode to `mode` unless it is already one of `also`."""
+    symlink; hand it to `owner` (with `tree`, what it holds too: `_hand_over`); set its mode to
+    `mode` unless it is already one of `also`."""
     try:
         os.mkdir(name, 0o700, dir_fd=parent_fd)
     except FileExistsError:
@@ -472,6 +478,8 @@ def _directory(
         if owner is not None and info.st_uid != owner[0]:
             try:
                 os.fchown(fd, owner[0], owner[1])
+                if tree:
+                    _hand_over(fd, owner)
             except PermissionError:
                 raise HomeError(
                     f"cannot give {shown} to uid {owner[0]}: the supervisor must run as root "
@@ -487,6 +495,20 @@ def _directory(
         os.close(fd)
         raise
     return fd
+
+
+def _hand_over(fd: int, owner: tuple[int, int]) -> None:
+    """Give everything beneath the open directory `fd` to `owner`: a home an agent of the
+    supervisor's own uid used (before agents had uids of their own) becomes its own uid's, as
+    systemd's `DynamicUser=` adjusts a state directory. By descriptor, never following a
+    symlink (a link is handed over itself, not its target), and never a file with another
+    link elsewhere (a hard link to a file outside the home must not change owner)."""
+    for _, dirs, files, dir_fd in os.fwalk(dir_fd=fd, follow_symlinks=False):
+        for name in (*dirs, *files):
+            info = _lstat(dir_fd, name)
+            if info is None or (not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1):
+                continue
+            os.chown(name, owner[0], owner[1], dir_fd=dir_fd, follow_symlinks=False)
 
 
 def _lstat(parent_fd: int, name: str) -> os.stat_result | None:

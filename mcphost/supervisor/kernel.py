@@ -56,7 +56,7 @@ from typing import Protocol
 from mcphost.events import emit
 from mcphost.peer import ProcStat, read_stat
 from mcphost.procs import open_pidfd, wait_pidfd
-from mcphost.supervisor.fence import Fence, Switch, enter_cgroup, own_keyring
+from mcphost.supervisor.fence import Fence, Switch, enter_cgroup, own_keyring, switch_to
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -99,20 +99,27 @@ def set_non_dumpable() -> None:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """Whom to run an agent as: resolved in the parent at plan time, applied in the child."""
+    """Whom to run an agent as: resolved in the parent at plan time, applied in the child.
+    `user`: the user database's name; None for an agent's own uid (uids.py), which no entry
+    names."""
 
-    user: str
+    user: str | None
     uid: int
     gid: int
     groups: tuple[int, ...]
 
 
-def resolve_user(name: str | None) -> Credentials | None:
-    """Resolve a plan's `user`; None when no switch is needed (absent, or already that uid).
+def resolve_user(name: str | None, own_uid: int | None = None) -> Credentials | None:
+    """Resolve a plan's `user` (or its own uid, `plan.uid`: then uid and gid are that uid, in
+    no other group); None when no switch is needed (neither, or already that uid).
 
     Raises KernelError when the user does not exist, or when a switch is needed and this process
     is not root (it could not setuid in the child: refuse before spawning, not after).
     """
+    if own_uid is not None:
+        if os.geteuid() != 0:
+            raise KernelError(f"an agent's own uid ({own_uid}) needs the supervisor to run as root")
+        return Credentials(user=None, uid=own_uid, gid=own_uid, groups=())
     if name is None:
         return None
     try:
@@ -156,7 +163,7 @@ def pdeathsig_preexec(
     forked exits: spawn from the event loop's thread, which lives as long as the supervisor.
     """
     expected = os.getpid() if parent is None else parent
-    groups = list(creds.groups) if creds is not None else []
+    switch = switch_of(creds)
     # Built here so the child only calls: prctl(int option, unsigned long...).
     args = (
         ctypes.c_int(PR_SET_PDEATHSIG),
@@ -168,10 +175,8 @@ def pdeathsig_preexec(
 
     def preexec() -> None:
         enter_cgroup(cgroup)
-        if creds is not None:
-            os.setgroups(groups)
-            os.setgid(creds.gid)
-            os.setuid(creds.uid)
+        if switch is not None:
+            switch_to(switch)
         # the keyring and Landlock change credentials: before the prctl
         if fence is not None:
             fence()

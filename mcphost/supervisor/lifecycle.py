@@ -117,6 +117,8 @@ class Plan(Protocol):
     def log_keep(self) -> int: ...
     @property
     def user(self) -> str | None: ...
+    @property
+    def uid(self) -> int | None: ...
 
 
 class HomeDirs(Protocol):
@@ -296,7 +298,7 @@ class AgentRunner:
         self._on_exit = on_exit
         self._argv = list(argv)
         self._env = dict(env)
-        self._creds = resolve_user(plan.user)  # KernelError now, not at spawn time
+        self._creds = resolve_user(plan.user, plan.uid)  # KernelError now, not at spawn time
         self._fence = fence
         self._state = AgentState.STOPPED
         self._want = False

@@ -94,6 +94,8 @@ class Slot(Protocol):
     def fenced(self) -> dict[str, Any] | None: ...
     @property
     def sandbox(self) -> Fence | None: ...
+    @property
+    def uid(self) -> int: ...
 
 
 class CenterCalls(Protocol):
@@ -306,6 +308,7 @@ class Operations:
                 surfaces.center_calls(agent_id),
                 relay.queue_depth(slot.plan.bundle, agent_id) if relay is not None else None,
                 None if group is None else group.limits,
+                (slot.uid, identity_of(slot.plan, slot.uid)),
             )
             held = self._row_cache.get(agent_id)
             if held is None or held[0] != key:
@@ -423,7 +426,7 @@ class Operations:
             fds,
             cwd=slot.workspace.cwd,
             env=agent_env(supervisor.env, slot.plan, slot.home),
-            creds=resolve_user(slot.plan.user),
+            creds=resolve_user(slot.plan.user, slot.plan.uid),
             fence=slot.sandbox,
             reaper=supervisor.reaper,
             agent_id=agent_id,
@@ -459,6 +462,7 @@ def _row(
     calls: tuple[int, int],
     queue_depth: int | None,
     limits: Limits | None,
+    uid: tuple[int, str],
 ) -> dict[str, Any]:
     """One agent's `ctl status` row, from what `Operations._rows` keys it by."""
     return {
@@ -485,7 +489,19 @@ def _row(
         },
         # the agent's cgroup limits (cgroups.py); None: no backend, no limits
         "limits": None if limits is None else limits.as_json(),
+        # the uid its processes run as, and whose it is (`identity_of`)
+        "uid": uid[0],
+        "identity": uid[1],
     }
+
+
+def identity_of(plan: AgentPlan, uid: int) -> str:
+    """Whose uid the agent runs as: "own" (one of `[identity] uids`, its alone: uids.py),
+    "user" (its `user =`'s, another than the supervisor's), or "shared" (the supervisor's own:
+    an unprivileged supervisor's agents, or `user = "root"` under a root one)."""
+    if plan.uid is not None:
+        return "own"
+    return "shared" if uid == os.geteuid() else "user"
 
 
 def reload_failed(exc: ControlError, trigger: str) -> None:

@@ -15,7 +15,8 @@ reads the file, then builds its `Fleet` here.
   without a `command` (its default command is the interactive program, which needs a
   terminal), else `process`. A tmux agent runs as one session of its bundle's tmux server
   (hosted by the supervisor as the bundle's relay), or of a tmux server of its own without a
-  bundle; tmux refuses `user` (the tmux server runs as the supervisor's user), and `process`
+  bundle; a pane's gate becomes the agent's user, its own uid or `user`'s, before it runs
+  anything (fence.py, `main`), though the tmux server runs as the supervisor's; `process`
   refuses an interactive client without a `command` (stdin would be /dev/null: the client
   exits at once). `acp` runs the agent as an Agent Client Protocol agent on stdio (its command,
   or for `claude` / `codex` their ACP adapters), driven by its bundle's relay (acprunner.py);
@@ -60,6 +61,7 @@ from mcphost.names import (
     is_session_id,
 )
 from mcphost.settings import SettingError
+from mcphost.supervisor.uids import DEFAULT_RANGE, UidRange
 
 Client = Literal["claude", "codex", "command"]
 Runner = Literal["auto", "process", "tmux", "acp"]
@@ -171,6 +173,9 @@ class AgentPlan:
     memory_max: int | str | None = None  # the agent's cgroup limits (cgroups.py); None: default
     pids_max: int | str | None = None
     cpu_weight: int | None = None
+    # the agent's own uid (and gid) from `[identity] uids` (uids.py), given by the reconciler to
+    # every agent that wants one (`wants_own_uid`); None: `user`'s uid, or the supervisor's
+    uid: int | None = None
 
 
 # The plan fields a running agent never sees: its runner applies them in place at a reload
@@ -278,6 +283,7 @@ class Fleet:
     defaults: AgentDefaults = AgentDefaults()
     page: PageConfig | None = None  # `[page]`: None, the page is off (the default)
     metrics: Listen | None = None
+    uids: UidRange = DEFAULT_RANGE  # `[identity] uids`: the agents' own uids (uids.py)
 
 
 def _tier_default(client: Client) -> bool:
@@ -337,14 +343,6 @@ def runner_problem(plan: AgentPlan, requested: Runner) -> tuple[str, str, str] |
             'a bundle for an ACP agent (runner = "acp": it takes its work as prompt turns from '
             "its bundle's relay, so without one nothing could ever reach it); give it "
             'bundle = "...", or runner = "auto"',
-        )
-    if plan.runner == "tmux" and plan.user is not None:
-        return (
-            ("runner", repr(requested)) if requested == "tmux" else ("user", repr(plan.user))
-        ) + (
-            'no user = ... for an agent in a tmux pane (runner = "tmux", or "auto" with an '
-            "interactive client and no command: the tmux server runs as the supervisor's user); "
-            'give a command that needs no terminal and runner = "process"',
         )
     return None
 
@@ -477,6 +475,19 @@ def check_users(fleet: Fleet) -> None:
                     f"{os.geteuid()}, not root",
                 )
             )
+    if any(wants_own_uid(plan) for plan in fleet.agents) or fleet.center.fleet == "center":
+        from mcphost.supervisor.uids import RANGE_EXPECTED, users_in_range
+
+        clash = users_in_range(fleet.uids) if os.geteuid() == 0 else []
+        if clash:
+            problems.append(
+                SettingError(
+                    f"{path}: identity.uids",
+                    repr(str(fleet.uids)),
+                    RANGE_EXPECTED,
+                    problem=f"is {str(fleet.uids)!r}, which holds " + ", ".join(clash[:3]),
+                )
+            )
     raise_all(problems)
 
 
@@ -487,3 +498,21 @@ def user_uid(user: str | None) -> int:
     import pwd
 
     return pwd.getpwnam(user).pw_uid
+
+
+def wants_own_uid(plan: AgentPlan) -> bool:
+    """Does the agent run as a uid of its own from `[identity] uids` (uids.py)? Every agent of
+    a root supervisor that names no `user` does; `user = "root"` is the only way to run one as
+    uid 0. An unprivileged supervisor's agents share its uid (it cannot switch)."""
+    return plan.user is None and os.geteuid() == 0
+
+
+def agent_uid(plan: AgentPlan) -> int:
+    """The uid the agent runs as: its own (`plan.uid`), its `user`'s, or the supervisor's."""
+    return plan.uid if plan.uid is not None else user_uid(plan.user)
+
+
+def runs_apart(plan: AgentPlan) -> bool:
+    """Does the agent run as another uid than the supervisor's (so the state directory and
+    the attach sockets must let it pass: startup.py, supervisor.py)?"""
+    return wants_own_uid(plan) or (plan.user is not None and user_uid(plan.user) != os.geteuid())

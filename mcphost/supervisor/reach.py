@@ -50,8 +50,15 @@ from dataclasses import dataclass
 from mcphost.settings import SettingError
 from mcphost.supervisor import fence as fences
 from mcphost.supervisor.homes import AttachPoints, Home, agent_argv, agent_env, home_paths
-from mcphost.supervisor.kernel import resolve_user, switch_of
-from mcphost.supervisor.plan import AgentPlan, Fleet, apply_defaults, raise_all, user_keys
+from mcphost.supervisor.kernel import Credentials, resolve_user, switch_of
+from mcphost.supervisor.plan import (
+    AgentPlan,
+    Fleet,
+    apply_defaults,
+    raise_all,
+    user_keys,
+    wants_own_uid,
+)
 from mcphost.unixsock import SUN_PATH_MAX
 
 CONTROL = "control.sock"  # <state>/control.sock, `mcphost ctl`'s way in
@@ -128,6 +135,7 @@ def agent_fence(
     if home is None:
         home = home_paths(state, plan.agent_id, plan.client)
     attach = attach_points(state)
+    switch = switch_of(resolve_user(plan.user, own_uid(fleet, plan)))
     return fences.for_agent(
         state_dir=state,
         home=home.root,
@@ -135,11 +143,27 @@ def agent_fence(
         sockets=tuple(s for s in (attach.center_socket, attach.relay_socket) if s),
         secrets=secrets(fleet),
         env=dict(plan.env),
-        switch=switch_of(resolve_user(plan.user)),
+        switch=switch,
         pump=attach.script,
         tmp_size=plan.tmp_size,
         support=support,
+        reaches=None if switch is None else lambda folder: passes(folder, switch),
     )
+
+
+def own_uid(fleet: Fleet, plan: AgentPlan) -> int | None:
+    """The agent's own uid (`plan.uid`, once the reconciler gave it one); before that, for the
+    load-time checks, the range's first: every uid of the range is in no group and owns nothing
+    outside the homes, so each passes where the others do."""
+    if plan.uid is not None or not wants_own_uid(plan):
+        return plan.uid
+    return fleet.uids.first
+
+
+def passes(folder: str, switch: fences.Switch) -> bool:
+    """Can `switch`'s uid look up `folder` and everything beneath it (on the host's tree)?"""
+    gids = frozenset((switch.gid, *switch.groups))
+    return unreachable(folder, switch.uid, gids, SEARCH) is None
 
 
 def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> list[str]:
@@ -307,20 +331,37 @@ def pump_needs(state_dir: str, fenced: bool) -> tuple[Need, ...]:
     )
 
 
+def _switched(fleet: Fleet) -> list[tuple[str, str, str, Credentials, tuple[AgentPlan, ...]]]:
+    """Each set of agents that run as another uid than ours: (key, value shown, who they run
+    as, their credentials, the agents), one per `user` key (`user_keys`) and one for the
+    agents that run as uids of their own (`[identity] uids`, represented by the range's first:
+    `own_uid`)."""
+    found = []
+    for key, user, plans in user_keys(fleet):
+        creds = resolve_user(user)  # check_users: it exists, and we may switch to it
+        if creds is not None and creds.uid != 0:
+            found.append((key, repr(user), f"uid {creds.uid}", creds, plans))
+    own = tuple(plan for plan in fleet.agents if wants_own_uid(plan))
+    if own or (
+        fleet.center.fleet == "center" and fleet.defaults.user is None and os.geteuid() == 0
+    ):
+        creds = Credentials(None, fleet.uids.first, fleet.uids.first, ())
+        who = f"uids of their own, from {fleet.uids}"
+        found.append(("identity.uids", repr(str(fleet.uids)), who, creds, own))
+    return found
+
+
 def check_reach(
     fleet: Fleet,
     state_dir: str,
     needs: Callable[[str, bool], tuple[Need, ...]] = pump_needs,
 ) -> None:
-    """Refuse a `user` that cannot start its agents' attach entries (`needs(state_dir,
-    fenced)`; see the module docstring): one `SettingError` per key, naming the agents, the
-    user and the path that stops it."""
+    """Refuse agents of another uid (`user =`, or their own) that cannot start their attach
+    entries (`needs(state_dir, fenced)`; see the module docstring): one `SettingError` per key,
+    naming the agents, the uid and the path that stops it."""
     state = os.path.abspath(state_dir)
     problems = []
-    for key, user, plans in user_keys(fleet):
-        creds = resolve_user(user)  # check_users: it exists, and we may switch to it
-        if creds is None or creds.uid == 0:
-            continue
+    for key, shown, who, creds, plans in _switched(fleet):
         gids = frozenset((creds.gid, *creds.groups))
         agents = plans or (apply_defaults(fleet.defaults, "any-agent"),)
         stops: dict[str, list[str]] = {}
@@ -346,6 +387,11 @@ def check_reach(
             "can (e.g. a virtualenv under /opt, not in a private directory such as /root), "
             "or give that user access"
         )
+        if creds.user is None:
+            expected += (
+                '; or fence these agents (sandbox = "auto": the fence brings the supervisor\'s '
+                'own programs back), or run them as root (user = "root")'
+            )
         if any("(made by the fence" in stop for stop in stops):
             expected += (
                 "; a directory the fence makes (bubblewrap, run as root, creates it "
@@ -355,10 +401,10 @@ def check_reach(
         problems.append(
             SettingError(
                 f"{fleet.path}: {key}",
-                repr(user),
+                shown,
                 expected,
-                problem=f"is {user!r} (uid {creds.uid}; agents: {names}), who cannot start the "
-                f"attach entries of their MCP clients: {where}",
+                problem=f"is {shown} ({who}; agents: {names}), who cannot start the attach "
+                f"entries of their MCP clients: {where}",
             )
         )
     raise_all(problems)

@@ -57,10 +57,12 @@ from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Collaborators,
 from mcphost.supervisor.plan import (
     AgentPlan,
     Fleet,
+    agent_uid,
     check_sandbox,
     check_users,
     needs_restart,
-    user_uid,
+    runs_apart,
+    wants_own_uid,
 )
 from mcphost.supervisor.signin import (
     Operator,
@@ -200,10 +202,41 @@ class Reconciler:
         for them). Every fallible write (the relay's configuration, the homes' configs) comes
         before anything is stopped: a failed relay write is `reload_failed` with nothing changed
         (a home that cannot be prepared fails that agent only, as before)."""
+        fleet = self._identified(fleet, keep=True)
         changes = self._changes(fleet)
         touched = changes["removed"] + changes["changed"] + changes["updated"] + changes["added"]
         async with self.locks.held(touched):
             return await self._apply(fleet, changes, quiet=quiet)
+
+    def _identified(self, fleet: Fleet, *, keep: bool) -> Fleet:
+        """`fleet` with each agent that wants a uid of its own (`wants_own_uid`) given one
+        (uids.py: the uid the state keeps for it, else a free one), and with `keep` the state
+        made to hold exactly these (a uid whose agent left the fleet is released).
+        `reload_failed` when the range has too few free uids."""
+        from mcphost.supervisor import uids
+
+        store = self.supervisor.store
+        wanted = [plan.agent_id for plan in fleet.agents if wants_own_uid(plan)]
+        if store is None or (not wanted and not store.uids()):
+            return fleet
+        try:
+            assigned = uids.allocate(wanted, store.uids(), fleet.uids)
+        except uids.UidsExhausted as exc:
+            problem = SettingError(
+                f"{fleet.path}: identity.uids", repr(str(fleet.uids)), uids.RANGE_EXPECTED,
+                problem=str(exc),
+            )  # fmt: skip
+            raise ControlError.row(
+                R.FLEET_INVALID,
+                {"problems": [problem.details], "file": fleet.path},
+                problem=problem.text(),
+            ) from None
+        if keep:
+            store.keep_uids(assigned)
+        plans = tuple(
+            dataclasses.replace(plan, uid=assigned.get(plan.agent_id)) for plan in fleet.agents
+        )
+        return dataclasses.replace(fleet, agents=plans)
 
     async def _apply(
         self, fleet: Fleet, changes: dict[str, list[str]], *, quiet: bool = False
@@ -295,7 +328,7 @@ class Reconciler:
         `agents/` 0711 and the attach sockets 0666, as a start with it sets them; never
         narrowed while running."""
         hubs = self.supervisor.hubs.values()
-        if not any(a.user for a in fleet.agents) or all(hub.mode == 0o666 for hub in hubs):
+        if not any(runs_apart(a) for a in fleet.agents) or all(hub.mode == 0o666 for hub in hubs):
             return
         try:
             startup.prepare_state_dir(self.supervisor.state_dir, fleet)
@@ -333,7 +366,7 @@ class Reconciler:
             plan=plan,
             home=home,
             runner=runner,
-            uid=user_uid(plan.user),
+            uid=agent_uid(plan),
             workspace=workspace,
             sandbox=sandbox,
         )
@@ -354,7 +387,7 @@ class Reconciler:
             if dry_run:
                 if fleet.center.fleet == "center":
                     fleet = (await self._center_fleet())[0]
-                return {"dry_run": True, **self._changes(fleet)}
+                return {"dry_run": True, **self._changes(self._identified(fleet, keep=False))}
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
                 outcome = await self._reload_from_center()

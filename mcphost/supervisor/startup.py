@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from mcphost import fsutil
 from mcphost.settings import SettingError
 from mcphost.supervisor.control.server import ControlInUse, take_lock
+from mcphost.supervisor.plan import runs_apart
 
 if TYPE_CHECKING:
     from mcphost.supervisor.centerlink import CenterLink
@@ -93,7 +94,7 @@ def prepare_state_dir(state_dir: str, fleet: Fleet) -> None:
     """`<state>`, `run/` and `agents/`: ours, not symlinks, 0700 (0711 where agents running
     as another user must pass through to reach their home and the attach sockets). Only
     once the state lock is held: the modes are the running supervisor's to set."""
-    shared = any(plan.user for plan in fleet.agents)
+    shared = any(runs_apart(plan) for plan in fleet.agents)
     for directory in (state_dir, os.path.join(state_dir, "run"), os.path.join(state_dir, "agents")):
         own_dir(directory)
         os.chmod(directory, 0o711 if shared else 0o700)

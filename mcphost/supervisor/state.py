@@ -15,7 +15,9 @@ or adopted (`record_process`: pid, /proc start time, process group, session; age
 commands, and escapees reparented to it as subreaper), committed before the call returns, so a
 supervisor started after a crash (`kill -9`) can end what the dead one left running before it
 spawns anything (`kernel.end_leftovers`); a row is dropped (`forget_processes`) once its process
-and its group are gone.
+and its group are gone. And each agent's own uid (`uids`, `keep_uids`: uids.py decides, this
+keeps), so an agent's home keeps its owner across supervisor restarts; a uid whose agent left
+the fleet is dropped, free for another.
 Must never: store a secret (no token, no environment), or hand out a generation that is not
 committed. Calls are synchronous and short (one row); it is used from the event loop's thread.
 """
@@ -38,6 +40,10 @@ CREATE TABLE IF NOT EXISTS exits (
     at         REAL NOT NULL,
     exit       TEXT,
     reason     TEXT
+);
+CREATE TABLE IF NOT EXISTS uids (
+    agent_id TEXT PRIMARY KEY,
+    uid      INTEGER NOT NULL UNIQUE
 );
 CREATE TABLE IF NOT EXISTS processes (
     pid       INTEGER NOT NULL,
@@ -227,6 +233,26 @@ class StateStore:
         db.execute("BEGIN IMMEDIATE")
         try:
             db.executemany("DELETE FROM processes WHERE pid = ? AND starttime = ?", keys)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def uids(self) -> dict[str, int]:
+        """Each agent's own uid, as last kept (uids.py)."""
+        rows = self._db.execute("SELECT agent_id, uid FROM uids").fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def keep_uids(self, assigned: dict[str, int]) -> None:
+        """Make `assigned` the whole table (the uids of agents outside it are released), in one
+        transaction, committed on return."""
+        if assigned == self.uids():
+            return
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM uids")
+            db.executemany("INSERT INTO uids (agent_id, uid) VALUES (?, ?)", assigned.items())
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -49,7 +49,7 @@ from mcphost.supervisor.homes import LOGS
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner
 from mcphost.supervisor.operations import Operations, reload_failed
-from mcphost.supervisor.plan import Fleet
+from mcphost.supervisor.plan import Fleet, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
 from mcphost.supervisor.records import ProcessRecords
 from mcphost.supervisor.relayhost import RelayHost
@@ -265,7 +265,7 @@ class Supervisor:
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
         kernel-credential check is then the only gate, as it always is the real one)."""
-        return 0o666 if any(a.user for a in self.fleet.agents) else 0o600
+        return 0o666 if any(runs_apart(a) for a in self.fleet.agents) else 0o600
 
     async def _open_page(self, config: PageConfig | None) -> None:
         """The fleet page at `config` (None: none), in place of the one open; page.py is

@@ -63,8 +63,8 @@ from typing import Protocol
 from mcphost import fsutil, procs
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
-from mcphost.supervisor.fence import NO_FENCE, Fence, with_cgroup
-from mcphost.supervisor.kernel import Reaper, proc_starttime
+from mcphost.supervisor.fence import NO_FENCE, Fence, with_cgroup, with_switch
+from mcphost.supervisor.kernel import Reaper, proc_starttime, switch_of
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
     AgentState,
@@ -199,6 +199,9 @@ class TmuxRunner(AgentRunner):
                 return None
         try:
             message = with_cgroup(message, self.enter_group())  # the gate enters it first
+            # then becomes the agent's user, unless the fence's bubblewrap switches inside
+            outside = self._fence is None or self._fence.switch_outside
+            message = with_switch(message, switch_of(self._creds) if outside else None)
             await self._kill_session()  # a leftover of an earlier run or supervisor
             gated = [sys.executable, "-I", "-S", GATE, self._open_gate(), *self._argv]
             pid = await self.server.new_session(self.session, gated, cwd=cwd, env=self._pane_env)

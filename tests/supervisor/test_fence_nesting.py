@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor import fence, reach
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, Supervised
 
@@ -37,7 +37,14 @@ pytestmark = [
 ]
 
 HOLD = [sys.executable, "-c", "import signal; signal.pause()"]
-ROOT_AGENT = os.geteuid() == 0  # a root supervisor's agent without `user =` is uid 0 outside
+
+
+def root_agent(sv: Supervised) -> bool:
+    """Is the agent uid 0 outside? A root supervisor's agent runs as a uid of its own (uids.py)
+    unless the fleet says user = "root" (the second run of this file)."""
+    return sv.status()["agent-1"]["uid"] == 0
+
+
 # What a command inside the fence (and inside a nested namespace) can undo or reach: each
 # target unmounted (or the errno), each path opened (or the errno). Opening a sysctl for
 # writing writes nothing.
@@ -67,12 +74,19 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def sv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervised]:
+@pytest.fixture(scope="module", params=["own uid", "user root"])
+def sv(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Supervised]:
+    if request.param == "user root" and os.geteuid() != 0:
+        pytest.skip('user = "root" needs a root supervisor')
     base = tmp_path_factory.mktemp("nesting")
     with DevCenter.start(base / "center") as center:
         running = Supervised(base, center, state_parent=REPO)
-        running.write_fleet([{"id": "agent-1", "command": HOLD}])
+        agent: dict[str, object] = {"id": "agent-1", "command": HOLD}
+        if request.param == "user root":
+            agent["user"] = "root"
+        running.write_fleet([agent])
         try:
             running.start()
             running.wait_running("agent-1")
@@ -114,17 +128,27 @@ def test_a_nested_namespace_cannot_undo_the_fence(sv: Supervised) -> None:
         refused = "EPERM" if how == "agent" else "EINVAL"
         assert out["token"] == "ENOENT" and out["state file"] == "ENOENT", (how, out)
         # uid 0 outside meets the read-only bind; any other uid, the file's mode
-        assert out["sysctl"] == ("EROFS" if ROOT_AGENT else "EACCES"), (how, out)
+        assert out["sysctl"] == ("EROFS" if root_agent(sv) else "EACCES"), (how, out)
         assert out[f"umount {sv.state}"] == (refused if covered else "not a mount point"), out
         assert out["umount /tmp"] == refused, (how, out)
-        assert out["umount /proc/sys"] == (refused if ROOT_AGENT else "not a mount point"), out
+        assert out["umount /proc/sys"] == (refused if root_agent(sv) else "not a mount point"), out
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-def test_a_nested_proc_of_its_own_only_where_the_agent_is_not_root(sv: Supervised) -> None:
+def test_a_nested_proc_of_its_own_only_where_the_agent_runs_bubblewrap_itself(
+    sv: Supervised,
+) -> None:
+    """A /proc of its own is given where the fence's bubblewrap runs as the agent's uid (it
+    then covers nothing of /proc); a root-run one covers parts of it, so a nested sandbox shares
+    the agent's: for a uid-0 agent (a /proc of its own would give it the sysctls back), and for
+    an agent of its own uid that cannot reach the supervisor's programs on the host (a Python
+    under a 0700 home, as /root/.pyenv here: fence.for_agent)."""
     nested = ["bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev"]
     done = ctl_exec(sv, *nested, "--proc", "/proc", "true")
-    if ROOT_AGENT:
+    uid = sv.status()["agent-1"]["uid"]
+    runtime = (sys.prefix, sys.base_prefix, REPO)
+    root_run = uid == 0 or not all(reach.passes(p, fence.Switch(uid, uid, ())) for p in runtime)
+    if root_run:
         assert done.returncode != 0 and "Can't mount proc" in done.stderr, done
         shared = ctl_exec(sv, *nested, "--bind", "/proc", "/proc", "true")  # the agent's /proc
         assert shared.returncode == 0, shared.stderr

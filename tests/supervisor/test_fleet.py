@@ -556,16 +556,9 @@ def test_runner_auto_gives_an_interactive_client_without_a_command_a_terminal(
             'defaults.runner is \'process\': expected runner = "auto" or "tmux" for client = '
             '"codex"',
         ),
-        # a tmux pane runs as the supervisor's user
-        (
-            '[[agent]]\nid = "a"\nbundle = "p"\nrunner = "tmux"\nuser = "nobody"\n',
-            "agent[0].runner is 'tmux': expected no user",
-        ),
-        ('[[agent]]\nid = "a"\nuser = "nobody"\n', "agent[0].user is 'nobody': expected no user"),
-        (
-            '[defaults]\nuser = "nobody"\n[[agent]]\nid = "a"\nclient = "codex"\n',
-            "defaults.user is 'nobody': expected no user",
-        ),
+        # a bad uid range
+        ('[identity]\nuids = "0-10"\n', "identity.uids is '0-10': expected a range of uids"),
+        ('[identity]\nuids = "9-1"\n', "identity.uids is '9-1': expected a range of uids"),
         ('[[agent]]\nid = "a"\nbundle = "p"\npolicy = "../x"\n', "agent[0].policy is '../x'"),
         # an ACP agent takes its work from its bundle's relay
         (

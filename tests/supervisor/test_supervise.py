@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
+from tests.supervisor.supervise_harness import UNFENCED, Supervised, descendants_alive, standin
 from tests.waiting import until
 
 ATTACH = str(Path(__file__).resolve().parents[2] / "mcphost" / "attach.py")
@@ -80,7 +80,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
         {"id": "agent-2", "command": standin("--hold")},
         # unfenced: its lingerer must outlive it (a fenced agent's would end with its namespace:
         # test_supervise_state.py)
-        {"id": "killed-1", "command": standin("--hold", "--linger"), "sandbox": "none"},
+        {"id": "killed-1", "command": standin("--hold", "--linger"), **UNFENCED},
         {
             "id": "printer",
             "command": [sys.executable, "-c", "print('hello from printer')"],

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import UNFENCED, Supervised
 from tests.supervisor.test_relayhost import HELLOS, drive
 from tests.supervisor.test_supervise_relay_shared_stream import holding_party
 from tests.waiting import until
@@ -43,7 +43,7 @@ def held(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
     # unfenced: the fence hides relay.sock from an agent's tree, and this test has a socket
     # client from A's own tree claim A beside its in-process session (test_fence.py proves the
     # socket hidden)
-    with holding_party(tmp_path, center, a_policy="lead", sandbox="none") as sv:
+    with holding_party(tmp_path, center, a_policy="lead", **UNFENCED) as sv:
         yield sv
 
 

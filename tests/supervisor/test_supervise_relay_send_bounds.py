@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised, inline
+from tests.supervisor.supervise_harness import UNFENCED, Supervised, inline
 from tests.supervisor.test_relayhost import (
     POLICIES,
     USERS,
@@ -142,7 +142,7 @@ def party(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterat
         {"id": "C", "command": inline(CLOCK)},
         # D floods the relay's own socket (socket trust) in test_the_delivery_queue_is_bounded:
         # only an unfenced tree can reach it (a fenced agent sends through its relay tools)
-        {"id": "D", "command": echo_agent("D"), "sandbox": "none"},
+        {"id": "D", "command": echo_agent("D"), **UNFENCED},
     ]
     sv.write_fleet(agents, bundle="party", runner="tmux", restart="always")
     try:
