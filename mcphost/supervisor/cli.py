@@ -9,7 +9,8 @@ start its agents' attach entries (reach.py), in `--check` too. It runs in the fo
 file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
 state directory and each fenced agent's program as that agent will look for it (reach.py), one
 line per problem naming the fleet key (exit 1), or exit 0. Before those it
-says what the fence will be and, per client kind, whether the agents start signed in
+says what the fence will be, whom the agents run as (`plan.identity_lines`: their own uids, a
+warning for `user = "root"`) and, per client kind, whether the agents start signed in
 (signin.py: informative lines, never a problem).
 
 Must never: write to stdout (logs and events go to stderr), or show a token (none is in the
@@ -91,7 +92,7 @@ def main(argv: list[str]) -> int:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
         from mcphost.supervisor.fence import probe
         from mcphost.supervisor.fleet import load_fleet
-        from mcphost.supervisor.plan import check_sandbox, check_users
+        from mcphost.supervisor.plan import check_sandbox, check_users, identity_lines
         from mcphost.supervisor.reach import check_reach
 
         fleet = load_fleet(settings.fleet, env=os.environ)
@@ -100,6 +101,8 @@ def main(argv: list[str]) -> int:
         if check:
             print(f"mcphost supervise --check: fence: {support.describe()}", file=sys.stderr)
             print(f"mcphost supervise --check: limits: {_limits()}", file=sys.stderr)
+            for line in identity_lines(fleet):
+                print(f"mcphost supervise --check: {line}", file=sys.stderr)
         check_sandbox(fleet, support.missing())
         check_reach(fleet, settings.state)
     except SettingError as exc:

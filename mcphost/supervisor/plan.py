@@ -512,6 +512,35 @@ def agent_uid(plan: AgentPlan) -> int:
     return plan.uid if plan.uid is not None else user_uid(plan.user)
 
 
+def identity_lines(fleet: Fleet) -> list[str]:
+    """`--check`'s lines on whom the agents run as: their own uids (a root supervisor's), a
+    warning for each agent that runs as root (`user = "root"`), or the uid they share (an
+    unprivileged supervisor's)."""
+    own = [plan.agent_id for plan in fleet.agents if wants_own_uid(plan)]
+    lines = []
+    if os.geteuid() != 0:
+        lines.append(
+            f"identity: the agents share the supervisor's uid {os.geteuid()} (uids of their own "
+            "need a root supervisor; subordinate uids from /etc/subuid are not used yet): only "
+            "the fence stands between them, and `ctl status` shows FENCE ... (shared uid)"
+        )
+    elif own or fleet.center.fleet == "center":
+        lines.append(
+            f"identity: {len(own)} agent(s) run as uids of their own from [identity] uids = "
+            f"{str(fleet.uids)!r} (no user of this machine; kept per agent in the state): the "
+            "kernel's permissions stand between them and behind the fence"
+        )
+    for index, plan in enumerate(fleet.agents):
+        if plan.user is not None and user_uid(plan.user) == 0:
+            key = "defaults.user" if plan.user == fleet.defaults.user else f"agent[{index}].user"
+            lines.append(
+                f"identity: warning: {key} ({plan.agent_id}) runs it as root, uid 0 outside its "
+                "fence (it may remount the cgroups and shed its limits, read root-only files): "
+                "remove `user` to give it a uid of its own"
+            )
+    return lines
+
+
 def runs_apart(plan: AgentPlan) -> bool:
     """Does the agent run as another uid than the supervisor's (so the state directory and
     the attach sockets must let it pass: startup.py, supervisor.py)?"""

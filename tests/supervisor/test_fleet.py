@@ -665,3 +665,33 @@ def test_a_metrics_listen_that_is_not_loopback_is_refused_at_load(
         load_fleet(write(tmp_path, CENTER + f'\n[metrics]\nlisten = "{listen}"\n'))
     assert info.value.code == "bad_setting"
     assert info.value.details["variable"].endswith("metrics.listen")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="agents get uids of their own from a root supervisor")
+def test_check_says_whom_the_agents_run_as_and_warns_of_root(tmp_path: Path) -> None:
+    from mcphost.supervisor.plan import identity_lines, wants_own_uid
+
+    body = '[identity]\nuids = "1879048192-1879048291"\n'
+    body += '[[agent]]\nid = "a"\n[[agent]]\nid = "b"\nuser = "root"\n'
+    fleet = load_fleet(write(tmp_path, CENTER + body))
+    assert fleet.uids.first == 1879048192 and fleet.uids.size == 100
+    assert [wants_own_uid(p) for p in fleet.agents] == [True, False]
+    lines = identity_lines(fleet)
+    assert (
+        "1 agent(s) run as uids of their own from [identity] uids = '1879048192-1879048291'"
+        in (lines[0])
+    )
+    assert lines[1].startswith("identity: warning: agent[1].user (b) runs it as root, uid 0")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user database is read by a root supervisor")
+def test_a_uid_range_holding_a_user_is_refused(tmp_path: Path) -> None:
+    from mcphost.supervisor.plan import check_users
+
+    body = '[identity]\nuids = "0-0"\n'  # refused by its grammar already
+    assert any("identity.uids" in line for line in problems(write(tmp_path, CENTER + body)))
+    fleet = load_fleet(
+        write(tmp_path, CENTER + '[identity]\nuids = "1-70000"\n[[agent]]\nid = "a"\n')
+    )
+    with pytest.raises(SettingError, match=r"identity.uids is '1-70000', which holds user"):
+        check_users(fleet)

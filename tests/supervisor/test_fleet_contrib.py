@@ -15,10 +15,12 @@ from mcphost.supervisor import plan
 from mcphost.supervisor.fleet import (
     AgentSection,
     CenterSection,
+    IdentitySection,
     MetricsSection,
     PageSection,
     load_fleet,
 )
+from mcphost.supervisor.uids import DEFAULT_RANGE
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -62,7 +64,10 @@ def test_the_sample_fleet_file_lists_every_key_with_its_default() -> None:
     """Issue 19: contrib/fleet.toml shows every key of the fleet model, set or commented out,
     with its default; a key without a default value is commented out."""
     keys = file_keys((CONTRIB / "fleet.toml").read_text())
-    assert set(keys) == {"center", "defaults", "agent", "page", "metrics"}
+    assert set(keys) == {"center", "defaults", "agent", "page", "metrics", "identity"}
+    assert set(keys["identity"]) == set(IdentitySection.model_fields)
+    assert keys["identity"]["uids"] == IdentitySection.model_fields["uids"].default
+    assert keys["identity"]["uids"] == str(DEFAULT_RANGE)
     assert set(keys["page"]) == set(PageSection.model_fields)
     assert set(keys["metrics"]) == set(MetricsSection.model_fields)
     assert set(keys["center"]) == set(CenterSection.model_fields)
