@@ -6,8 +6,9 @@ next to another agent in a tmux pane of its own. The hostile agent, a `setsid` e
 and a `ctl exec` command each try every forbidden thing as a separate probe (the token and fleet
 files, the state file, logs, the other agent's home, the control socket, tmux sockets, signals
 and ptrace of the supervisor and the other agent, writes outside, undoing the fence from a nested
-namespace) and every allowed one (workspace, home, /bin/sh, the attach socket, a loopback TCP
-server, a private /tmp); the hostile agent's MCP call still reaches the center as itself. The
+namespace, the other agent's cgroups and the host's group above them under /sys/fs/cgroup, a
+write to its own group) and every allowed one (workspace, home, /bin/sh, the attach socket, a loopback TCP
+server, a private /tmp, its own cgroups read-only); the hostile agent's MCP call still reaches the center as itself. The
 hostile agent runs as a plain process and as a tmux pane. `sandbox = "none"` is the control: the
 same probes get through, so the test can fail.
 """
@@ -29,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor import cgroups, fence
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, standin
+from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, group_dirs, standin
 from tests.supervisor.test_supervise_state import tagged
 from tests.supervisor.test_supervise_user import run_as
 from tests.waiting import until
@@ -45,6 +46,7 @@ FORBIDDEN = (
     "read_other_relative", "open_other_pts", "read_other_cmdline", "connect_run_socket",
     "write_dev",
     "same_keyring",
+    "read_other_cgroup", "list_other_cgroup", "read_host_cgroup", "write_own_cgroup",
 )  # fmt: skip
 # What the same probes reach without the fence (the control): every forbidden one but the
 # control socket's request (its second wall), the hostile agent's own tmux socket (a process
@@ -170,7 +172,11 @@ def run_fleet(
         expected = "none" if sandbox == "none" else (level or fence.probe().level())
         assert hostile_row["sandbox"] == expected, hostile_row
         workspace = sv.workspace("hostile")
-        go = {"supervisor": sv.proc.pid if sv.proc else 0, "other": other_row["pid"]}
+        go = {
+            "supervisor": sv.proc.pid if sv.proc else 0,
+            "other": other_row["pid"],
+            "cgroups": {"own": _groups(sv, "hostile"), "other": _groups(sv, "other")},
+        }
         (workspace / ".go").write_text(json.dumps(go))
         if sv.uid is not None:
             os.chown(workspace / ".go", sv.uid, sv.uid)
@@ -225,6 +231,14 @@ def held(results: dict[str, dict[str, str]], mode: str) -> dict[str, str]:
     refused = {name: seen[name] for name in ALLOWED if seen[name] != "ok"}
     assert not refused, (mode, refused, seen)
     return seen
+
+
+def _groups(sv: AsUser, agent_id: str) -> list[str]:
+    """The agent's cgroup directories, each once (none where the supervisor makes none: as
+    nobody, or on a machine without a backend)."""
+    if sv.uid is not None or cgroups.detect().kind == "none":
+        return []
+    return sorted(set(group_dirs(sv, agent_id).values()))
 
 
 def _run_socket() -> socket.socket | None:
@@ -284,6 +298,9 @@ def test_every_probe_from_inside_the_fence_is_refused_and_the_agent_still_works(
         assert seen["tmux_env"] == "unset", (mode, seen)
         assert int(seen["tmp_bytes"]) == TMP_SIZE, (mode, seen)  # bounded by the fleet's key
         assert int(seen["processes_seen"]) < 16, (mode, seen)  # its own PID namespace
+        # its own cgroups come back, read-only (a root supervisor's agents have some)
+        if uid is None and cgroups.detect().kind != "none":
+            assert seen["read_own_cgroup"] == "ok", (mode, seen)
     assert results["tmp"]["host_sees_agent_tmp"] == "False"
     assert not list(outside.iterdir())
     shutil.rmtree(outside, ignore_errors=True)
