@@ -21,7 +21,17 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
   token rotation or an editor's save does, never shows: a mount over a file would pin the old
   inode only). A system directory (`/etc`, ...) holding one is not hidden whole: its other
   entries come back read-only, each by name, the secret never. The supervisor's user's home
-  (its sign-ins, keys, history) is hidden whole too;
+  (its sign-ins, keys, history) is hidden whole too, and so is every directory the operator's
+  sign-in is read from (`$CLAUDE_CONFIG_DIR`, `$CODEX_HOME`, wherever they are): the caller
+  passes them in (`plan`'s `signin`), named by the very function signin.py reads them through
+  (`signin.sources`), so what is read and what is hidden cannot drift apart
+  (test_fence.py::test_the_operator_s_sign_in_outside_their_home_is_hidden_and_each_agent_gets_its_copy);
+- hidden the same way: `/sys/fs/cgroup` (`CGROUPS`: every v1 hierarchy beneath it, or v2's
+  one), so no agent lists its peers' groups or reads their memory, process and CPU figures, nor
+  the host's groups; only the agent's own groups (`plan`'s `cgroups`, given by the supervisor,
+  which made them) come back, read-only, at their paths (test_fence.py's `read_other_cgroup`,
+  `list_other_cgroup`, `read_host_cgroup`, `write_own_cgroup` probes; test_fence_plan.py). The
+  supervisor reads usage and limits from outside;
 - the home, attach sockets and fleet-given paths bound back, the supervisor's own programs
   (interpreter, environment, project) read-only where a cover would hide them;
 - its own `/proc` in its own PID namespace: it sees, signals and traces only its own

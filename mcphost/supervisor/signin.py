@@ -38,16 +38,17 @@ What a codex agent's home gets (`codex_auth`, pure): an `OPENAI_API_KEY` in its 
 operator's `auth.json` (a ChatGPT or API-key sign-in, as `codex login` wrote it: it holds
 nothing but the sign-in), else nothing (an `auth.json` already there is left as it is).
 
-Where the operator's sign-in is read (`read_operator`, the edge): where Claude Code and Codex
-run as the supervisor's user, in its environment, would look: `$CLAUDE_CONFIG_DIR` (else
-`$HOME/.claude`) for `.credentials.json`, `$CLAUDE_CONFIG_DIR/.claude.json` (else
-`$HOME/.claude.json`, else the legacy `$HOME/.claude/.config.json`), `$CODEX_HOME` (else
-`$HOME/.codex`) for `auth.json`. They are the operator's, no agent's to write (the fence shows
-`/` read-only), read by the supervisor itself, at each home preparation (when the supervisor starts and when a reload adds or changes
-the agent), so a refreshed sign-in reaches the agent at that preparation. A file (or the
-`.claude`/`.codex` directory named on the way) that is a symlink, not a regular file, larger
-than `MAX_BYTES` or owned by another uid than the supervisor's is not read, and `--check`
-names it.
+Where the operator's sign-in is read (`sources`, the one answer: `read_operator`, the edge, reads
+there, and the supervisor gives `Sources.directories` to every agent's fence, which hides each
+directory whole): where Claude Code and Codex run as the supervisor's user, in its environment,
+would look: `$CLAUDE_CONFIG_DIR` (else `$HOME/.claude`) for `.credentials.json`,
+`$CLAUDE_CONFIG_DIR/.claude.json` (else `$HOME/.claude.json`, else the legacy
+`$HOME/.claude/.config.json`), `$CODEX_HOME` (else `$HOME/.codex`) for `auth.json`. They are the
+operator's, no fenced agent's to read or write (hidden by its fence), read by the supervisor
+itself, at each home preparation (when the supervisor starts and when a reload adds or changes the
+agent), so a refreshed sign-in reaches the agent at that preparation. A file (or the
+`.claude`/`.codex` directory named on the way) that is a symlink, not a regular file, larger than
+`MAX_BYTES` or owned by another uid than the supervisor's is not read, and `--check` names it.
 
 Why copies, not binds of the operator's files: nothing of the operator's is ever writable by an
 agent, and each agent's copy is its own: Claude Code rewrites its record at each start and its
