@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 CLONE_NEWNS, CLONE_NEWUSER, MNT_DETACH, PTRACE_SEIZE = 0x20000, 0x10000000, 2, 0x4206
 libc = ctypes.CDLL(None, use_errno=True)
@@ -194,7 +195,7 @@ def cgroup_probes(groups: dict[str, list[str]]) -> dict[str, str]:
     }
 
 
-def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
+def probes(cfg: dict[str, object], go: dict[str, Any]) -> dict[str, str]:
     state, me, other = str(cfg["state"]), str(cfg["me"]), str(cfg["other"])
     token = str(cfg["token"])
     home = f"{state}/agents/{me}"
@@ -245,7 +246,7 @@ def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
             write(f"/var/tmp/fence-probe-{os.path.basename(state)}-{cfg['mode']}")
         ),
         "tmp_host_marker": outcome(read(str(cfg["marker"]))),
-        **cgroup_probes(go.get("cgroups") or {}),  # type: ignore[arg-type]
+        **cgroup_probes(go.get("cgroups") or {}),
     }
     return out
 
