@@ -21,7 +21,17 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
   token rotation or an editor's save does, never shows: a mount over a file would pin the old
   inode only). A system directory (`/etc`, ...) holding one is not hidden whole: its other
   entries come back read-only, each by name, the secret never. The supervisor's user's home
-  (its sign-ins, keys, history) is hidden whole too;
+  (its sign-ins, keys, history) is hidden whole too, and so is every directory the operator's
+  sign-in is read from (`$CLAUDE_CONFIG_DIR`, `$CODEX_HOME`, wherever they are): the caller
+  passes them in (`plan`'s `signin`), named by the very function signin.py reads them through
+  (`signin.sources`), so what is read and what is hidden cannot drift apart
+  (test_fence.py::test_the_operator_s_sign_in_outside_their_home_is_hidden_and_each_agent_gets_its_copy);
+- hidden the same way: `/sys/fs/cgroup` (`CGROUPS`: every v1 hierarchy beneath it, or v2's
+  one), so no agent lists its peers' groups or reads their memory, process and CPU figures, nor
+  the host's groups; only the agent's own groups (`plan`'s `cgroups`, given by the supervisor,
+  which made them) come back, read-only, at their paths (test_fence.py's `read_other_cgroup`,
+  `list_other_cgroup`, `read_host_cgroup`, `write_own_cgroup` probes; test_fence_plan.py). The
+  supervisor reads usage and limits from outside;
 - the home, attach sockets and fleet-given paths bound back, the supervisor's own programs
   (interpreter, environment, project) read-only where a cover would hide them;
 - its own `/proc` in its own PID namespace: it sees, signals and traces only its own
@@ -107,6 +117,9 @@ PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")
 DEFAULT_TMP_SIZE = 256 * 1024 * 1024  # bytes per private tmpfs (`tmp_size` in the fleet file)
 COVER_SIZE = 1024 * 1024  # an empty cover holds only the mount points of what comes back
 RUN = "/run"
+# Every cgroup hierarchy (v1: one per controller beneath it; v2: the one): hidden, so no agent
+# lists its peers' groups or reads their usage; the agent's own groups come back read-only.
+CGROUPS = "/sys/fs/cgroup"
 # Written as uid 0 outside, with no capability at all: the kernel lets the owner's write bits
 # through (proc_sys's test_perm), so a root agent could set kernel.core_pattern and have the
 # host's root run its program. bubblewrap covers /proc/irq, /proc/bus, /proc/sysrq-trigger
@@ -329,6 +342,8 @@ def plan(
     root_agent: bool = False,
     operator_home: str | None = None,
     root_only: tuple[str, ...] = (),
+    signin: tuple[str, ...] = (),
+    cgroups: tuple[str, ...] = (),
 ) -> FencePlan:
     """The fence of the agent whose home is `home` (beneath `state_dir`), starting in
     `workspace`, reaching `sockets` (its attach sockets), never `secrets` (the token and fleet
@@ -341,7 +356,10 @@ def plan(
     and with `root_agent` (its processes are uid 0 outside) the sysctls read-only and
     `root_only` (files only root may read: /etc/shadow, host keys) blanked. `operator_home`
     (the supervisor's user's home: its sign-ins, keys, history) is hidden whole unless it is a
-    system directory; what the agent needs from it comes back like any kept path. Pure."""
+    system directory; what the agent needs from it comes back like any kept path, and so is
+    each of `signin` (the directories the operator's sign-in is read from: signin.py's
+    `Sources.directories`). `CGROUPS` is hidden, and of it only `cgroups` (the agent's own
+    groups, beneath it) comes back, read-only. Pure."""
     norm = os.path.normpath
     state = norm(state_dir)
     home = norm(home)
@@ -355,10 +373,11 @@ def plan(
             hidden_dirs.append(folder)
     if operator_home is not None and norm(operator_home) not in SYSTEM_DIRS:
         hidden_dirs.append(norm(operator_home))
+    hidden_dirs += [norm(d) for d in signin if os.path.isabs(d) and norm(d) not in SYSTEM_DIRS]
     private = PRIVATE
     covers = [
         c
-        for c in _outermost([state, RUN, *hidden_dirs])
+        for c in _outermost([state, RUN, CGROUPS, *hidden_dirs])
         if not beneath(c, home) and not any(beneath(c, p) for p in private)
     ]
     secret_set = {norm(s) for s in secrets}
@@ -390,7 +409,7 @@ def plan(
         for p in runtime
         if os.path.isabs(p) and not beneath(norm(p), state) and not beneath(state, norm(p))
     ]
-    extra = [*programs, *back]
+    extra = [*programs, *back, *(norm(g) for g in cgroups if beneath(norm(g), CGROUPS))]
     if resolver is not None and beneath(norm(resolver), RUN):
         extra.append(norm(resolver))
     readonly = [
@@ -552,13 +571,16 @@ def for_agent(
     tmp_size: int = DEFAULT_TMP_SIZE,
     support: Support | None = None,
     reaches: Callable[[str], bool] | None = None,
+    signin: tuple[str, ...] = (),
+    cgroups: tuple[str, ...] = (),
 ) -> Fence:
     """The fence the supervisor gives one agent: `plan` with what the fleet's `env` gives it
     as `HOME`/`CLAUDE_CONFIG_DIR` writable, the supervisor's own programs kept (this
     interpreter, its environment, and the project above the `pump` script), the entries of a
     system directory holding a secret listed (read now, at plan time), the resolver's
     directory, and this machine's `Support` (a uid-0 agent mapped to `nobody` where a user
-    namespace can be made)."""
+    namespace can be made); `signin` and `cgroups` as `plan` takes them (the caller knows the
+    operator's sign-in and the agent's groups: this module imports neither)."""
     support = support or probe()
     siblings = {}
     for secret in secrets:
@@ -592,6 +614,8 @@ def for_agent(
         root_agent=switch is None and support.root,
         operator_home=_operator_home(),
         root_only=tuple(p for pattern in ROOT_ONLY for p in sorted(glob.glob(pattern))),
+        signin=signin,
+        cgroups=cgroups,
     )
     if outside and reaches is not None:
         sources = {os.path.dirname(path) for path in planned.sources()}

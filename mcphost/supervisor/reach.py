@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from mcphost.settings import SettingError
 from mcphost.supervisor import fence as fences
+from mcphost.supervisor import signin
 from mcphost.supervisor.homes import AttachPoints, Home, agent_argv, agent_env, home_paths
 from mcphost.supervisor.kernel import Credentials, resolve_user, switch_of
 from mcphost.supervisor.plan import (
@@ -124,11 +125,16 @@ def agent_fence(
     home: Home | None = None,
     *,
     support: fences.Support | None = None,
+    env: Mapping[str, str] | None = None,
+    cgroups: tuple[str, ...] = (),
 ) -> fences.Fence | None:
     """The agent's fence (fence.py): its home and attach sockets visible, the state, the token
-    and fleet files and the runtime directories hidden; None with `sandbox = "none"`. `home`:
-    its layout (`home_paths` when not given). `check_sandbox` refused "auto" at load where it
-    cannot be built; `check_users`, a user it cannot switch to."""
+    and fleet files, the runtime directories, the cgroups but `cgroups` (the agent's own, read
+    only) and every directory the operator's sign-in is read from in `env` (the supervisor's
+    environment, default this process's: `signin.sources`, as `read_operator` reads it)
+    hidden; None with `sandbox = "none"`. `home`: its layout (`home_paths` when not given).
+    `check_sandbox` refused "auto" at load where it cannot be built; `check_users`, a user it
+    cannot switch to."""
     if plan.sandbox == "none":
         return None
     state = os.path.abspath(state_dir)
@@ -148,6 +154,8 @@ def agent_fence(
         tmp_size=plan.tmp_size,
         support=support,
         reaches=None if switch is None else lambda folder: passes(folder, switch),
+        signin=signin.sources(os.environ if env is None else env).directories(),
+        cgroups=cgroups,
     )
 
 
@@ -176,7 +184,7 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
         if plan.command is None or plan.sandbox == "none":
             continue
         home = home_paths(state_dir, plan.agent_id, plan.client)
-        fence = agent_fence(fleet, state_dir, plan, home)
+        fence = agent_fence(fleet, state_dir, plan, home, env=env)
         assert fence is not None
         program = agent_argv(plan, home)[0]
         path = agent_env(env, plan, home).get("PATH", os.defpath)

@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.centerfleet import Generations
     from mcphost.supervisor.centerhealth import CenterHealth
     from mcphost.supervisor.centerlink import CenterLink
-    from mcphost.supervisor.cgroups import Cgroups
+    from mcphost.supervisor.cgroups import AgentGroup, Cgroups
     from mcphost.supervisor.kernel import Reaper
     from mcphost.supervisor.relayhost import RelayHost
     from mcphost.supervisor.sessions import SessionHub
@@ -359,9 +359,7 @@ class Reconciler:
             reserve=reserve,
         )
         runner = RUNNERS[plan.runner].hosted(plan, home, given, supervisor)
-        cgroups = supervisor.cgroups
-        if cgroups is not None:  # the agent's own cgroup, with its limits (cgroups.py)
-            runner.cgroup = cgroups.group(plan.agent_id, cgroups.limits_of(plan))
+        runner.cgroup = self._group(plan)
         return Slot(
             plan=plan,
             home=home,
@@ -371,9 +369,24 @@ class Reconciler:
             sandbox=sandbox,
         )
 
+    def _group(self, plan: AgentPlan) -> AgentGroup | None:
+        """The agent's own cgroup, with its limits (cgroups.py); None without a backend."""
+        cgroups = self.supervisor.cgroups
+        return None if cgroups is None else cgroups.group(plan.agent_id, cgroups.limits_of(plan))
+
     def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
-        """The agent's fence (reach.py builds it as the load-time checks plan it)."""
-        return reach.agent_fence(self.fleet, self.supervisor.state_dir, plan, home)
+        """The agent's fence (reach.py builds it as the load-time checks plan it), with the
+        sign-in of the supervisor's environment hidden and the agent's own cgroups shown."""
+        supervisor = self.supervisor
+        group = self._group(plan)
+        return reach.agent_fence(
+            self.fleet,
+            supervisor.state_dir,
+            plan,
+            home,
+            env=supervisor.env,
+            cgroups=group.unique_dirs if group is not None else (),
+        )
 
     # -- reload ---------------------------------------------------------------------------
     async def reload(self, dry_run: bool = False) -> dict[str, Any]:

@@ -38,16 +38,17 @@ What a codex agent's home gets (`codex_auth`, pure): an `OPENAI_API_KEY` in its 
 operator's `auth.json` (a ChatGPT or API-key sign-in, as `codex login` wrote it: it holds
 nothing but the sign-in), else nothing (an `auth.json` already there is left as it is).
 
-Where the operator's sign-in is read (`read_operator`, the edge): where Claude Code and Codex
-run as the supervisor's user, in its environment, would look: `$CLAUDE_CONFIG_DIR` (else
-`$HOME/.claude`) for `.credentials.json`, `$CLAUDE_CONFIG_DIR/.claude.json` (else
-`$HOME/.claude.json`, else the legacy `$HOME/.claude/.config.json`), `$CODEX_HOME` (else
-`$HOME/.codex`) for `auth.json`. They are the operator's, no agent's to write (the fence shows
-`/` read-only), read by the supervisor itself, at each home preparation (when the supervisor starts and when a reload adds or changes
-the agent), so a refreshed sign-in reaches the agent at that preparation. A file (or the
-`.claude`/`.codex` directory named on the way) that is a symlink, not a regular file, larger
-than `MAX_BYTES` or owned by another uid than the supervisor's is not read, and `--check`
-names it.
+Where the operator's sign-in is read (`sources`, the one answer: `read_operator`, the edge, reads
+there, and the supervisor gives `Sources.directories` to every agent's fence, which hides each
+directory whole): where Claude Code and Codex run as the supervisor's user, in its environment,
+would look: `$CLAUDE_CONFIG_DIR` (else `$HOME/.claude`) for `.credentials.json`,
+`$CLAUDE_CONFIG_DIR/.claude.json` (else `$HOME/.claude.json`, else the legacy
+`$HOME/.claude/.config.json`), `$CODEX_HOME` (else `$HOME/.codex`) for `auth.json`. They are the
+operator's, no fenced agent's to read or write (hidden by its fence), read by the supervisor
+itself, at each home preparation (when the supervisor starts and when a reload adds or changes the
+agent), so a refreshed sign-in reaches the agent at that preparation. A file (or the
+`.claude`/`.codex` directory named on the way) that is a symlink, not a regular file, larger than
+`MAX_BYTES` or owned by another uid than the supervisor's is not read, and `--check` names it.
 
 Why copies, not binds of the operator's files: nothing of the operator's is ever writable by an
 agent, and each agent's copy is its own: Claude Code rewrites its record at each start and its
@@ -322,9 +323,31 @@ def _some(ids: list[str], shown: int = 3) -> str:
 # -- the edge: the operator's files, read by the supervisor, never through a symlink ----------
 
 
-def read_operator(env: Mapping[str, str]) -> Operator:
-    """The sign-ins of the supervisor's user, from where Claude Code and Codex run in `env` as
-    this process's user would read them; see the module docstring."""
+Place = tuple[str, tuple[str, ...]]  # a file: its base directory, and the names beneath it
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Where the operator's sign-in is read (`sources`): each file as a `Place`, tried in order
+    (`records`: the first that parses)."""
+
+    user: str
+    credentials: Place
+    records: tuple[Place, ...]
+    codex: Place
+
+    def directories(self) -> tuple[str, ...]:
+        """Every directory a sign-in file is read from, absolute, each once: the fence hides
+        each whole from every fenced agent (fence.py, `plan`'s `signin`)."""
+        places = (self.credentials, *self.records, self.codex)
+        found = (os.path.abspath(os.path.join(base, *names[:-1])) for base, names in places)
+        return tuple(dict.fromkeys(found))
+
+
+def sources(env: Mapping[str, str]) -> Sources:
+    """Where Claude Code and Codex, run in `env` as this process's user, keep their sign-in:
+    the one answer both `read_operator` (which reads there) and the fence (which hides it) use;
+    see the module docstring."""
     import pwd
 
     uid = os.geteuid()
@@ -334,38 +357,44 @@ def read_operator(env: Mapping[str, str]) -> Operator:
     except KeyError:
         user, pw_home = f"uid {uid}", "/"
     home = env.get("HOME") or pw_home
-    problems: list[str] = []
     config_dir = env.get("CLAUDE_CONFIG_DIR")
-    credentials_at: tuple[str, tuple[str, ...]]
-    records: list[tuple[str, tuple[str, ...]]]
+    codex_home = env.get("CODEX_HOME")
     if config_dir:
-        credentials_at = (config_dir, (CLAUDE_CREDENTIALS,))
-        records = [(config_dir, (CLAUDE_RECORD,)), (config_dir, (CLAUDE_LEGACY_RECORD,))]
+        credentials: Place = (config_dir, (CLAUDE_CREDENTIALS,))
+        records: tuple[Place, ...] = (
+            (config_dir, (CLAUDE_RECORD,)),
+            (config_dir, (CLAUDE_LEGACY_RECORD,)),
+        )
     else:
-        credentials_at = (home, (CLAUDE_DIR, CLAUDE_CREDENTIALS))
-        records = [(home, (CLAUDE_RECORD,)), (home, (CLAUDE_DIR, CLAUDE_LEGACY_RECORD))]
-    credentials = parse_object(_read(credentials_at[0], credentials_at[1], problems))
+        credentials = (home, (CLAUDE_DIR, CLAUDE_CREDENTIALS))
+        records = ((home, (CLAUDE_RECORD,)), (home, (CLAUDE_DIR, CLAUDE_LEGACY_RECORD)))
+    codex: Place = (codex_home, (CODEX_AUTH,)) if codex_home else (home, (CODEX_DIR, CODEX_AUTH))
+    return Sources(user=user, credentials=credentials, records=records, codex=codex)
+
+
+def read_operator(env: Mapping[str, str]) -> Operator:
+    """The sign-ins of the supervisor's user, from where Claude Code and Codex run in `env` as
+    this process's user would read them (`sources`); see the module docstring."""
+    at = sources(env)
+    problems: list[str] = []
+    credentials = parse_object(_read(*at.credentials, problems))
     selected = select_credentials(credentials) if credentials is not None else None
     record = None
-    for base, names in records:
+    for base, names in at.records:
         record = parse_object(_read(base, names, problems))
         if record is not None:
             break
-    codex_home = env.get("CODEX_HOME")
-    codex_at: tuple[str, tuple[str, ...]] = (
-        (codex_home, (CODEX_AUTH,)) if codex_home else (home, (CODEX_DIR, CODEX_AUTH))
-    )
-    codex = _read(codex_at[0], codex_at[1], problems)
+    codex = _read(*at.codex, problems)
     if parse_object(codex) is None:
         codex = None
     return Operator(
-        user=user,
+        user=at.user,
         claude_record=select_record(record) if record is not None else None,
         claude_credentials=selected,
         codex_auth=codex,
         env={name: env[name] for name in INHERITED if env.get(name)},
-        claude_from=os.path.join(credentials_at[0], *credentials_at[1]),
-        codex_from=os.path.join(codex_at[0], *codex_at[1]),
+        claude_from=os.path.join(at.credentials[0], *at.credentials[1]),
+        codex_from=os.path.join(at.codex[0], *at.codex[1]),
         problems=tuple(problems),
     )
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 CLONE_NEWNS, CLONE_NEWUSER, MNT_DETACH, PTRACE_SEIZE = 0x20000, 0x10000000, 2, 0x4206
 libc = ctypes.CDLL(None, use_errno=True)
@@ -40,10 +41,10 @@ def read(path: str) -> Callable[[], object]:
     return lambda: open(path, "rb").read(1)
 
 
-def write(path: str) -> Callable[[], object]:
+def write(path: str, text: str = "x") -> Callable[[], object]:
     def go() -> None:
         with open(path, "w") as handle:
-            handle.write("x")
+            handle.write(text)
 
     return go
 
@@ -152,7 +153,49 @@ def undo(state: str, token: str) -> Callable[[], object]:
     return go
 
 
-def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
+def any_of(actions: list[Callable[[], object]]) -> Callable[[], object]:
+    """ "ok" when one of `actions` works; else the last refusal ("missing" when none to try)."""
+
+    def go() -> None:
+        last: OSError = FileNotFoundError("none to try")
+        for action in actions:
+            try:
+                action()
+                return
+            except OSError as exc:
+                last = exc
+        raise last
+
+    return go
+
+
+def listed(directory: str) -> Callable[[], object]:
+    """ "ok" when `directory`'s parent lists it (a peer's cgroup among the agent's own)."""
+
+    def go() -> None:
+        if os.path.basename(directory) not in os.listdir(os.path.dirname(directory)):
+            raise FileNotFoundError(directory)
+
+    return go
+
+
+def cgroup_probes(groups: dict[str, list[str]]) -> dict[str, str]:
+    """The other agent's cgroups (listed beside the hostile agent's own, read), the host's group
+    above them (the supervisor's), and the agent's own: read (allowed, read-only) and written
+    ("0" to `cgroup.procs`: the writer into its own group, harmless where it works)."""
+    own, other = groups.get("own", []), groups.get("other", [])
+    return {
+        "read_other_cgroup": outcome(any_of([read(f"{d}/cgroup.procs") for d in other])),
+        "list_other_cgroup": outcome(any_of([listed(d) for d in other])),
+        "read_host_cgroup": outcome(
+            any_of([read(f"{os.path.dirname(os.path.dirname(d))}/cgroup.procs") for d in other])
+        ),
+        "write_own_cgroup": outcome(any_of([write(f"{d}/cgroup.procs", "0") for d in own])),
+        "read_own_cgroup": outcome(any_of([read(f"{d}/cgroup.procs") for d in own])),
+    }
+
+
+def probes(cfg: dict[str, object], go: dict[str, Any]) -> dict[str, str]:
     state, me, other = str(cfg["state"]), str(cfg["me"]), str(cfg["other"])
     token = str(cfg["token"])
     home = f"{state}/agents/{me}"
@@ -203,6 +246,7 @@ def probes(cfg: dict[str, object], go: dict[str, int]) -> dict[str, str]:
             write(f"/var/tmp/fence-probe-{os.path.basename(state)}-{cfg['mode']}")
         ),
         "tmp_host_marker": outcome(read(str(cfg["marker"]))),
+        **cgroup_probes(go.get("cgroups") or {}),
     }
     return out
 

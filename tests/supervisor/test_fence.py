@@ -4,12 +4,13 @@ A real `mcphost supervise`, run as root and again as an unprivileged user (nobod
 directory and token file it owns), runs a hostile stand-in agent (tests/supervisor/fence_probe.py)
 next to another agent in a tmux pane of its own. The hostile agent, a `setsid` escapee it starts,
 and a `ctl exec` command each try every forbidden thing as a separate probe (the token and fleet
-files, the state file, logs, the other agent's home, the control socket, tmux sockets, signals
-and ptrace of the supervisor and the other agent, writes outside, undoing the fence from a nested
-namespace) and every allowed one (workspace, home, /bin/sh, the attach socket, a loopback TCP
-server, a private /tmp); the hostile agent's MCP call still reaches the center as itself. The
-hostile agent runs as a plain process and as a tmux pane. `sandbox = "none"` is the control: the
-same probes get through, so the test can fail.
+files, the state file, logs, the other agent's home, the control socket, tmux sockets, signals and
+ptrace of the supervisor and the other agent, writes outside, undoing the fence from a nested
+namespace, the other agent's cgroups and the host's group above them under /sys/fs/cgroup, a write
+to its own group) and every allowed one (workspace, home, /bin/sh, the attach socket, a loopback
+TCP server, a private /tmp, its own cgroups read-only); the hostile agent's MCP call still reaches
+the center as itself. The hostile agent runs as a plain process and as a tmux pane. `sandbox =
+"none"` is the control: the same probes get through, so the test can fail.
 """
 
 from __future__ import annotations
@@ -29,9 +30,17 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor import cgroups, fence, signin
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, standin
+from tests.supervisor.supervise_harness import (
+    REPO,
+    Supervised,
+    fleet_toml,
+    group_dirs,
+    inline,
+    standin,
+)
+from tests.supervisor.test_signin import CREDENTIALS, OAUTH, RECORD
 from tests.supervisor.test_supervise_state import tagged
 from tests.supervisor.test_supervise_user import run_as
 from tests.waiting import until
@@ -45,6 +54,7 @@ FORBIDDEN = (
     "read_other_relative", "open_other_pts", "read_other_cmdline", "connect_run_socket",
     "write_dev",
     "same_keyring",
+    "read_other_cgroup", "list_other_cgroup", "read_host_cgroup", "write_own_cgroup",
 )  # fmt: skip
 # What the same probes reach without the fence (the control): every forbidden one but the
 # control socket's request (its second wall), the hostile agent's own tmux socket (a process
@@ -170,7 +180,11 @@ def run_fleet(
         expected = "none" if sandbox == "none" else (level or fence.probe().level())
         assert hostile_row["sandbox"] == expected, hostile_row
         workspace = sv.workspace("hostile")
-        go = {"supervisor": sv.proc.pid if sv.proc else 0, "other": other_row["pid"]}
+        go = {
+            "supervisor": sv.proc.pid if sv.proc else 0,
+            "other": other_row["pid"],
+            "cgroups": {"own": _groups(sv, "hostile"), "other": _groups(sv, "other")},
+        }
         (workspace / ".go").write_text(json.dumps(go))
         if sv.uid is not None:
             os.chown(workspace / ".go", sv.uid, sv.uid)
@@ -225,6 +239,14 @@ def held(results: dict[str, dict[str, str]], mode: str) -> dict[str, str]:
     refused = {name: seen[name] for name in ALLOWED if seen[name] != "ok"}
     assert not refused, (mode, refused, seen)
     return seen
+
+
+def _groups(sv: AsUser, agent_id: str) -> list[str]:
+    """The agent's cgroup directories, each once (none where the supervisor makes none: as
+    nobody, or on a machine without a backend)."""
+    if sv.uid is not None or cgroups.detect().kind == "none":
+        return []
+    return sorted(set(group_dirs(sv, agent_id).values()))
 
 
 def _run_socket() -> socket.socket | None:
@@ -284,6 +306,9 @@ def test_every_probe_from_inside_the_fence_is_refused_and_the_agent_still_works(
         assert seen["tmux_env"] == "unset", (mode, seen)
         assert int(seen["tmp_bytes"]) == TMP_SIZE, (mode, seen)  # bounded by the fleet's key
         assert int(seen["processes_seen"]) < 16, (mode, seen)  # its own PID namespace
+        # its own cgroups come back, read-only (a root supervisor's agents have some)
+        if uid is None and cgroups.detect().kind != "none":
+            assert seen["read_own_cgroup"] == "ok", (mode, seen)
     assert results["tmp"]["host_sees_agent_tmp"] == "False"
     assert not list(outside.iterdir())
     shutil.rmtree(outside, ignore_errors=True)
@@ -372,3 +397,74 @@ def test_a_reload_that_moves_the_token_file_refences_the_running_agents(center: 
 
 def _peeker(sv: Supervised, token: Path) -> dict[str, object]:
     return {"id": "peeker", "command": [sv.python, "-c", PEEK, str(token)]}
+
+
+READ_ALL = """
+import json, os, signal, sys
+seen = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "rb") as handle:
+            seen[path] = "readable" if handle.read() else "empty"
+    except OSError as exc:
+        seen[path] = type(exc).__name__
+with open("read.tmp", "w") as out:
+    json.dump(seen, out)
+os.replace("read.tmp", "read.json")
+signal.pause()
+"""
+
+
+def test_the_operator_s_sign_in_outside_their_home_is_hidden_and_each_agent_gets_its_copy(
+    center: DevCenter,
+) -> None:
+    """Issue 32: the supervisor's `CLAUDE_CONFIG_DIR` and `CODEX_HOME` name directories outside
+    the operator's home (beside the project, which every agent sees, not under the private
+    /tmp). A fenced claude and a fenced codex agent try to read every sign-in file there (the
+    full credentials with an MCP server's token, the record with the operator's projects,
+    Codex's auth.json) and another file beside them: none is there for them; each agent's home
+    still gets its filtered copy."""
+    base = Path(tempfile.mkdtemp(prefix="fence-signin-"))
+    ops = Path(tempfile.mkdtemp(prefix="ops-", dir=REPO))
+    claude_dir, codex_dir = ops / "claude", ops / "codex"
+    claude_dir.mkdir()
+    codex_dir.mkdir()
+    (claude_dir / ".credentials.json").write_text(json.dumps(CREDENTIALS))
+    (claude_dir / ".claude.json").write_text(json.dumps(RECORD))
+    auth = b'{"auth_mode": "chatgpt", "tokens": {"access_token": "operator"}}'
+    (codex_dir / "auth.json").write_bytes(auth)
+    targets = [
+        str(claude_dir / ".credentials.json"),
+        str(claude_dir / ".claude.json"),
+        str(codex_dir / "auth.json"),
+        str(claude_dir / "other.json"),
+    ]
+    sv = Supervised(base, center)
+    sv.extra_env.update({name: "" for name in signin.INHERITED})  # the operator's sign-in only
+    sv.extra_env.update(CLAUDE_CONFIG_DIR=str(claude_dir), CODEX_HOME=str(codex_dir))
+    agents = [
+        {"id": "claude-1", "client": "claude", "command": inline(READ_ALL, *targets)},
+        {"id": "codex-1", "client": "codex", "command": inline(READ_ALL, *targets)},
+    ]
+    try:
+        sv.write_fleet(agents)
+        # any other file there: the whole directory is hidden, not each file the supervisor reads
+        (claude_dir / "other.json").write_text("{}")
+        sv.start()
+        for agent_id in ("claude-1", "codex-1"):
+            assert sv.wait_running(agent_id)["sandbox"].startswith("bwrap")
+            read = sv.workspace(agent_id) / "read.json"
+            seen = until(lambda read=read: _load(read), 60, f"{agent_id}'s reads")
+            assert seen == {path: "FileNotFoundError" for path in targets}, (agent_id, seen)
+        home = sv.state / "agents"
+        copied = json.loads((home / "claude-1" / ".claude" / ".credentials.json").read_text())
+        assert copied == {"claudeAiOauth": OAUTH}  # filtered: no MCP server's token
+        record = json.loads((home / "claude-1" / ".claude.json").read_text())
+        assert record["userID"] == RECORD["userID"]  # its sign-in, not the operator's projects
+        assert list(record["projects"]) == [str(home / "claude-1" / "workspace")]
+        assert (home / "codex-1" / "codex" / "auth.json").read_bytes() == auth
+    finally:
+        sv.close()
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(sv.state, ignore_errors=True)
+        shutil.rmtree(ops, ignore_errors=True)

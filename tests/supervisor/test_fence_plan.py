@@ -36,7 +36,7 @@ def pairs(argv: list[str], flag: str) -> list[str]:
 
 def test_the_state_and_run_are_covered_and_only_the_home_and_attach_sockets_come_back() -> None:
     got = planned(secrets=("/etc/mcphost/token", "/etc/mcphost/fleet.toml"))
-    assert set(got.covers) == {STATE, "/run", "/etc/mcphost"}
+    assert set(got.covers) == {STATE, "/run", "/etc/mcphost", fence.CGROUPS}
     assert set(got.keeps) == {HOME, *SOCKETS}
     assert got.chdir == WORK
     assert got.private == ("/tmp", "/var/tmp", "/dev/shm")
@@ -200,3 +200,56 @@ def test_a_root_agent_sees_root_only_files_as_empty_devices() -> None:
     assert pairs(argv, "--ro-bind-try") == ["/dev/null", "/dev/null"]
     assert argv[argv.index("/etc/shadow") - 2] == "--ro-bind-try"
     assert planned(root_agent=False, root_only=("/etc/shadow",)).blanks == ()
+
+
+V1_OWN = tuple(
+    f"/sys/fs/cgroup/{c}/system.slice/mcphost-0123456789ab/agent-a1" for c in ("memory", "pids")
+)
+V2_OWN = ("/sys/fs/cgroup/system.slice/mcphost.service/mcphost-0123456789ab/agent-a1",)
+
+
+@pytest.mark.parametrize("own", [V1_OWN, V2_OWN], ids=["v1", "v2"])
+def test_the_cgroups_are_hidden_and_only_the_agent_s_own_groups_come_back_read_only(
+    own: tuple[str, ...],
+) -> None:
+    # issue 32: /sys is bound whole, so every agent listed its peers' groups and read their
+    # memory, process and CPU figures
+    got = planned(cgroups=own)
+    assert fence.CGROUPS in got.covers
+    assert set(own) <= set(got.readonly) and not set(own) & set(got.keeps)
+    for group in own:
+        peer = os.path.join(os.path.dirname(group), "agent-peer")
+        assert got.visible(f"{group}/memory.current")
+        assert not got.visible(peer) and not got.visible(f"{peer}/cgroup.procs")
+        # the host's groups: the parent of the instance (the supervisor's) and the root
+        assert not got.visible(f"{os.path.dirname(os.path.dirname(group))}/cgroup.procs")
+    assert not got.visible("/sys/fs/cgroup/cgroup.procs")
+    argv = got.argv(["agent"])
+    assert fence.CGROUPS in pairs(argv, "--tmpfs") and fence.CGROUPS in pairs(argv, "--remount-ro")
+    assert set(own) <= set(pairs(argv, "--ro-bind")) and not set(own) & set(pairs(argv, "--bind"))
+    # the parents of the groups are made inside the cover, listing nothing
+    parent = os.path.dirname(own[0])
+    assert got.made(parent) == fence.MOUNT_PARENT_MODE
+
+
+def test_without_groups_of_its_own_an_agent_sees_no_cgroup_at_all() -> None:
+    got = planned()
+    assert fence.CGROUPS in got.covers
+    assert not any(p.startswith(fence.CGROUPS) for p in got.readonly)
+    assert not got.visible("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+    assert got.visible("/sys/kernel/mm")  # the rest of /sys stays as it was
+    # a path outside the hierarchies is never bound back as a group
+    assert "/etc/passwd" not in planned(cgroups=("/etc/passwd",)).readonly
+
+
+def test_every_directory_the_operator_s_sign_in_is_read_from_is_hidden_whole() -> None:
+    # issue 32: CLAUDE_CONFIG_DIR and CODEX_HOME outside the operator's home were readable
+    got = planned(operator_home="/root", signin=("/srv/ops/claude", "/srv/ops/codex"))
+    assert {"/root", "/srv/ops/claude", "/srv/ops/codex"} <= set(got.covers)
+    for secret in ("claude/.credentials.json", "claude/.claude.json", "codex/auth.json"):
+        assert not got.visible(f"/srv/ops/{secret}")
+    assert not got.visible("/srv/ops/claude/renamed-in-later")  # the whole directory
+    assert got.visible("/srv/ops/other")
+    # a system directory is never hidden whole (nor a relative one planned at all)
+    assert "/home" not in planned(signin=("/home",)).covers
+    assert not {"claude", "/"} & set(planned(signin=("claude", "/")).covers)

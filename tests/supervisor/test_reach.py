@@ -161,6 +161,21 @@ def test_the_agents_path_is_the_supervisors_when_its_env_gives_none(hidden_bin: 
     assert reach.program_problems(fleet, STATE, {"PATH": f"{hidden_bin}:/usr/bin"}) == []
 
 
+def test_the_supervisor_s_sign_in_and_the_agent_s_own_groups_reach_its_fence() -> None:
+    """The fence hides what `signin.sources` names for the supervisor's environment (issue 32:
+    the operator's CLAUDE_CONFIG_DIR and CODEX_HOME outside their home were readable), and
+    shows the agent's own cgroups read-only."""
+    fleet = a_fleet({"id": "a1", "command": ("env",)})
+    env = {"HOME": "/root", "CLAUDE_CONFIG_DIR": "/srv/ops/claude", "CODEX_HOME": "/srv/ops/codex"}
+    own = ("/sys/fs/cgroup/memory/mcphost-0123456789ab/agent-a1",)
+    got = reach.agent_fence(fleet, STATE, fleet.agents[0], env=env, cgroups=own)
+    assert got is not None
+    assert {"/root", "/srv/ops/claude", "/srv/ops/codex"} <= set(got.plan.covers)
+    assert own[0] in got.plan.readonly
+    for hidden in ("/srv/ops/claude/.credentials.json", "/srv/ops/codex/auth.json"):
+        assert not got.plan.visible(hidden)
+
+
 # -- what a user can reach ------------------------------------------------------------------------
 
 OTHER = 65534  # a uid that owns nothing here (nobody's)

@@ -304,6 +304,32 @@ def test_the_operator_s_sign_in_is_read_from_where_their_clients_keep_it(tmp_pat
     assert not operator.claude_signed_in and operator.problems == ()
 
 
+def test_the_directories_the_sign_in_is_read_from_are_the_ones_the_fence_hides(
+    tmp_path: Path,
+) -> None:
+    """One answer (`sources`) for where `read_operator` reads and what the fence hides: every
+    file it reads (here the legacy record too, through its fallback) lies in a directory of
+    `Sources.directories`, and nothing else is named."""
+    home = operator_home(tmp_path, record=None)
+    (home / ".claude" / ".config.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+    at = signin.sources({"HOME": str(home)})
+    assert at.directories() == (str(home / ".claude"), str(home), str(home / ".codex"))
+    operator = signin.read_operator({"HOME": str(home)})
+    assert operator.claude_record == {"hasCompletedOnboarding": True}
+    for path in (operator.claude_from, operator.codex_from, str(home / ".claude/.config.json")):
+        assert os.path.dirname(path) in at.directories(), path
+    moved = {"HOME": str(home), "CLAUDE_CONFIG_DIR": "/srv/ops/claude", "CODEX_HOME": "rel"}
+    assert signin.sources(moved).directories() == (
+        "/srv/ops/claude",
+        os.path.abspath("rel"),  # as the supervisor's own open() would take it
+    )
+    operator = signin.read_operator(moved)
+    assert (operator.claude_from, operator.codex_from) == (
+        "/srv/ops/claude/.credentials.json",
+        "rel/auth.json",
+    )
+
+
 def test_the_legacy_record_is_read_when_the_current_one_is_missing(tmp_path: Path) -> None:
     home = operator_home(tmp_path, record=None)
     (home / ".claude" / ".config.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
