@@ -116,6 +116,7 @@ class StubPlan:
     log_max_bytes: int = 1 << 20
     log_keep: int = 2
     user: str | None = None
+    uid: int | None = None
 
 
 @dataclass(frozen=True)
