@@ -30,6 +30,9 @@ from typing import Any, TextIO
 
 from mcphost.tuning import LEVELS, tuning
 
+# A line anything outside can cause as often as it likes (an accept that fails for want of
+# descriptors, a refused connection): at most one per this many seconds and kind (`emit_limited`).
+LOG_EVERY_SECONDS = 10.0
 LIBRARY_LEVEL = logging.WARNING  # what other libraries' records must reach to be written
 _NAMES = {10: "debug", 20: "info", 30: "warning", 40: "error", 50: "critical"}
 _FIELDS = "mcphost_fields"  # the attribute of a record that `emit` made

@@ -50,7 +50,7 @@ HEAD_SECONDS = 5.0  # from accept to a complete request head
 REPLY_SECONDS = 30.0  # from the head to the reply taken (a client that does not read)
 BACKLOG = 128
 ACCEPT_RETRY_SECONDS = 0.5  # after a failed accept (EMFILE, ENFILE...): never spin
-LOG_EVERY_SECONDS = 10.0  # at most one line per kind (refusal reason, accept failure)
+LOG_EVERY_SECONDS = events.LOG_EVERY_SECONDS  # at most one line per kind (reason, accept)
 
 # Why a connection was closed at once (the `reason` of `supervisor.listener_refused`).
 AGENT_PEER = "agent_peer"

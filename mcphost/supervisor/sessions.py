@@ -132,6 +132,7 @@ class SessionHub:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._refusals = RateLimit(REFUSED_LOG_BURST, REFUSED_LOG_WINDOW)
+        self._accept_failures = RateLimit(1, events.LOG_EVERY_SECONDS)  # EMFILE...: one line
         self._suppressed_report: asyncio.TimerHandle | None = None
 
     # -- the socket -----------------------------------------------------------------------
@@ -151,9 +152,9 @@ class SessionHub:
             try:
                 conn, _ = await loop.sock_accept(listener)
             except OSError as exc:
-                events.emit(
+                events.emit_limited(
+                    self._accept_failures,
                     "supervisor.hub.accept_failed",
-                    level="warning",
                     path=self.path,
                     errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
                 )
