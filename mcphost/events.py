@@ -10,6 +10,10 @@ asyncio's "Using selector" or aiohttp's access lines), and never below `MCPHOST_
 `level`, `event`; ours carry the fields `emit` was given, another library's carry `logger` and
 `message` (and `error`, a formatted exception, when it logged one) under event `log`.
 
+Bounded lines: `RateLimit` (pure) and `emit_limited` write at most a burst of lines per window
+for an event anything outside can cause as often as it likes (accept failures, refused
+connections); the next line written carries `suppressed`, the count left out since the last.
+
 Must never: write to stdout (that belongs to JSON-RPC), raise from `emit`, or receive a secret:
 callers pass redacted values only, and `Secret` objects render as `***`.
 """
@@ -18,12 +22,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
+import time
 from typing import Any, TextIO
 
 from mcphost.tuning import LEVELS, tuning
 
+# A line anything outside can cause as often as it likes (an accept that fails for want of
+# descriptors, a refused connection): at most one per this many seconds and kind (`emit_limited`).
+LOG_EVERY_SECONDS = 10.0
 LIBRARY_LEVEL = logging.WARNING  # what other libraries' records must reach to be written
 _NAMES = {10: "debug", 20: "info", 30: "warning", 40: "error", 50: "critical"}
 _FIELDS = "mcphost_fields"  # the attribute of a record that `emit` made
@@ -112,3 +121,41 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
         _logger.name, LEVELS.get(level, 20), "", 0, event, (), None, extra={_FIELDS: ours}
     )
     _logger.handle(record)
+
+
+class RateLimit:
+    """At most `burst` admitted in each fixed window of `window` seconds (pure: the caller
+    gives the time); what is not admitted is counted in `suppressed` until taken."""
+
+    def __init__(self, burst: int, window: float) -> None:
+        self.burst = burst
+        self.window = window
+        self.suppressed = 0
+        self._start = -math.inf
+        self._admitted = 0
+
+    def admit(self, now: float) -> bool:
+        if now - self._start >= self.window:
+            self._start, self._admitted = now, 0
+        if self._admitted < self.burst:
+            self._admitted += 1
+            return True
+        self.suppressed += 1
+        return False
+
+    def window_ends(self) -> float:
+        """When the current window ends (the time `admit` was given)."""
+        return self._start + self.window
+
+    def take_suppressed(self) -> int:
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+
+def emit_limited(limit: RateLimit, event: str, level: str = "warning", **fields: Any) -> bool:
+    """`emit` when `limit` admits one more line now, with `suppressed` (the lines left out
+    since the last one written); True when it wrote."""
+    if not limit.admit(time.monotonic()):
+        return False
+    emit(event, level, suppressed=limit.take_suppressed(), **fields)
+    return True

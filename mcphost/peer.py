@@ -17,6 +17,13 @@ What it must never do: trust the peer's environment, arguments or bytes; guess w
 fails (every doubt returns None or False: fail closed); close a pidfd it handed out (the caller
 of `peer_credentials` owns `PeerCred.pidfd` and closes it with `os.close`).
 
+The owner of a loopback TCP connection (`tcp_owner_uid`): the uid of the process's socket at
+the other end, asked of the kernel by the exact address pair with `NETLINK_SOCK_DIAG`
+(`inet_diag`: one socket looked up, the cost of one syscall whatever the number of connections),
+or, where that is refused, read from `/proc/net/tcp` / `/proc/net/tcp6` (`proc_net_tcp_uid`,
+the pure parse). Both see the sockets of the supervisor's network namespace, which fenced agents
+share. None when neither finds it (the peer already closed, say): the caller refuses it.
+
 Use: `cred = peer_credentials(conn)`, `stat = read_stat(cred.pid)`, `find_root(cred.pid, ...)`,
 then `still_same(cred, stat)`; close `cred.pidfd`.
 
@@ -33,6 +40,7 @@ import errno
 import signal
 import socket
 import struct
+import sys
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -80,6 +88,12 @@ def peer_credentials(sock: socket.socket) -> PeerCred:
         if exc.errno != errno.ENOPROTOOPT:
             pid = 0
     return PeerCred(pid=pid, uid=uid, gid=gid, pidfd=pidfd)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The connected AF_UNIX peer's uid (`SO_PEERCRED`, at connect time)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return int(_UCRED.unpack(raw)[1])
 
 
 def parse_stat(text: str) -> ProcStat:
@@ -188,3 +202,97 @@ def still_same(cred: PeerCred, stat: ProcStat) -> bool:
         return True
     again = read_stat(cred.pid)
     return again is not None and again.starttime == stat.starttime
+
+
+# NETLINK_SOCK_DIAG (linux/sock_diag.h, linux/inet_diag.h): one exact lookup, no dump.
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR = 2
+_NLM_F_REQUEST = 1
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_DIAG_HEAD = struct.Struct("=BBBxI")  # family, protocol, extensions, pad, states
+_DIAG_PORTS = struct.Struct("!HH")  # the sock id's ports, network order
+_DIAG_TAIL = struct.Struct("=III")  # interface, cookie (INET_DIAG_NOCOOKIE: both words ~0)
+_DIAG_UID_AT = 4 + 48 + 12  # inet_diag_msg: family..retrans, the sock id, expires/rqueue/wqueue
+Address = tuple[str, int]  # an IP literal and a port, as `getsockname()` gives them
+
+
+def _packed(family: int, host: str) -> bytes:
+    return socket.inet_pton(family, host).ljust(16, b"\0")
+
+
+def _diag_uid(family: int, own: Address, other: Address) -> int | None:
+    """`inet_diag`'s uid of the TCP socket whose own address is `own` and whose peer is
+    `other`; None when the kernel has none such. Raises `OSError` when it cannot be asked."""
+    request = (
+        _DIAG_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0xFFFFFFFF)
+        + _DIAG_PORTS.pack(own[1], other[1])
+        + _packed(family, own[0])
+        + _packed(family, other[0])
+        + _DIAG_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF)
+    )
+    header = _NLMSGHDR.pack(
+        _NLMSGHDR.size + len(request), SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0
+    )
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as link:
+        link.settimeout(1.0)
+        link.sendto(header + request, (0, 0))
+        reply = link.recv(4096)
+    if len(reply) < _NLMSGHDR.size:
+        return None
+    _, kind, _, _, _ = _NLMSGHDR.unpack_from(reply)
+    if kind == _NLMSG_ERROR:
+        (error,) = struct.unpack_from("=i", reply, _NLMSGHDR.size)
+        if -error in (errno.EPERM, errno.EACCES, errno.EOPNOTSUPP, errno.EINVAL):
+            raise OSError(-error, "sock_diag refused the lookup")
+        return None  # ENOENT: no such socket (any more)
+    if kind != SOCK_DIAG_BY_FAMILY or len(reply) < _NLMSGHDR.size + _DIAG_UID_AT + 4:
+        return None
+    (uid,) = struct.unpack_from("=I", reply, _NLMSGHDR.size + _DIAG_UID_AT)
+    return int(uid)
+
+
+def _proc_address(field: str) -> tuple[bytes, int]:
+    """`0100007F:1F90` (/proc/net/tcp's, each 32-bit word in host order) -> (address, port)."""
+    host, _, port = field.partition(":")
+    words = [host[i : i + 8] for i in range(0, len(host), 8)]
+    raw = b"".join(int(word, 16).to_bytes(4, sys.byteorder) for word in words)
+    return raw, int(port, 16)
+
+
+def proc_net_tcp_uid(text: str, family: int, own: Address, other: Address) -> int | None:
+    """The uid of the row of `/proc/net/tcp` (AF_INET) or `/proc/net/tcp6` (AF_INET6) text whose
+    local address is `own` and remote address `other`; None when no row is. Pure; rows that do
+    not parse are skipped."""
+    want = (
+        (socket.inet_pton(family, own[0]), own[1]),
+        (socket.inet_pton(family, other[0]), other[1]),
+    )
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        try:
+            if (_proc_address(fields[1]), _proc_address(fields[2])) == want:
+                return int(fields[7])
+        except ValueError:
+            continue
+    return None
+
+
+def tcp_owner_uid(own: Address, other: Address) -> int | None:
+    """The uid owning the TCP socket at `own` connected to `other`: for a connection a listener
+    accepted, `own` is its `getpeername()` and `other` its `getsockname()`, so the answer is
+    the connecting process's uid. `NETLINK_SOCK_DIAG` first, `/proc/net/tcp{,6}` where that is
+    refused; None when neither finds the socket (fail closed: the caller refuses)."""
+    family = socket.AF_INET6 if ":" in own[0] else socket.AF_INET
+    try:
+        return _diag_uid(family, own, other)
+    except OSError:
+        pass
+    name = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
+    try:
+        with open(name, encoding="ascii", errors="replace") as file:
+            return proc_net_tcp_uid(file.read(), family, own, other)
+    except (OSError, ValueError):
+        return None

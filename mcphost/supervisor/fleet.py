@@ -63,7 +63,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import ipaddress
 import os
 import re
 import string
@@ -102,6 +101,7 @@ from mcphost.supervisor.plan import (
     apply_defaults,
     clipped,
     is_fleet_bundle,
+    loopback_address,
     parse_listen,
     raise_all,
     runner_problem,
@@ -217,24 +217,14 @@ _LISTEN_EXPECTED = (
 
 
 def loopback_listen(raw: object) -> tuple[str, int]:
-    """`"127.0.0.1:8765"` / `"[::1]:8765"` -> (host, port); `Invalid` for anything that is not
-    an IP literal of the loopback with a port (a name such as `localhost` is refused too: what
-    it resolves to is not the file's to say)."""
+    """`[page] listen` -> (host, port) by `plan.loopback_address`, the one loopback rule of the
+    page and `/metrics`; `Invalid` for anything else."""
     if not isinstance(raw, str):
         raise Invalid(_LISTEN_EXPECTED, repr(raw))
-    host, sep, port = raw.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        host = ""  # an IPv6 literal must be bracketed
     try:
-        address = ipaddress.ip_address(host)
-        number = int(port, 10) if port.isdigit() else -1
+        return loopback_address(raw)
     except ValueError:
         raise Invalid(_LISTEN_EXPECTED, repr(raw)) from None
-    if not sep or not address.is_loopback or not 0 <= number <= 65535:
-        raise Invalid(_LISTEN_EXPECTED, repr(raw))
-    return str(address), number
 
 
 class _Section(BaseModel):

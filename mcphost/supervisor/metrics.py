@@ -19,7 +19,10 @@ Owns: what is exposed and under which names (`NAMES`, docs/operations.md "Metric
 - the supervisor's own process (prometheus_client's `ProcessCollector`: `process_*`);
   these three through the registry and `generate_latest`;
 and the HTTP server (`MetricsServer`: aiohttp on the supervisor's event loop, `GET /metrics`
-only) on a loopback address or a Unix socket (0660, bound through `mcphost.unixsock`).
+only) on a loopback address or a Unix socket (0660, bound through `mcphost.unixsock`), through
+loopback.py's listener as the fleet page is: connections owned by an agent's uid closed at once,
+bounds per listener and per owner uid, a deadline for the request head, no keep-alive, and on
+TCP a `Host` that is not the listener's own address refused (403).
 
 Labels: `agent` (an agent id: the one label that grows with the fleet), `state` (the six
 states), `fence` (a fence level name), `tool` (a catalog tool name, or `unknown`: never a name
@@ -35,7 +38,6 @@ paths pay for them).
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -53,8 +55,8 @@ from mcphost.supervisor.lifecycle import AgentState
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from mcphost.supervisor.loopback import AgentUids, LoopbackServer
     from mcphost.supervisor.plan import Listen
-    from mcphost.unixsock import Listening
 
 # Every family this endpoint exposes (with `process_*` of the ProcessCollector): name -> help.
 NAMES: dict[str, str] = {
@@ -300,13 +302,16 @@ class MetricsBindError(Exception):
 
 
 class MetricsServer:
-    """`GET /metrics` of `metrics` at `listen`, on the running event loop."""
+    """`GET /metrics` of `metrics` at `listen`, on the running event loop, through loopback.py's
+    listener (its guards and bounds; `Host` checked on TCP)."""
 
-    def __init__(self, metrics: Metrics, listen: Listen) -> None:
+    def __init__(
+        self, metrics: Metrics, listen: Listen, agent_uids: AgentUids | None = None
+    ) -> None:
         self.metrics = metrics
         self.listen = listen
-        self._runner: web.AppRunner | None = None
-        self._listening: Listening | None = None
+        self.agent_uids = agent_uids
+        self.server: LoopbackServer | None = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         from aiohttp import web
@@ -319,33 +324,22 @@ class MetricsServer:
         from aiohttp import web
 
         from mcphost import unixsock
+        from mcphost.supervisor.loopback import LoopbackServer, no_agents
 
         app = web.Application()
         app.router.add_get("/metrics", self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        listen = self.listen
+        server = LoopbackServer(
+            app, self.listen, "metrics", agent_uids=self.agent_uids or no_agents,
+            unix_mode=UNIX_MODE,
+        )  # fmt: skip
         try:
-            if listen.path is not None:
-                self._listening = unixsock.listen(listen.path, mode=UNIX_MODE)
-                site: web.BaseSite = web.SockSite(runner, self._listening.sock)
-            else:
-                site = web.TCPSite(runner, listen.host, listen.port, reuse_address=True)
-            await site.start()
+            await server.start()
         except (OSError, unixsock.SocketPathError) as exc:
-            await runner.cleanup()
-            if self._listening is not None:
-                self._listening.close()
-                self._listening = None
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise MetricsBindError(listen, why) from None
-        self._runner = runner
+            raise MetricsBindError(self.listen, why) from None
+        self.server = server
 
     async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            with contextlib.suppress(Exception):  # shutdown goes on whatever aiohttp says
-                await runner.cleanup()
-        listening, self._listening = self._listening, None
-        if listening is not None:
-            listening.close()
+        server, self.server = self.server, None
+        if server is not None:
+            await server.aclose()

@@ -13,11 +13,13 @@ snapshot's version, the journal's) and served as the same bytes to every poll un
 change, with the time of the answer (`now`) put in front: a poll between two changes costs the
 server's own work and a comparison of the agents' states, nothing more.
 
-Who can reach it: whoever can connect to that loopback port: every local user of the machine (no
-authentication; the page says nothing more than `ctl status`'s ids, states and figures). A
-request whose `Host` is not that address (or `localhost` at its port) is refused (403): a web
-page elsewhere that rebinds its name to 127.0.0.1 gets nothing. GET and HEAD only; every other
-method is answered 405.
+Who can reach it: whoever can connect to that loopback port, except the agents: every local user
+of the machine (no authentication; the page says nothing more than `ctl status`'s ids, states and
+figures). The listener is loopback.py's, with its guards and bounds: a connection owned by one of
+the agents' uids is closed at once, connections are bounded per listener and per owner uid, a
+half-sent request is closed after a few seconds, and a request whose `Host` is not that address
+(or `localhost` at its port) is refused (403): a web page elsewhere that rebinds its name to
+127.0.0.1 gets nothing. GET and HEAD only; every other method is answered 405.
 
 Must never: change anything (no operation but `status`, no method but GET/HEAD), show a token, a
 fleet-file value beyond the agents' ids and plans' kinds (no `env`, no `command`, no paths), pane
@@ -38,7 +40,8 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from mcphost import events
-from mcphost.supervisor.plan import PageConfig
+from mcphost.supervisor.loopback import AgentUids, LoopbackServer, no_agents
+from mcphost.supervisor.plan import Listen, PageConfig
 
 POLL_MS = 2000  # how often the page asks for a snapshot (the usage figures' age: operations.py)
 EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
@@ -354,13 +357,14 @@ class FleetPage:
         *,
         started_at: float,
         journal: EventSource,
+        agent_uids: AgentUids = no_agents,
     ) -> None:
         self.config = config
         self._source = source
         self._journal = journal
         self._started_at = started_at
-        self._runner: web.AppRunner | None = None
-        self._hosts: frozenset[str] = frozenset()
+        self._agent_uids = agent_uids
+        self._server: LoopbackServer | None = None
         self.url: str | None = None
         # what `/api/fleet` shows after `now`, as built for these versions (status, journal)
         self._built: tuple[int, int] | None = None
@@ -378,26 +382,21 @@ class FleetPage:
         app.router.add_get("/", self._page)
         app.router.add_get("/api/fleet", self._fleet)
         app.on_response_prepare.append(_headers)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, self.config.host, self.config.port, reuse_address=True)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        port = _bound_port(runner)
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        self._hosts = frozenset({f"{host}:{port}", f"localhost:{port}"})
-        self.url = f"http://{host}:{port}/"
+        listen = Listen(host=self.config.host, port=self.config.port)
+        server = LoopbackServer(app, listen, "page", agent_uids=self._agent_uids)
+        await server.start()
+        self._server = server
+        assert server.address is not None
+        host, port = server.address
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}/"
         events.emit("supervisor.page_listening", url=self.url)
         return self.url
 
     async def aclose(self) -> None:
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.aclose()
 
     def body(self) -> bytes:
         """`/api/fleet`: what the page shows, nothing more (module doc): `now`, then what was
@@ -443,8 +442,6 @@ class FleetPage:
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method not in _READ:
             raise web.HTTPMethodNotAllowed(request.method, sorted(_READ), text="read-only\n")
-        if request.headers.get("Host", "").lower() not in self._hosts:
-            raise web.HTTPForbidden(text="this page answers its own loopback address only\n")
         return await handler(request)
 
     async def _page(self, request: web.Request) -> web.Response:
@@ -456,10 +453,3 @@ class FleetPage:
 
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.update(HEADERS)
-
-
-def _bound_port(runner: web.AppRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    raise OSError("the fleet page's listener has no address")

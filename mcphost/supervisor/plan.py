@@ -241,11 +241,28 @@ LISTEN_EXPECTED = (
 _SUN_PATH_MAX = 107  # mcphost.unixsock.SUN_PATH_MAX (the plan imports none of the sockets)
 
 
-def parse_listen(text: str) -> Listen:
-    """`[metrics] listen` as a `Listen`; ValueError (LISTEN_EXPECTED) for anything else,
-    a non-loopback address included (refused at load, never bound)."""
+def loopback_address(text: str) -> tuple[str, int]:
+    """The one loopback rule of the operator's HTTP endpoints (`[page]`, `[metrics]`):
+    `"127.0.0.1:8765"` / `"[::1]:8765"` -> (host, port); ValueError for anything that is not an
+    IP literal of the loopback (an IPv6 one bracketed) with a port 0-65535. A name is refused:
+    what it resolves to is not the fleet file's to say (`parse_listen` takes `localhost`)."""
     import ipaddress
 
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("an IPv6 literal must be bracketed")
+    address = ipaddress.ip_address(host)
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not address.is_loopback:
+        raise ValueError("not a loopback address and port")
+    return str(address), int(port)
+
+
+def parse_listen(text: str) -> Listen:
+    """`[metrics] listen` as a `Listen`; ValueError (LISTEN_EXPECTED) for anything else,
+    a non-loopback address included (refused at load, never bound): `loopback_address`, plus
+    `localhost` (127.0.0.1), never port 0 (a scraper needs a known one), or a Unix socket."""
     if text.startswith("unix:"):
         path = text[len("unix:") :]
         if (
@@ -256,20 +273,15 @@ def parse_listen(text: str) -> Listen:
         ):
             raise ValueError(LISTEN_EXPECTED)
         return Listen(path=os.path.normpath(path))
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(LISTEN_EXPECTED)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if host == "localhost":
-        host = "127.0.0.1"
+    if text.startswith("localhost:"):
+        text = "127.0.0.1" + text[len("localhost") :]
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        host, port = loopback_address(text)
     except ValueError:
-        loopback = False
-    if not loopback:
+        raise ValueError(LISTEN_EXPECTED) from None
+    if port == 0:
         raise ValueError(LISTEN_EXPECTED)
-    return Listen(host=host, port=int(port_text))
+    return Listen(host=host, port=port)
 
 
 @dataclass(frozen=True, slots=True)

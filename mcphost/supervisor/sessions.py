@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import math
 import os
 import re
 import socket
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mcphost import events, unixsock
+from mcphost.events import RateLimit
 from mcphost.mcpserve.budget import Budgets
 from mcphost.mcpserve.connection import MAX_HELD_BYTES, Limits
 from mcphost.supervisor import refusals as R
@@ -74,35 +74,6 @@ AGENT_HELD_BYTES = 64 * 1024 * 1024  # request bytes one agent's sessions hold, 
 # local user can connect to a 0666 socket as fast as it likes).
 REFUSED_LOG_BURST = 20
 REFUSED_LOG_WINDOW = 5.0
-
-
-class RateLimit:
-    """At most `burst` admitted in each fixed window of `window` seconds (pure: the caller
-    gives the time); what is not admitted is counted in `suppressed` until taken."""
-
-    def __init__(self, burst: int, window: float) -> None:
-        self.burst = burst
-        self.window = window
-        self.suppressed = 0
-        self._start = -math.inf
-        self._admitted = 0
-
-    def admit(self, now: float) -> bool:
-        if now - self._start >= self.window:
-            self._start, self._admitted = now, 0
-        if self._admitted < self.burst:
-            self._admitted += 1
-            return True
-        self.suppressed += 1
-        return False
-
-    def window_ends(self) -> float:
-        """When the current window ends (the time `admit` was given)."""
-        return self._start + self.window
-
-    def take_suppressed(self) -> int:
-        count, self.suppressed = self.suppressed, 0
-        return count
 
 
 assert SESSION_HELD_BYTES < AGENT_HELD_BYTES < MAX_HELD_BYTES
@@ -161,6 +132,7 @@ class SessionHub:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._refusals = RateLimit(REFUSED_LOG_BURST, REFUSED_LOG_WINDOW)
+        self._accept_failures = RateLimit(1, events.LOG_EVERY_SECONDS)  # EMFILE...: one line
         self._suppressed_report: asyncio.TimerHandle | None = None
 
     # -- the socket -----------------------------------------------------------------------
@@ -180,9 +152,9 @@ class SessionHub:
             try:
                 conn, _ = await loop.sock_accept(listener)
             except OSError as exc:
-                events.emit(
+                events.emit_limited(
+                    self._accept_failures,
                     "supervisor.hub.accept_failed",
-                    level="warning",
                     path=self.path,
                     errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
                 )

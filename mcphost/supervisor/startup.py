@@ -6,7 +6,9 @@ is exit 2, one line); the state directory's lock (`control.server.take_lock` on
 `<state>/control.sock.lock`, creating `<state>` 0700 if it is missing and touching nothing else:
 another supervisor holding it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its
 pid); only then the modes of `<state>`, `run/` and `agents/` (`claim_state`). The processes a
-crashed supervisor left are ended next, before anything is spawned (records.py).
+crashed supervisor left are ended next, before anything is spawned (records.py). And, first of
+all, the descriptor limit: `RLIMIT_NOFILE`'s soft limit raised to its hard one
+(`raise_descriptor_limit`; systemd starts services at 1024), the figure logged.
 
 Must never: change anything under a state directory whose lock another supervisor holds (modes,
 files, processes), follow a symlink for `<state>`, `run/` or `agents/`, or print more than one
@@ -16,9 +18,10 @@ line for a refusal (cli.py's contract for every start-up refusal).
 from __future__ import annotations
 
 import os
+import resource
 from typing import TYPE_CHECKING
 
-from mcphost import fsutil
+from mcphost import events, fsutil
 from mcphost.settings import SettingError
 from mcphost.supervisor.control.server import ControlInUse, take_lock
 from mcphost.supervisor.plan import runs_apart
@@ -98,3 +101,19 @@ def prepare_state_dir(state_dir: str, fleet: Fleet) -> None:
     for directory in (state_dir, os.path.join(state_dir, "run"), os.path.join(state_dir, "agents")):
         own_dir(directory)
         os.chmod(directory, 0o711 if shared else 0o700)
+
+
+def raise_descriptor_limit() -> int:
+    """Raise `RLIMIT_NOFILE`'s soft limit to its hard one (a process may), so a flood that the
+    listeners' bounds (loopback.py) let through never meets systemd's default 1024 first; the
+    soft limit now, logged as `supervisor.descriptors`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = soft
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass  # an infinite hard limit the kernel's nr_open refuses: keep what we have
+    events.emit("supervisor.descriptors", soft=soft, hard=hard, was=before)
+    return soft

@@ -49,7 +49,7 @@ from mcphost.supervisor.homes import LOGS
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.lifecycle import AgentRunner
 from mcphost.supervisor.operations import Operations, reload_failed
-from mcphost.supervisor.plan import Fleet, runs_apart
+from mcphost.supervisor.plan import Fleet, agent_uid, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
 from mcphost.supervisor.records import ProcessRecords
 from mcphost.supervisor.relayhost import RelayHost
@@ -105,6 +105,7 @@ class Supervisor:
         self.on_center_call: Callable[[str, str, str, float], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
+        self._agent_uids: tuple[Fleet | None, frozenset[int]] = (None, frozenset())
         self.journal: journal.Journal | None = None  # the supervisor's own events (journal.py)
 
     # -- what reconciliation holds, as the operations, the relay and the surfaces read it ---
@@ -137,6 +138,15 @@ class Supervisor:
                 events.emit("supervisor.page_failed", level="error", error=str(exc))
         return outcome
 
+    def agent_uids(self) -> frozenset[int]:
+        """The agents' own uids (those not the supervisor's): the page and `/metrics` close
+        every connection one of them owns (loopback.py). Looked up once per fleet in force."""
+        fleet = self.fleet
+        if self._agent_uids[0] is not fleet:
+            uids = {agent_uid(agent) for agent in fleet.agents}  # own (uids.py) or `user`'s
+            self._agent_uids = (fleet, frozenset(uids - {os.geteuid()}))
+        return self._agent_uids[1]
+
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
 
@@ -145,6 +155,7 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
         kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
         kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
+        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         try:  # the token, then the state directory's lock, then its modes (startup.py)
             self.link = startup.open_link(self.fleet)
             self._lock_fd = startup.claim_state(self.state_dir, self.fleet)
@@ -237,7 +248,7 @@ class Supervisor:
         listen = self.fleet.metrics
         assert listen is not None
         metrics = Metrics(self.operations.snapshot, self._relay_figures)
-        server = MetricsServer(metrics, listen)
+        server = MetricsServer(metrics, listen, self.agent_uids)
         try:
             await server.start()
         except MetricsBindError as exc:
@@ -278,7 +289,13 @@ class Supervisor:
         from mcphost.supervisor.page import FleetPage
 
         assert self.journal is not None  # installed first thing in `run`
-        page = FleetPage(self.operations, config, started_at=self.started_at, journal=self.journal)
+        page = FleetPage(
+            self.operations,
+            config,
+            started_at=self.started_at,
+            journal=self.journal,
+            agent_uids=self.agent_uids,
+        )
         try:
             await page.start()
         except BaseException:

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 SCRIPT = """
 import logging
@@ -69,3 +71,26 @@ def test_library_chatter_stays_out_even_at_debug() -> None:
         ("log", "aiohttp.server"),
         ("log", "mcp.server"),
     ]
+
+
+def test_rate_limit_admits_a_burst_per_window_and_counts_the_rest() -> None:
+    from mcphost.events import RateLimit
+
+    limit = RateLimit(1, 10.0)
+    assert limit.admit(100.0) and limit.take_suppressed() == 0
+    assert [limit.admit(t) for t in (100.1, 105.0, 109.9)] == [False, False, False]
+    assert limit.admit(110.0)  # a new window
+    assert limit.take_suppressed() == 3 and limit.take_suppressed() == 0
+
+
+def test_emit_limited_writes_one_line_then_carries_what_it_left_out(monkeypatch: Any) -> None:
+    from mcphost import events
+
+    lines: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "emit", lambda event, level="info", **f: lines.append(f))
+    clock = iter([0.0, 1.0, 2.0, 20.0])
+    monkeypatch.setattr(events, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    limit = events.RateLimit(1, events.LOG_EVERY_SECONDS)
+    wrote = [events.emit_limited(limit, "x.failed", errno="EMFILE") for _ in range(4)]
+    assert wrote == [True, False, False, True]
+    assert lines == [{"suppressed": 0, "errno": "EMFILE"}, {"suppressed": 2, "errno": "EMFILE"}]

@@ -349,3 +349,51 @@ def test_peer_credentials_of_a_socketpair_name_this_process() -> None:
         finally:
             if cred.pidfd is not None:
                 os.close(cred.pidfd)
+
+
+# /proc/net/tcp rows as the kernel writes them (x86-64: each address word in host order)
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 101 1
+   1: 0100007F:D431 0100007F:1F90 01 00000000:00000000 00:00000000 00000000 65534        0 102 1
+   2: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 103 1
+   3: garbage
+"""
+PROC_NET_TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:C350 00000000000000000000000001000000:1F90 01 00000000:00000000 00:00000000 00000000  1001        0 7 1
+"""
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the rows above are a little-endian kernel's")
+def test_proc_net_tcp_names_the_owner_of_the_connecting_side_only() -> None:
+    client, server = ("127.0.0.1", 0xD431), ("127.0.0.1", 0x1F90)
+    assert peer.proc_net_tcp_uid(PROC_NET_TCP, socket.AF_INET, client, server) == 65534
+    assert peer.proc_net_tcp_uid(PROC_NET_TCP, socket.AF_INET, server, client) == 0  # accepted
+    assert peer.proc_net_tcp_uid(PROC_NET_TCP, socket.AF_INET, client, ("127.0.0.1", 1)) is None
+    assert (
+        peer.proc_net_tcp_uid(PROC_NET_TCP6, socket.AF_INET6, ("::1", 50000), ("::1", 8080)) == 1001
+    )
+    assert peer.proc_net_tcp_uid("", socket.AF_INET, client, server) is None
+
+
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6])
+def test_tcp_owner_uid_of_a_real_loopback_connection_is_the_connecting_process(
+    family: socket.AddressFamily,
+) -> None:
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    with socket.socket(family) as listener, socket.socket(family) as client:
+        try:
+            listener.bind((host, 0))
+        except OSError:
+            pytest.skip(f"no {host} here")
+        listener.listen()
+        client.connect(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        with accepted:
+            own, other = accepted.getpeername()[:2], accepted.getsockname()[:2]
+            assert peer.tcp_owner_uid(own, other) == os.getuid()
+            table = Path("/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp")
+            assert peer.proc_net_tcp_uid(table.read_text(), family, own, other) == os.getuid()
+        client.close()
+        assert peer.tcp_owner_uid(("127.0.0.1", 1), ("127.0.0.1", 2)) is None  # none such

@@ -29,7 +29,9 @@ replaced; anything else at the path is refused, never deleted.
 Bounds: `MAX_CONNECTIONS` connections at once (more get `busy`), `REQUEST_TIMEOUT` to send the
 request line, and replies written with a small write buffer and `drain()`: a client that does
 not read stalls only its own connection (the handler's log iterator is not pulled) and is
-dropped after `STALL_TIMEOUT`.
+dropped after `STALL_TIMEOUT`. An accept that fails for want of descriptors is retried after
+0.1 s and logged at most once per `events.LOG_EVERY_SECONDS` (`supervisor.control.accept_failed`,
+with the count left out).
 
 Must never: serve a peer of another uid (except root), unlink a socket something listens on,
 hold more than one request line per connection in memory, put a traceback on the wire, keep a
@@ -50,6 +52,7 @@ import struct
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcphost import events
 from mcphost.peer import descends_from
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.control.protocol import (
@@ -210,6 +213,7 @@ class ControlServer:
         self._lock_fd: int | None = None
         self._listening: Listening | None = None
         self._accepting: asyncio.Task[None] | None = None
+        self._accept_failures = events.RateLimit(1, events.LOG_EVERY_SECONDS)  # EMFILE...
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- start and stop ----------------------------------------------------------------------
@@ -298,7 +302,11 @@ class ControlServer:
                 continue
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    _log_error("control socket cannot accept: %s", exc)
+                    events.emit_limited(
+                        self._accept_failures,
+                        "supervisor.control.accept_failed",
+                        errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                    )
                     await asyncio.sleep(0.1)  # out of descriptors: back off, do not spin
                     continue
                 raise
