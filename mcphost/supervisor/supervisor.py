@@ -155,13 +155,13 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
         kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
         kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
-        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         try:  # the token, then the state directory's lock, then its modes (startup.py)
             self.link = startup.open_link(self.fleet)
             self._lock_fd = startup.claim_state(self.state_dir, self.fleet)
         except startup.StartRefused as exc:
-            print(exc.line, file=sys.stderr)
+            print(exc.line, file=sys.stderr)  # the one line of a refused start
             return exc.status
+        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
         self.journal = journal.install(self.path(LOGS))
         loop = asyncio.get_running_loop()

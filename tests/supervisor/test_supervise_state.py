@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import Supervised, descendants_alive, standin
+from tests.supervisor.supervise_harness import UNFENCED, Supervised, descendants_alive, standin
 from tests.supervisor.test_supervise_user import ROOT, nobody, run_as
 from tests.waiting import until
 
@@ -166,7 +166,7 @@ def test_a_restart_after_kill_9_ends_what_the_dead_supervisor_left(
             {"id": "stubborn", "command": [sys.executable, "-c", STUBBORN, stubborn]},
             {"id": "escaper", "command": [sys.executable, "-c", ESCAPER, escaper]},
         ],
-        sandbox="none",
+        **UNFENCED,
     )
     try:
         supervised.start()
