@@ -3,7 +3,9 @@
 Owns: the ACP agent's stdio and its ACP session for the agent's life. One run: a new
 generation, the agent spawned like any process agent (fenced, its own session and process
 group, `on_spawn` before anything can attach) but with three pipes: its stdin and stdout carry
-ACP's newline-delimited JSON-RPC (`mcphost.relay.acp.session.AcpSession`, the client side), its
+ACP's newline-delimited JSON-RPC (`mcphost.relay.acp.session.AcpSession`, the client side, over
+`mcphost.relay.acp.transport.BoundedTransport`: the per-agent bounds of SECURITY.md X10; the
+stdout reader's own buffer is `transport.READ_BUFFER`, a frame is read in pieces up to its bound), its
 stderr goes to its `RotatingLog` (what `ctl logs` shows). Then the handshake, as its own task:
 `initialize`, then `session/load` with the session id this runner persisted for the agent when
 the agent offers `loadSession`, else `session/new`; both carry the agent's MCP servers (its own
@@ -21,7 +23,8 @@ process group and the restart policy decides, with backoff and a new generation,
 agent (`AgentRunner`); `validation_missing_acp_capability` (no prompt support) is permanent: the
 agent is `failed` at once, since no restart can mend it. Once bootstrapped, a session that
 raises its respawn signal (the agent's stdout closed mid-turn or found closed at a prompt, a
-write to its stdin failed: it can take no turn any more, though its process may live on) has
+write to its stdin failed, or the agent exceeded a bound of its connection, `runtime_acp_flood`:
+it can take no turn any more, though its process may live on) has
 the runner end the agent's process group the same way, so the policy restarts it. The ACP state
 (initializing, available, busy, recovering, unavailable) and its reason code are in `status()`,
 so `ctl status` and the relay's `list` show them.
@@ -51,6 +54,7 @@ from mcphost import fsutil
 from mcphost.agentmux.wire import RelayError
 from mcphost.events import emit
 from mcphost.relay.acp.session import AcpSession
+from mcphost.relay.acp.transport import READ_BUFFER
 from mcphost.supervisor.kernel import Reaper, killpg_quietly
 from mcphost.supervisor.lifecycle import (
     AgentRunner,
@@ -70,7 +74,6 @@ from mcphost.supervisor.state import StateStore
 ACP_DIR = "acp"  # <state>/acp/<agent id>.json: each ACP agent's persisted session id
 
 SESSION_SCHEMA = 2
-FRAME_LIMIT = 16 << 20  # one JSON-RPC line from the agent at most (a session/load replay frame)
 PERMANENT = frozenset({"validation_missing_acp_capability"})
 WORKER_UNAVAILABLE = "runtime_acp_worker_unavailable"
 STARTUP_FAILED = "runtime_startup_failed"
@@ -227,7 +230,8 @@ class AcpRunner(AgentRunner):
             lambda: _LogPipe(log, self._pipes.discard), proc.stderr
         )
         self._pipes.add(err)
-        reader = asyncio.StreamReader(limit=FRAME_LIMIT)
+        # a small read buffer: the transport reads a frame up to its bound in pieces
+        reader = asyncio.StreamReader(limit=READ_BUFFER)
         out, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), proc.stdout
         )

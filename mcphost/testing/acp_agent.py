@@ -8,6 +8,13 @@ the session's history as `session/update` before its reply), `session/prompt`, a
 respawned process can load a session an earlier one made; `--fail METHOD` answers that method
 with a JSON-RPC error (repeatable).
 
+A hostile agent for the bounds of SECURITY.md X10: `--flood requests` or `--flood updates`
+completes the handshake (`initialize`, `session/new` or `session/load`), then never reads its
+stdin again and writes `--flood-count` (150,000) frames of ~280 bytes as fast as its stdout
+takes them: `session/request_permission` requests (each answered by the client, which the agent
+never reads) or `session/update` notifications. It exits once its stdout fails (the client
+killed it).
+
 A prompt's text scripts its turn, line by line:
 - `ACP-ASK: <title>`: a `tool_call`, then `session/request_permission` with the options `allow`
   (allow_once) and `reject` (reject_once); once answered, a `tool_call_update` (completed when
@@ -78,6 +85,7 @@ class Agent:
         self.signals = 0  # SIGUSR1s received; each lets one ACP-SLOW go on, even a later one
         self.used = 0
         self.poked = threading.Event()  # set by SIGUSR1 and session/cancel
+        self.flood_session: str | None = None  # --flood: set once the handshake is done
 
     # -- the wire -----------------------------------------------------------------------------
 
@@ -151,6 +159,7 @@ class Agent:
             self.sessions[session_id] = params.get("mcpServers") or []
             self.remember(session_id, None)
             self.send({"id": request_id, "result": {"sessionId": session_id}})
+            self.flood_session = session_id
         elif method == "session/load":
             self.load(request_id, params)
         elif method == "session/prompt":
@@ -181,6 +190,22 @@ class Agent:
             if record["update"] is not None:
                 self.update(session_id, record["update"], keep=False)
         self.send({"id": request_id, "result": {}})
+        self.flood_session = session_id
+
+    def flood(self, session_id: str) -> None:
+        """`--flood`: never read stdin again; write frames until stdout fails."""
+        padding = "x" * 120
+        for n in range(self.options.flood_count):
+            if self.options.flood == "requests":
+                tool_call = {"toolCallId": f"call-{n}", "title": padding, "kind": "edit"}
+                self.ask(
+                    "session/request_permission",
+                    {"sessionId": session_id, "toolCall": tool_call, "options": OPTIONS[:1]},
+                )
+            else:
+                chunk = {"sessionUpdate": "agent_message_chunk", "content": _text(padding)}
+                self.update(session_id, chunk, keep=False)
+        log(f"flooded {self.options.flood_count} {self.options.flood}")
 
     def prompt(self, request_id: Any, params: dict[str, Any]) -> None:
         session_id = params.get("sessionId")
@@ -327,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-prompt", action="store_true", help="omit promptCapabilities")
     parser.add_argument("--history", help="a JSON-lines file holding the sessions' history")
     parser.add_argument("--fail", action="append", default=[], help="answer METHOD with an error")
+    parser.add_argument(
+        "--flood", choices=("requests", "updates"), help="after the handshake: stop reading, flood"
+    )
+    parser.add_argument("--flood-count", type=int, default=150_000, help="frames to flood")
     agent = Agent(parser.parse_args(argv))
 
     def poke(signum: int, frame: Any) -> None:
@@ -344,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if isinstance(message, dict):
             agent.handle(message)
+        if agent.options.flood and agent.flood_session is not None:
+            agent.flood(agent.flood_session)
+            return 0
     return 0
 
 

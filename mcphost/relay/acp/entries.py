@@ -5,10 +5,16 @@ the merge of `tool_call`/`tool_call_update` by call id, orphans, the cap and its
 look window) and `freshness` (look's fresh/stale verdict, its stale reason code and its
 `snapshot_source`), with look's ACP constants.
 
-Entries, tagged by `kind`: `user {lines}`, `agent {lines}`, `cognition {lines}`,
+Entries, tagged by `kind`: `user {lines, origin}`, `agent {lines}`, `cognition {lines}`,
 `update {update_kind, lines}` and `invocation {call_id, status, invocation, result}`, `status`
 written `"Pending"`/`"Completed"` as agentmux writes it on the wire. A `tool_call` whose
 `toolCallId` is missing is dropped (agentmux needs the id); every other kind of update is kept.
+
+A `user` entry carries `origin` (our addition to agentmux's shape, a field added, none changed):
+`"relay"` for the prompt the relay delivered, `"agent"` for a `user_message_chunk` the agent
+sent. Without it an agent could forge, in `look`, a message "from alice@party" that no one sent
+(SECURITY.md X11). What the entries' strings may hold (escape sequences) is made visible by look
+(`relay/ops/look.py`), not here.
 
 One rule differs from agentmux's on purpose: agentmux completes an invocation with the *first*
 `tool_call_update` of its id, whatever it says, and turns the next ones into orphans. The real
@@ -51,6 +57,12 @@ LOOK_DEFAULT_LINES = 50
 PRIME_WAIT_SECONDS = 0.75
 """How long `look` waits, polling every `PRIME_POLL_SECONDS`, while the member is initializing."""
 PRIME_POLL_SECONDS = 0.025
+
+ORIGIN_RELAY = "relay"
+"""A `user` entry's `origin`: the relay's own prompt, written by the relay after a delivery."""
+ORIGIN_AGENT = "agent"
+"""A `user` entry's `origin`: a `user_message_chunk` the agent sent (live or replayed by
+`session/load`): what the agent claims a user said, never proof that anyone did."""
 
 PENDING = "Pending"
 COMPLETED = "Completed"
@@ -105,6 +117,8 @@ class _Entry:
         if self.kind == "update":
             out["update_kind"] = self.update_kind
         out["lines"] = list(self.lines)
+        if self.kind == "user":
+            out["origin"] = ORIGIN_RELAY if self.from_relay else ORIGIN_AGENT
         return out
 
 

@@ -10,6 +10,13 @@ the rest runs as a task); the look buffer (`entries`, fed in frame order) and `l
 and the answer to `session/request_permission` (through `chooser`, or cancelled).
 
 How it uses the SDK, and why (verified against 0.12.1's source):
+- The connection runs over `transport.BoundedTransport` (the SDK's message-level `Transport`
+  seam), not over the byte streams: the SDK starts a task per incoming message and queues every
+  outgoing frame without a bound, so the bounds of SECURITY.md X10 (requests in flight, frames
+  and bytes waiting for the agent's stdin, requests and notifications per second, one frame's
+  size) are kept there, per agent. Past one the session is `unavailable` with `FLOOD`
+  (`runtime_acp_flood`) and its respawn signal, and the connection is dropped; the rate bound is
+  metered from the end of bootstrap on (a `session/load` replay is a burst).
 - Frames are read by a stream observer (`observers=` of the connection). The observer runs
   synchronously in the SDK's receive loop, in frame order, before each message's handler task
   is created: `session/update` is ingested there from the raw JSON, so order holds (the SDK runs
@@ -35,7 +42,8 @@ States (acp.md §2): initializing -> available once bootstrapped, -> unavailable
 when bootstrap fails; available -> busy once a `session/prompt` frame is written; busy ->
 available when the turn ends (any stopReason, a JSON-RPC error, a malformed reply); busy ->
 unavailable + `needs_respawn` when the agent's stdout closes mid-turn; any -> unavailable +
-`needs_respawn` on a stdin write error (or a closed connection found at the next prompt); `close`
+`needs_respawn` on a stdin write error (or a closed connection found at the next prompt), or with
+`runtime_acp_flood` once the agent exceeded a bound (whatever fails after that says so); `close`
 -> unavailable, no respawn. A failed bootstrap raises the signal too, but for
 `validation_missing_acp_capability` (permanent). `recovering` is the runner's to report (it makes
 a new session per respawn). A cancelled permission choice does not end the turn here (agentmux
@@ -69,6 +77,7 @@ from pydantic import ValidationError
 from mcphost import __version__, events
 from mcphost.agentmux.wire import RelayError
 from mcphost.relay.acp.entries import ENTRIES_MAX, EntryBuffer
+from mcphost.relay.acp.transport import FLOOD, BoundedTransport, Bounds, Violation
 
 T = TypeVar("T")
 
@@ -134,9 +143,12 @@ class AcpSession:
         target_session: str | None = None,
         entries_cap: int = ENTRIES_MAX,
         request_timeout: float = BOOTSTRAP_TIMEOUT_SECONDS,
+        bounds: Bounds | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
+        self.bounds = bounds or Bounds()
+        self._transport: BoundedTransport | None = None
         self.on_state = on_state
         self.target_session = target_session
         self.request_timeout = request_timeout
@@ -181,8 +193,11 @@ class AcpSession:
         if self._conn is not None:
             raise RuntimeError("an AcpSession is bootstrapped once; make a new one per process")
         servers = [McpServerStdio.model_validate(dict(server)) for server in mcp_servers]
+        self._transport = BoundedTransport(
+            self._reader, self._writer, self.bounds, on_flood=self._flooded, where=self._where()
+        )
         self._conn = acp.connect_to_agent(
-            cast(acp.Client, _Client(self)), self._writer, self._reader, observers=[self._observe]
+            cast(acp.Client, _Client(self)), self._transport, observers=[self._observe]
         )
         self._capture = True
         try:
@@ -196,6 +211,8 @@ class AcpSession:
                 await self._new(cwd, servers)
             if not self.can_prompt:
                 raise self._missing("session/prompt", "promptCapabilities")
+            if self.violation is not None:  # it flooded us right after its last reply
+                raise self._flood("session/new" if load_session_id is None else "session/load")
         except RelayError as failure:
             permanent = failure.code == MISSING_CAPABILITY
             self._unavailable(failure.code, failure.message, respawn=not permanent)
@@ -204,6 +221,7 @@ class AcpSession:
             self._capture = False
             self._requests.clear()
             self._results.clear()
+        self._transport.metered = True
         self._set_state("available", None)
         assert self.session_id is not None
         return self.session_id
@@ -273,6 +291,8 @@ class AcpSession:
                 code, method, f"the reply is malformed: {err.error_count()} error(s)"
             ) from err
         except OSError as err:  # ConnectionError included: the agent's pipes closed
+            if self.violation is not None:  # it flooded us during the handshake
+                raise self._flood(method) from err
             raise self._failure(
                 code, method, f"the connection failed: {err or type(err).__name__}"
             ) from err
@@ -285,6 +305,12 @@ class AcpSession:
         return RelayError(
             code, message, {**self._where(), "method": method, "reason": why, **details}
         )
+
+    def _flood(self, method: str) -> RelayError:
+        violation = self.violation
+        assert violation is not None
+        details = {"method": method, "bound": violation.bound, "limit": violation.limit}
+        return RelayError(FLOOD, violation.message, {**self._where(), **details})
 
     def _missing(self, capability: str, advertised: str) -> RelayError:
         why = f"the agent does not advertise {advertised} in initialize"
@@ -447,6 +473,21 @@ class AcpSession:
         if self.state == "busy":
             self._set_state("available", None)
 
+    # -- bounds -------------------------------------------------------------------------------
+
+    @property
+    def violation(self) -> Violation | None:
+        """The bound the agent exceeded (transport.py), or None."""
+        return self._transport.violation if self._transport is not None else None
+
+    def _flooded(self, violation: Violation) -> None:
+        """The transport ended its side: `unavailable` with `FLOOD` and the respawn signal,
+        and the connection dropped (its handler tasks and a running turn end)."""
+        self._unavailable(FLOOD, violation.message, respawn=True)
+        if self._dropping is None or self._dropping.done():
+            loop = asyncio.get_running_loop()
+            self._dropping = loop.create_task(self._drop_connection())
+
     # -- state --------------------------------------------------------------------------------
 
     def mark_unavailable(self, reason_code: str, reason: str, respawn: bool = True) -> None:
@@ -454,6 +495,9 @@ class AcpSession:
         self._unavailable(reason_code, reason, respawn)
 
     def _unavailable(self, reason_code: str, reason: str, respawn: bool) -> None:
+        violation = self.violation
+        if violation is not None:  # what fails after a flood fails because of it
+            reason_code, reason, respawn = FLOOD, violation.message, True
         self.needs_respawn = self.needs_respawn or respawn
         self.state_reason = reason
         self._set_state("unavailable", reason_code)

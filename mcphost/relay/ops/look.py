@@ -10,7 +10,14 @@ it (`validation_offset_unsupported`), authorization, then the member's `look` wi
 defaulting to the kind's (`default_look_lines`: 120 for tmux) and `transport_unavailable` while
 it is not hosted.
 
-Must never: read a member but through its kind (`Member.look`).
+Every string of the snapshot, whatever the member's kind (a tmux member's lines; an ACP
+member's entry lines, and the keys and strings of its invocations' raw data), is made visible by
+`envelope.neutralise`, the one function `send` uses (SECURITY.md X7, X11): an escape sequence or
+a control character an agent put in its pane or its ACP updates reaches the reader of `look` as
+text (`^[`, `<U+009B>`), never as a sequence their terminal would act on.
+
+Must never: read a member but through its kind (`Member.look`), or return a string of the
+member's that `neutralise` did not pass.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 from mcphost.agentmux.operations import LookRequest
 from mcphost.agentmux.wire import Principal, RelayError, utc_now
 from mcphost.relay import requester as rq
+from mcphost.relay.envelope import neutralise
 from mcphost.relay.members.port import unavailable
 from mcphost.relay.ops.base import Operation, Response, identified
 from mcphost.relay.policy import authorize
@@ -74,9 +82,20 @@ async def run(
         requester_session=principal.id,
         target_session=target.principal.id,
         captured_at=utc_now(),
-        **snapshot.fields,
+        **visible(snapshot.fields),
         authenticated_identity=identified(principal),
     )
+
+
+def visible(value: Any) -> Any:
+    """`value` (a snapshot's fields) with every string in it, keys included, neutralised."""
+    if isinstance(value, str):
+        return neutralise(value)
+    if isinstance(value, dict):
+        return {visible(key): visible(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [visible(item) for item in value]
+    return value
 
 
 OPERATIONS: tuple[Operation[Any], ...] = (Operation(LookRequest, CAPABILITY, run),)

@@ -35,7 +35,7 @@ def test_chunks_map_to_kinds_and_their_text_to_lines() -> None:
     buffer.ingest(chunk("agent_message_chunk", "a\r\n\nb\n"))
     buffer.ingest(chunk("agent_thought_chunk", "hmm"))
     assert entries(buffer) == [
-        {"kind": "user", "lines": ["hi"]},
+        {"kind": "user", "lines": ["hi"], "origin": "agent"},
         {"kind": "agent", "lines": ["a", "b"]},
         {"kind": "cognition", "lines": ["hmm"]},
     ]
@@ -70,7 +70,7 @@ def test_adjacent_same_kind_entries_coalesce() -> None:
         {"kind": "agent", "lines": ["a1", "a2"]},
         {"kind": "cognition", "lines": ["c1", "c2"]},
         {"kind": "agent", "lines": ["a3"]},
-        {"kind": "user", "lines": ["u1", "u2"]},
+        {"kind": "user", "lines": ["u1", "u2"], "origin": "agent"},
     ]
 
 
@@ -94,10 +94,10 @@ def test_the_relays_prompt_is_a_user_entry_never_merged() -> None:
     buffer.add_prompt("second")
     buffer.ingest(chunk("user_message_chunk", "replayed"))
     assert entries(buffer) == [
-        {"kind": "user", "lines": ["from the agent"]},
-        {"kind": "user", "lines": ["first", "prompt"]},
-        {"kind": "user", "lines": ["second"]},
-        {"kind": "user", "lines": ["replayed"]},
+        {"kind": "user", "lines": ["from the agent"], "origin": "agent"},
+        {"kind": "user", "lines": ["first", "prompt"], "origin": "relay"},
+        {"kind": "user", "lines": ["second"], "origin": "relay"},
+        {"kind": "user", "lines": ["replayed"], "origin": "agent"},
     ]
 
 
@@ -203,7 +203,7 @@ def test_an_evicted_pending_invocation_turns_its_update_into_an_orphan() -> None
     buffer.add_prompt("p2")  # evicts c1 while pending
     buffer.ingest(done("c1"))
     window, _ = buffer.window(2)
-    assert window[0] == {"kind": "user", "lines": ["p2"]}
+    assert window[0] == {"kind": "user", "lines": ["p2"], "origin": "relay"}
     assert window[1]["invocation"] == {} and window[1]["result"] == done("c1")
 
 

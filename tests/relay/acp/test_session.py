@@ -113,7 +113,9 @@ async def test_a_prompt_is_delivered_once_written_and_the_turn_ends_available() 
         session = agent.session
         assert await session.prompt("hello\nthere") is True
         assert session.state == "busy" and not session.turn_done.is_set()
-        assert session.entries.window(1)[0] == [{"kind": "user", "lines": ["hello", "there"]}]
+        assert session.entries.window(1)[0] == [
+            {"kind": "user", "lines": ["hello", "there"], "origin": "relay"}
+        ]
         await guard(session.turn_done.wait())
         assert session.state == "available" and session.last_stop_reason == "end_turn"
         entries, total = session.entries.window(50)
@@ -171,7 +173,7 @@ async def test_load_replays_the_history_into_the_entries(tmp_path: Path) -> None
         assert loaded == session_id and second.session.state == "available"
         entries, _ = second.session.entries.window(50)
         assert entries == [
-            {"kind": "user", "lines": ["remember me"]},
+            {"kind": "user", "lines": ["remember me"], "origin": "agent"},
             {"kind": "agent", "lines": ["echo: remember me"]},
             {"kind": "cognition", "lines": ["thought about 1 line(s)"]},
         ]

@@ -206,6 +206,22 @@ async def test_send_raww_and_look_go_through_the_kind(world: World) -> None:
     assert caught.value.code == "validation_offset_unsupported"
 
 
+async def test_look_neutralises_every_string_of_any_kinds_snapshot(world: World) -> None:
+    """look.py makes whatever a kind returns visible, keys and nested raw data included, with
+    the one `neutralise` of send (SECURITY.md X11): a kind cannot forget it."""
+    book = world.host.book
+    book.entries.append(
+        {"kind": "invocation", "raw": {"k\x1b": ["v\x1b[2J", 1, None]}, "lines": ["\x9b\x07"]}
+    )
+    book.entries.append({"kind": "user", "lines": ["a\x1b[201~b\tc"]})
+    look = await world.call("look", target_session="agent@mixed")
+    assert look["snapshot_entries"] == [
+        {"kind": "invocation", "raw": {"k^[": ["v^[[2J", 1, None]}, "lines": ["<U+009B>^G"]},
+        {"kind": "user", "lines": ["a^[[201~b\tc"]},
+    ]
+    assert book.entries[-1]["lines"] == ["a\x1b[201~b\tc"]  # the member's own copy unchanged
+
+
 async def test_choices_run_against_the_bundles_queue(world: World) -> None:
     assert (await world.call("choices_list"))["pending_requests"] == []
     queue = world.relay.choices["mixed"]
