@@ -165,6 +165,7 @@ class Supervisor:
         # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
         self.journal = journal.install(self.path(LOGS))
         loop = asyncio.get_running_loop()
+        events.bound_accept_errors(loop)  # asyncio's EMFILE tracebacks: one line per 10 s
         fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
         self.store = StateStore(self.path("state.sqlite3"))
         lost = self.store.record_lost_runs()  # before any runner reads its agent's last exit
