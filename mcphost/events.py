@@ -13,6 +13,8 @@ asyncio's "Using selector" or aiohttp's access lines), and never below `MCPHOST_
 Bounded lines: `RateLimit` (pure) and `emit_limited` write at most a burst of lines per window
 for an event anything outside can cause as often as it likes (accept failures, refused
 connections); the next line written carries `suppressed`, the count left out since the last.
+`bound_accept_errors` routes asyncio's own accept failures (`socket.accept() out of system
+resource`, a traceback per backlog slot on EMFILE) through one such limit.
 
 Must never: write to stdout (that belongs to JSON-RPC), raise from `emit`, or receive a secret:
 callers pass redacted values only, and `Secret` objects render as `***`.
