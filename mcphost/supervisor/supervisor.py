@@ -143,7 +143,10 @@ class Supervisor:
         every connection one of them owns (loopback.py). Looked up once per fleet in force."""
         fleet = self.fleet
         if self._agent_uids[0] is not fleet:
-            uids = {user_uid(agent.user) for agent in fleet.agents if agent.user}
+            uids = set()
+            for user in {agent.user for agent in fleet.agents if agent.user}:
+                with contextlib.suppress(KeyError):  # a user gone since the load runs nothing
+                    uids.add(user_uid(user))
             self._agent_uids = (fleet, frozenset(uids - {os.geteuid()}))
         return self._agent_uids[1]
 
