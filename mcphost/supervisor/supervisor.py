@@ -158,7 +158,6 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
         kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
         kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
-        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         try:  # the token, then the state directory's lock, then its modes (startup.py)
             self.link = startup.open_link(self.fleet)
             self._lock_fd = startup.claim_state(self.state_dir, self.fleet)
@@ -167,6 +166,7 @@ class Supervisor:
             return exc.status
         # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
         self.journal = journal.install(self.path(LOGS))
+        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         loop = asyncio.get_running_loop()
         events.bound_accept_errors(loop)  # asyncio's EMFILE tracebacks: one line per 10 s
         fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
