@@ -6,7 +6,7 @@ supervisor as systemd would (soft `RLIMIT_NOFILE` 1024, through `prlimit`) with 
 `[metrics]` on loopback ports and one agent, `mcphost/testing/flood_agent.py`, opening
 BENCH_FLOOD_CONNECTIONS (3000) half-sent requests to each port and opening again every one the
 supervisor closes (`--again`: the pressure never lets up). After BENCH_FLOOD_WARMUP_S (5) s it
-measures for BENCH_FLOOD_WINDOW_S (20) s: the supervisor's CPU time (utime + stime of
+measures for BENCH_FLOOD_WINDOW_S (20) s: the agent's connection attempts, the supervisor's CPU time (utime + stime of
 /proc/<pid>/stat), the bytes and lines it wrote to its log, and its open descriptors at the end;
 and whether `ctl status` answered within 10 s then.
 Run: `python -m bench.listener_flood` (optionally `BENCH_BASELINE=/tmp/base`). Not part of
@@ -49,6 +49,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def opened(state: Path) -> int:
+    """Connections the flooding agent has opened so far (its report; 0: none yet)."""
+    try:
+        report = json.loads((state / "agents" / "hostile" / "workspace" / "flood.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return sum(report["opened"].values()) + sum(report["failed"].values())
+
+
 def arm(repo: Path, center: DevCenter, base: Path) -> dict[str, Any]:
     base.mkdir()
     token = base / "token"
@@ -71,10 +80,11 @@ def arm(repo: Path, center: DevCenter, base: Path) -> dict[str, Any]:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=repo)
     try:
         time.sleep(WARMUP)
-        size, cpu = log.stat().st_size, cpu_seconds(proc.pid)
+        size, cpu, tried = log.stat().st_size, cpu_seconds(proc.pid), opened(state)
         lines = log.read_bytes().count(b"\n")
         time.sleep(WINDOW)
         cpu = cpu_seconds(proc.pid) - cpu
+        tried = opened(state) - tried
         grown = log.stat().st_size - size
         lines = log.read_bytes().count(b"\n") - lines
         fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
@@ -94,6 +104,7 @@ def arm(repo: Path, center: DevCenter, base: Path) -> dict[str, Any]:
             proc.kill()
             proc.wait()
     return {
+        "connects_per_s": round(tried / WINDOW),
         "cpu_share": round(cpu / WINDOW, 3),
         "log_bytes_per_s": round(grown / WINDOW),
         "log_lines_per_s": round(lines / WINDOW, 1),

@@ -13,6 +13,8 @@ asyncio's "Using selector" or aiohttp's access lines), and never below `MCPHOST_
 Bounded lines: `RateLimit` (pure) and `emit_limited` write at most a burst of lines per window
 for an event anything outside can cause as often as it likes (accept failures, refused
 connections); the next line written carries `suppressed`, the count left out since the last.
+`bound_accept_errors` routes asyncio's own accept failures (`socket.accept() out of system
+resource`, a traceback per backlog slot on EMFILE) through one such limit.
 
 Must never: write to stdout (that belongs to JSON-RPC), raise from `emit`, or receive a secret:
 callers pass redacted values only, and `Secret` objects render as `***`.
@@ -159,3 +161,27 @@ def emit_limited(limit: RateLimit, event: str, level: str = "warning", **fields:
         return False
     emit(event, level, suppressed=limit.take_suppressed(), **fields)
     return True
+
+
+ACCEPT_OUT_OF_RESOURCE = "socket.accept() out of system resource"  # asyncio's own message
+
+
+def bound_accept_errors(loop: Any) -> None:
+    """Route asyncio's `socket.accept() out of system resource` (an `asyncio.start_server`'s or
+    `start_unix_server`'s accept on EMFILE/ENFILE: a traceback each, once per backlog slot) to one
+    `supervisor.accept_out_of_resource` line per `LOG_EVERY_SECONDS`; every other exception the
+    loop reports goes where it went."""
+    previous = loop.get_exception_handler()
+    limit = RateLimit(1, LOG_EVERY_SECONDS)
+
+    def handler(loop: Any, context: dict[str, Any]) -> None:
+        if context.get("message") == ACCEPT_OUT_OF_RESOURCE:
+            error = context.get("exception")
+            code = getattr(error, "errno", None)
+            emit_limited(limit, "supervisor.accept_out_of_resource", "error", errno=code)
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)

@@ -230,8 +230,13 @@ class LoopbackServer:
                 self._log("accept", "supervisor.listener_accept_failed", errno=name)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
-            uid = self._owner(conn)
-            reason, uid = refusal(uid, self.agent_uids(), self.bounds)
+            try:
+                uid = self._owner(conn)
+                reason, uid = refusal(uid, self.agent_uids(), self.bounds)
+            except Exception as exc:  # the agents' uids could not be told: fail closed
+                _drop(conn)
+                self._log("failed", "supervisor.listener_failed", error=type(exc).__name__)
+                continue
             if reason is not None:
                 _drop(conn)
                 self.refused[reason] = self.refused.get(reason, 0) + 1

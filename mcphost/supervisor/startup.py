@@ -6,9 +6,9 @@ is exit 2, one line); the state directory's lock (`control.server.take_lock` on
 `<state>/control.sock.lock`, creating `<state>` 0700 if it is missing and touching nothing else:
 another supervisor holding it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its
 pid); only then the modes of `<state>`, `run/` and `agents/` (`claim_state`). The processes a
-crashed supervisor left are ended next, before anything is spawned (records.py). And, first of
-all, the descriptor limit: `RLIMIT_NOFILE`'s soft limit raised to its hard one
-(`raise_descriptor_limit`; systemd starts services at 1024), the figure logged.
+crashed supervisor left are ended next, before anything is spawned (records.py). Once the state
+is claimed (a refusal stays one line), the descriptor limit: `RLIMIT_NOFILE`'s soft limit raised
+to its hard one (`raise_descriptor_limit`; systemd starts services at 1024), the figure logged.
 
 Must never: change anything under a state directory whose lock another supervisor holds (modes,
 files, processes), follow a symlink for `<state>`, `run/` or `agents/`, or print more than one

@@ -143,7 +143,10 @@ class Supervisor:
         every connection one of them owns (loopback.py). Looked up once per fleet in force."""
         fleet = self.fleet
         if self._agent_uids[0] is not fleet:
-            uids = {agent_uid(agent) for agent in fleet.agents}  # own (uids.py) or `user`'s
+            uids = set()
+            for agent in fleet.agents:  # its own uid (uids.py), or its `user`'s
+                with contextlib.suppress(KeyError):  # a user gone since the load runs nothing
+                    uids.add(agent_uid(agent))
             self._agent_uids = (fleet, frozenset(uids - {os.geteuid()}))
         return self._agent_uids[1]
 
@@ -161,10 +164,11 @@ class Supervisor:
         except startup.StartRefused as exc:
             print(exc.line, file=sys.stderr)  # the one line of a refused start
             return exc.status
-        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
         self.journal = journal.install(self.path(LOGS))
+        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
         loop = asyncio.get_running_loop()
+        events.bound_accept_errors(loop)  # asyncio's EMFILE tracebacks: one line per 10 s
         fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
         self.store = StateStore(self.path("state.sqlite3"))
         lost = self.store.record_lost_runs()  # before any runner reads its agent's last exit

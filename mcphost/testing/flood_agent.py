@@ -5,7 +5,7 @@ fleet's agent (fenced like any other). `python -I flood_agent.py REPORT COUNT [-
 raises its own descriptor limit to the hard one, then opens COUNT connections to each
 `127.0.0.1:PORT` and sends each the start of a request head that it never finishes; it keeps
 what it opened and watches for the other side closing. `--again`: every connection the listener
-closes is opened again at once (the pressure never lets up). REPORT (a path in the agent's
+closes, or that fails to open, is opened again at once (the pressure never lets up). REPORT (a path in the agent's
 workspace) is rewritten, atomically, as `{"opened": {port: n}, "failed": {port: n},
 "closed": {port: n}, "open": {port: n}, "done": bool}` whenever a figure moved (at most twice a
 second): `done` once every first connection was tried. It then runs until killed.
@@ -47,6 +47,8 @@ def main(argv: list[str]) -> None:
         except OSError:
             sock.close()
             figures["failed"][port] += 1
+            if again:
+                retry.append(port)
             return
         sock.setblocking(False)
         chooser.register(sock, selectors.EVENT_READ, port)
@@ -54,6 +56,7 @@ def main(argv: list[str]) -> None:
         figures["open"][port] += 1
 
     written = [""]
+    retry: list[int] = []  # ports whose connection failed to open (`--again`: open it again)
 
     def write(done: bool) -> None:
         text = json.dumps({**figures, "done": done})
@@ -93,7 +96,9 @@ def main(argv: list[str]) -> None:
                 last = time.monotonic()
     while True:
         write(True)
-        reap(0.5)
+        reap(0 if retry else 0.5)
+        for port in [retry.pop() for _ in range(len(retry))]:
+            open_one(port)
 
 
 if __name__ == "__main__":

@@ -94,3 +94,28 @@ def test_emit_limited_writes_one_line_then_carries_what_it_left_out(monkeypatch:
     wrote = [events.emit_limited(limit, "x.failed", errno="EMFILE") for _ in range(4)]
     assert wrote == [True, False, False, True]
     assert lines == [{"suppressed": 0, "errno": "EMFILE"}, {"suppressed": 2, "errno": "EMFILE"}]
+
+
+def test_asyncio_accept_failures_become_one_bounded_line(monkeypatch: Any) -> None:
+    import asyncio
+    import errno
+
+    from mcphost import events
+
+    lines: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(events, "emit", lambda event, level="info", **f: lines.append((event, f)))
+    others: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()
+    try:
+        loop.set_exception_handler(lambda _, context: others.append(context))
+        events.bound_accept_errors(loop)
+        failure = OSError(errno.EMFILE, "Too many open files")
+        for _ in range(128):  # one readiness event: asyncio reports once per backlog slot
+            loop.call_exception_handler(
+                {"message": events.ACCEPT_OUT_OF_RESOURCE, "exception": failure}
+            )
+        loop.call_exception_handler({"message": "something else"})
+    finally:
+        loop.close()
+    assert lines == [("supervisor.accept_out_of_resource", {"suppressed": 0, "errno": 24})]
+    assert others == [{"message": "something else"}]

@@ -143,7 +143,8 @@ def test_past_the_per_uid_bound_a_connection_is_closed_at_once(
             with contextlib.suppress(ConnectionResetError):  # reset before seen through
                 reader, _ = await _connect(server)
                 assert await asyncio.wait_for(_closed(reader), 30) == b""  # never queued
-            assert server.refused == {PEER_FULL: 1}
+            await eventually(lambda: server.refused == {PEER_FULL: 1}, "the third refused")
+            assert server.bounds.open == 2
             for _, writer in held:
                 writer.close()
             await eventually(lambda: server.bounds.open == 0, "the bound released")
