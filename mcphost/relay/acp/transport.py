@@ -22,8 +22,9 @@ The bounds (`Bounds`, one set per agent connection):
 - `write_queue` / `write_bytes`: frames waiting to be written to the agent's stdin (the one
   being drained included; asyncio's pipe buffer holds at most its high-water mark beyond). An
   agent that stops reading its stdin fills them: that is a protocol failure.
-- `rate` / `burst`: a token bucket on the frames that start work here (requests and
-  notifications), `rate` per second with `burst` at once, metered once the session is set up
+- `rate` / `burst`: a token bucket on the frames from the agent (requests, notifications,
+  replies, and lines that are not JSON, each of which is logged), `rate` per second with
+  `burst` at once, metered once the session is set up
   (`metered`: a `session/load` replays a whole history as notifications, bounded by the
   bootstrap's 30 s instead). Past it: a protocol failure.
 The receive side also yields to the event loop after every frame, so the handler task the SDK
@@ -130,7 +131,7 @@ class BoundedTransport:
         while not self._ended():
             await asyncio.sleep(0)  # the last frame's handler task starts before the next read
             frame = await self._frame()
-            if frame is None:
+            if frame is None or not self._take_token():
                 return None
             try:
                 message = json.loads(frame)
@@ -139,11 +140,9 @@ class BoundedTransport:
                 continue
             if not isinstance(message, dict):
                 continue
-            if "method" in message:
-                if not self._take_token():
-                    return None
-                if "id" in message and not await self._admit(message["id"], len(frame)):
-                    return None
+            request = "method" in message and "id" in message
+            if request and not await self._admit(message["id"], len(frame)):
+                return None
             return message
         return None
 
@@ -190,8 +189,7 @@ class BoundedTransport:
             self._exceed(
                 "rate",
                 bounds.rate,
-                f"more than {bounds.burst} requests and notifications at once, or more than "
-                f"{bounds.rate:g} a second",
+                f"more than {bounds.burst} frames at once, or more than {bounds.rate:g} a second",
             )
             return False
         self._tokens -= 1

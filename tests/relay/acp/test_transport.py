@@ -162,6 +162,12 @@ async def test_the_rate_bound_is_a_token_bucket_once_metered() -> None:
         assert await transport2.receive() is not None
     assert await transport2.receive() is None
     assert [v.bound for v in told2] == ["rate"]
+    # lines that are not JSON (each one logged) count too, and replies
+    junk = [b"not json\n"] * 5 + [frame(reply(1))]
+    transport3, _, _, told3 = made(Bounds(rate=2.0, burst=3), junk, clock=lambda: now[0])
+    transport3.metered = True
+    assert await transport3.receive() is None
+    assert [v.bound for v in told3] == ["rate"]
 
 
 @pytest.mark.parametrize("kind", ["requests", "updates"])
