@@ -97,10 +97,17 @@ async def test_bytes_waiting_for_the_agent_are_bounded() -> None:
     big = {"jsonrpc": "2.0", "id": 1, "result": {"text": "x" * 600}}
     first = asyncio.create_task(transport.send(big))  # one frame alone may exceed nothing
     await eventually(lambda: transport.queued[0] == 1, "the first reply draining")
-    await transport.send({**big, "id": 2})
+    # a large request of ours (a prompt) is ours to bound: it waits, and counts for nothing
+    prompt = {"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params": "p" * 5000}
+    ours = asyncio.create_task(transport.send(prompt))
+    await eventually(lambda: transport._write_lock.locked() and not ours.done(), "it waits")
+    assert transport.queued[0] == 1 and told == []
+    await transport.send({**big, "id": 2})  # a second reply: over the bytes bound
     assert [v.bound for v in told] == ["write_bytes"], told
     writer.flowing.set()
     await first
+    with pytest.raises(ConnectionError):  # it was still waiting when the connection ended
+        await ours
 
 
 async def test_a_reader_that_keeps_up_is_never_cut_off() -> None:
