@@ -44,7 +44,9 @@ def peak_rss(pid: int) -> int:
 
 
 def flooder(kind: str) -> list[str]:
-    return [sys.executable, ACP_AGENT, "--flood", kind]
+    """A hostile stand-in; without `loadSession`, so each restart sets up anew and floods again
+    (a load of the id persisted by the last run would fail: it keeps no history)."""
+    return [sys.executable, ACP_AGENT, "--no-load", "--flood", kind]
 
 
 def floods(sv: Supervised, agent: str) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ and the answer to `session/request_permission` (through `chooser`, or cancelled)
 How it uses the SDK, and why (verified against 0.12.1's source):
 - The connection runs over `transport.BoundedTransport` (the SDK's message-level `Transport`
   seam), not over the byte streams: the SDK starts a task per incoming message and queues every
-  outgoing frame without a bound, so the bounds of SECURITY.md X10 (requests in flight, frames
-  and bytes waiting for the agent's stdin, requests and notifications per second, one frame's
+  outgoing frame without a bound, so the bounds of SECURITY.md X10 (requests in flight, replies
+  and bytes waiting for the agent's stdin, frames from the agent per second, one frame's
   size) are kept there, per agent. Past one the session is `unavailable` with `FLOOD`
   (`runtime_acp_flood`) and its respawn signal, and the connection is dropped; the rate bound is
   metered from the end of bootstrap on (a `session/load` replay is a burst).

@@ -19,13 +19,24 @@ The bounds (`Bounds`, one set per agent connection):
   reads less: it reads no next frame until a reply frees a slot, so the agent's stdout pipe
   fills and the agent waits; its frames are never queued here. (One request alone may hold up
   to `frame_bytes`.)
-- `write_queue` / `write_bytes`: frames waiting to be written to the agent's stdin (the one
-  being drained included; asyncio's pipe buffer holds at most its high-water mark beyond). An
-  agent that stops reading its stdin fills them: that is a protocol failure.
-- `rate` / `burst`: a token bucket on the frames that start work here (requests and
-  notifications), `rate` per second with `burst` at once, metered once the session is set up
+- `write_queue` / `write_bytes`: our replies to the agent's requests waiting to be written to
+  its stdin (the one being drained included; asyncio's pipe buffer holds at most its high-water
+  mark beyond). An agent that stops reading its stdin while it keeps asking fills them: that is
+  a protocol failure. Our own requests (bootstrap, one prompt at a time) are not counted: we
+  bound them ourselves, and a large prompt must not make one reply look like a flood.
+- `rate` / `burst`: a token bucket on the frames from the agent (requests, notifications,
+  replies, and lines that are not JSON, each of which is logged), `rate` per second with
+  `burst` at once, metered once the session is set up
   (`metered`: a `session/load` replays a whole history as notifications, bounded by the
   bootstrap's 30 s instead). Past it: a protocol failure.
+Why these values: a well-behaved agent has at most one request in flight (a permission request
+waits for a decision; the relay answers a second one cancelled at once, and `fs/*`/`terminal/*`
+with method-not-found), so 32 is room, not a budget; what we write to an agent is a prompt (one
+batch of envelopes, a few KiB; a `raww` at most 32 KiB) or a reply of ~100 bytes, so 64 replies
+or 1 MiB waiting beyond the 64 KiB pipe and asyncio's 64 KiB buffer means the agent is not
+reading; the real adapters stream tens to a few hundred updates a second, so 500 a second with
+5000 at once leaves them far below. Together these hold one agent's cost to a few MiB
+(`tests/supervisor/test_supervise_acp_flood.py`: two flooding agents, peak RSS growth < 64 MiB).
 The receive side also yields to the event loop after every frame, so the handler task the SDK
 starts for one frame runs before the next frame is read (a burst already in the pipe never
 becomes thousands of tasks at once).
@@ -109,7 +120,7 @@ class BoundedTransport:
         self._count = 0  # requests in flight
         self._freed = asyncio.Event()
         self.paused = False  # reading no next frame until a request in flight is answered
-        self._queued = 0  # frames waiting to be written, the one draining included
+        self._queued = 0  # replies waiting to be written, the one draining included
         self._queued_bytes = 0
         self._write_lock = asyncio.Lock()
         self._tokens = float(self.bounds.burst)
@@ -121,7 +132,7 @@ class BoundedTransport:
 
     @property
     def queued(self) -> tuple[int, int]:
-        """Frames and bytes waiting to be written to the agent."""
+        """Replies and their bytes waiting to be written to the agent."""
         return self._queued, self._queued_bytes
 
     # -- the agent's stdout -------------------------------------------------------------------
@@ -130,7 +141,7 @@ class BoundedTransport:
         while not self._ended():
             await asyncio.sleep(0)  # the last frame's handler task starts before the next read
             frame = await self._frame()
-            if frame is None:
+            if frame is None or not self._take_token():
                 return None
             try:
                 message = json.loads(frame)
@@ -139,11 +150,9 @@ class BoundedTransport:
                 continue
             if not isinstance(message, dict):
                 continue
-            if "method" in message:
-                if not self._take_token():
-                    return None
-                if "id" in message and not await self._admit(message["id"], len(frame)):
-                    return None
+            request = "method" in message and "id" in message
+            if request and not await self._admit(message["id"], len(frame)):
+                return None
             return message
         return None
 
@@ -190,8 +199,7 @@ class BoundedTransport:
             self._exceed(
                 "rate",
                 bounds.rate,
-                f"more than {bounds.burst} requests and notifications at once, or more than "
-                f"{bounds.rate:g} a second",
+                f"more than {bounds.burst} frames at once, or more than {bounds.rate:g} a second",
             )
             return False
         self._tokens -= 1
@@ -236,13 +244,13 @@ class BoundedTransport:
         if not ours:
             self._release(message.get("id"))
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
-        if not self._ended():
+        if not ours and not self._ended():  # ours: one turn at a time, bounded by us
             bounds = self.bounds
             if self._queued >= bounds.write_queue:
                 self._exceed(
                     "write_queue",
                     bounds.write_queue,
-                    f"{self._queued} frames waiting for the agent to read its stdin",
+                    f"{self._queued} replies waiting for the agent to read its stdin",
                 )
             elif self._queued and self._queued_bytes + len(data) > bounds.write_bytes:
                 self._exceed(
@@ -255,8 +263,9 @@ class BoundedTransport:
             if ours:
                 raise ConnectionError("the connection to the agent is closed")
             return  # a reply no one will read
-        self._queued += 1
-        self._queued_bytes += len(data)
+        counted = 0 if ours else 1
+        self._queued += counted
+        self._queued_bytes += counted * len(data)
         try:
             async with self._write_lock:
                 if self._ended():
@@ -266,8 +275,8 @@ class BoundedTransport:
                 self._writer.write(data)
                 await self._writer.drain()
         finally:
-            self._queued -= 1
-            self._queued_bytes -= len(data)
+            self._queued -= counted
+            self._queued_bytes -= counted * len(data)
 
     # -- the end ------------------------------------------------------------------------------
 

@@ -97,10 +97,17 @@ async def test_bytes_waiting_for_the_agent_are_bounded() -> None:
     big = {"jsonrpc": "2.0", "id": 1, "result": {"text": "x" * 600}}
     first = asyncio.create_task(transport.send(big))  # one frame alone may exceed nothing
     await eventually(lambda: transport.queued[0] == 1, "the first reply draining")
-    await transport.send({**big, "id": 2})
+    # a large request of ours (a prompt) is ours to bound: it waits, and counts for nothing
+    prompt = {"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params": "p" * 5000}
+    ours = asyncio.create_task(transport.send(prompt))
+    await eventually(lambda: transport._write_lock.locked() and not ours.done(), "it waits")
+    assert transport.queued[0] == 1 and told == []
+    await transport.send({**big, "id": 2})  # a second reply: over the bytes bound
     assert [v.bound for v in told] == ["write_bytes"], told
     writer.flowing.set()
     await first
+    with pytest.raises(ConnectionError):  # it was still waiting when the connection ended
+        await ours
 
 
 async def test_a_reader_that_keeps_up_is_never_cut_off() -> None:
@@ -162,6 +169,12 @@ async def test_the_rate_bound_is_a_token_bucket_once_metered() -> None:
         assert await transport2.receive() is not None
     assert await transport2.receive() is None
     assert [v.bound for v in told2] == ["rate"]
+    # lines that are not JSON (each one logged) count too, and replies
+    junk = [b"not json\n"] * 5 + [frame(reply(1))]
+    transport3, _, _, told3 = made(Bounds(rate=2.0, burst=3), junk, clock=lambda: now[0])
+    transport3.metered = True
+    assert await transport3.receive() is None
+    assert [v.bound for v in told3] == ["rate"]
 
 
 @pytest.mark.parametrize("kind", ["requests", "updates"])
