@@ -497,6 +497,34 @@ def _directory(
     return fd
 
 
+def reclaim_home(state_dir: str, agent_id: str) -> None:
+    """Give the home of an agent that left the fleet back to the supervisor, whole (`_hand_over`),
+    so the uid it ran as, released (uids.py), reaches nothing of it when another agent gets
+    that uid. Nothing happens when there is no such home; a home that is a symlink is refused
+    (HomeError)."""
+    try:
+        agents_fd = os.open(
+            os.path.join(state_dir, AGENTS), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        )
+    except FileNotFoundError:
+        return
+    try:
+        fd = os.open(agent_id, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=agents_fd)  # fmt: skip
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise HomeError(f"cannot reclaim the home of {agent_id}: {exc.strerror}") from None
+    finally:
+        os.close(agents_fd)
+    try:
+        mine = (os.geteuid(), os.getegid())
+        os.fchown(fd, *mine)
+        _hand_over(fd, mine)
+    finally:
+        os.close(fd)
+
+
 def _hand_over(fd: int, owner: tuple[int, int]) -> None:
     """Give everything beneath the open directory `fd` to `owner`: a home an agent of the
     supervisor's own uid used (before agents had uids of their own) becomes its own uid's, as

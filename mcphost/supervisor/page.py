@@ -52,6 +52,7 @@ TEXT_MAX = 300  # characters of any string value shown
 AGENT_KEYS = (
     "agent_id", "state", "pid", "generation", "restarts", "started_at", "last_exit",
     "last_reason", "sessions", "sandbox", "runner", "protocol_state", "state_reason_code",
+    "identity",
 )  # fmt: skip
 FENCED_KEYS = ("code", "generation", "center_generation", "at", "action")
 CENTER_KEYS = ("state", "checked_at", "fleet_key")
@@ -237,7 +238,7 @@ function agentRow(a, now) {
   td(tr, "state", stateText(a), (a.fenced && a.fenced.generation === a.generation) ? "fenced" : a.state);
   td(tr, "generation", dash(a.generation), "num");
   td(tr, "restarts", dash(a.restarts), "num");
-  td(tr, "fence", dash(a.sandbox));
+  td(tr, "fence", dash(a.sandbox) + (a.identity === "shared" ? " (shared uid)" : ""));
   td(tr, "pid", dash(a.pid), "num");
   td(tr, "up", up, "num");
   td(tr, "memory", bytes(u.memory_current_bytes) + " / " + bytes(u.memory_peak_bytes), "num");

@@ -52,6 +52,7 @@ from mcphost.supervisor.homes import (
     agent_argv,
     agent_env,
     hold_home,
+    reclaim_home,
 )
 from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Collaborators, Intensity
 from mcphost.supervisor.plan import (
@@ -272,6 +273,9 @@ class Reconciler:
             await slot.runner.aclose()
             supervisor.left(agent_id)
             slot.workspace.close()  # open sessions hold their own duplicates
+            if agent_id in removed and slot.plan.uid is not None:
+                # its uid is released (`_identified`): nothing of it stays that uid's
+                await self._reclaim(agent_id)
         for agent_id in changes["updated"]:
             slot = self.slots[agent_id]
             slot.plan = wanted[agent_id]
@@ -301,6 +305,16 @@ class Reconciler:
             unchanged=len(changes["unchanged"]),
         )
         return changes
+
+    async def _reclaim(self, agent_id: str) -> None:
+        """The home of an agent that left, back to the supervisor (`homes.reclaim_home`); a
+        failure is logged, never fatal to the reload."""
+        try:
+            await asyncio.to_thread(reclaim_home, self.supervisor.state_dir, agent_id)
+        except (HomeError, OSError) as exc:
+            events.emit(
+                "supervisor.home_reclaim_failed", level="error", agent_id=agent_id, problem=str(exc)
+            )
 
     async def _configure_relay(self, fleet: Fleet) -> None:
         """The relay's generated configuration for `fleet` (and serving, once a bundle exists);

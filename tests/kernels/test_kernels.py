@@ -35,7 +35,7 @@ SLOWDOWN = 4  # the guest's deadlines (tests/waiting.py): software emulation is 
 # What depends on the kernel: the hostile agent against the fence and the operator's renames
 # around it, the agents' own sandboxes nested in it (bubblewrap and user namespaces, and the real
 # Codex and Claude Code with their own sandboxes on), the per-agent limits (fork loop, memory
-# hog, OOM report) and the usage figures.
+# hog, OOM report), the usage figures, and the agents' own uids against a cgroup remount.
 GUEST_FILES = (
     "tests/supervisor/test_fence.py",
     "tests/supervisor/test_fence_field.py",
@@ -44,6 +44,7 @@ GUEST_FILES = (
     "tests/blackbox/test_fenced_claude.py",
     "tests/supervisor/test_supervise_cgroups.py",
     "tests/supervisor/test_supervise_usage.py",
+    "tests/supervisor/test_supervise_uids.py",
 )
 
 # What the fence must find on each kernel: its Landlock ABI (the LSM list Debian boots with) and

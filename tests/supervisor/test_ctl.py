@@ -618,3 +618,19 @@ def test_escape_controls(raw: str, shown: str) -> None:
 def test_logs_escape_and_raw_are_exclusive(state: Path) -> None:
     done = ctl("--state", str(state), "logs", "agent-1", "--raw", "--escape")
     assert done.returncode == 2 and "not allowed with argument" in done.stderr, done.stderr
+
+
+def test_status_table_says_when_an_agent_shares_the_supervisors_uid() -> None:
+    """FENCE ends "(shared uid)" for an agent that runs as the supervisor's uid (an
+    unprivileged supervisor's, `user = "root"`); an agent of its own uid or of a `user` shows
+    the level alone."""
+    rows = [
+        {"agent_id": f"agent-{n}", "state": "running", "pid": 42, "generation": 1,
+         "restarts": 0, "started_at": 990.0, "sessions": 2, "sandbox": "bwrap",
+         "identity": identity}
+        for n, identity in enumerate(("own", "user", "shared"))
+    ]  # fmt: skip
+    lines = status_table(rows, 1000.0, width=120).splitlines()
+    fence = lines[0].index("FENCE")
+    cells = [line[fence:].split("  ")[0] for line in lines[1:]]
+    assert cells == ["bwrap", "bwrap", "bwrap (shared uid)"], lines

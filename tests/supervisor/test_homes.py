@@ -441,3 +441,32 @@ def test_an_acp_agent_runs_its_client_s_adapter_codex_s_binary_itself(
     assert agent_argv(codex, home) == [str(bin_dir / native)]  # npm's own link, beside
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert agent_argv(codex, home) == ["codex-acp"]  # not found: bare, the spawn names it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a home to another uid needs root")
+def test_a_home_of_the_supervisors_uid_is_handed_whole_to_the_agents_own_uid_and_back(
+    state: Path, tmp_path: Path
+) -> None:
+    """A home an agent of the supervisor's own uid used becomes its own uid's on the first
+    preparation with one (uids.py), all it holds included, never a symlink's target nor a file
+    with a hard link elsewhere; `reclaim_home` gives it back when the agent leaves the fleet."""
+    from mcphost.supervisor.homes import reclaim_home
+
+    before = prepare_home(str(state), plan(), points(state))
+    workspace = Path(before.workspace)
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / "a.txt").write_text("mine\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the host's\n")
+    os.link(outside, workspace / "linked.txt")  # a hard link planted while it was root's
+    (workspace / "to-outside").symlink_to(outside)
+    own = 1879048200
+    home = prepare_home(str(state), plan(uid=own), points(state))
+    owned = [Path(home.root), workspace, workspace / "notes", workspace / "notes" / "a.txt"]
+    owned.append(Path(home.mcp_config))
+    assert {p.lstat().st_uid for p in owned} == {own}
+    assert (workspace / "to-outside").lstat().st_uid == own  # the link itself
+    assert outside.stat().st_uid == 0  # neither its target nor the hard-linked file
+    reclaim_home(str(state), "agent-7f3a")
+    assert {p.lstat().st_uid for p in owned} == {0}
+    reclaim_home(str(state), "never-there")  # nothing to do

@@ -44,6 +44,7 @@ class Source:
                 {"agent_id": "a1", "state": "running", "generation": 3, "restarts": 1,
                  "pid": 42, "last_exit": "signal 9", "last_reason": "killed by SIGKILL",
                  "sessions": 2, "sandbox": "bwrap", "env": {"KEY": SECRET},
+                 "uid": 1879048200, "identity": "shared",
                  "command": [SECRET], "fenced": {"code": "stale_generation", "generation": 3,
                                                  "note": SECRET},
                  "usage": {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5,
@@ -95,6 +96,8 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     assert SECRET not in str(snapshot)
     [row] = snapshot["agents"]
     assert row["generation"] == 3 and row["last_reason"] == "killed by SIGKILL"
+    assert row["identity"] == "shared" and "uid" not in row  # whose uid, not which
+    assert '" (shared uid)"' in PAGE  # the fence cell says so (ctl status too)
     assert row["usage"] == {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5, "processes": None}
     assert row["fenced"]["code"] == "stale_generation" and "note" not in row["fenced"]
     assert snapshot["center"] == {"state": "ok", "checked_at": 1.0, "fleet_key": None}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -219,3 +220,20 @@ def test_an_agent_cannot_read_a_root_only_file_the_fence_shows(sv: Supervised) -
         assert json.loads(done.stdout) == "EACCES"
     finally:
         shutil.rmtree(folder)
+
+
+def test_an_agent_that_leaves_the_fleet_gives_back_its_uid_and_its_home(sv: Supervised) -> None:
+    """Last in this file: a reload without pane-1 releases its uid (the state no longer holds
+    it) and hands its home back to the supervisor, so whoever gets that uid next reaches
+    nothing of it."""
+    uid = sv.status()["pane-1"]["uid"]
+    sv.write_fleet([{"id": "agent-1", "command": HOLD}, {"id": "agent-2", "command": HOLD}])
+    sv.ctl("reload")
+    until(lambda: "pane-1" not in sv.status(), 60, "pane-1 gone")
+    home = sv.state / "agents" / "pane-1"
+    assert home.stat().st_uid == 0
+    assert (home / "workspace").stat().st_uid == 0
+    with sqlite3.connect(sv.state / "state.sqlite3") as db:
+        kept = dict(db.execute("SELECT agent_id, uid FROM uids").fetchall())
+    assert "pane-1" not in kept and uid not in kept.values()
+    assert set(kept) == {"agent-1", "agent-2"}

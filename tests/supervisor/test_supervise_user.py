@@ -505,3 +505,34 @@ def test_a_download_lands_as_the_agents_own_file(supervised: Supervised, center:
         assert (read.returncode, read.stdout) == (0, "the agent its own bytes"), read
     finally:
         supervised.close()
+
+
+@pytest.mark.skipif(not ROOT, reason="running an agent as another user needs a root supervisor")
+@pytest.mark.skipif(nobody() is None, reason="no user nobody on this machine")
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is missing")
+def test_a_tmux_agent_runs_as_its_user_in_its_pane(supervised: Supervised) -> None:
+    """`user =` and a tmux pane combine (they were refused together): the pane's gate becomes
+    the user (or the fence's bubblewrap does, inside) before the agent's program runs, though
+    the tmux server runs as root."""
+    user = nobody()
+    assert user is not None
+    hold = [sys.executable, "-c", "import signal; signal.pause()"]
+    supervised.write_fleet(
+        [{"id": "pane-1", "user": "nobody", "command": hold, "runner": "tmux", "bundle": "p"}]
+    )
+    supervised.start()
+    pid = supervised.wait_running("pane-1")["pid"]
+
+    def program() -> int | None:
+        for candidate in [pid, *children_of(pid)]:
+            try:
+                argv = Path(f"/proc/{candidate}/cmdline").read_bytes().split(b"\0")[:-1]
+            except OSError:
+                continue
+            if argv == [a.encode() for a in hold]:
+                return candidate
+        return None
+
+    own = until(program, 60, "the pane's program")
+    assert set(ids(own, "Uid")) == {user.pw_uid}
+    assert supervised.status()["pane-1"]["identity"] == "user"
