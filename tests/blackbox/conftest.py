@@ -47,6 +47,14 @@ def needs_clis(*programs: Path) -> list[pytest.MarkDecorator]:
     ]
 
 
+def listed_agents(out: str) -> list[str]:
+    """The homes the probe's `ls <state>/agents` listed (none where it was refused: the fence
+    makes that directory 0711, owned by whoever runs bubblewrap, so an agent of its own uid
+    under a root supervisor lists nothing)."""
+    line = next(line for line in out.splitlines() if line.startswith("agents="))
+    return line.removeprefix("agents=").split()
+
+
 def sandbox_probe(token_file: Path, state: Path, grep: str = "grep") -> list[str]:
     """Shell commands a nested sandbox's command runs: what of the fence it can reach (the
     token, the state, other homes), whose namespace and seccomp it is in, and whether it may
