@@ -471,14 +471,15 @@ def problem_line(outcome: Outcome, fleet: Fleet) -> str:
 def _key(fleet: Fleet, member: Member, program: bool) -> str:
     """The fleet key that decides what failed: the command for its program, else the user."""
     index, plan = member.index, member.plan
-    if index is None:
-        return "defaults.command" if program else "defaults.user"
     if program:
         own = plan.command is not None and plan.command != fleet.defaults.command
-        return f"agent[{index}].command" if own else "defaults.command"
+        return f"agent[{index}].command" if own and index is not None else "defaults.command"
     if plan.user is not None:
-        return "defaults.user" if plan.user == fleet.defaults.user else f"agent[{index}].user"
-    return "identity.uids" if member.creds is not None else f"agent[{index}].sandbox"
+        own = plan.user != fleet.defaults.user
+        return f"agent[{index}].user" if own and index is not None else "defaults.user"
+    if member.creds is not None:
+        return "identity.uids"
+    return f"agent[{index}].sandbox" if index is not None else "defaults.sandbox"
 
 
 def probe_problems(

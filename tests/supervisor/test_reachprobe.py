@@ -167,3 +167,25 @@ def test_a_probe_that_does_not_answer_is_killed_and_named(
     line = reachprobe.problem_line(outcomes[0], fleet)
     assert "(agents: a-1, a-2; " in line and "the probe did not answer within 1 s" in line
     assert os.listdir(state) == []
+
+
+def test_a_failing_group_names_the_key_that_decides_what_failed() -> None:
+    """The program's key when the program failed (the agent's own command, else the default's),
+    else whom it runs as: `identity.uids` for agents of their own uids, the `user` key."""
+    fleet = a_fleet({"id": "a-1", "command": ("/srv/bin/tool",)}, {"id": "a-2"})
+    members = reachprobe.plan_members(fleet, STATE, ENV, SUPPORT)
+    program = (
+        {"what": "its program", "path": "/srv/bin/tool", "blocked": "/srv", "why": "search"},
+    )
+    pump = ({"what": "the pump", "path": "/x/attach.py", "blocked": "/x", "why": "search"},)
+    first, second = reachprobe.groups(members)
+    line = reachprobe.problem_line(reachprobe.Outcome(first, failed=program), fleet)
+    assert line.startswith("agent[0].command (agents: a-1; "), line
+    assert "cannot start: its program /srv/bin/tool: /srv " in line, line
+    line = reachprobe.problem_line(reachprobe.Outcome(second, failed=program), fleet)
+    assert line.startswith("defaults.command (agents: a-2; "), line
+    line = reachprobe.problem_line(reachprobe.Outcome(second, failed=pump), fleet)
+    assert line.startswith("identity.uids (" if ROOT else "agent[1].sandbox ("), line
+    assert "cannot start: the pump: /x " in line, line
+    if ROOT:  # an agent of its own uid may also run as root
+        assert 'user = "root"' in line, line
