@@ -7,8 +7,11 @@ what is expected; so do a state directory too long for its sockets and a `user =
 start its agents' attach entries (reach.py), in `--check` too. It runs in the foreground
 (systemd or a terminal supervises it) and exits 0 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
 file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
-state directory and each fenced agent's program as that agent will look for it (reach.py), one
-line per problem naming the fleet key (exit 1), or exit 0. Before those it
+state directory, each fenced agent's program as that agent will look for it (reach.py), and a
+real probe of each group of alike agents, run as their uid in their fence through the agents'
+own spawn path, that they can run their program and their pumps (reachprobe.py: one probe per
+group, bounded, nothing written in the state directory), one line per problem naming the fleet
+key (exit 1), or exit 0. Before those it
 says what the fence will be, whom the agents run as (`plan.identity_lines`: their own uids, a
 warning for `user = "root"`) and, per client kind, whether the agents start signed in
 (signin.py: informative lines, never a problem).
@@ -74,7 +77,8 @@ def _parser() -> object:
         "--check",
         action="store_true",
         help="preflight: validate the fleet, reach the center (pinned), check the state "
-        "directory and each fenced agent's program, then exit (0 ok, 1 problems, 2 bad fleet "
+        "directory and each fenced agent's program, probe as each agent's uid in its fence "
+        "that it can run its program and pumps, then exit (0 ok, 1 problems, 2 bad fleet "
         "file, state directory or user)",
     )
     return p
@@ -114,7 +118,7 @@ def main(argv: list[str]) -> int:
 
         for line in check_lines(fleet, read_operator(os.environ)):
             print(f"mcphost supervise --check: {line}", file=sys.stderr)
-        return _preflight(fleet, settings.state)
+        return _preflight(fleet, settings.state, support)
     from mcphost.supervisor.supervisor import run_supervisor
 
     return run_supervisor(fleet, settings.state)
@@ -135,17 +139,22 @@ def _limits() -> str:
     )
 
 
-def _preflight(fleet: object, state: str) -> int:
+def _preflight(fleet: object, state: str, support: object) -> int:
     """`--check`: one stderr line per problem, each naming the fleet key; 0 when none."""
     import asyncio
 
     from mcphost.supervisor.centerhealth import preflight
+    from mcphost.supervisor.fence import Support
     from mcphost.supervisor.plan import Fleet
     from mcphost.supervisor.reach import program_problems
+    from mcphost.supervisor.reachprobe import probe_problems
 
-    assert isinstance(fleet, Fleet)
+    assert isinstance(fleet, Fleet) and isinstance(support, Support)
     problems = asyncio.run(preflight(fleet, state))
     problems += program_problems(fleet, state, os.environ)
+    probed, lines = probe_problems(fleet, state, os.environ, support)
+    print(f"mcphost supervise --check: probes: {probed}", file=sys.stderr)
+    problems += lines
     for line in problems:
         print(f"mcphost supervise: {line}", file=sys.stderr)
     verdict = "OK" if not problems else f"{len(problems)} problem(s)"

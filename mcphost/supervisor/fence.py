@@ -183,6 +183,9 @@ class FencePlan:
     blanks: tuple[str, ...] = ()  # root-only files shown as an empty device (a uid-0 agent's)
     switch: Switch | None = None  # `user =` agent under a root supervisor: setpriv inside
     unset_env: tuple[str, ...] = ()
+    # (where, what is bound there instead): `--check`'s probe (reachprobe.py) binds an empty
+    # stand-in at a bound path it must not use (a home, a socket), at the very same place
+    stand_ins: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -193,13 +196,15 @@ class FencePlan:
         tuples = ("covers", "keeps", "readonly", "private", "given", "unset_env", "blanks")
         for key in tuples:
             data[key] = tuple(data.get(key, ()))
+        data["stand_ins"] = tuple(tuple(pair) for pair in data.get("stand_ins", ()))
         if data.get("switch") is not None:
             data["switch"] = Switch(**{**data["switch"], "groups": tuple(data["switch"]["groups"])})
         return cls(**data)
 
     def sources(self) -> tuple[str, ...]:
         """Every path bound from the host (what `check_sources` vets before each spawn)."""
-        return (*self.keeps, *self.readonly, *self.given)
+        instead = dict(self.stand_ins)
+        return tuple(instead.get(p, p) for p in (*self.keeps, *self.readonly, *self.given))
 
     def argv(
         self,
@@ -233,10 +238,11 @@ class FencePlan:
         # switched inside) and listing nothing: bubblewrap would make them with its umask
         for folder in self._ancestors():
             args += ["--perms", f"{MOUNT_PARENT_MODE:04o}", "--dir", folder]
+        instead = dict(self.stand_ins)
         for path in self.readonly:
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", instead.get(path, path), path]
         for path in (*self.keeps, *self.given):
-            args += ["--bind", path, path]
+            args += ["--bind", instead.get(path, path), path]
         for path in self.blanks:
             args += ["--ro-bind-try", "/dev/null", path]
         for cover in (*self.covers, "/dev"):  # /dev: bubblewrap's own tmpfs, unbounded

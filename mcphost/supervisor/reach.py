@@ -33,6 +33,10 @@ Owns:
   bubblewrap, and what the fence does not bind back is not there; a component with a POSIX ACL
   is given the benefit of the doubt (only a certain refusal is reported).
 
+The path rule reads mode bits; `--check` also asks the kernel, with a real probe of each group
+of alike agents as their uid in their fence (reachprobe.py, which plans with `agent_fence`,
+`own_uid` and `pump_needs` from here).
+
 Must never: spawn a process of its own (`fence.probe`, which `for_agent` uses, has looked at the
 machine once before: cli.py and `Supervisor.run` call it first), change anything on disk, or
 take anything from an agent (it reads the fleet, this process's own paths, and stats of the

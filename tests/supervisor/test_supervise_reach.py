@@ -13,6 +13,12 @@ fleet's agents will reach (mcphost/supervisor/reach.py), through the real proces
   user and the directory), and a reload that adds it changes nothing; once the directory lets
   that user through, a reload starts it (the first agent of another user: the state directory
   and the attach sockets open to it then, as at a start) and it calls the center.
+- `--check`'s real probe, as each agent's own uid and in its fence (reachprobe.py): an unfenced
+  agent whose program lies in a 0700 directory (its pump reachable, so the path rule passes it)
+  is one line naming the key, the group's agents, the uid, the directory and the fix (exit 1),
+  its fenced sibling passes, and nothing is written in the state directory; a supervisor and
+  program installed under a 0700 directory pass fenced (one probe for 20 agents), are named in
+  the fence when the program is not executable by the uid, and are refused unfenced.
 """
 
 from __future__ import annotations
@@ -21,15 +27,25 @@ import os
 import shutil
 import stat
 import subprocess
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from mcphost.supervisor import fence
+from mcphost.supervisor.uids import DEFAULT_RANGE
 from mcphost.testing.devcenter import DevCenter
 from mcphost.unixsock import SUN_PATH_MAX
-from tests.supervisor.supervise_harness import STATE_DIRS, Supervised, package_copy, standin
+from tests.supervisor.supervise_harness import (
+    REPO,
+    STATE_DIRS,
+    Supervised,
+    package_copy,
+    standin,
+    tree_for,
+)
 from tests.waiting import until
 
 # <state>/run/center.sock: the longest socket reached by its path as it is
@@ -206,3 +222,140 @@ def test_a_user_that_cannot_start_the_pump_is_refused_at_load_and_at_reload(
     assert call["ok"], call
     modes = {d: stat.S_IMODE(os.stat(supervised.state / d).st_mode) for d in (".", "run")}
     assert modes == {".": 0o711, "run": 0o711}, modes
+
+
+def _python_for_uid(uid: int) -> str | None:
+    """An interpreter of this version that `uid` (in no group) can run, as `python_for`."""
+    import sys
+
+    wanted = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for candidate in (sys.executable, f"/usr/bin/python{wanted}", "/usr/bin/python3"):
+        try:
+            done = subprocess.run(
+                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                user=uid,
+                group=uid,
+                extra_groups=[],
+                timeout=60,
+            )
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == wanted:
+            return candidate
+    return None
+
+
+def _tool(parent: Path) -> Path:
+    """`parent/bin/mytool`, a program that exits 0."""
+    tool = parent / "bin" / "mytool"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    tool.parent.chmod(0o755)
+    return tool
+
+
+def _problems(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in done.stderr.splitlines() if "--check:" not in line]
+
+
+def _probes(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in done.stderr.splitlines() if "--check: probes: " in line]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+OWN_UID = DEFAULT_RANGE.first  # what `--check` probes the agents of their own uids as
+
+
+@pytest.mark.skipif(not ROOT, reason="agents run as uids of their own under a root supervisor")
+@pytest.mark.skipif(
+    fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+)
+def test_check_probes_as_the_agent_s_uid_and_names_a_program_it_cannot_reach(
+    supervised: Supervised,
+) -> None:
+    """An unfenced agent of its own uid whose program lies in a 0700 directory (its pump and
+    interpreter reachable, so the path rule passes it) is named by `--check` in one line, from a
+    real probe as that uid: the key, both agents of the group, the uid, the path and the fix;
+    its fenced sibling's probe passes. Two groups, two probes."""
+    python = _python_for_uid(OWN_UID)
+    if python is None:
+        pytest.skip("no interpreter of this version that an agent's own uid can run")
+    if python != supervised.python:
+        site = sysconfig.get_paths()["purelib"]
+        supervised.python = python
+        supervised.extra_env["PYTHONPATH"] = os.pathsep.join((REPO, site))
+    tree = tree_for(OWN_UID, frozenset({OWN_UID}))
+    if tree is not None:
+        supervised.use_tree(tree)
+    private = Path(tempfile.mkdtemp(prefix="mcphost-private-"))  # 0700, root's
+    STATE_DIRS.append(private)
+    tool = _tool(private)
+    unfenced = {"sandbox": "none", "command": [str(tool)]}
+    agents = [
+        {"id": "own-1", **unfenced},
+        {"id": "own-2", **unfenced},
+        {"id": "fenced-1", "command": supervised.standin("--hold")},
+    ]
+    supervised.write_fleet(agents)
+
+    done = check(supervised)
+    assert done.returncode == 1, done.stderr
+    problems = _problems(done)
+    assert len(problems) == 1, done.stderr
+    line = problems[0]
+    assert line.startswith("mcphost supervise: agent[0].command (agents: own-1, own-2; "), line
+    assert f"uid {OWN_UID}" in line and "probed unfenced as that uid" in line, line
+    assert f"its program {tool}: " in line, line
+    assert f"{private} (mode 0700, owner uid 0) is not searchable by uid {OWN_UID}" in line
+    assert "under a path every uid can reach (e.g. a virtualenv under /opt" in line, line
+    assert 'fence the agent (sandbox = "auto"' in line and 'user = "root"' in line, line
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert "probes: 2 for 3 agent(s)" in _probes(done)
+    assert sorted(os.listdir(supervised.state)) == []  # nothing written in the state
+
+
+@pytest.mark.skipif(not ROOT, reason="agents run as uids of their own under a root supervisor")
+@pytest.mark.skipif(
+    fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+)
+def test_an_install_under_a_0700_home_works_fenced_and_is_refused_unfenced_in_one_line(
+    supervised: Supervised,
+) -> None:
+    """The supervisor and the agents' program installed in a 0700 directory: fenced, the fence
+    brings the supervisor's programs back, and the probe (one for 20 agents) passes as the
+    agents' uid; unfenced, `--check` refuses it in one line naming the path and the fix. A
+    program the fence shows but the uid may not execute (0700, root's), which no path rule
+    of reach.py looks at, is named by the probe run in the fence."""
+    private = Path(tempfile.mkdtemp(prefix="mcphost-private-"))  # 0700, root's
+    STATE_DIRS.append(private)
+    tree = package_copy(private)
+    supervised.use_tree(tree)  # the pump is private/tree/mcphost/attach.py
+    tool = _tool(tree)  # beneath the project the fence brings back
+    fenced = [{"id": f"agent-{n}", "command": [str(tool)]} for n in range(20)]
+    supervised.write_fleet(fenced)
+    done = check(supervised)
+    assert done.returncode == 0, done.stderr
+    assert _problems(done) == [], done.stderr
+    assert "probes: 1 for 20 agent(s)" in _probes(done)
+
+    tool.chmod(0o700)
+    done = check(supervised)
+    assert done.returncode == 1, done.stderr
+    problems = _problems(done)
+    assert len(problems) == 1, done.stderr
+    assert problems[0].startswith("mcphost supervise: agent[0].command (agents: agent-0, ")
+    assert "agent-19; " in problems[0] and "probed in its fence as that uid" in problems[0]
+    assert f"{tool} (mode 0700, owner uid 0) is not executable by uid {OWN_UID}" in problems[0]
+    tool.chmod(0o755)
+
+    supervised.write_fleet([{**fenced[0], "sandbox": "none"}])
+    done = check(supervised)
+    assert done.returncode == 2, done.stderr
+    problems = _problems(done)
+    assert len(problems) == 1, done.stderr
+    assert f"{private} (mode 0700, owner uid 0) is not searchable by uid {OWN_UID}" in problems[0]
+    assert "a virtualenv under /opt" in problems[0] and "fence these agents" in problems[0]
