@@ -30,7 +30,7 @@ from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import ResponsesStandIn
 from tests.blackbox.conftest import QUIET, needs_clis, project_root
 from tests.blackbox.model_standin import ModelStandIn, Say
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import Supervised, give_to
 from tests.waiting import until
 
 BIN = project_root() / "tools" / "node_modules" / ".bin"
@@ -114,6 +114,9 @@ def test_default_claude_and_codex_agents_stay_up_attached_and_codex_past_sign_in
         "ANTHROPIC_API_KEY": claude_key,
     }
     (homes / "codex").mkdir(parents=True)
+    # a fleet-given HOME is the agent's to write: under a root supervisor, its own uid's
+    give_to(homes / "claude", "claude-1")
+    give_to(homes / "codex", "codex-1")
     codex_env = {
         **base,
         "HOME": str(homes / "codex"),

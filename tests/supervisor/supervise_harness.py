@@ -46,7 +46,29 @@ TEST_DEFAULTS: dict[str, Any] = {
 # An unfenced agent of a root supervisor runs as a uid of its own (uids.py), which may not run
 # this checkout's interpreter (under a 0700 home here: /root/.pyenv); the tests that need an
 # unfenced tree for another reason run it as root, as the fleet must then say.
-UNFENCED: dict[str, Any] = {"sandbox": "none", **({"user": "root"} if os.geteuid() == 0 else {})}
+AS_ROOT: dict[str, Any] = {"user": "root"} if os.geteuid() == 0 else {}
+UNFENCED: dict[str, Any] = {"sandbox": "none", **AS_ROOT}
+
+
+def own_uid(agent_id: str) -> int:
+    """The uid a root supervisor gives `agent_id` in a new state (uids.py: the first free uid
+    from its candidate), for a test that must prepare a directory the agent writes (a
+    fleet-given `HOME`) before the supervisor starts."""
+    from mcphost.supervisor.uids import DEFAULT_RANGE, allocate
+
+    return allocate([agent_id], {}, DEFAULT_RANGE)[agent_id]
+
+
+def give_to(path: Path, agent_id: str) -> None:
+    """Hand `path` and all it holds to `agent_id`'s own uid (a root supervisor's agent), as an
+    operator gives an agent a directory of its own; nothing to do under an unprivileged one."""
+    if os.geteuid() != 0:
+        return
+    uid = own_uid(agent_id)
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.lchown(os.path.join(root, name), uid, uid)
+    os.lchown(path, uid, uid)
 
 
 def fleet_toml(

@@ -13,6 +13,7 @@ that is not running is refused.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -224,6 +225,9 @@ def test_claude_mcp_list_shows_the_agents_servers_connected(sv: Supervised) -> N
         pytest.fail(f"{CLAUDE} missing: run `make node` (make test does it)")
     home = sv.workspace("agent-1") / "claude-home"
     (home / ".claude").mkdir(parents=True)
+    uid = sv.status()["agent-1"]["uid"]  # made by the test: the agent's, as its workspace is
+    for path in (home, home / ".claude"):
+        os.chown(path, uid, uid)
     # Claude Code's config lives where the agent's HOME says; here a fresh directory the
     # (fenced) agent may write, in its workspace, set by `env`
     claude = [

@@ -33,7 +33,9 @@ import pytest
 from mcphost.supervisor import cgroups, fence, signin
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import (
+    AS_ROOT,
     REPO,
+    UNFENCED,
     Supervised,
     fleet_toml,
     group_dirs,
@@ -159,7 +161,9 @@ def run_fleet(
         "command": [sv.python, PROBE, "agent", braced, sv.python, *standin("--hold")[1:]],
     }
     other = {"id": "other", "runner": "tmux", "command": [sv.python, "-c", HOLD]}
-    text = fleet_toml(center, sv.token_file, [hostile, other], sandbox=sandbox, tmp_size=TMP_SIZE)
+    # unfenced, as the supervisor's uid: the control, where nothing but the fence changes
+    unfenced = UNFENCED if sandbox == "none" else {"sandbox": sandbox}
+    text = fleet_toml(center, sv.token_file, [hostile, other], tmp_size=TMP_SIZE, **unfenced)
     # the tcp:// binding, which a supervisor of any uid reaches (the unix socket is root's)
     text = text.replace(
         f'admin_url = "{center.admin_url("unix")}"',
@@ -396,7 +400,9 @@ def test_a_reload_that_moves_the_token_file_refences_the_running_agents(center: 
 
 
 def _peeker(sv: Supervised, token: Path) -> dict[str, object]:
-    return {"id": "peeker", "command": [sv.python, "-c", PEEK, str(token)]}
+    # uid 0 outside (`user = "root"`): only the fence keeps it from a 0600 token, which an agent
+    # of its own uid could not read anyway
+    return {"id": "peeker", "command": [sv.python, "-c", PEEK, str(token)], **AS_ROOT}
 
 
 READ_ALL = """
@@ -426,6 +432,7 @@ def test_the_operator_s_sign_in_outside_their_home_is_hidden_and_each_agent_gets
     still gets its filtered copy."""
     base = Path(tempfile.mkdtemp(prefix="fence-signin-"))
     ops = Path(tempfile.mkdtemp(prefix="ops-", dir=REPO))
+    ops.chmod(0o755)  # passable: what hides it is the fence, not its mode
     claude_dir, codex_dir = ops / "claude", ops / "codex"
     claude_dir.mkdir()
     codex_dir.mkdir()

@@ -29,7 +29,7 @@ import pytest
 
 from mcphost.supervisor import fence
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, inline
+from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, give_to, inline
 from tests.waiting import until
 
 # deep (make test-slow): supervisors with agents that attack their fence across restarts.
@@ -68,6 +68,7 @@ while True:
 def beside_project() -> Iterator[Path]:
     """A directory beside the project: visible to every agent unless the fence hides it."""
     folder = Path(tempfile.mkdtemp(prefix="fence-field-", dir=REPO))
+    folder.chmod(0o755)  # passable by an agent's own uid: what hides a path is the fence
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -147,11 +148,16 @@ def attempt(action):
 def write(path):
     with open(path, "w") as handle:
         handle.write("planted")
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        return type(exc).__name__
 seen = {
     "cwd": os.getcwd(),
     "read_state_db": attempt(lambda: open("state.sqlite3", "rb").read(1)),
     "read_state_db_below": attempt(lambda: open("../../../state.sqlite3", "rb").read(1)),
-    "state_listing": sorted(os.listdir("../../..")),
+    "state_listing": listing("../../.."),
     "plant_via_config": attempt(lambda: write(os.path.join(config, "etc", "mcphost-planted"))),
     "plant_in_root": attempt(lambda: write("/mcphost-planted")),
 }
@@ -170,6 +176,7 @@ def test_a_swapped_workspace_and_config_dir_lead_nowhere_after_a_restart(
 ) -> None:
     home = beside_project / "swapper-home"
     (home / ".claude").mkdir(parents=True)
+    give_to(home, "swapper")  # a fleet-given HOME the agent writes: its uid's
     sv = Supervised(tmp_path, center)
     workspace = sv.state / "agents" / "swapper" / "workspace"
     agent = {
@@ -192,7 +199,9 @@ def test_a_swapped_workspace_and_config_dir_lead_nowhere_after_a_restart(
         assert seen["cwd"] == f"{workspace}.real", seen
         assert seen["read_state_db"] == "FileNotFoundError", seen
         assert seen["read_state_db_below"] == "FileNotFoundError", seen
-        assert seen["state_listing"] == ["agents", "run"], seen  # only its home, attach sockets
+        # only its home and attach sockets, or nothing where the fence's own directory (0711,
+        # root's bubblewrap made it) refuses an agent of its own uid a listing
+        assert seen["state_listing"] in (["agents", "run"], "PermissionError"), seen
         assert seen["plant_via_config"] in ("OSError", "PermissionError"), seen  # read-only /
         assert seen["plant_in_root"] in ("OSError", "PermissionError"), seen
         assert not Path("/etc/mcphost-planted").exists() and not Path("/mcphost-planted").exists()

@@ -183,8 +183,10 @@ def test_on_a_lesser_kernel_the_fence_still_hides_the_fleet_and_keeps_signals_in
         assert seen["kill_supervisor"] == "ESRCH", (mode, seen)  # not even there to be named
     assert not list(outside.iterdir())
     shutil.rmtree(outside, ignore_errors=True)
-    assert fence_cells(shown["table"], "hostile") == level, shown["table"]
-    assert fence_cells(shown["table"], "other") == level, shown["table"]
+    # an unprivileged supervisor's agents share its uid, and the FENCE column says so
+    shown_level = level if ROOT and uid is None else f"{level} (shared uid)"
+    assert fence_cells(shown["table"], "hostile") == shown_level, shown["table"]
+    assert fence_cells(shown["table"], "other") == shown_level, shown["table"]
     (line,) = [
         x for x in check.stderr.splitlines() if x.startswith("mcphost supervise --check: fence")
     ]
@@ -225,10 +227,14 @@ def test_without_user_namespaces_an_unprivileged_supervisor_refuses_in_one_line(
     lines = check.stderr.splitlines()
     # --check also says what limits the agents get (cgroups.py): a line of its own
     limits = [x for x in lines if x.startswith("mcphost supervise --check: limits: ")]
+    # and whom the agents run as: an unprivileged supervisor's share its uid
+    (identity,) = [x for x in lines if x.startswith("mcphost supervise --check: identity: ")]
+    assert "the agents share the supervisor's uid" in identity, identity
+    assert len(limits) == 1, lines
+    limits.append(identity)
     assert [x for x in lines if x not in limits] == [
         "mcphost supervise --check: fence: unavailable: this machine lacks unprivileged user "
         "namespaces (unshare: Operation not permitted); run the supervisor as root "
         "(contrib/systemd/mcphost-supervisor.service without User=) to fence without them",
         line,
     ]
-    assert len(limits) == 1, lines

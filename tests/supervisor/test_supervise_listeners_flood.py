@@ -2,8 +2,9 @@
 supervisor stays the operator's (issue 32; loopback.py's bounds).
 
 The supervisor starts as systemd starts a service: soft `RLIMIT_NOFILE` 1024, hard 65536
-(`prlimit`, hard: the test's own). `hostile` (fenced by default, of the supervisor's own uid: the per-uid bound is what
-holds it, not the agent-uid refusal) opens 3,000 connections to each port, sends each half a
+(`prlimit`, hard: the test's own). `hostile` (fenced; twice: of its own uid, the default under a root supervisor, which the
+listeners refuse outright, and of the supervisor's own uid, `user = "root"`, which only the
+per-uid and listener bounds hold) opens 3,000 connections to each port, sends each half a
 request head and holds them (`mcphost/testing/flood_agent.py`); `w` is a stand-in. While the
 agent holds them: the supervisor raised its soft limit to the hard one (`supervisor.descriptors`),
 holds at most `CONNECTIONS_PER_PEER` connections per listener, far fewer descriptors than
@@ -17,13 +18,14 @@ Conditions only (`until`), no sleeps.
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 
 import pytest
 
 from mcphost.supervisor.loopback import CONNECTIONS_PER_PEER
-from tests.supervisor.supervise_harness import Supervised
+from tests.supervisor.supervise_harness import AS_ROOT, Supervised
 from tests.supervisor.test_supervise_listeners import (
     descriptors,
     flooding,
@@ -58,15 +60,30 @@ class UnderSystemd(Supervised):
         return ["prlimit", f"--nofile={SYSTEMD_SOFT}:{HARD}", "--", *super().argv()]
 
 
+@pytest.mark.parametrize(
+    ("whose", "reasons"),
+    [
+        # the default: an agent of its own uid (a root supervisor's) is refused outright
+        pytest.param("own uid", {"agent_peer"}, id="own-uid"),
+        # one that shares the supervisor's uid is held by the per-uid and listener bounds
+        pytest.param("shared uid", {"peer_full", "listener_full"}, id="shared-uid"),
+    ],
+)
 def test_a_flood_of_half_sent_requests_leaves_the_supervisor_bounded_and_ctl_answering(
-    supervised: Supervised,
+    supervised: Supervised, whose: str, reasons: set[str]
 ) -> None:
+    if whose == "own uid" and os.geteuid() != 0:
+        pytest.skip("agents get uids of their own from a root supervisor")
     sv = UnderSystemd(supervised.base, supervised.center)
     try:
         page, metrics = free_port(), free_port()
         sv.write_fleet(
             [
-                {"id": "hostile", "command": flooding(sv, FLOOD, page, metrics)},
+                {
+                    "id": "hostile",
+                    "command": flooding(sv, FLOOD, page, metrics),
+                    **(AS_ROOT if whose == "shared uid" else {}),
+                },
                 {"id": "w", "command": sv.standin("--hold")},
             ]
         )
@@ -94,7 +111,7 @@ def test_a_flood_of_half_sent_requests_leaves_the_supervisor_bounded_and_ctl_ans
         assert held(pid, (page, metrics)) <= HELD_MOST
 
         lines = until(lambda: refused(sv), 60, "the refusals logged")
-        assert {e["reason"] for e in lines} <= {"peer_full", "listener_full"}, lines
+        assert {e["reason"] for e in lines} <= reasons, lines
         assert within_log_bound(lines), lines  # not one line per connection
         log = sv.stderr()
         assert "Traceback" not in log and "out of system resource" not in log
