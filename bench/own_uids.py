@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,10 +51,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.fence import WAIT, Events, bench_dir, check_call, descendants, machine_line, tree_pss
+from bench import fence
+from bench.fence import Events, bench_dir, descendants, machine_line, tree_pss
 from bench.metrics import scrape
 from bench.operations import SCRAPE_EVERY, free_port, get, run_time
-from bench.supervisor import pss_mb, wait_gone
+from bench.supervisor import pss_mb
 from mcphost.supervisor.page import POLL_MS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,8 +85,9 @@ def python_of(tree: str) -> str:
     return str(own) if own.exists() else sys.executable
 
 
-class Supervisor:
-    """One supervisor of `tree` (through bench/fence.py's `supervise`) with `ids`, default fleet."""
+class Supervisor(fence.Supervisor):
+    """One supervisor of `tree` (through bench/fence.py's `supervise`) with `ids`, default
+    fleet: bench/fence.py's, started from another tree (its waits, restart and stop as there)."""
 
     def __init__(self, center: Any, base: Path, tree: str, ids: list[str], label: str,
                  watch: bool = False) -> None:  # fmt: skip
@@ -118,59 +119,6 @@ class Supervisor:
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
                 cwd=tree,  # `-m` puts the working directory first on sys.path: the tree's
             )  # fmt: skip
-
-    def calls(self, agent: str) -> Path:
-        return self.state / "agents" / agent / "workspace" / "calls.jsonl"
-
-    def recorded(self, agent: str) -> int:
-        try:
-            return self.calls(agent).read_bytes().count(b"\n")
-        except OSError:
-            return 0
-
-    def started_all(self, since: int = 0, calls: int = 1) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        deadline = time.monotonic() + WAIT
-        while len(found) < len(self.ids):
-            if self.proc.poll() is not None:
-                tail = self.events.path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the supervisor exited: {tail}")
-            if time.monotonic() > deadline:
-                tail = self.events.path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the agents' first calls: not after {WAIT:.0f} s: {tail}")
-            self.events.poll()
-            for agent in self.ids:
-                if agent not in found:
-                    spawn = self.events.spawns(agent, since)
-                    if spawn is not None and self.recorded(agent) >= calls:
-                        spawn["called"] = self.calls(agent).stat().st_mtime
-                        found[agent] = spawn
-            time.sleep(0.002)
-        for agent in found:
-            check_call(self.calls(agent), agent)
-        return found
-
-    def restart(self, agent: str) -> dict[str, Any]:
-        from mcphost.supervisor.control.client import request
-
-        since = len(self.events.poll())
-        calls = self.recorded(agent) + 1
-        request(str(self.state / "control.sock"), "restart", agent=agent, timeout=WAIT)
-        ids, self.ids = self.ids, [agent]
-        try:
-            return self.started_all(since, calls)[agent]
-        finally:
-            self.ids = ids
-
-    def stop(self) -> None:
-        tree = descendants(self.proc.pid)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        wait_gone(tree)
 
 
 def spread(values: Sequence[float], fmt: str = "{:.1f}") -> str:
