@@ -8,7 +8,10 @@ from a pidfd and `waitpid` of that one pid (`own_exit`). The `Popen` object is k
 pipes; its `returncode` is set from that status once it comes, so `Popen` itself never waits
 or polls (not even from `__del__`). Also the pidfd primitives (`open_pidfd`, `wait_pidfd`) with
 which anything waits for a process that is not its child, and `spawn_failure_reason`, how a
-spawn that failed is named.
+spawn that failed is named. And `raise_nofile`: this process's soft `RLIMIT_NOFILE` up to its
+hard one, while every child `spawn` starts gets the soft limit back that this process was given
+(systemd's 1024: an agent's tree is bounded as the operator's limits say, never by the headroom
+the supervisor takes for itself).
 
 Why one home: in the supervisor the Reaper reaps every child with `waitpid(-1)`, and keeps no
 status for a pid nobody watches; its SIGCHLD handler runs as an event-loop callback, so nothing
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import resource
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +47,43 @@ Watch = Callable[[int], "asyncio.Future[int]"]
 """pid -> the future of its raw wait status (as `Reaper.watch`); called right after `Popen`."""
 
 Stdio = int | IO[Any] | None  # a descriptor, subprocess.PIPE / DEVNULL / STDOUT, or inherited
+
+
+# The soft RLIMIT_NOFILE every child gets back (`raise_nofile`); None: what this process has.
+_child_nofile: int | None = None
+
+
+def raise_nofile() -> tuple[int, int, int]:
+    """Raise this process's soft `RLIMIT_NOFILE` to its hard limit (a process may), keeping the
+    soft limit it had for the children `spawn` starts. (soft now, hard, soft before)."""
+    global _child_nofile
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = soft
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass  # an infinite hard limit the kernel's nr_open refuses: keep what we have
+    if soft != before and _child_nofile is None:
+        _child_nofile = before
+    return soft, hard, before
+
+
+def _with_limits(preexec: Callable[[], None] | None) -> Callable[[], None] | None:
+    """`preexec` behind the child's soft `RLIMIT_NOFILE` set back (`raise_nofile`), first,
+    before any user switch or fence."""
+    limit = _child_nofile
+    if limit is None:
+        return preexec
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+    def child() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        if preexec is not None:
+            preexec()
+
+    return child
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +120,7 @@ def spawn(
         stdout=stdout,
         stderr=stderr,
         start_new_session=new_session,
-        preexec_fn=preexec,
+        preexec_fn=_with_limits(preexec),
         close_fds=True,
     )
     # No await since Popen: the reaper must see the pid watched before it can reap it.

@@ -18,10 +18,9 @@ line for a refusal (cli.py's contract for every start-up refusal).
 from __future__ import annotations
 
 import os
-import resource
 from typing import TYPE_CHECKING
 
-from mcphost import events, fsutil
+from mcphost import events, fsutil, procs
 from mcphost.settings import SettingError
 from mcphost.supervisor.control.server import ControlInUse, take_lock
 from mcphost.supervisor.plan import runs_apart
@@ -104,16 +103,10 @@ def prepare_state_dir(state_dir: str, fleet: Fleet) -> None:
 
 
 def raise_descriptor_limit() -> int:
-    """Raise `RLIMIT_NOFILE`'s soft limit to its hard one (a process may), so a flood that the
-    listeners' bounds (loopback.py) let through never meets systemd's default 1024 first; the
-    soft limit now, logged as `supervisor.descriptors`."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    before = soft
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (OSError, ValueError):
-            pass  # an infinite hard limit the kernel's nr_open refuses: keep what we have
-    events.emit("supervisor.descriptors", soft=soft, hard=hard, was=before)
+    """Raise `RLIMIT_NOFILE`'s soft limit to its hard one (`procs.raise_nofile`: the agents and
+    every other child get the soft limit back that the supervisor was given), so a flood that
+    the listeners' bounds (loopback.py) let through never meets systemd's default 1024 first;
+    the soft limit now, logged as `supervisor.descriptors`."""
+    soft, hard, before = procs.raise_nofile()
+    events.emit("supervisor.descriptors", soft=soft, hard=hard, was=before, children=before)
     return soft

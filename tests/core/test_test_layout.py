@@ -54,7 +54,6 @@ NOT_NAMED = {
     "mcphost/cli.py": "the dispatcher every command runs through (tests/blackbox/test_process.py)",
     "mcphost/cliargs.py": "every CLI's hygiene (tests/hardening/test_token_hygiene.py)",
     "mcphost/demo.py": "no test: `make demo-host` runs it (its parts: tests/blackbox/test_host.py)",
-    "mcphost/procs.py": "every spawn of the supervisor (tests/supervisor/test_lifecycle.py)",
     "mcphost/surface.py": "the contract, served in tests/mcpserve/test_adapter.py",
     "mcphost/transcript.py": "the demos' output (tests/core/test_demofleet.py)",
     "mcphost/admin/client.py": "against the real center: tests/supervisor/test_centerfleet.py, "

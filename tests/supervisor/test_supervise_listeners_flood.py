@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +61,14 @@ class UnderSystemd(Supervised):
         return ["prlimit", f"--nofile={SYSTEMD_SOFT}:{HARD}", "--", *super().argv()]
 
 
+def soft_nofile(pid: int) -> int:
+    """The soft `Max open files` of /proc/<pid>/limits."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError(f"no Max open files in /proc/{pid}/limits")
+
+
 @pytest.mark.parametrize(
     ("whose", "reasons"),
     [
@@ -94,6 +103,8 @@ def test_a_flood_of_half_sent_requests_leaves_the_supervisor_bounded_and_ctl_ans
         [limit] = [e for e in sv.events(this_run=True) if e["event"] == "supervisor.descriptors"]
         assert (limit["was"], limit["soft"]) == (SYSTEMD_SOFT, HARD)
         first = sv.wait_running("w")
+        # what the supervisor takes for itself never reaches an agent's tree (procs.py)
+        assert soft_nofile(first["pid"]) == SYSTEMD_SOFT
 
         flood = until(
             lambda: (got := report(sv, "hostile")) and got["done"] and got,
