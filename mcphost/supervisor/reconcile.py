@@ -233,6 +233,12 @@ class Reconciler:
                 problem=problem.text(),
             ) from None
         if keep:
+            recorded = store.uids()
+            for agent_id, uid in assigned.items():
+                if recorded.get(agent_id, uid) != uid:
+                    # moved (a changed `[identity] uids`): its home back to us first, so the
+                    # preparation hands it whole to the new uid (homes.hold_home)
+                    self._reclaim_now(agent_id)
             store.keep_uids(assigned)
         plans = tuple(
             dataclasses.replace(plan, uid=assigned.get(plan.agent_id)) for plan in fleet.agents
@@ -307,10 +313,14 @@ class Reconciler:
         return changes
 
     async def _reclaim(self, agent_id: str) -> None:
-        """The home of an agent that left, back to the supervisor (`homes.reclaim_home`); a
-        failure is logged, never fatal to the reload."""
+        """The home of an agent that left, back to the supervisor, in a thread."""
+        await asyncio.to_thread(self._reclaim_now, agent_id)
+
+    def _reclaim_now(self, agent_id: str) -> None:
+        """The agent's home back to the supervisor (`homes.reclaim_home`); a failure is logged,
+        never fatal to the reload."""
         try:
-            await asyncio.to_thread(reclaim_home, self.supervisor.state_dir, agent_id)
+            reclaim_home(self.supervisor.state_dir, agent_id)
         except (HomeError, OSError) as exc:
             events.emit(
                 "supervisor.home_reclaim_failed", level="error", agent_id=agent_id, problem=str(exc)

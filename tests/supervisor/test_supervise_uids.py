@@ -237,3 +237,18 @@ def test_an_agent_that_leaves_the_fleet_gives_back_its_uid_and_its_home(sv: Supe
         kept = dict(db.execute("SELECT agent_id, uid FROM uids").fetchall())
     assert "pane-1" not in kept and uid not in kept.values()
     assert set(kept) == {"agent-1", "agent-2"}
+
+
+def test_a_changed_uid_range_moves_each_agent_and_its_home_to_a_new_uid(sv: Supervised) -> None:
+    """After the test above (agent-1 and agent-2 left): a reload with another `[identity] uids`
+    restarts each agent as a uid of the new range, its home handed over whole to it."""
+    before = sv.status()
+    moved = "1879113728-1879113827"  # just above the default range
+    sv.fleet.write_text(sv.fleet.read_text() + f'\n[identity]\nuids = "{moved}"\n')
+    sv.ctl("reload")
+    for agent in ("agent-1", "agent-2"):
+        row = sv.wait_running(agent, generation=before[agent]["generation"] + 1)
+        assert 1879113728 <= row["uid"] <= 1879113827, row
+        home = sv.state / "agents" / agent
+        assert home.stat().st_uid == row["uid"]
+        assert (home / "workspace").stat().st_uid == row["uid"]
