@@ -203,17 +203,17 @@ class Reconciler:
         for them). Every fallible write (the relay's configuration, the homes' configs) comes
         before anything is stopped: a failed relay write is `reload_failed` with nothing changed
         (a home that cannot be prepared fails that agent only, as before)."""
-        fleet = self._identified(fleet, keep=True)
+        fleet = self._identified(fleet)
+        await self._keep_uids(fleet)
         changes = self._changes(fleet)
         touched = changes["removed"] + changes["changed"] + changes["updated"] + changes["added"]
         async with self.locks.held(touched):
             return await self._apply(fleet, changes, quiet=quiet)
 
-    def _identified(self, fleet: Fleet, *, keep: bool) -> Fleet:
+    def _identified(self, fleet: Fleet) -> Fleet:
         """`fleet` with each agent that wants a uid of its own (`wants_own_uid`) given one
-        (uids.py: the uid the state keeps for it, else a free one), and with `keep` the state
-        made to hold exactly these (a uid whose agent left the fleet is released).
-        `reload_failed` when the range has too few free uids."""
+        (uids.py: the uid the state keeps for it, else a free one); nothing is kept yet
+        (`_keep_uids`). `reload_failed` when the range has too few free uids."""
         from mcphost.supervisor import uids
 
         store = self.supervisor.store
@@ -232,18 +232,25 @@ class Reconciler:
                 {"problems": [problem.details], "file": fleet.path},
                 problem=problem.text(),
             ) from None
-        if keep:
-            recorded = store.uids()
-            for agent_id, uid in assigned.items():
-                if recorded.get(agent_id, uid) != uid:
-                    # moved (a changed `[identity] uids`): its home back to us first, so the
-                    # preparation hands it whole to the new uid (homes.hold_home)
-                    self._reclaim_now(agent_id)
-            store.keep_uids(assigned)
         plans = tuple(
             dataclasses.replace(plan, uid=assigned.get(plan.agent_id)) for plan in fleet.agents
         )
         return dataclasses.replace(fleet, agents=plans)
+
+    async def _keep_uids(self, fleet: Fleet) -> None:
+        """Make the state hold exactly the uids `fleet`'s agents were given (`_identified`): a
+        uid whose agent left is released; an agent moved to another uid (a changed `[identity]
+        uids`) first has its home back (`_reclaim`), so the preparation hands it whole to the
+        new uid (homes.hold_home)."""
+        store = self.supervisor.store
+        if store is None:
+            return
+        assigned = {plan.agent_id: plan.uid for plan in fleet.agents if plan.uid is not None}
+        recorded = store.uids()
+        for agent_id, uid in assigned.items():
+            if recorded.get(agent_id, uid) != uid:
+                await self._reclaim(agent_id)
+        store.keep_uids(assigned)
 
     async def _apply(
         self, fleet: Fleet, changes: dict[str, list[str]], *, quiet: bool = False
@@ -313,14 +320,10 @@ class Reconciler:
         return changes
 
     async def _reclaim(self, agent_id: str) -> None:
-        """The home of an agent that left, back to the supervisor, in a thread."""
-        await asyncio.to_thread(self._reclaim_now, agent_id)
-
-    def _reclaim_now(self, agent_id: str) -> None:
-        """The agent's home back to the supervisor (`homes.reclaim_home`); a failure is logged,
-        never fatal to the reload."""
+        """The agent's home back to the supervisor (`homes.reclaim_home`, in a thread); a
+        failure is logged, never fatal to the reload."""
         try:
-            reclaim_home(self.supervisor.state_dir, agent_id)
+            await asyncio.to_thread(reclaim_home, self.supervisor.state_dir, agent_id)
         except (HomeError, OSError) as exc:
             events.emit(
                 "supervisor.home_reclaim_failed", level="error", agent_id=agent_id, problem=str(exc)
@@ -424,7 +427,7 @@ class Reconciler:
             if dry_run:
                 if fleet.center.fleet == "center":
                     fleet = (await self._center_fleet())[0]
-                return {"dry_run": True, **self._changes(self._identified(fleet, keep=False))}
+                return {"dry_run": True, **self._changes(self._identified(fleet))}
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
                 outcome = await self._reload_from_center()
