@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from mcphost.admin.target import AdminTarget
 from mcphost.supervisor import fence, reachprobe
-from mcphost.supervisor.plan import AgentDefaults, CenterConfig, Fleet, apply_defaults
+from mcphost.supervisor.plan import AgentDefaults, CenterConfig, Fleet
+from tests.supervisor.test_reach import a_fleet as reach_fleet
 
 STATE = "/var/lib/mcphost"
 ROOT = os.geteuid() == 0
@@ -25,16 +25,9 @@ ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root"}
 
 
 def a_fleet(*agents: dict[str, Any], defaults: AgentDefaults | None = None) -> Fleet:
-    defaults = defaults or AgentDefaults(client="command", command=("/usr/bin/true",))
-    return Fleet(
-        path="/etc/mcphost/fleet.toml",
-        center=CenterConfig(
-            admin_url=AdminTarget(kind="unix", path="/run/center/admin.sock"),
-            pins=(),
-            token_file="/etc/mcphost/worker.token",
-        ),
-        agents=tuple(apply_defaults(defaults, a.pop("id"), a) for a in agents),
-        defaults=defaults,
+    """test_reach.py's fleet, its agents running `/usr/bin/true` unless told otherwise."""
+    return reach_fleet(
+        *agents, defaults=defaults or AgentDefaults(client="command", command=("/usr/bin/true",))
     )
 
 

@@ -224,29 +224,6 @@ def test_a_user_that_cannot_start_the_pump_is_refused_at_load_and_at_reload(
     assert modes == {".": 0o711, "run": 0o711}, modes
 
 
-def _python_for_uid(uid: int) -> str | None:
-    """An interpreter of this version that `uid` (in no group) can run, as `python_for`."""
-    import sys
-
-    wanted = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    for candidate in (sys.executable, f"/usr/bin/python{wanted}", "/usr/bin/python3"):
-        try:
-            done = subprocess.run(
-                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                user=uid,
-                group=uid,
-                extra_groups=[],
-                timeout=60,
-            )
-        except OSError:
-            continue
-        if done.returncode == 0 and done.stdout.strip() == wanted:
-            return candidate
-    return None
-
-
 def _tool(parent: Path) -> Path:
     """`parent/bin/mytool`, a program that exits 0."""
     tool = parent / "bin" / "mytool"
@@ -281,7 +258,9 @@ def test_check_probes_as_the_agent_s_uid_and_names_a_program_it_cannot_reach(
     interpreter reachable, so the path rule passes it) is named by `--check` in one line, from a
     real probe as that uid: the key, both agents of the group, the uid, the path and the fix;
     its fenced sibling's probe passes. Two groups, two probes."""
-    python = _python_for_uid(OWN_UID)
+    from tests.supervisor.test_supervise_user import python_for_ids
+
+    python = python_for_ids(OWN_UID, OWN_UID)
     if python is None:
         pytest.skip("no interpreter of this version that an agent's own uid can run")
     if python != supervised.python:

@@ -68,6 +68,11 @@ PROBE = (
 def python_for(user: pwd.struct_passwd) -> str | None:
     """An interpreter `user` may run, of this one's version (the supervisor's interpreter is its
     pumps' too, so an agent's user must be able to run it: a virtualenv under /root is not)."""
+    return python_for_ids(user.pw_uid, user.pw_gid)
+
+
+def python_for_ids(uid: int, gid: int) -> str | None:
+    """`python_for` by uid and gid (in no other group): an agent's own uid has no user entry."""
     wanted = f"{sys.version_info[0]}.{sys.version_info[1]}"
     for candidate in (sys.executable, f"/usr/bin/python{wanted}", "/usr/bin/python3"):
         try:
@@ -75,8 +80,8 @@ def python_for(user: pwd.struct_passwd) -> str | None:
                 [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                 capture_output=True,
                 text=True,
-                user=user.pw_uid,
-                group=user.pw_gid,
+                user=uid,
+                group=gid,
                 extra_groups=[],
                 timeout=60,
             )
