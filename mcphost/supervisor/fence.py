@@ -529,20 +529,22 @@ NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"
 def with_cgroup(message: bytes, entry_files: tuple[str, ...]) -> bytes:
     """The gate's `message` with the agent's cgroup (cgroups.py) to enter before anything
     else: the entry files (`cgroups.entry_file`) the gate, one thread, writes "0" to."""
-    if not entry_files:
-        return message
-    body = json.loads(message)
-    body["cgroup"] = list(entry_files)
-    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+    return _with_field(message, "cgroup", list(entry_files) if entry_files else None)
 
 
 def with_switch(message: bytes, switch: Switch | None) -> bytes:
     """The gate's `message` with the user to switch to before it enters the fence (or runs an
     unfenced command): an agent of its own uid in a pane of the root tmux server."""
-    if switch is None:
+    value = None if switch is None else [switch.uid, switch.gid, list(switch.groups)]
+    return _with_field(message, "switch", value)
+
+
+def _with_field(message: bytes, key: str, value: object) -> bytes:
+    """The gate's JSON line `message` with `key` set to `value` (unchanged when None)."""
+    if value is None:
         return message
     body = json.loads(message)
-    body["switch"] = [switch.uid, switch.gid, list(switch.groups)]
+    body[key] = value
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 

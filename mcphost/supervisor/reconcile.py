@@ -218,10 +218,11 @@ class Reconciler:
 
         store = self.supervisor.store
         wanted = [plan.agent_id for plan in fleet.agents if wants_own_uid(plan)]
-        if store is None or (not wanted and not store.uids()):
+        recorded = {} if store is None else store.uids()
+        if store is None or (not wanted and not recorded):
             return fleet
         try:
-            assigned = uids.allocate(wanted, store.uids(), fleet.uids)
+            assigned = uids.allocate(wanted, recorded, fleet.uids)
         except uids.UidsExhausted as exc:
             problem = SettingError(
                 f"{fleet.path}: identity.uids", repr(str(fleet.uids)), uids.RANGE_EXPECTED,
@@ -287,7 +288,7 @@ class Reconciler:
             supervisor.left(agent_id)
             slot.workspace.close()  # open sessions hold their own duplicates
             if agent_id in removed and slot.plan.uid is not None:
-                # its uid is released (`_identified`): nothing of it stays that uid's
+                # its uid is released (`_keep_uids`): nothing of it stays that uid's
                 await self._reclaim(agent_id)
         for agent_id in changes["updated"]:
             slot = self.slots[agent_id]
