@@ -23,8 +23,8 @@ import tempfile
 import time
 
 from bench.harness import Stats
-from mcphost.supervisor import cgroups as cg
-from mcphost.supervisor.kernel import child_setup
+from mcphost.supervisor.confine import cgroups as cg
+from mcphost.supervisor.confine.kernel import child_setup
 
 RUNS = int(os.environ.get("BENCH_CGROUPS_RUNS", "40"))
 GAP = float(os.environ.get("BENCH_CGROUPS_GAP", "0.1"))

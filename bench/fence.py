@@ -87,7 +87,8 @@ def supervise(argv: list[str]) -> int:
     groups: the supervisor's own fallback, agents in no group of their own)."""
     from mcphost import events
     from mcphost.cli import main
-    from mcphost.supervisor import cgroups, lifecycle
+    from mcphost.supervisor.agents import runner
+    from mcphost.supervisor.confine import cgroups
 
     if os.environ.get("BENCH_NO_CGROUPS"):
 
@@ -96,13 +97,13 @@ def supervise(argv: list[str]) -> int:
 
         cgroups.open_cgroups = no_groups
 
-    original = lifecycle.AgentRunner._spawn
+    original = runner.AgentRunner._spawn
 
-    def timed(self: lifecycle.AgentRunner) -> Any:
+    def timed(self: runner.AgentRunner) -> Any:
         events.emit("bench.spawn_begin", agent_id=self.agent_id)
         return original(self)
 
-    lifecycle.AgentRunner._spawn = timed  # type: ignore[method-assign]
+    runner.AgentRunner._spawn = timed  # type: ignore[method-assign]
     return main(["supervise", *argv])
 
 
@@ -527,7 +528,7 @@ def agent_fence(base: Path) -> Any:
     """A real agent's fence, as the supervisor plans it (`for_agent`), laid out as in 10.1 and
     10.2 (and on a worker): state, token and fleet, and the center's socket in three
     directories, each covered; the home and the two attach sockets bound back."""
-    from mcphost.supervisor import fence
+    from mcphost.supervisor.confine import fence
 
     lab = base / "exec"
     state, etc, center = lab / "state", lab / "etc", lab / "center"
@@ -633,7 +634,7 @@ def exec_samples(base: Path) -> dict[str, Any]:
     all it reaped) comes back here to be reaped and counted in RUSAGE_CHILDREN."""
     import resource
 
-    from mcphost.supervisor import kernel
+    from mcphost.supervisor.confine import kernel
 
     kernel.set_child_subreaper()
     fenced = agent_fence(base)
@@ -730,7 +731,7 @@ def section_exec(base: Path, out: list[str]) -> None:
             f"{spread([r[1] for r in runs])} ms | {steps[1]} |"
         )
         previous = (wall, cpu)
-    from mcphost.supervisor import fence
+    from mcphost.supervisor.confine import fence
 
     probes = []
     for _ in range(20):
@@ -746,7 +747,7 @@ def section_exec(base: Path, out: list[str]) -> None:
         "",
     ]
     if HELD > 0:
-        from mcphost.supervisor import kernel
+        from mcphost.supervisor.confine import kernel
 
         enter = kernel.pdeathsig_preexec(signal.SIGTERM, fence=agent_fence(base / "held"))
         section_held(full, enter, out)
@@ -851,7 +852,7 @@ def machine_line(when: str) -> str:
 
 
 async def section(out: list[str]) -> None:
-    from mcphost.supervisor import fence
+    from mcphost.supervisor.confine import fence
     from mcphost.testing import DevCenter
 
     support = fence.probe()

@@ -62,7 +62,7 @@ from bench.supervisor import (
     pss_mb,
     run_burst,
 )
-from mcphost.supervisor.page import POLL_MS
+from mcphost.supervisor.operator.page import POLL_MS
 
 N = int(os.environ.get("BENCH_OPS_N", "100"))
 ROUNDS = int(os.environ.get("BENCH_OPS_ROUNDS", "2"))
@@ -290,7 +290,7 @@ def section_fleet(out: list[str]) -> None:
 def section_spawn(out: list[str]) -> None:
     from bench.fence import Supervisor
     from bench.harness import Stats
-    from mcphost.supervisor import cgroups as cg
+    from mcphost.supervisor.confine import cgroups as cg
     from mcphost.testing import DevCenter
     from mcphost.testing.fleet import standin
 

@@ -56,7 +56,7 @@ from bench.fence import Events, bench_dir, descendants, machine_line, tree_pss
 from bench.metrics import scrape
 from bench.operations import SCRAPE_EVERY, free_port, get, run_time
 from bench.supervisor import pss_mb
-from mcphost.supervisor.page import POLL_MS
+from mcphost.supervisor.operator.page import POLL_MS
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = os.environ.get("BENCH_BASELINE", "")

@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from mcphost.supervisor import cgroups
+from mcphost.supervisor.confine import cgroups
+from mcphost.supervisor.confine.usage import Peaks, ProcTable, agent_usage
 from mcphost.supervisor.control.client import request
-from mcphost.supervisor.operations import USAGE_SAMPLE_SECONDS
-from mcphost.supervisor.usage import Peaks, ProcTable, agent_usage
+from mcphost.supervisor.operator.operations import USAGE_SAMPLE_SECONDS
 from mcphost.testing.devcenter import DevCenter
 from mcphost.testing.fleet import fleet_toml
 

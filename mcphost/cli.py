@@ -23,7 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("mcphost.host.check", "preflight: read bindings, dial the center, make one call"),
     "relay-tools": ("mcphost.relaytools.cli", "serve the agentmux relay tools over stdio"),
     "supervise": ("mcphost.supervisor.cli", "run a worker's fleet of agents and their sessions"),
-    "ctl": ("mcphost.supervisor.ctl", "control a running supervisor: status, restart, logs..."),
+    "ctl": (
+        "mcphost.supervisor.operator.ctl",
+        "control a running supervisor: status, restart, logs...",
+    ),
     "devcenter": ("mcphost.devcenter.cli", "run the reference center (aiohttp + SQLite)"),
     "demo": ("mcphost.demo", "demo fleet: supervise stand-in agents; demo host: one host"),
 }

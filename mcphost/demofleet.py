@@ -216,7 +216,7 @@ class FleetDemo:
         self.check(self.fleet.exists(), "fleet file written")
 
     def supervise(self) -> None:
-        from mcphost.supervisor.kernel import pdeathsig_preexec
+        from mcphost.supervisor.confine.kernel import pdeathsig_preexec
 
         self.out.step("mcphost supervise, in the background")
         self.out.say(

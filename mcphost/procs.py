@@ -3,7 +3,7 @@
 Owns: `spawn` -- `subprocess.Popen` of an argv (no shell; the cwd, environment and stdin,
 stdout, stderr given; `close_fds`; optionally a session of its own and a pre-exec step), then,
 with no `await` in between, the child's exit as a future of its raw wait status: from the
-`watch` given (the supervisor passes its `Reaper.watch`, supervisor/kernel.py) or, without one,
+`watch` given (the supervisor passes its `Reaper.watch`, supervisor/confine/kernel.py) or, without one,
 from a pidfd and `waitpid` of that one pid (`own_exit`). The `Popen` object is kept for its
 pipes; its `returncode` is set from that status once it comes, so `Popen` itself never waits
 or polls (not even from `__del__`). Also the pidfd primitives (`open_pidfd`, `wait_pidfd`) with
@@ -17,14 +17,14 @@ Why one home: in the supervisor the Reaper reaps every child with `waitpid(-1)`,
 status for a pid nobody watches; its SIGCHLD handler runs as an event-loop callback, so nothing
 is reaped between `Popen` returning and the watch as long as nothing awaits in between.
 `spawn` is synchronous, so that holds by construction for every caller:
-- an agent's process (supervisor/lifecycle.py) and `ctl exec`'s command (supervisor/execs.py):
+- an agent's process (supervisor/agents/runner.py) and `ctl exec`'s command (supervisor/agents/execs.py):
   a session of their own, `kernel.pdeathsig_preexec` (user switch, fence, parent-death signal)
   as the pre-exec step, the Reaper's watch; the caller registers the identity root before its
   own first `await`;
 - the tmux CLI (relay/tmux.py): a short-lived client in the caller's session, no pre-exec step,
   the Reaper's watch under the supervisor and `own_exit` in a standalone relay. relay/ may not
   import supervisor/ (import-linter), so the rule stands here, below both.
-A tmux pane (supervisor/tmuxrunner.py) is not our child (tmux forks it): it is watched through
+A tmux pane (supervisor/agents/tmux.py) is not our child (tmux forks it): it is watched through
 a pidfd and the status tmux recorded, never spawned here.
 
 Must never: import anything of mcphost (it stands below the relay and the supervisor), yield

@@ -258,7 +258,7 @@ def init_script(modules: list[str]) -> str:
     """PID 1 in the initramfs: load the modules, build the root, hand over to the command. The
     first `/proc`, `/sys` and `/dev` are moved, not mounted again: a proc mount left behind on
     the initramfs would be a fully visible proc, which lets a user namespace mount a new one
-    where the fence's covered `/proc` must not (test_fence_nesting.py)."""
+    where the fence's covered `/proc` must not (confine/test_fence_nesting.py)."""
     loads = "\n".join(
         f"insmod /modules/{name} || echo 'kernelvm: insmod {name} failed'" for name in modules
     )

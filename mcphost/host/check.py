@@ -55,7 +55,7 @@ def _workspace(binding: AgentBinding) -> tuple[bool, str]:
 async def probe(client: AdminClient, request: AdminRequest) -> dict[str, Any]:
     """One harmless call through `client` (the pin is verified on the handshake): `{"ok": true,
     "ms", "reply"}` or `{"ok": false, "error", "message", "details"}`. Shared with the
-    supervisor's center health (`mcphost.supervisor.centerhealth`)."""
+    supervisor's center health (`mcphost.supervisor.center.health`)."""
     started = time.perf_counter()
     try:
         reply = await client.call(request)

@@ -20,7 +20,7 @@ a standalone host would write on stdout. This module gives the core its carrier:
   connection is aborted.
 
 Must never: read or write the socket outside the session (the attach handshake before it is
-the caller's, `mcphost.supervisor.sessions`), close the surface (its owner does), or import the
+the caller's, `mcphost.supervisor.serving.sessions`), close the surface (its owner does), or import the
 SDK at module import time.
 """
 

@@ -3,37 +3,27 @@
 It spawns each agent in its own session, serves every agent's MCP surfaces over Unix sockets
 to thin attach pumps (`mcphost/attach.py`), identifies each pump from the kernel (peer
 credentials and ancestry, never a secret: `mcphost.peer`, below this package), and is the only
-holder of the worker token. The module contracts are pinned in docs/supervisor-internals.md;
-the operator's guide is docs/supervisor.md.
+holder of the worker token. The operator's guide is docs/supervisor.md; the internals,
+docs/supervisor-internals.md.
 
-Modules:
-- `plan`: what the supervisor runs from: `Fleet`, `AgentPlan` (every default applied), the
-  center's agents, the machine checks (users, sandbox); every other module imports it.
-- `fleet`: the fleet file (`[center]`, `[defaults]`, `[[agent]]`) on the settings base and its
-  loader, which builds the plan (`plan` never imports it).
-- `homes`: per-agent home (0700), workspace, and the attach-only MCP config via configgen.
-- `state`: SQLite under `--state`: a generation per agent, strictly increasing, persisted.
-- `logs`: size-rotated per-agent logs; tail and follow for `ctl logs`.
-- `lifecycle`: one AgentRunner per agent: spawn, reap, restart policy, backoff, intensity, stop.
-- `tmuxrunner`: an AgentRunner whose process is a pane of its bundle's tmux server.
-- `kernel`: prctl wrappers (subreaper, non-dumpable, pdeathsig) and the child reaper.
-- `execs`: `ctl exec`: a command run as an agent, rooted at its current generation.
-- `refusals`: the one table of refusal codes and messages (attach handshake, control socket).
-- `identity`: the identity roots and the one vouch rule (hub, relay socket trust, exec).
-- `sessions`: SessionHub: one socket per surface, the handshake line, one SDK session per pump.
-- `control`: the control socket: `protocol` (the wire), `server` (asyncio), `client` (blocking).
-- `ctl`: `mcphost ctl`, on the control client only.
-- `operations`: the ctl operations (status, start, stop, restart, reload, logs, exec).
-- `centerlink`, `centerhealth`, `centerfleet`: the token and admin client, the center's health,
-  the fleet the center assigns (`[center] fleet = "center"`).
-- `relayhost`: the bundles in tmux, `runner = "tmux"` agents, the relay socket.
-- `startup`: before serving: the token, the state directory's lock and modes.
-- `records`: every process run or adopted, in the state file; what a crash left is ended.
+The wings, top to bottom (one import-linter `layers` contract in pyproject.toml forces the
+order: a wing imports only the wings and root modules below it):
+- `cli` (`mcphost supervise`), then `supervisor`: the orchestrator (the run loop, signals,
+  shutdown), which wires every wing together.
+- `operator/`: ctl, the control operations, the fleet page, metrics, the journal.
+- `serving/`: the attach hubs and what each session is served.
 - `reconcile`: the fleet in force and its slots: reconcile, reload, the agents' locks, and the
   one table of runner kinds (`RUNNERS`).
-- `surfaces`: what each session is served (center tools, relay tools) and when it ends.
-- `supervisor`: the orchestrator: the run loop, the shared admin client, signals, shutdown.
-- `cli`: `mcphost supervise`.
+- `fleet` (the fleet file and its loader, which builds the plan), `startup` (before serving:
+  the token, the state directory's lock and modes), `records` (every process run or adopted;
+  what a crash left is ended).
+- `agents/`: the runners (process, ACP, tmux), the relay host, homes, sign-in, logs, execs, reach.
+- `center/` beside `confine/`: the link to the center (token, health, generations) and what holds
+  an agent in (fence, cgroups, usage, kernel).
+- `plan` (what the supervisor runs from: `Fleet`, `AgentPlan`), `identity` (the one vouch
+  rule), `state` (SQLite under `--state`: generations, uids, records), `control/` (the control
+  socket: `protocol`, `server`, `client`), then `uids` (the agents' own uids) and `refusals`
+  (the one table of refusal codes and messages).
 
 This package file imports nothing: `mcphost supervise` loads only what it uses.
 """

@@ -5,7 +5,7 @@ absent; flags win) on the settings base, and the start-up refusals: a bad settin
 exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
 what is expected; so do a state directory too long for its sockets and a `user =` that cannot
 start its agents' attach entries (reach.py), in `--check` too. It runs in the foreground
-(systemd or a terminal supervises it) and exits 0 after a graceful stop. `--check` is the preflight (centerhealth.py's `preflight`): the fleet
+(systemd or a terminal supervises it) and exits 0 after a graceful stop. `--check` is the preflight (center/health.py's `preflight`): the fleet
 file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
 state directory, each fenced agent's program as that agent will look for it (reach.py), and a
 real probe of each group of alike agents, run as their uid in their fence through the agents'
@@ -56,7 +56,7 @@ class SuperviseSettings(Settings):
         """A state directory whose sockets cannot be bound is refused here, before anything
         runs (`--check` too): one line naming it and the limit (reach.py)."""
         from mcphost.settings import Invalid
-        from mcphost.supervisor.reach import state_problem
+        from mcphost.supervisor.agents.reach import state_problem
 
         problem = state_problem(value)
         if problem is not None:
@@ -94,10 +94,10 @@ def main(argv: list[str]) -> int:
     flags = {k: v for k, v in vars(args).items() if v is not None and k != "check"}
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
-        from mcphost.supervisor.fence import probe
+        from mcphost.supervisor.agents.reach import check_reach
+        from mcphost.supervisor.confine.fence import probe
         from mcphost.supervisor.fleet import load_fleet
         from mcphost.supervisor.plan import check_sandbox, check_users, identity_lines
-        from mcphost.supervisor.reach import check_reach
 
         fleet = load_fleet(settings.fleet, env=os.environ)
         check_users(fleet)
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
             print(f"mcphost supervise: {line}", file=sys.stderr)
         return 2
     if check:
-        from mcphost.supervisor.signin import check_lines, read_operator
+        from mcphost.supervisor.agents.signin import check_lines, read_operator
 
         for line in check_lines(fleet, read_operator(os.environ)):
             print(f"mcphost supervise --check: {line}", file=sys.stderr)
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
 
 def _limits() -> str:
     """The cgroup backend the supervisor would use here, or why there is none (cgroups.py)."""
-    from mcphost.supervisor import cgroups
+    from mcphost.supervisor.confine import cgroups
 
     backend = cgroups.detect()
     if backend.kind == "none":
@@ -143,11 +143,11 @@ def _preflight(fleet: object, state: str, support: object) -> int:
     """`--check`: one stderr line per problem, each naming the fleet key; 0 when none."""
     import asyncio
 
-    from mcphost.supervisor.centerhealth import preflight
-    from mcphost.supervisor.fence import Support
+    from mcphost.supervisor.agents.reach import program_problems
+    from mcphost.supervisor.agents.reachprobe import probe_problems
+    from mcphost.supervisor.center.health import preflight
+    from mcphost.supervisor.confine.fence import Support
     from mcphost.supervisor.plan import Fleet
-    from mcphost.supervisor.reach import program_problems
-    from mcphost.supervisor.reachprobe import probe_problems
 
     assert isinstance(fleet, Fleet) and isinstance(support, Support)
     problems = asyncio.run(preflight(fleet, state))

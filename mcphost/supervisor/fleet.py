@@ -5,7 +5,7 @@ Owns: the fleet file's model and grammar on the settings base (`mcphost.settings
 file's values to the plan (`mcphost.supervisor.plan`, below this module), which applies every
 default to every agent (`AgentPlan`) and which the rest of the supervisor imports. Pure apart
 from reading the fleet file `load_fleet` is given (a plan becomes an argv in
-`mcphost.supervisor.homes.agent_argv`, where the home's paths are).
+`mcphost.supervisor.agents.homes.agent_argv`, where the home's paths are).
 
 Sources, highest precedence first: `cli` (a mapping `{"center": {key: value}}`, named
 `--center-<key>` in messages), then the `MCPHOST_CENTER__<KEY>` variables of `env` (e.g.
@@ -84,7 +84,8 @@ from mcphost.admin.pinning import PinError, parse_pins
 from mcphost.admin.target import AdminTarget, TargetError, parse_target
 from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, is_session_id
 from mcphost.settings import Invalid, SettingError, Settings
-from mcphost.supervisor import cgroups, uids
+from mcphost.supervisor import uids
+from mcphost.supervisor.confine import cgroups
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
     LISTEN_EXPECTED,

@@ -19,7 +19,7 @@ reads the file, then builds its `Fleet` here.
   anything (fence.py, `main`), though the tmux server runs as the supervisor's; `process`
   refuses an interactive client without a `command` (stdin would be /dev/null: the client
   exits at once). `acp` runs the agent as an Agent Client Protocol agent on stdio (its command,
-  or for `claude` / `codex` their ACP adapters), driven by its bundle's relay (acprunner.py);
+  or for `claude` / `codex` their ACP adapters), driven by its bundle's relay (agents/acp.py);
   it needs a bundle. `policy`: the relay policy id of the agent's bundle member (None: the
   policies file's default, else the built-in).
 - `sandbox`: `"auto"` (default: the fence of fence.py) or `"none"` (opt out). `check_sandbox`
@@ -179,7 +179,7 @@ class AgentPlan:
 
 
 # The plan fields a running agent never sees: its runner applies them in place at a reload
-# (`lifecycle.AgentRunner.update_policy`); every other field is how the agent runs (argv, env,
+# (`runner.AgentRunner.update_policy`); every other field is how the agent runs (argv, env,
 # user, runner, fence, bundle, policy...) and a change of it restarts the agent.
 IN_PLACE = frozenset(
     {

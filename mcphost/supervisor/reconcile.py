@@ -15,7 +15,7 @@ supervisor's one link), the fleet the center assigns (`poll_center`), `refence` 
 reload made stale) and the replacement of a generation the center fenced (`replace_fenced`).
 A slot's runner is built by the kind its plan names, from one table (`RUNNERS`: a new kind of
 runner is a class with `hosted` and one line there), with every collaborator given at
-construction (`lifecycle.Collaborators`): the fence, the center's reservation of generations,
+construction (`runner.Collaborators`): the fence, the center's reservation of generations,
 and the supervisor's `spawned` / `exited` callbacks.
 
 Must never: start, stop or replace an agent without holding its lock, change `slots` without
@@ -38,14 +38,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import events
 from mcphost.settings import SettingError
-from mcphost.supervisor import fence as fences
-from mcphost.supervisor import reach, startup
 from mcphost.supervisor import refusals as R
-from mcphost.supervisor.acprunner import AcpRunner
-from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.fence import Fence
-from mcphost.supervisor.fleet import load_fleet
-from mcphost.supervisor.homes import (
+from mcphost.supervisor import startup
+from mcphost.supervisor.agents import reach
+from mcphost.supervisor.agents.acp import AcpRunner
+from mcphost.supervisor.agents.homes import (
     HeldWorkspace,
     Home,
     HomeError,
@@ -54,7 +51,19 @@ from mcphost.supervisor.homes import (
     hold_home,
     reclaim_home,
 )
-from mcphost.supervisor.lifecycle import AgentRunner, AgentState, Collaborators, Intensity
+from mcphost.supervisor.agents.runner import AgentRunner, AgentState, Collaborators, Intensity
+from mcphost.supervisor.agents.signin import (
+    Operator,
+    claude_home_is_its_own,
+    claude_source,
+    codex_auth,
+    read_operator,
+)
+from mcphost.supervisor.agents.tmux import TmuxRunner
+from mcphost.supervisor.confine import fence as fences
+from mcphost.supervisor.confine.fence import Fence
+from mcphost.supervisor.control.protocol import ControlError
+from mcphost.supervisor.fleet import load_fleet
 from mcphost.supervisor.plan import (
     AgentPlan,
     Fleet,
@@ -65,24 +74,15 @@ from mcphost.supervisor.plan import (
     runs_apart,
     wants_own_uid,
 )
-from mcphost.supervisor.signin import (
-    Operator,
-    claude_home_is_its_own,
-    claude_source,
-    codex_auth,
-    read_operator,
-)
-from mcphost.supervisor.tmuxrunner import TmuxRunner
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
-    from mcphost.supervisor.centerfleet import Generations
-    from mcphost.supervisor.centerhealth import CenterHealth
-    from mcphost.supervisor.centerlink import CenterLink
-    from mcphost.supervisor.cgroups import AgentGroup, Cgroups
-    from mcphost.supervisor.kernel import Reaper
-    from mcphost.supervisor.relayhost import RelayHost
-    from mcphost.supervisor.sessions import SessionHub
+    from mcphost.supervisor.agents.relayhost import RelayHost
+    from mcphost.supervisor.center.generations import Generations
+    from mcphost.supervisor.center.health import CenterHealth
+    from mcphost.supervisor.center.link import CenterLink
+    from mcphost.supervisor.confine.cgroups import AgentGroup, Cgroups
+    from mcphost.supervisor.confine.kernel import Reaper
     from mcphost.supervisor.state import StateStore
 
 # `plan.runner` -> the kind of runner that runs it (each builds itself: `AgentRunner.hosted`).
@@ -127,6 +127,14 @@ class AgentLocks:
             yield
 
 
+class AttachSocket(Protocol):
+    """An attach hub as the reconcile sees it: its socket's path and mode (widened to 0666 when
+    the first agent of another user arrives)."""
+
+    path: str
+    mode: int
+
+
 class Supervised(Protocol):
     """The supervisor as reconciliation sees it (`supervisor.Supervisor`): never imported, so
     the orchestrator stays above this module."""
@@ -150,7 +158,7 @@ class Supervised(Protocol):
     @property
     def runtime(self) -> AdminClient | None: ...
     @property
-    def hubs(self) -> Mapping[str, SessionHub]: ...
+    def hubs(self) -> Mapping[str, AttachSocket]: ...
     @property
     def generations(self) -> Generations: ...
     @property
@@ -478,7 +486,7 @@ class Reconciler:
         session uses: no session is rebuilt, no agent restarted. Refused, changing nothing, when
         the token file cannot be read or `[center] fleet` (where the agents come from) changed."""
         from mcphost.binding import BindingError
-        from mcphost.supervisor.centerlink import read_token
+        from mcphost.supervisor.center.link import read_token
 
         center = fleet.center
         if center.fleet != self.fleet.center.fleet:
@@ -516,7 +524,7 @@ class Reconciler:
     async def _center_fleet(self) -> tuple[Fleet, dict[str, int]]:
         """The fleet of the center's list for this worker, and the generations it has seen."""
         from mcphost.errors import ToolFailure
-        from mcphost.supervisor.centerfleet import fetch_fleet
+        from mcphost.supervisor.center.generations import fetch_fleet
         from mcphost.supervisor.plan import fleet_with_agents
 
         assert self.supervisor.admin is not None

@@ -18,7 +18,7 @@ import os
 import sqlite3
 
 from mcphost import events, peer
-from mcphost.supervisor import kernel
+from mcphost.supervisor.confine import kernel
 from mcphost.supervisor.state import ProcessRecord, StateStore
 
 # How often the supervisor looks for children it did not spawn (escapees reparented to it) to

@@ -26,7 +26,7 @@ from mcphost.supervisor.control.server import ControlInUse, take_lock
 from mcphost.supervisor.plan import runs_apart
 
 if TYPE_CHECKING:
-    from mcphost.supervisor.centerlink import CenterLink
+    from mcphost.supervisor.center.link import CenterLink
     from mcphost.supervisor.plan import Fleet
 
 # `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
@@ -45,7 +45,7 @@ class StartRefused(Exception):
 def open_link(fleet: Fleet) -> CenterLink:
     """The link to the center with the token of the fleet's `token_file`; `StartRefused` (2)."""
     from mcphost.binding import BindingError
-    from mcphost.supervisor.centerlink import CenterLink, read_token
+    from mcphost.supervisor.center.link import CenterLink, read_token
 
     try:
         return CenterLink(fleet.center, *read_token(fleet.center.token_file))

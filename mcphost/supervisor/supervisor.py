@@ -1,9 +1,9 @@
 """The supervisor: one process that runs a worker's fleet and serves every agent's MCP sessions.
 
 Owns: the run loop and the wiring of its parts, in the order of start-up and shutdown: the link
-to the center (centerlink.py: the worker token read from the fleet's `token_file`, held only
+to the center (center/link.py: the worker token read from the fleet's `token_file`, held only
 there and in one pooled, pinned `AdminClient` shared by every session, whose target, pins and
-token a reload swaps for the next call of every session; centerhealth.py: the center's health
+token a reload swaps for the next call of every session; center/health.py: the center's health
 in `ctl status`), the two attach hubs (center tools, relay tools: sessions.py, served as
 surfaces.py builds them), the control socket (operations.py: what `mcphost ctl` asks), the
 relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
@@ -40,31 +40,34 @@ from typing import TYPE_CHECKING, Any
 
 from mcphost import events
 from mcphost.mcpserve.budget import Budgets
-from mcphost.supervisor import cgroups, journal, kernel, reach, startup
-from mcphost.supervisor import fence as fences
-from mcphost.supervisor.centerfleet import Generations
+from mcphost.supervisor import startup
+from mcphost.supervisor.agents import reach
+from mcphost.supervisor.agents.homes import LOGS
+from mcphost.supervisor.agents.relayhost import RelayHost
+from mcphost.supervisor.agents.runner import AgentRunner
+from mcphost.supervisor.center.generations import Generations
+from mcphost.supervisor.confine import cgroups, kernel
+from mcphost.supervisor.confine import fence as fences
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
-from mcphost.supervisor.homes import LOGS
 from mcphost.supervisor.identity import Identities
-from mcphost.supervisor.lifecycle import AgentRunner
-from mcphost.supervisor.operations import Operations, reload_failed
+from mcphost.supervisor.operator import journal
+from mcphost.supervisor.operator.operations import Operations, reload_failed
 from mcphost.supervisor.plan import Fleet, agent_uid, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
 from mcphost.supervisor.records import ProcessRecords
-from mcphost.supervisor.relayhost import RelayHost
-from mcphost.supervisor.sessions import AGENT_HELD_BYTES, SessionHub
+from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES, SessionHub
+from mcphost.supervisor.serving.surfaces import CENTER, RELAY, Surfaces
 from mcphost.supervisor.state import StateStore
-from mcphost.supervisor.surfaces import CENTER, RELAY, Surfaces
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
     from mcphost.errors import ToolFailure
-    from mcphost.supervisor.centerhealth import CenterHealth
-    from mcphost.supervisor.centerlink import CenterLink
-    from mcphost.supervisor.cgroups import Cgroups
-    from mcphost.supervisor.metrics import MetricsServer, RelayFigures
-    from mcphost.supervisor.page import FleetPage
+    from mcphost.supervisor.center.health import CenterHealth
+    from mcphost.supervisor.center.link import CenterLink
+    from mcphost.supervisor.confine.cgroups import Cgroups
+    from mcphost.supervisor.operator.metrics import MetricsServer, RelayFigures
+    from mcphost.supervisor.operator.page import FleetPage
     from mcphost.supervisor.plan import PageConfig
 
 # Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
@@ -79,7 +82,7 @@ class Supervisor:
         self.state_dir = os.path.abspath(state_dir)
         self.env = dict(os.environ if env is None else env)
         self.identities = Identities()  # the identity roots and the vouch rule (identity.py)
-        self.generations = Generations()  # what the center said it has seen (centerfleet.py)
+        self.generations = Generations()  # what the center said it has seen (center/generations.py)
         self.stopping = asyncio.Event()
         self.started_at = time.time()
         # the fleet in force, its slots and the agents' locks (reconcile.py)
@@ -247,7 +250,7 @@ class Supervisor:
     async def _serve_metrics(self) -> bool:
         """Serve `[metrics]` (read at start: a reload keeps the endpoint it found); False (the
         line printed) when its address cannot be served."""
-        from mcphost.supervisor.metrics import Metrics, MetricsBindError, MetricsServer
+        from mcphost.supervisor.operator.metrics import Metrics, MetricsBindError, MetricsServer
 
         listen = self.fleet.metrics
         assert listen is not None
@@ -264,7 +267,7 @@ class Supervisor:
 
     def _relay_figures(self) -> RelayFigures | None:
         """The relay's deliveries by outcome and its queue now (None: no relay served)."""
-        from mcphost.supervisor.metrics import RelayFigures
+        from mcphost.supervisor.operator.metrics import RelayFigures
 
         behaviour = self.relay.behaviour if self.relay is not None else None
         if behaviour is None:
@@ -290,7 +293,7 @@ class Supervisor:
             await page.aclose()
         if config is None:
             return
-        from mcphost.supervisor.page import FleetPage
+        from mcphost.supervisor.operator.page import FleetPage
 
         assert self.journal is not None  # installed first thing in `run`
         page = FleetPage(
@@ -311,7 +314,7 @@ class Supervisor:
         from mcphost.admin.client import AdminClient
         from mcphost.admin.target import AdminTarget
         from mcphost.host.server import call_timeout_from_env
-        from mcphost.supervisor.centerhealth import CenterHealth
+        from mcphost.supervisor.center.health import CenterHealth
 
         center = self.fleet.center
         assert self.link is not None
@@ -331,8 +334,8 @@ class Supervisor:
     def _center_failure(self, failure: ToolFailure) -> ToolFailure:
         """Every failure of the shared client: named in fleet keys (what an operator of the
         supervisor can change), and a probe of the center when it says something about it."""
-        from mcphost.supervisor.centerhealth import worth_a_probe
-        from mcphost.supervisor.centerlink import for_operator
+        from mcphost.supervisor.center.health import worth_a_probe
+        from mcphost.supervisor.center.link import for_operator
 
         if self.health is not None and worth_a_probe(failure):
             self.health.poke()

@@ -18,7 +18,7 @@ import pytest
 
 from mcphost.relay.policy import load_policies
 from mcphost.relaytools import layout
-from mcphost.supervisor.relayhost import RelayHost
+from mcphost.supervisor.agents.relayhost import RelayHost
 
 PLACES = ("env1", "env2", "xdg", "home")
 

@@ -77,7 +77,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from mcphost.supervisor.homes import npm_platform
+from mcphost.supervisor.agents.homes import npm_platform
 from tests.blackbox.codex_standin import Call, CodexTurn, ResponsesStandIn
 from tests.blackbox.conftest import QUIET, project_root
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse, Turn

@@ -54,7 +54,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor.confine import fence
 from mcphost.testing import DevCenter
 from tests.blackbox import acp_adapters as acp
 from tests.blackbox.acp_adapters import (

@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 
 from configgen.model import CENTER_NAME, RELAY_NAME
-from mcphost.supervisor import fence
-from mcphost.supervisor.homes import ACP_ADAPTERS, codex_acp_native
+from mcphost.supervisor.agents.homes import ACP_ADAPTERS, codex_acp_native
+from mcphost.supervisor.confine import fence
 from mcphost.testing.devcenter import DevCenter
 from mcphost.testing.fleet import left_running
 from tests.blackbox import acp_adapters as acp
@@ -47,6 +47,7 @@ from tests.blackbox.codex_standin import Call, ResponsesStandIn
 from tests.blackbox.conftest import QUIET
 from tests.blackbox.model_standin import ModelStandIn, ToolUse
 from tests.blackbox.test_acp_adapters import COMMAND, COMMAND_OPTIONS
+from tests.supervisor.agents.test_relayhost import ECHO_AGENT
 from tests.supervisor.supervise_harness import (
     CHOOSING_POLICIES,
     RelayDriver,
@@ -54,7 +55,6 @@ from tests.supervisor.supervise_harness import (
     inline,
     inner,
 )
-from tests.supervisor.test_relayhost import ECHO_AGENT
 from tests.waiting import until
 
 # deep (make test-slow): the real adapters (node, Claude Code, Codex) under a real supervisor.

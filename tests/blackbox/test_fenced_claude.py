@@ -40,12 +40,12 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor.confine import fence
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import listed_agents, project_root, sandbox_probe
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
+from tests.supervisor.confine.test_fence import AsUser
 from tests.supervisor.supervise_harness import REPO, Supervised, center_heard, fenced_turn
-from tests.supervisor.test_fence import AsUser
 
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
 GET_MY_WORK = "mcp__agent-center__get_my_work"

@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor.confine import fence
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import Code, ResponsesStandIn, Say, tool_outputs
 from tests.blackbox.conftest import listed_agents, project_root, sandbox_probe

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor import signin
+from mcphost.supervisor.agents import signin
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import ResponsesStandIn
 from tests.blackbox.conftest import QUIET, needs_clis, project_root

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor.confine import fence
 from mcphost.testing.fleet import left_running
 from tests import kernelsim
 from tests.waiting import until

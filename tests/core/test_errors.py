@@ -11,8 +11,8 @@ from mcphost.relaytools.errors import ClaimConflict
 from mcphost.relaytools.errors import ToolFailure as RelayToolFailure
 from mcphost.relaytools.layout import ConfigError
 from mcphost.settings import SettingError
+from mcphost.supervisor.agents.homes import HomeError
 from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.homes import HomeError
 from mcphost.supervisor.refusals import Refused
 
 

@@ -56,7 +56,7 @@ NOT_NAMED = {
     "mcphost/demo.py": "no test: `make demo-host` runs it (its parts: tests/blackbox/test_host.py)",
     "mcphost/surface.py": "the contract, served in tests/mcpserve/test_adapter.py",
     "mcphost/transcript.py": "the demos' output (tests/core/test_demofleet.py)",
-    "mcphost/admin/client.py": "against the real center: tests/supervisor/test_centerfleet.py, "
+    "mcphost/admin/client.py": "against the real center: tests/supervisor/center/test_generations.py, "
     "tests/hardening/test_burst.py",
     "mcphost/agentmux/operations.py": "both ends' models: tests/relaytools/test_validation.py, "
     "tests/relay/test_behaviour.py",
@@ -82,14 +82,14 @@ NOT_NAMED = {
     "mcphost/relay/state.py": "the dispatcher's: tests/relay/test_behaviour.py",
     "mcphost/relaytools/handlers.py": "through the process: tests/relaytools/test_relay_tools.py",
     "mcphost/relaytools/settings.py": "on the settings base: tests/core/test_settings.py",
-    "mcphost/supervisor/centerhealth.py": "tests/supervisor/test_supervise_center.py",
-    "mcphost/supervisor/centerlink.py": "tests/supervisor/test_supervise_center.py, "
+    "mcphost/supervisor/center/health.py": "tests/supervisor/test_supervise_center.py",
+    "mcphost/supervisor/center/link.py": "tests/supervisor/test_supervise_center.py, "
     "tests/supervisor/test_supervise_rotation.py",
     "mcphost/supervisor/control/client.py": "both ends of the socket: "
     "tests/supervisor/control/test_server.py",
     "mcphost/supervisor/control/protocol.py": "both ends of the socket: "
     "tests/supervisor/control/test_server.py",
-    "mcphost/supervisor/operations.py": "what `mcphost ctl` asks: tests/supervisor/test_supervise.py",
+    "mcphost/supervisor/operator/operations.py": "what `mcphost ctl` asks: tests/supervisor/test_supervise.py",
     "mcphost/supervisor/plan.py": "the fleet's plan: tests/supervisor/test_fleet.py",
     "mcphost/supervisor/records.py": "a crash's leftovers: tests/supervisor/test_supervise_state.py",
     "mcphost/supervisor/startup.py": "tests/supervisor/test_supervise_state.py",
@@ -246,7 +246,10 @@ def test_the_rule_maps_each_kind_of_name() -> None:
     assert target(PurePosixPath("relay/members/test_tmux.py")) == "mcphost/relay/members/tmux.py"
     assert target(PurePosixPath("core/test_binding.py")) == "mcphost/binding.py"
     assert target(PurePosixPath("configgen/test_merge.py")) == "configgen/merge.py"
-    assert target(PurePosixPath("supervisor/test_fence_levels.py")) == "mcphost/supervisor/fence.py"
+    assert (
+        target(PurePosixPath("supervisor/confine/test_fence_levels.py"))
+        == "mcphost/supervisor/confine/fence.py"
+    )
     assert target(PurePosixPath("host/files/test_workspace_race.py")) == "mcphost/host/workspace.py"
     assert target(PurePosixPath("catalog/test_catalog.py")) == "mcphost/catalog/__init__.py"
     assert target(PurePosixPath("supervisor/test_supervisor_x.py")) == (

@@ -37,9 +37,9 @@ SLOWDOWN = 4  # the guest's deadlines (tests/waiting.py): software emulation is 
 # Codex and Claude Code with their own sandboxes on), the per-agent limits (fork loop, memory
 # hog, OOM report), the usage figures, and the agents' own uids against a cgroup remount.
 GUEST_FILES = (
-    "tests/supervisor/test_fence.py",
-    "tests/supervisor/test_fence_field.py",
-    "tests/supervisor/test_fence_nesting.py",
+    "tests/supervisor/confine/test_fence.py",
+    "tests/supervisor/confine/test_fence_field.py",
+    "tests/supervisor/confine/test_fence_nesting.py",
     "tests/blackbox/test_fenced_codex.py",
     "tests/blackbox/test_fenced_claude.py",
     "tests/supervisor/test_supervise_cgroups.py",
@@ -57,7 +57,8 @@ EXPECTED = {
 
 PROBE = """
 import json, os
-from mcphost.supervisor import cgroups, fence
+from mcphost.supervisor.confine import cgroups
+from mcphost.supervisor.confine import fence
 support, backend = fence.probe(), cgroups.detect()
 print("KERNELVM-PROBE " + json.dumps({
     "release": os.uname().release, "landlock_abi": support.landlock_abi,

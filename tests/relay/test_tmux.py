@@ -465,8 +465,8 @@ def test_names_and_env_keys_are_checked() -> None:
 
 async def _under_reaper(runtime_dir: str) -> dict[str, Any]:
     from mcphost.peer import read_stat
-    from mcphost.supervisor import kernel
-    from tests.supervisor.test_kernel import until_async
+    from mcphost.supervisor.confine import kernel
+    from tests.supervisor.confine.test_kernel import until_async
 
     kernel.set_child_subreaper()
     reaper = kernel.Reaper()
@@ -498,7 +498,7 @@ async def _under_reaper(runtime_dir: str) -> dict[str, Any]:
 
 
 def test_under_the_supervisors_reaper_statuses_and_the_server_are_ours(tmp_path: Path) -> None:
-    from tests.supervisor.test_kernel import isolated
+    from tests.supervisor.confine.test_kernel import isolated
 
     result = isolated(_under_reaper, str(tmp_path / "run"))
     assert result == {

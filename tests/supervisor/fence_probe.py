@@ -1,4 +1,4 @@
-"""A hostile stand-in agent for the fence's black-box test (test_fence.py); stdlib only.
+"""A hostile stand-in agent for the fence's black-box test (confine/test_fence.py); stdlib only.
 
 `fence_probe.py MODE CONFIG [STANDIN ARGV...]`: wait for `go.json` in the workspace (the pids
 to aim at, written by the test once every agent runs), try every forbidden thing and every

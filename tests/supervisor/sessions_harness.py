@@ -1,4 +1,4 @@
-"""A real `SessionHub` in its own process, for tests/supervisor/test_sessions.py.
+"""A real `SessionHub` in its own process, for tests/supervisor/serving/test_sessions.py.
 
 Serves `HostSurface`s over a Unix socket, all on one shared admin client, against the center
 named in the JSON config (argv[1]). Identity is decided from the kernel's word like the real
@@ -28,7 +28,7 @@ from mcphost.binding import AgentBinding
 from mcphost.host.server import HostSurface
 from mcphost.peer import PeerCred
 from mcphost.supervisor.refusals import Refused
-from mcphost.supervisor.sessions import Attached, SessionHub
+from mcphost.supervisor.serving.sessions import Attached, SessionHub
 from mcphost.surface import Surface
 
 MARKER = "MCPHOST_TEST_AS"

@@ -214,7 +214,7 @@ class Supervised:
 
     def status(self) -> dict[str, dict[str, Any]]:
         """`ctl status --json`'s rows by agent, asked over the control socket by the client code
-        `mcphost ctl` runs, in this process (test_ctl.py covers the command itself): polling
+        `mcphost ctl` runs, in this process (operator/test_ctl.py covers the command itself): polling
         with a process per poll cost more CPU than the supervisors being polled."""
         from mcphost.supervisor.control.client import request
 
@@ -266,7 +266,7 @@ def group_dirs(sv: Supervised, agent_id: str) -> dict[str, str]:
     """The agent's group per controller ("" on v2; on v1 the cpuacct group too where that
     hierarchy is mounted), found as the supervisor's docs name it:
     `<its own group>/mcphost-<instance>/agent-<id>`."""
-    from mcphost.supervisor import cgroups
+    from mcphost.supervisor.confine import cgroups
 
     assert sv.proc is not None
     own = Path(f"/proc/{sv.proc.pid}/cgroup").read_text()
@@ -307,7 +307,7 @@ def tree_for(uid: int, gids: frozenset[int]) -> Path | None:
     under /tmp that it can: a checkout in a private directory (a clone under /root, 0700) is
     fine for the supervisor (root), but not for an agent's `user`."""
     global _REACHABLE_TREE
-    from mcphost.supervisor.reach import READ, unreachable
+    from mcphost.supervisor.agents.reach import READ, unreachable
 
     wanted = (str(Path(REPO) / "mcphost" / "attach.py"), STANDIN)
     if all(unreachable(path, uid, gids, READ) is None for path in wanted):

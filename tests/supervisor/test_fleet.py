@@ -12,8 +12,8 @@ import pytest
 
 from mcphost.admin.target import AdminTarget
 from mcphost.settings import SettingError
+from mcphost.supervisor.agents.homes import agent_argv, home_paths
 from mcphost.supervisor.fleet import load_fleet
-from mcphost.supervisor.homes import agent_argv, home_paths
 from mcphost.supervisor.plan import (
     BUNDLE_NAME_MAX,
     AgentDefaults,
@@ -583,7 +583,7 @@ def test_plan_from_center_refuses_a_runner_that_cannot_work() -> None:
 
 
 def test_an_acp_agent_runs_its_clients_adapter_or_its_own_command(tmp_path: Path) -> None:
-    from mcphost.supervisor.homes import ACP_ADAPTERS
+    from mcphost.supervisor.agents.homes import ACP_ADAPTERS
 
     fleet = load_fleet(
         write(

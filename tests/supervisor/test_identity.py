@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from mcphost.peer import PeerCred
+from mcphost.supervisor.confine.kernel import proc_starttime
 from mcphost.supervisor.identity import Identities
-from mcphost.supervisor.kernel import proc_starttime
 from mcphost.supervisor.refusals import Refused
 
 

@@ -3,7 +3,7 @@ can resolve to has a kind, and each kind builds itself with every collaborator g
 construction), and the agents' locks. Reconciling a running fleet (reload, the center's list,
 refence, a fenced generation replaced) is driven through `mcphost supervise` itself:
 test_supervise_reload_events.py, test_supervise_centerfleet.py, test_supervise_generations.py,
-test_supervise_races.py and test_fence.py."""
+test_supervise_races.py and confine/test_fence.py."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from typing import Any
 
 from mcphost.relay.tmux import TmuxServer
 from mcphost.supervisor import plan as plans
-from mcphost.supervisor.kernel import Reaper
-from mcphost.supervisor.lifecycle import AgentRunner, Collaborators
+from mcphost.supervisor.agents.runner import AgentRunner, Collaborators
+from mcphost.supervisor.agents.tmux import TmuxRunner
+from mcphost.supervisor.confine.kernel import Reaper
 from mcphost.supervisor.plan import AgentDefaults, apply_defaults
 from mcphost.supervisor.reconcile import RUNNERS, AgentLocks
 from mcphost.supervisor.state import StateStore
-from mcphost.supervisor.tmuxrunner import TmuxRunner
-from tests.supervisor.test_kernel import until_async
-from tests.supervisor.test_lifecycle import StubHome
+from tests.supervisor.agents.test_runner import StubHome
+from tests.supervisor.confine.test_kernel import until_async
 
 
 def test_every_runner_a_plan_resolves_to_has_one_kind() -> None:

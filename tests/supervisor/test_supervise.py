@@ -160,7 +160,7 @@ def test_the_token_is_nowhere_an_agent_can_read_it(fleet: Fleet, center: DevCent
         assert token not in environ and token not in cmdline, pid
         assert b"AC_MCP_WORKER_TOKEN" not in environ
     # the supervisor is not dumpable: a same-user process cannot read its environment or memory
-    # (root can; tests/supervisor/test_kernel.py proves it between two unprivileged processes)
+    # (root can; tests/supervisor/confine/test_kernel.py proves it between two unprivileged processes)
     assert supervised.proc is not None
     if os.geteuid() != 0:
         with pytest.raises(PermissionError):

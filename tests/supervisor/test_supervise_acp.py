@@ -1,6 +1,6 @@
 """Black-box: an ACP member under a real `mcphost supervise` (issue 26).
 
-The bundle `party`: A, the tmux echo agent of test_relayhost.py (policy `lead`: list, look,
+The bundle `party`: A, the tmux echo agent of agents/test_relayhost.py (policy `lead`: list, look,
 send and choose in its home), and B, the stand-in ACP agent (`mcphost/testing/acp_agent.py`,
 `runner = "acp"`, `client = "command"`, its history under its home so a respawn can load its
 session), both fenced (sandbox auto). A's relay tools are driven from inside A's tree by one
@@ -35,8 +35,9 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor.acprunner import ACP_DIR, read_session_id
+from mcphost.supervisor.agents.acp import ACP_DIR, read_session_id
 from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.agents.test_relayhost import ECHO_AGENT
 from tests.supervisor.supervise_harness import (
     CHOOSING_POLICIES,
     RelayDriver,
@@ -44,7 +45,6 @@ from tests.supervisor.supervise_harness import (
     inline,
     inner,
 )
-from tests.supervisor.test_relayhost import ECHO_AGENT
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

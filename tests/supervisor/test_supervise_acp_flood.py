@@ -97,7 +97,7 @@ def test_flooding_acp_agents_are_restarted_and_the_supervisor_stays_small(
 
         for agent in ("fr", "fu"):
             try:
-                row = until(lambda a=agent: restarted_for_flood(a), 120, f"{agent} restarted")
+                until(lambda a=agent: restarted_for_flood(a), 120, f"{agent} restarted")
             except AssertionError as exc:
                 growth = (peak_rss(sv.proc.pid) - before) >> 20
                 raise AssertionError(

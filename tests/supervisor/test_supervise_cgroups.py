@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import cgroups
+from mcphost.supervisor.confine import cgroups
 from tests.supervisor.supervise_harness import Supervised, group_dirs, inline
 from tests.waiting import until
 

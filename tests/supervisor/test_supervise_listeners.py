@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor.loopback import LOG_EVERY_SECONDS
+from mcphost.supervisor.operator.loopback import LOG_EVERY_SECONDS
 from tests.supervisor.supervise_harness import Supervised
 from tests.supervisor.test_supervise_user import ROOT, nobody, run_as
 from tests.waiting import until

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.loopback import CONNECTIONS_PER_PEER
+from mcphost.supervisor.operator.loopback import CONNECTIONS_PER_PEER
 from tests.supervisor.supervise_harness import AS_ROOT, Supervised
 from tests.supervisor.test_supervise_listeners import (
     descriptors,

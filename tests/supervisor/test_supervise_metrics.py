@@ -34,10 +34,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcphost.supervisor.metrics import NAMES
+from mcphost.supervisor.operator.metrics import NAMES
 from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.agents.test_relayhost import POLICIES, drive, echo_agent
 from tests.supervisor.supervise_harness import Supervised, toml_value
-from tests.supervisor.test_relayhost import POLICIES, drive, echo_agent
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

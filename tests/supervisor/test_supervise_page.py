@@ -23,7 +23,7 @@ from tests.supervisor.chromium_harness import Chromium, chromium_missing
 from tests.supervisor.supervise_harness import REPO, Supervised, standin
 from tests.waiting import until
 
-# deep (make test-slow): a browser and a supervisor, ~20 s on two CPUs; test_page.py is make test's.
+# deep (make test-slow): a browser and a supervisor, ~20 s on two CPUs; operator/test_page.py is make test's.
 pytestmark = pytest.mark.deep
 
 SCREENSHOT = Path(REPO) / "bench" / "results" / "fleet-page.png"

@@ -1,5 +1,5 @@
 """Black-box: what `mcphost supervise` and `mcphost supervise --check` say at load about what the
-fleet's agents will reach (mcphost/supervisor/reach.py), through the real processes.
+fleet's agents will reach (mcphost/supervisor/agents/reach.py), through the real processes.
 
 - A state directory too long for its sockets: one stderr line naming it and the limit, exit 2,
   from `--check` and from `supervise` alike, and nothing created; the longest one allowed runs
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor.confine import fence
 from mcphost.supervisor.uids import DEFAULT_RANGE
 from mcphost.testing.devcenter import DevCenter
 from mcphost.unixsock import SUN_PATH_MAX

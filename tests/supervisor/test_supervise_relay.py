@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.surfaces import MAX_SESSIONS_PER_AGENT
+from mcphost.supervisor.serving.surfaces import MAX_SESSIONS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
 from mcphost.testing.relayharness import CODERS, FakeRelay
 from tests.supervisor.supervise_harness import Supervised, inline, standin

@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.agents.test_relayhost import HELLOS, drive
 from tests.supervisor.supervise_harness import UNFENCED, Supervised
-from tests.supervisor.test_relayhost import HELLOS, drive
 from tests.supervisor.test_supervise_relay_shared_stream import holding_party
 from tests.waiting import until
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 @pytest.fixture
 def held(tmp_path: Path, center: DevCenter) -> Iterator[Supervised]:
     # unfenced: the fence hides relay.sock from an agent's tree, and this test has a socket
-    # client from A's own tree claim A beside its in-process session (test_fence.py proves the
+    # client from A's own tree claim A beside its in-process session (confine/test_fence.py proves the
     # socket hidden)
     with holding_party(tmp_path, center, a_policy="lead", **UNFENCED) as sv:
         yield sv

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.agents.test_relayhost import POLICIES, drive, echo_agent, payload
 from tests.supervisor.supervise_harness import Supervised, inline
-from tests.supervisor.test_relayhost import POLICIES, drive, echo_agent, payload
 from tests.supervisor.test_supervise_relay_send_bounds import CLOCK, pane
 from tests.waiting import until
 

@@ -34,8 +34,7 @@ from pathlib import Path
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
-from tests.supervisor.supervise_harness import UNFENCED, Supervised, inline
-from tests.supervisor.test_relayhost import (
+from tests.supervisor.agents.test_relayhost import (
     POLICIES,
     USERS,
     _alive,
@@ -43,6 +42,7 @@ from tests.supervisor.test_relayhost import (
     echo_agent,
     payload,
 )
+from tests.supervisor.supervise_harness import UNFENCED, Supervised, inline
 from tests.waiting import until
 
 # deep (make test-slow): send's text-only paste and a 300 MiB send flood.

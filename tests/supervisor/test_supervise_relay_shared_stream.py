@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.agents.test_relayhost import POLICIES, echo_agent
 from tests.supervisor.supervise_harness import Supervised, inline
-from tests.supervisor.test_relayhost import POLICIES, echo_agent
 from tests.waiting import until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -27,12 +27,12 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from mcphost.supervisor.sessions import AGENT_HELD_BYTES
+from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES
+from mcphost.supervisor.serving.surfaces import MAX_SESSIONS_PER_AGENT
 from mcphost.supervisor.supervisor import CENTER_CALLS_PER_AGENT
-from mcphost.supervisor.surfaces import MAX_SESSIONS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
+from tests.supervisor.serving.test_sessions import activity, reset_peak, status_kib
 from tests.supervisor.supervise_harness import Supervised
-from tests.supervisor.test_sessions import activity, reset_peak, status_kib
 from tests.waiting import until
 
 # deep (make test-slow): one agent's flood and slow calls against a supervisor.

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor import fence
+from mcphost.supervisor.confine import fence
 from mcphost.supervisor.uids import DEFAULT_RANGE
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, Supervised, descendants_alive, inline, inner

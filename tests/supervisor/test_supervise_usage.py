@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor import cgroups
+from mcphost.supervisor.confine import cgroups
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import Supervised, group_dirs, inline
 from tests.waiting import until

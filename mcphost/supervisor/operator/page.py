@@ -1,0 +1,456 @@
+"""The fleet page: a read-only view of the fleet in a browser, on the loopback (`[page]`).
+
+Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback IP literal, held
+to that by the fleet file's loader) with two resources: `/`, one HTML document whose style and
+script are inline (no external asset, no CDN; a Content-Security-Policy that allows exactly those
+two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script polls every
+`POLL_MS` (so the page follows restarts without a reload): the center's health, and per agent its
+state, generation, restarts, fence, usage, sessions, last exit and reason (`Operations.snapshot()`'s
+rows, read with `.get`, every field passed through an allow-list), and the supervisor's recent
+events (the newest `supervisor.*` records of the journal's ring, journal.py, each cut to
+`safe_event`'s allow-list of fields). The JSON is built once per change of what it shows (the
+snapshot's version, the journal's) and served as the same bytes to every poll until the next
+change, with the time of the answer (`now`) put in front: a poll between two changes costs the
+server's own work and a comparison of the agents' states, nothing more.
+
+Who can reach it: whoever can connect to that loopback port, except the agents: every local user
+of the machine (no authentication; the page says nothing more than `ctl status`'s ids, states and
+figures). The listener is loopback.py's, with its guards and bounds: a connection owned by one of
+the agents' uids is closed at once, connections are bounded per listener and per owner uid, a
+half-sent request is closed after a few seconds, and a request whose `Host` is not that address
+(or `localhost` at its port) is refused (403): a web page elsewhere that rebinds its name to
+127.0.0.1 gets nothing. GET and HEAD only; every other method is answered 405.
+
+Must never: change anything (no operation but `status`, no method but GET/HEAD), show a token, a
+fleet-file value beyond the agents' ids and plans' kinds (no `env`, no `command`, no paths), pane
+or log contents, an event's free-text fields (`message`, `error`, paths), or load anything from
+elsewhere; nor be imported unless `[page]` is set (supervisor.py imports it then).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from mcphost import events
+from mcphost.supervisor.operator.loopback import AgentUids, LoopbackServer, no_agents
+from mcphost.supervisor.plan import Listen, PageConfig
+
+POLL_MS = 2000  # how often the page asks for a snapshot (the usage figures' age: operations.py)
+EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
+TEXT_MAX = 300  # characters of any string value shown
+
+# What the page shows of a status row, of its `fenced` record, and of the center's health: ids,
+# states, numbers and the exit's words. Nothing else of a row reaches the browser.
+AGENT_KEYS = (
+    "agent_id", "state", "pid", "generation", "restarts", "started_at", "last_exit",
+    "last_reason", "sessions", "sandbox", "runner", "protocol_state", "state_reason_code",
+    "identity",
+)  # fmt: skip
+FENCED_KEYS = ("code", "generation", "center_generation", "at", "action")
+CENTER_KEYS = ("state", "checked_at", "fleet_key")
+# The fields of a supervisor event the page shows (the rest, `message`, `error`, `path`, `fleet`,
+# `argv0`, `user`... are left out: free text or paths); `state` only as one word (a center's
+# health; `supervisor.started`'s `state` is a directory).
+EVENT_FIELDS = frozenset(
+    {
+        "agent_id", "agents", "generation", "center_generation", "below_generation", "pid",
+        "pgid", "exit", "reason", "uptime", "restarted", "restarts", "sessions", "code",
+        "trigger", "added", "removed", "changed", "action", "delay", "attempt", "bundle",
+        "runner", "state", "fleet_key", "url",
+    }
+)  # fmt: skip
+_WORD = re.compile(r"[a-z_]{1,32}")
+# An absolute path anywhere in a string (`supervisor.limits`'s reason names the cgroup
+# directories): such a value is left out, as paths are (`url` excepted: the page's own address).
+_PATH = re.compile(r"(?:^|[\s(\[=:,'\"])/\w")
+_LIST_MAX = 50
+
+
+def _scalar(value: Any) -> tuple[bool, Any]:
+    """(shown, value): numbers, booleans and None as they are, strings cut to `TEXT_MAX`."""
+    if value is None or isinstance(value, bool | int | float):
+        return True, value
+    if isinstance(value, str):
+        return True, value if len(value) <= TEXT_MAX else value[: TEXT_MAX - 1] + "…"
+    return False, None
+
+
+def _picked(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    out = {}
+    for key in keys:
+        shown, value = _scalar(source.get(key))
+        if shown:
+            out[key] = value
+    return out
+
+
+def _figures(usage: Any) -> dict[str, float | int | None] | None:
+    """A row's `usage` (usage.py's figures): every numeric figure, by its name."""
+    if not isinstance(usage, Mapping):
+        return None
+    return {
+        str(key): value
+        for key, value in usage.items()
+        if _WORD.fullmatch(str(key)) and (value is None or isinstance(value, int | float))
+    }
+
+
+def safe_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page shows of one `ctl status` row (module doc: the allow-lists)."""
+    out = _picked(row, AGENT_KEYS)
+    fenced = row.get("fenced")
+    out["fenced"] = _picked(fenced, FENCED_KEYS) if isinstance(fenced, Mapping) else None
+    out["usage"] = _figures(row.get("usage"))
+    return out
+
+
+def safe_center(center: Any) -> dict[str, Any] | None:
+    return _picked(center, CENTER_KEYS) if isinstance(center, Mapping) else None
+
+
+def safe_event(event: str, level: str, ts: float, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """One supervisor event as the page shows it: name, level, time and the allowed fields."""
+    out: dict[str, Any] = {"ts": round(ts, 3), "level": level, "event": event}
+    for key, value in fields.items():
+        if key not in EVENT_FIELDS:
+            continue
+        if key == "state" and not (isinstance(value, str) and _WORD.fullmatch(value)):
+            continue
+        if isinstance(value, list | tuple):
+            items = [_scalar(item) for item in value[:_LIST_MAX]]
+            out[key] = [
+                item
+                for shown, item in items
+                if shown and not (isinstance(item, str) and _PATH.search(item))
+            ]
+            continue
+        shown, clean = _scalar(value)
+        if shown and not (key != "url" and isinstance(clean, str) and _PATH.search(clean)):
+            out[key] = clean
+    return out
+
+
+def safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A journal record (`ts`, `level`, `event`, then its fields) as the page shows it."""
+    fields = {k: v for k, v in record.items() if k not in ("ts", "level", "event")}
+    ts = record.get("ts")
+    when = float(ts) if isinstance(ts, int | float) else 0.0
+    return safe_event(str(record.get("event")), str(record.get("level")), when, fields)
+
+
+class Versioned(Protocol):
+    """A status and its version (`operations.Snapshot`)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def status(self) -> Mapping[str, Any]: ...
+
+
+class StatusSource(Protocol):
+    """What the page reads of the supervisor: `Operations.snapshot()` (operations.py)."""
+
+    def snapshot(self) -> Versioned: ...
+
+
+class EventSource(Protocol):
+    """What the page reads of the supervisor's events: the journal's ring (journal.py)."""
+
+    @property
+    def version(self) -> int: ...
+    def newest(self, limit: int, prefix: str = "") -> list[dict[str, Any]]: ...
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+_STYLE = """
+:root { color-scheme: light dark; --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; --dim: #6e7781; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.2em 2em; }
+h1 { font-size: 1.3em; margin: 0 0 .3em; }
+h2 { font-size: 1.05em; margin: 1.4em 0 .4em; }
+#bar { display: flex; gap: 2em; flex-wrap: wrap; color: var(--dim); }
+#bar b { color: CanvasText; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .25em .7em .25em 0; border-bottom: 1px solid #8884;
+  white-space: nowrap; }
+th { font-weight: 600; color: var(--dim); }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.wrap { white-space: normal; }
+.running, .ok { color: var(--ok); font-weight: 600; }
+.starting, .backoff, .stopping, .degraded, .unknown, .warning { color: var(--warn); font-weight: 600; }
+.failed, .down, .error, .refused, .fenced { color: var(--bad); font-weight: 600; }
+.stopped, .dim { color: var(--dim); }
+#events td { font: 12px/1.3 ui-monospace, monospace; }
+"""
+
+_SCRIPT = """
+"use strict";
+const POLL_MS = @POLL_MS@;
+const $ = (id) => document.getElementById(id);
+const dash = (v) => (v === null || v === undefined || v === "") ? "-" : String(v);
+function bytes(n) {
+  if (typeof n !== "number") return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+}
+function ago(seconds) {
+  if (typeof seconds !== "number" || seconds < 0) return "-";
+  seconds = Math.floor(seconds);
+  if (seconds < 60) return seconds + "s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + "m" + (seconds % 60) + "s";
+  if (seconds < 86400) return Math.floor(seconds / 3600) + "h" + Math.floor(seconds % 3600 / 60) + "m";
+  return Math.floor(seconds / 86400) + "d" + Math.floor(seconds % 86400 / 3600) + "h";
+}
+function td(tr, col, text, cls) {
+  const cell = document.createElement("td");
+  cell.dataset.col = col;
+  cell.textContent = text;
+  if (cls) cell.className = cls;
+  tr.appendChild(cell);
+}
+function stateText(a) {
+  let text = dash(a.state);
+  if (a.protocol_state && (a.state === "running" || a.state === "starting")) {
+    text += ", " + a.runner + " " + a.protocol_state;
+    if (a.state_reason_code) text += " (" + a.state_reason_code + ")";
+  }
+  if (a.fenced && a.fenced.generation === a.generation) text += ", fenced (" + a.fenced.code + ")";
+  return text;
+}
+function agentRow(a, now) {
+  const u = a.usage || {};
+  const tr = document.createElement("tr");
+  tr.dataset.agent = a.agent_id;
+  const up = (a.state === "running" && typeof a.started_at === "number") ? ago(now - a.started_at) : "-";
+  td(tr, "agent", dash(a.agent_id));
+  td(tr, "state", stateText(a), (a.fenced && a.fenced.generation === a.generation) ? "fenced" : a.state);
+  td(tr, "generation", dash(a.generation), "num");
+  td(tr, "restarts", dash(a.restarts), "num");
+  td(tr, "fence", dash(a.sandbox) + (a.identity === "shared" ? " (shared uid)" : ""));
+  td(tr, "pid", dash(a.pid), "num");
+  td(tr, "up", up, "num");
+  td(tr, "memory", bytes(u.memory_current_bytes) + " / " + bytes(u.memory_peak_bytes), "num");
+  td(tr, "cpu", typeof u.cpu_seconds === "number" ? u.cpu_seconds.toFixed(1) + " s" : "-", "num");
+  td(tr, "processes", dash(u.processes), "num");
+  td(tr, "sessions", dash(a.sessions), "num");
+  td(tr, "center", dash(u.center_calls) + " / " + dash(u.center_errors), "num");
+  td(tr, "queue", dash(u.relay_queue_depth), "num");
+  const exit = [a.last_exit, a.last_reason].filter((x) => x).join(": ");
+  td(tr, "exit", dash(exit), "wrap");
+  return tr;
+}
+function eventRow(e) {
+  const tr = document.createElement("tr");
+  td(tr, "time", new Date(e.ts * 1000).toLocaleTimeString());
+  td(tr, "level", e.level, e.level);
+  td(tr, "event", e.event);
+  const parts = [];
+  for (const [k, v] of Object.entries(e)) {
+    if (k !== "ts" && k !== "level" && k !== "event" && v !== null) parts.push(k + "=" + (Array.isArray(v) ? v.join(",") : v));
+  }
+  td(tr, "fields", parts.join("  "), "wrap");
+  return tr;
+}
+function render(snap) {
+  const now = snap.now;
+  const c = snap.center;
+  const health = $("center");
+  health.textContent = c ? dash(c.state) + (c.fleet_key ? " (" + c.fleet_key + ")" : "") : "not known yet";
+  health.className = c ? c.state : "unknown";
+  $("checked").textContent = c && typeof c.checked_at === "number" ? ago(now - c.checked_at) + " ago" : "-";
+  $("uptime").textContent = ago(now - snap.supervisor.started_at);
+  const counts = {};
+  for (const a of snap.agents) counts[a.state] = (counts[a.state] || 0) + 1;
+  $("counts").textContent = Object.entries(counts).map(([s, n]) => n + " " + s).join(", ") || "no agents";
+  $("agents").replaceChildren(...snap.agents.map((a) => agentRow(a, now)));
+  $("events").replaceChildren(...snap.events.map(eventRow));
+  $("updated").textContent = new Date(now * 1000).toLocaleTimeString();
+}
+async function tick() {
+  try {
+    const reply = await fetch("api/fleet", {cache: "no-store", headers: {"Accept": "application/json"}});
+    if (!reply.ok) throw new Error("HTTP " + reply.status);
+    render(await reply.json());
+    $("live").textContent = "live";
+    $("live").className = "ok";
+  } catch (err) {
+    $("live").textContent = "not reachable, retrying (" + err.message + ")";
+    $("live").className = "error";
+  } finally {
+    setTimeout(tick, POLL_MS);
+  }
+}
+tick();
+""".replace("@POLL_MS@", str(POLL_MS))
+
+_HEAD = (
+    "agent", "state", "gen", "restarts", "fence", "pid", "up", "memory (now / peak)", "cpu",
+    "procs", "sessions", "center calls / errors", "relay queue", "last exit",
+)  # fmt: skip
+
+PAGE = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>mcphost fleet</title>
+<style>{_STYLE}</style></head>
+<body>
+<h1>mcphost fleet</h1>
+<div id="bar">
+<span>center: <b id="center">-</b> (checked <span id="checked">-</span>)</span>
+<span>agents: <b id="counts">-</b></span>
+<span>supervisor up <b id="uptime">-</b></span>
+<span>updated <b id="updated">-</b>, <span id="live" class="warning">connecting</span></span>
+</div>
+<h2>Agents</h2>
+<table><thead><tr>{"".join(f"<th>{name}</th>" for name in _HEAD)}</tr></thead>
+<tbody id="agents"></tbody></table>
+<h2>Recent supervisor events</h2>
+<table><thead><tr><th>time</th><th>level</th><th>event</th><th>fields</th></tr></thead>
+<tbody id="events"></tbody></table>
+<script>{_SCRIPT}</script>
+</body></html>
+"""
+
+
+def _hash(source: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode() + "'"
+
+
+# Exactly the page's own inline style and script, and requests to itself: nothing else loads.
+CSP = (
+    f"default-src 'none'; script-src {_hash(_SCRIPT)}; style-src {_hash(_STYLE)}; "
+    "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+_READ = frozenset({"GET", "HEAD"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class FleetPage:
+    """The page on `config`'s address (module doc); `start()` binds, `aclose()` ends it."""
+
+    def __init__(
+        self,
+        source: StatusSource,
+        config: PageConfig,
+        *,
+        started_at: float,
+        journal: EventSource,
+        agent_uids: AgentUids = no_agents,
+    ) -> None:
+        self.config = config
+        self._source = source
+        self._journal = journal
+        self._started_at = started_at
+        self._agent_uids = agent_uids
+        self._server: LoopbackServer | None = None
+        self.url: str | None = None
+        # what `/api/fleet` shows after `now`, as built for these versions (status, journal)
+        self._built: tuple[int, int] | None = None
+        self._fleet_part = ""  # the center and the agents, of the status version built
+        # each agent's JSON, by agent, with the row it was made of (the same row object while
+        # nothing in it changed: operations.py)
+        self._rows: dict[str, tuple[Mapping[str, Any], str]] = {}
+        self._events_part = ""  # the events, of the journal version built
+        self._tail = b""
+        self.builds = 0  # times the JSON was built (tests, bench)
+
+    async def start(self) -> str:
+        """Bind and serve; the page's URL. Raises `OSError` (the address is taken...)."""
+        app = web.Application(middlewares=[self._guard])
+        app.router.add_get("/", self._page)
+        app.router.add_get("/api/fleet", self._fleet)
+        app.on_response_prepare.append(_headers)
+        listen = Listen(host=self.config.host, port=self.config.port)
+        server = LoopbackServer(app, listen, "page", agent_uids=self._agent_uids)
+        await server.start()
+        self._server = server
+        assert server.address is not None
+        host, port = server.address
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}/"
+        events.emit("supervisor.page_listening", url=self.url)
+        return self.url
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.aclose()
+
+    def body(self) -> bytes:
+        """`/api/fleet`: what the page shows, nothing more (module doc): `now`, then what was
+        built for the current versions of the status and the journal (built anew only when
+        one of them changed)."""
+        snapshot = self._source.snapshot()
+        versions = (snapshot.version, self._journal.version)
+        if versions != self._built:
+            built = self._built or (-1, -1)
+            if versions[0] != built[0]:
+                status = snapshot.status
+                center = _json(safe_center(status.get("center")))
+                rows = ", ".join(self._agents(status.get("agents") or ()))
+                self._fleet_part = f', "center": {center}, "agents": [{rows}]'
+            if versions[1] != built[1]:
+                newest = self._journal.newest(EVENTS_SHOWN, "supervisor.")
+                self._events_part = _json([safe_record(r) for r in newest])
+            supervisor = _json({"started_at": self._started_at})
+            self._tail = (
+                f', "supervisor": {supervisor}{self._fleet_part}, "events": {self._events_part}}}'
+            ).encode()
+            self._built = versions
+            self.builds += 1
+        return b'{"now": ' + repr(time.time()).encode() + self._tail
+
+    def _agents(self, rows: Iterable[Any]) -> list[str]:
+        """Each row's JSON (`safe_row`), kept while the row is the same object."""
+        kept: dict[str, tuple[Mapping[str, Any], str]] = {}
+        out = []
+        for row in rows:
+            if not isinstance(row, Mapping):
+                continue
+            agent = str(row.get("agent_id"))
+            held = self._rows.get(agent)
+            if held is None or held[0] is not row:
+                held = (row, _json(safe_row(row)))
+            kept[agent] = held
+            out.append(held[1])
+        self._rows = kept
+        return out
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method not in _READ:
+            raise web.HTTPMethodNotAllowed(request.method, sorted(_READ), text="read-only\n")
+        return await handler(request)
+
+    async def _page(self, request: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+
+    async def _fleet(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.body(), content_type="application/json", charset="utf-8")
+
+
+async def _headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(HEADERS)

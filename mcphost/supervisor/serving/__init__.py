@@ -1,0 +1,9 @@
+"""The serving wing: every agent's MCP sessions, over its attach pump.
+
+- `sessions`: SessionHub, one Unix socket per surface: the handshake line, the kernel's word on
+  who is calling (peer credentials), one SDK session per pump, and the bounds per agent.
+- `surfaces`: what each session is served (the center's tools, the relay tools) and when it
+  ends (a new generation, a stop, a reload).
+
+It stands above the reconcile (it serves the slots the reconcile keeps) and below the operator.
+"""

@@ -1,0 +1,243 @@
+"""Per-agent cgroups (cgroups.py): the pure planning (keys, defaults, writes, detection, v1's
+cpuacct apart or with cpu, the files each backend's usage is read from), and, where this machine
+has a usable backend, a child's entry into a real group."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from mcphost.supervisor.confine import cgroups as cg
+from mcphost.supervisor.confine.kernel import child_setup
+
+HYBRID_CGROUP = """9:name=systemd:/
+8:pids:/
+4:memory:/process_api/abc
+2:cpuacct:/
+1:cpu:/
+0::/
+"""
+HYBRID_MOUNTS = """31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+UNIFIED_MOUNTS = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
+LIMITS = cg.Limits(256 << 20, 64, 100)
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [(1 << 20, 1 << 20), ("512M", 512 << 20), ("2G", 2 << 30), ("2GiB", 2 << 30), ("max", "max")],
+)
+def test_sizes(raw: object, value: object) -> None:
+    assert cg.parse_size(raw) == value
+
+
+@pytest.mark.parametrize("raw", ["12Q", "", -1, 1024, True, 1.5, "1k"])
+def test_bad_sizes(raw: object) -> None:
+    with pytest.raises(ValueError):
+        cg.parse_size(raw)
+
+
+def test_counts() -> None:
+    assert cg.parse_count(512) == 512
+    assert cg.parse_count("max") == "max"
+    for bad in (3, "12", True, 0):
+        with pytest.raises(ValueError):
+            cg.parse_count(bad)
+
+
+def test_defaults_leave_the_supervisor_its_share() -> None:
+    # a big machine, no limit above: the documented caps
+    assert cg.default_limits(64 << 30, None) == cg.Limits(2 << 30, 512, 100)
+    # under TasksMax=200 and 1 GiB: a quarter of the processes, half the memory
+    assert cg.default_limits(1 << 30, 200) == cg.Limits(512 << 20, 50, 100)
+
+
+def test_resolve_limits() -> None:
+    defaults = cg.Limits(2 << 30, 512, 100)
+    assert cg.resolve_limits(None, None, None, defaults) == defaults
+    assert cg.resolve_limits("max", "max", 50, defaults) == cg.Limits(None, None, 50)
+    assert cg.resolve_limits(1 << 20, 64, None, defaults) == cg.Limits(1 << 20, 64, 100)
+
+
+def test_writes_per_backend() -> None:
+    limits = cg.Limits(512 << 20, 64, 200)
+    v2 = dict(((f, v) for _c, f, v in cg.writes("v2", limits)))
+    assert v2 == {
+        "memory.max": str(512 << 20),
+        "memory.swap.max": "0",
+        "memory.oom.group": "1",
+        "pids.max": "64",
+        "cpu.weight": "200",
+    }
+    v1 = cg.writes("v1", limits)
+    assert [f for _c, f, _v in v1][:2] == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+    assert ("cpu", "cpu.shares", "2048") in v1
+    assert ("pids", "pids.max", "64") in v1
+    unlimited = cg.writes("v1", cg.Limits(None, None, 100))
+    assert ("memory", "memory.limit_in_bytes", "-1") in unlimited
+    assert ("pids", "pids.max", "max") in unlimited
+    assert cg.writes("none", limits) == []
+
+
+def test_oom_counters() -> None:
+    assert cg.oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n") == 2
+    assert cg.oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n") == 1
+    assert cg.oom_kills("oom_kill_disable 0\nunder_oom 0\n") == 0
+
+
+def test_proc_cgroup_and_mounts() -> None:
+    unified, v1 = cg.parse_proc_cgroup(HYBRID_CGROUP)
+    assert unified == "/"
+    assert v1 == {"pids": "/", "memory": "/process_api/abc", "cpuacct": "/", "cpu": "/"}
+    v2_mount, mounts = cg.parse_mountinfo(HYBRID_MOUNTS)
+    assert v2_mount is not None and v2_mount.point == "/sys/fs/cgroup/unified"
+    assert mounts["memory"].point == "/sys/fs/cgroup/memory"
+    assert cg.located(mounts["memory"], v1["memory"]) == "/sys/fs/cgroup/memory/process_api/abc"
+    assert cg.located(mounts["pids"], "/") == "/sys/fs/cgroup/pids"
+    # a container that sees only part of the hierarchy
+    part = cg.Mount("/sys/fs/cgroup", "/docker/x", frozenset())
+    assert cg.located(part, "/docker/x/sub") == "/sys/fs/cgroup/sub"
+    assert cg.located(part, "/elsewhere") is None
+
+
+def test_detect_without_controllers_says_why() -> None:
+    backend = cg.detect(
+        "0::/user.slice/x\n", UNIFIED_MOUNTS.replace("/sys/fs/cgroup", "/nonexistent")
+    )
+    assert backend.kind == "none"
+    assert "cgroup v2" in backend.reason and "controller" in backend.reason
+
+
+def test_a_supervisor_started_in_the_leaf_of_an_earlier_one_shares_its_base() -> None:
+    """Found on Debian 12's kernel (tests/kernels/test_kernels.py): a supervisor started again
+    from a process the first one moved into its leaf took the leaf as its base, nested a new
+    leaf in it, and never found the groups the crashed one left."""
+    assert (
+        cg.own_base("/system.slice/mcphost.service/supervisor") == "/system.slice/mcphost.service"
+    )
+    assert cg.own_base("/system.slice/mcphost.service") == "/system.slice/mcphost.service"
+    assert cg.own_base("/supervisor") == "/"
+    assert cg.own_base("/") == "/"
+    assert cg.own_base("/x/supervisors") == "/x/supervisors"
+
+
+def test_names_are_stable() -> None:
+    assert cg.instance_name("/var/lib/x") == cg.instance_name("/var/lib/x/")
+    assert cg.instance_name("/var/lib/x") != cg.instance_name("/var/lib/y")
+    assert cg.group_name("a1") == "agent-a1"
+
+
+def test_entry_files_per_backend() -> None:
+    """v1: `tasks` (the writer's thread alone: no wait for an RCU grace period); v2:
+    `cgroup.procs` (a thread cannot leave its domain group there)."""
+    assert cg.entry_file("v1") == "tasks"
+    assert cg.entry_file("v2") == "cgroup.procs"
+
+
+def test_a_child_and_what_it_starts_are_in_every_hierarchy_of_its_group() -> None:
+    """The spawn's pre-exec step (kernel.child_setup) with the entry files `ensure` returns: the
+    child, and a process it starts, are in the agent's group in every controller; the spawning
+    process is not."""
+    backend = cg.detect()
+    if backend.kind == "none":
+        pytest.skip(f"no usable cgroup backend here: {backend.reason}")
+    with tempfile.TemporaryDirectory(prefix="mcphost-test-cg-") as state:
+        groups = cg.Cgroups(backend, state, LIMITS)
+        groups.prepare()
+        group = groups.group("entry", LIMITS)
+        assert group is not None
+        try:
+            entry = group.ensure()
+            assert {os.path.basename(p) for p in entry} == {cg.entry_file(backend.kind)}
+            script = "cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'"
+            setup = child_setup(["sh", "-c", script], cwd="/", env={}, creds=None, fence=None,
+                                cgroup=entry)  # fmt: skip
+            done = subprocess.run(
+                setup.argv, cwd=setup.cwd, preexec_fn=setup.preexec, capture_output=True,
+                text=True, check=True, timeout=60,
+            )  # fmt: skip
+        finally:
+            assert groups_removed(group)
+            groups.close()
+    name = cg.group_name("entry")
+    lines = done.stdout.splitlines()
+    for table in (lines[: len(lines) // 2], lines[len(lines) // 2 :]):
+        unified, v1 = cg.parse_proc_cgroup("\n".join(table))
+        paths = [unified] if backend.kind == "v2" else [v1[c] for c in backend.bases]
+        assert all(path is not None and path.endswith("/" + name) for path in paths), table
+    with open("/proc/self/cgroup") as own:
+        assert name not in own.read()
+
+
+def groups_removed(group: cg.AgentGroup) -> bool:
+    return group.remove_now() and not group.exists
+
+
+def _hierarchies(tmp_path: Path, mounts: dict[str, str]) -> str:
+    """A mountinfo of v1 hierarchies at directories under `tmp_path` ({point: controllers}),
+    each writable as root's are (a `cgroup.procs` in it)."""
+    lines = []
+    for index, (point, controllers) in enumerate(mounts.items()):
+        directory = tmp_path / point
+        directory.mkdir()
+        (directory / "cgroup.procs").write_text("")
+        lines.append(
+            f"{40 + index} 31 0:{40 + index} / {directory} rw - cgroup cgroup rw,{controllers}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hierarchies must be writable as root's are")
+@pytest.mark.parametrize("together", [False, True])
+def test_v1_accounts_cpu_in_cpuacct_apart_or_mounted_with_cpu(
+    tmp_path: Path, together: bool
+) -> None:
+    mounts = {"memory": "memory", "pids": "pids"}
+    mounts.update(
+        {"cpu,cpuacct": "cpu,cpuacct"} if together else {"cpu": "cpu", "cpuacct": "cpuacct"}
+    )
+    own = (
+        "8:pids:/\n4:memory:/\n2:cpuacct:/\n1:cpu:/\n"
+        if not together
+        else "8:pids:/\n4:memory:/\n1:cpu,cpuacct:/\n"
+    )
+    backend = cg.detect(own, _hierarchies(tmp_path, mounts))
+    assert backend.kind == "v1" and set(backend.bases) == {"memory", "pids", "cpu", "cpuacct"}
+    assert backend.reason.count(str(tmp_path)) == (3 if together else 4)  # each directory once
+    group = cg.Cgroups(backend, str(tmp_path / "state"), cg.Limits(None, None, 100)).group(
+        "a1", cg.Limits(None, None, 100)
+    )
+    assert group is not None
+    assert len(group.unique_dirs) == (3 if together else 4)
+    files = group.usage_files
+    assert files is not None
+    assert files.memory_current == os.path.join(group.dirs["memory"], "memory.usage_in_bytes")
+    assert files.memory_peak == os.path.join(group.dirs["memory"], "memory.max_usage_in_bytes")
+    assert files.cpu == os.path.join(group.dirs["cpuacct"], "cpuacct.usage")
+    assert files.processes == os.path.join(group.dirs["pids"], "pids.current")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hierarchies must be writable as root's are")
+def test_v1_without_cpuacct_keeps_its_limits_and_reads_usage_from_proc(tmp_path: Path) -> None:
+    mounts = _hierarchies(tmp_path, {"memory": "memory", "pids": "pids", "cpu": "cpu"})
+    backend = cg.detect("8:pids:/\n4:memory:/\n1:cpu:/\n", mounts)
+    assert backend.kind == "v1" and "cpuacct" not in backend.bases
+    group = cg.AgentGroup("v1", "a1", {c: f"/x/{c}" for c in backend.bases}, cg.Limits(1, 1, 1))
+    assert group.usage_files is None
+
+
+def test_usage_files_of_v2() -> None:
+    files = cg.usage_files("v2", {"": "/sys/fs/cgroup/m/agent-a1"})
+    assert files is not None and [os.path.basename(f) for f in files] == [
+        "memory.current", "memory.peak", "cpu.stat", "pids.current",
+    ]  # fmt: skip
+    assert cg.usage_files("none", {}) is None

@@ -1,0 +1,165 @@
+"""The fleet page's server (page.py), in process against a stand-in status source: it answers
+GET and HEAD only (405 otherwise), its own loopback Host only (403: DNS rebinding), with a
+strict Content-Security-Policy that allows exactly its inline style and script; its snapshot
+carries only the allow-listed fields of the status rows, the center and the supervisor's events
+(read from the journal's ring, journal.py: those from before the page opened too); the JSON is
+built once per version of the status and of the journal, every poll in between served the same
+bytes with its own `now`; and the supervisor imports it only when `[page]` is set. The page in a
+real browser on a real supervisor: test_supervise_page.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from mcphost import events
+from mcphost.supervisor.operator import journal
+from mcphost.supervisor.operator.page import CSP, PAGE, FleetPage, safe_event, safe_record, safe_row
+from mcphost.supervisor.plan import PageConfig
+
+SECRET = "tok-3b9f"
+
+
+class Source:
+    """`Operations.snapshot()` (its `version` and `status`) as a row could carry more than the
+    page may show."""
+
+    version = 1
+
+    def snapshot(self) -> Source:
+        return self
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return {
+            "center": {"state": "ok", "message": f"via {SECRET}", "checked_at": 1.0,
+                       "fleet_key": None, "admin_url": SECRET},
+            "agents": [
+                {"agent_id": "a1", "state": "running", "generation": 3, "restarts": 1,
+                 "pid": 42, "last_exit": "signal 9", "last_reason": "killed by SIGKILL",
+                 "sessions": 2, "sandbox": "bwrap", "env": {"KEY": SECRET},
+                 "uid": 1879048200, "identity": "shared",
+                 "command": [SECRET], "fenced": {"code": "stale_generation", "generation": 3,
+                                                 "note": SECRET},
+                 "usage": {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5,
+                           "processes": None, "label": SECRET}},
+            ],
+        }  # fmt: skip
+
+
+async def _exercise(logs: Path) -> dict[str, Any]:
+    kept = journal.install(str(logs))
+    events.emit("supervisor.reloaded", added=["a1"], message=SECRET)  # before the page
+    page = FleetPage(Source(), PageConfig("127.0.0.1", 0), started_at=0.0, journal=kept)
+    url = await page.start()
+    out: dict[str, Any] = {"url": url}
+    try:
+        events.emit("supervisor.agent_exited", agent_id="a1", exit="signal 9", error=SECRET)
+        events.emit("supervisor.started", state="/srv/state", fleet=f"/etc/{SECRET}.toml")
+        events.emit("relay.delivered", agent_id="a1", body=SECRET)
+        async with aiohttp.ClientSession() as http:
+            for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+                for path in ("/", "/api/fleet", "/nowhere"):
+                    async with http.request(method, url.rstrip("/") + path) as reply:
+                        out.setdefault("refused", set()).add(reply.status)
+                        out.setdefault("allow", set()).add(reply.headers.get("Allow"))
+            async with http.get(url) as reply:
+                out["html"], out["headers"] = await reply.text(), dict(reply.headers)
+            async with http.head(url) as reply:
+                out["head"] = reply.status
+            async with http.get(url + "api/fleet") as reply:
+                out["snapshot"] = await reply.json()
+            async with http.get(url, headers={"Host": f"rebound.example:{url.split(':')[2]}"}) as r:
+                out["rebound"] = r.status
+    finally:
+        await page.aclose()
+        kept.close()
+    return out
+
+
+def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_fields(
+    tmp_path: Path,
+) -> None:
+    out = asyncio.run(_exercise(tmp_path))
+    assert out["refused"] == {405} and out["allow"] == {"GET,HEAD"}
+    assert out["head"] == 200 and out["rebound"] == 403
+    assert out["html"] == PAGE and out["headers"]["Content-Security-Policy"] == CSP
+    assert "http" not in CSP and "'unsafe-inline'" not in CSP and "default-src 'none'" in CSP
+    assert "src=" not in PAGE and "href=" not in PAGE  # nothing loaded from anywhere
+    snapshot = out["snapshot"]
+    assert SECRET not in str(snapshot)
+    [row] = snapshot["agents"]
+    assert row["generation"] == 3 and row["last_reason"] == "killed by SIGKILL"
+    assert row["identity"] == "shared" and "uid" not in row  # whose uid, not which
+    assert '" (shared uid)"' in PAGE  # the fence cell says so (ctl status too)
+    assert row["usage"] == {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5, "processes": None}
+    assert row["fenced"]["code"] == "stale_generation" and "note" not in row["fenced"]
+    assert snapshot["center"] == {"state": "ok", "checked_at": 1.0, "fleet_key": None}
+    names = [e["event"] for e in snapshot["events"]]
+    assert names[:2] == ["supervisor.started", "supervisor.agent_exited"]  # newest first
+    assert names[-1] == "supervisor.reloaded" and snapshot["events"][-1]["added"] == ["a1"]
+    assert "relay.delivered" not in names  # the supervisor's own events only
+    assert "state" not in snapshot["events"][0]  # a directory, not a state word
+
+
+def test_the_json_is_built_once_per_change_and_every_poll_has_its_own_time(
+    tmp_path: Path,
+) -> None:
+    kept = journal.install(str(tmp_path))
+    try:
+        source = Source()
+        page = FleetPage(source, PageConfig("127.0.0.1", 0), started_at=0.0, journal=kept)
+        first = json.loads(page.body())
+        second = json.loads(page.body())
+        assert page.builds == 1  # nothing changed: the same bytes
+        assert second["now"] >= first["now"] and first["agents"] == second["agents"]
+        assert {k: v for k, v in first.items() if k != "now"} == {
+            k: v for k, v in second.items() if k != "now"
+        }
+        source.version = 2  # a new snapshot (a state, a count, a usage sample)
+        page.body()
+        assert page.builds == 2
+        events.emit("supervisor.agent_exited", agent_id="a1", exit="signal 9")
+        shown = json.loads(page.body())
+        assert page.builds == 3 and shown["events"][0]["event"] == "supervisor.agent_exited"
+        page.body()
+        assert page.builds == 3
+    finally:
+        kept.close()
+
+
+def test_the_allow_lists() -> None:
+    row = safe_row({"agent_id": "a", "state": "failed", "extra": 1})
+    assert row["state"] == "failed" and row["pid"] is None and "extra" not in row
+    event = safe_event("supervisor.center_health", "error", 1.0, {"state": "down", "message": "x"})
+    assert event == {
+        "ts": 1.0,
+        "level": "error",
+        "event": "supervisor.center_health",
+        "state": "down",
+    }
+    record = {"ts": 2.0, "level": "info", "event": "supervisor.x", "pid": 1, "path": "/p"}
+    assert safe_record(record) == {"ts": 2.0, "level": "info", "event": "supervisor.x", "pid": 1}
+    limits = safe_event(
+        "supervisor.limits", "info", 1.0, {"reason": "cgroup v1 (/sys/fs/cgroup/pids)", "a": 1}
+    )
+    assert "reason" not in limits  # a path, even inside a sentence
+    listening = safe_event("supervisor.page_listening", "info", 1.0, {"url": "http://[::1]:1/"})
+    assert listening["url"] == "http://[::1]:1/"
+    long = safe_event("supervisor.x", "info", 1.0, {"reason": "r" * 1000, "agents": ["a", {}]})
+    assert len(long["reason"]) == 300 and long["agents"] == ["a"]
+
+
+def test_the_supervisor_imports_the_page_only_when_it_is_set() -> None:
+    code = (
+        "import sys, mcphost.supervisor.supervisor, mcphost.supervisor.cli\n"
+        "print('mcphost.supervisor.operator.page' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
