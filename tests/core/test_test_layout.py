@@ -44,6 +44,7 @@ COMMANDS = {
 PROJECT = {
     "core/test_import_rules.py": "the import rules of pyproject.toml",
     "core/test_test_layout.py": "this layout",
+    "core/test_doc_citations.py": "the tests, files and modules the docs name",
 }
 
 # Source modules with logic and no test file of their name: where they are tested instead. A key
