@@ -5,7 +5,8 @@
 - `operations`: the control operations (status, start, stop, restart, reload, logs, exec).
 - `page`: the fleet page (HTML and its JSON) on a loopback listener.
 - `metrics`: the Prometheus endpoint (the only module that imports prometheus_client).
-- `loopback`: the bounded HTTP listener both of them stand on (connections, deadlines, peers).
+- `loopback`: the bounded HTTP listener both of them stand on (connections, deadlines, peers,
+  the `Host` guard of `values.Listen`).
 - `journal`: the supervisor's own event sinks and the recent records the page shows.
 
 It stands on top of the wings below (serving, the reconcile, agents, center, confine); nothing
