@@ -1,25 +1,26 @@
 """The fleet page: a read-only view of the fleet in a browser, on the loopback (`[page]`).
 
-Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback address or a
-Unix socket, held to that by `values.parse_listen`) with two resources: `/`, one HTML document whose style and
-script are inline (no external asset, no CDN; a Content-Security-Policy that allows exactly those
-two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script polls every
-`POLL_MS` (so the page follows restarts without a reload): the center's health, and per agent its
-state, generation, restarts, fence, usage, sessions, last exit and reason (`Operations.snapshot()`'s
-rows, read with `.get`, every field passed through an allow-list), and the supervisor's recent
-events (the newest `supervisor.*` records of the journal's ring, journal.py, each cut to
-`safe_event`'s allow-list of fields). The JSON is built once per change of what it shows (the
-snapshot's version, the journal's) and served as the same bytes to every poll until the next
-change, with the time of the answer (`now`) put in front: a poll between two changes costs the
-server's own work and a comparison of the agents' states, nothing more.
+Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback address or a Unix
+socket, held to that by `values.parse_listen`) with two resources: `/`, one HTML document whose
+style and script are inline (no external asset, no CDN; a Content-Security-Policy that allows
+exactly those two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script
+polls every `POLL_MS` (so the page follows restarts without a reload): the center's health, and per
+agent its state, generation, restarts, fence, usage, sessions, last exit and reason
+(`Operations.snapshot()`'s rows, read with `.get`, every field passed through an allow-list), and
+the supervisor's recent events (the newest `supervisor.*` records of the journal's ring,
+journal.py, each cut to `safe_event`'s allow-list of fields). The JSON is built once per change of
+what it shows (the snapshot's version, the journal's) and served as the same bytes to every poll
+until the next change, with the time of the answer (`now`) put in front: a poll between two changes
+costs the server's own work and a comparison of the agents' states, nothing more.
 
-Who can reach it: whoever can connect to that loopback port, except the agents: every local user
-of the machine (no authentication; the page says nothing more than `ctl status`'s ids, states and
-figures). The listener is loopback.py's, with its guards and bounds: a connection owned by one of
-the agents' uids is closed at once, connections are bounded per listener and per owner uid, a
-half-sent request is closed after a few seconds, and on TCP a request whose `Host` is not that
-address (or `localhost` at its port) is refused (403, `values.Listen.answers`): a web page
-elsewhere that rebinds its name to 127.0.0.1 gets nothing. GET and HEAD only; every other method is answered 405.
+Who can reach it: whoever can connect to that loopback port, except the agents: every local user of
+the machine, or on a Unix socket (mode 0660) the supervisor's user and group (no authentication;
+the page says nothing more than `ctl status`'s ids, states and figures). The listener is
+loopback.py's, with its guards and bounds: a connection owned by one of the agents' uids is closed
+at once, connections are bounded per listener and per owner uid, a half-sent request is closed
+after a few seconds, and on TCP a request whose `Host` is not that address (or `localhost` at its
+port) is refused (403, `values.Listen.answers`): a web page elsewhere that rebinds its name to
+127.0.0.1 gets nothing. GET and HEAD only; every other method is answered 405.
 
 Must never: change anything (no operation but `status`, no method but GET/HEAD), show a token, a
 fleet-file value beyond the agents' ids and plans' kinds (no `env`, no `command`, no paths), pane
