@@ -22,8 +22,9 @@ order: a wing imports only the wings and root modules below it):
   an agent in (fence, cgroups, usage, kernel).
 - `plan` (what the supervisor runs from: `Fleet`, `AgentPlan`), `identity` (the one vouch
   rule), `state` (SQLite under `--state`: generations, uids, records), `control/` (the control
-  socket: `protocol`, `server`, `client`), then `uids` (the agents' own uids) and `refusals`
-  (the one table of refusal codes and messages).
+  socket: `protocol`, `server`, `client`), then `uids` (the agents' own uids), `refusals`
+  (the one table of refusal codes and messages) and `values` (the fleet file's value types:
+  listen addresses and the `Host` guard of every HTTP listener, sizes, counts).
 
 This package file imports nothing: `mcphost supervise` loads only what it uses.
 """

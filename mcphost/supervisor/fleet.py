@@ -27,8 +27,11 @@ checks:
   absolute path is not shown, it may be the token), `runtime_socket` (absolute, optional),
   `fleet = "file" | "center"`, `poll_seconds`. With `fleet = "center"` the file has no
   `[[agent]]`: the center assigns them (the plan's `plan_from_center`, `fleet_with_agents`).
-- `[metrics]` (optional; without it no endpoint): `listen`, a loopback `host:port` or
-  `unix:/abs.sock` (`plan.parse_listen`); a non-loopback address is refused here, never bound.
+- `[metrics]` (optional; without it no endpoint) and `[page]` (optional; absent: no page, the
+  read-only fleet page of page.py): `listen`, one form for both (`values.parse_listen`): a
+  loopback `host:port` (an IP literal of `127.0.0.0/8` or `[::1]`, or `localhost`; port 0: a
+  free one) or `unix:/abs.sock`. Anything else is refused here, naming `metrics.listen` or
+  `page.listen`, never bound: neither endpoint has authentication, so whoever can connect sees it.
 - agent ids: `mcphost.names.AGENT_ID` (a directory name and an `AC_MCP_AGENT_ID`), unique (a
   duplicate names both entries); with a bundle also a relay session id (the relay tools speak
   for the session named after the agent).
@@ -46,10 +49,6 @@ checks:
   the key that asks for it (`mcphost.supervisor.plan` resolves and explains runners).
   `policy`: a relay policy id. `sandbox`: `"auto"` (default) or `"none"`.
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
-- `[page]` (optional; absent: no page): `listen = "127.0.0.1:8765"`, the read-only fleet page's
-  address (page.py), an IP literal of the loopback (`127.0.0.0/8`, `[::1]`) and a port (0: a
-  free one). Anything else is refused at load, naming `page.listen`: the page has no
-  authentication, so whoever can connect sees it.
 
 The checks of a loaded fleet against this machine (`check_users`, `check_sandbox`) are the
 plan's: `mcphost supervise` calls them after `load_fleet`, at start and at reload.
@@ -84,26 +83,21 @@ from mcphost.admin.pinning import PinError, parse_pins
 from mcphost.admin.target import AdminTarget, TargetError, parse_target
 from mcphost.names import AGENT_ID_EXPECTED, SESSION_ID_EXPECTED, is_agent_id, is_session_id
 from mcphost.settings import Invalid, SettingError, Settings
-from mcphost.supervisor import uids
-from mcphost.supervisor.confine import cgroups
+from mcphost.supervisor import uids, values
 from mcphost.supervisor.plan import (
     BUNDLE_EXPECTED,
-    LISTEN_EXPECTED,
     RESERVED_ENV_PREFIXES,
     AgentDefaults,
     CenterConfig,
     Client,
     Fleet,
     FleetSource,
-    PageConfig,
     Restart,
     Runner,
     Sandbox,
     apply_defaults,
     clipped,
     is_fleet_bundle,
-    loopback_address,
-    parse_listen,
     raise_all,
     runner_problem,
 )
@@ -210,24 +204,6 @@ def _check_user(raw: object) -> object:
     return raw
 
 
-_LISTEN_EXPECTED = (
-    'a loopback address and port, "127.0.0.1:8765" or "[::1]:8765" (127.0.0.0/8 or ::1; port '
-    "0-65535, 0: a free one): the page has no authentication, so it never listens beyond the "
-    "machine"
-)
-
-
-def loopback_listen(raw: object) -> tuple[str, int]:
-    """`[page] listen` -> (host, port) by `plan.loopback_address`, the one loopback rule of the
-    page and `/metrics`; `Invalid` for anything else."""
-    if not isinstance(raw, str):
-        raise Invalid(_LISTEN_EXPECTED, repr(raw))
-    try:
-        return loopback_address(raw)
-    except ValueError:
-        raise Invalid(_LISTEN_EXPECTED, repr(raw)) from None
-
-
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -284,16 +260,16 @@ class _Tunable(_Section):
     )
     log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
     # the agent's cgroup (cgroups.py; docs/supervisor.md, "Limits"): None is the default
-    memory_max: int | str | None = Field(None, description=cgroups.SIZE_EXPECTED)
-    pids_max: int | str | None = Field(None, description=cgroups.COUNT_EXPECTED)
-    cpu_weight: int | None = Field(None, ge=1, le=10000, description=cgroups.WEIGHT_EXPECTED)
+    memory_max: int | str | None = Field(None, description=values.SIZE_EXPECTED)
+    pids_max: int | str | None = Field(None, description=values.COUNT_EXPECTED)
+    cpu_weight: int | None = Field(None, ge=1, le=10000, description=values.WEIGHT_EXPECTED)
 
     @field_validator("memory_max", "pids_max", mode="before")
     @classmethod
     def _limit(cls, raw: Any, info: ValidationInfo) -> Any:
         if raw is None:
             return None
-        parse = cgroups.parse_size if info.field_name == "memory_max" else cgroups.parse_count
+        parse = values.parse_size if info.field_name == "memory_max" else values.parse_count
         try:
             return parse(raw)
         except ValueError as exc:
@@ -325,31 +301,29 @@ class CenterSection(_Section):
     poll_seconds: float = Field(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
 
 
-class PageSection(_Section):
-    listen: str = Field(description=_LISTEN_EXPECTED)
+class _Listening(_Section):
+    """A table whose `listen` is an operator's HTTP endpoint (`values.parse_listen`)."""
+
+    listen: str = Field(description=values.LISTEN_EXPECTED)
 
     @field_validator("listen", mode="before")
     @classmethod
-    def _loopback(cls, raw: Any) -> Any:
-        loopback_listen(raw)
+    def _listen(cls, raw: Any) -> Any:
+        if not isinstance(raw, str):
+            raise Invalid(values.LISTEN_EXPECTED, repr(raw))
+        try:
+            values.parse_listen(raw)
+        except ValueError:
+            raise Invalid(values.LISTEN_EXPECTED, clipped(raw)) from None
         return raw
 
 
-def _check_listen(raw: object) -> object:
-    if isinstance(raw, str):
-        try:
-            parse_listen(raw)
-        except ValueError:
-            raise Invalid(LISTEN_EXPECTED, clipped(raw)) from None
-    return raw
+class PageSection(_Listening):
+    """`[page]`: the read-only fleet page (off without the table)."""
 
 
-class MetricsSection(_Section):
+class MetricsSection(_Listening):
     """`[metrics]`: the Prometheus endpoint (off without the table)."""
-
-    listen: str = Field(description=LISTEN_EXPECTED)
-
-    _listen = field_validator("listen", mode="before")(_check_listen)
 
 
 class IdentitySection(_Section):
@@ -751,15 +725,12 @@ def load_fleet(
     )
     defaults = _defaults_of(model.defaults)
     agents = tuple(apply_defaults(defaults, agent.id, _overrides(agent)) for agent in model.agent)
-    page = None
-    if model.page is not None:
-        page = PageConfig(*loopback_listen(model.page.listen))
     return Fleet(
         path=os.path.abspath(path),
         center=config,
         agents=agents,
         defaults=defaults,
-        page=page,
-        metrics=parse_listen(model.metrics.listen) if model.metrics is not None else None,
+        page=values.parse_listen(model.page.listen) if model.page is not None else None,
+        metrics=values.parse_listen(model.metrics.listen) if model.metrics is not None else None,
         uids=uids.parse_range(model.identity.uids),
     )

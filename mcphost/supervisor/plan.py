@@ -1,14 +1,14 @@
 """The plan the supervisor runs from: a frozen `Fleet` of `AgentPlan`s, every default applied.
 
 Owns: the plan types every other module of the supervisor imports (`CenterConfig`, `AgentDefaults`,
-`AgentPlan`, `PageConfig`, `Fleet`; frozen dataclasses), how a plan is made from the defaults and an
-agent's own values (`apply_defaults`), the runner an agent gets (`resolve_runner`) and the
-combinations that cannot work (`runner_problem`), the rules every plan keeps wherever it came from
-(the bundle-name bound `is_fleet_bundle`, the variables the supervisor owns
-`RESERVED_ENV_PREFIXES`), the plans of the agents the center assigns (`plan_from_center`,
-`fleet_with_agents`), and the checks of a whole fleet against this machine (`check_sandbox`,
-`check_users`). The fleet file and its loader are `mcphost.supervisor.fleet`, above this module: it
-reads the file, then builds its `Fleet` here.
+`AgentPlan`, `Fleet`; frozen dataclasses; a single value's type, a listen address or a size, is
+`mcphost.supervisor.values`'s), how a plan is made from the defaults and an agent's own values
+(`apply_defaults`), the runner an agent gets (`resolve_runner`) and the combinations that cannot
+work (`runner_problem`), the rules every plan keeps wherever it came from (the bundle-name bound
+`is_fleet_bundle`, the variables the supervisor owns `RESERVED_ENV_PREFIXES`), the plans of the
+agents the center assigns (`plan_from_center`, `fleet_with_agents`), and the checks of a whole
+fleet against this machine (`check_sandbox`, `check_users`). The fleet file and its loader are
+`mcphost.supervisor.fleet`, above this module: it reads the file, then builds its `Fleet` here.
 
 - `runner`: `"auto"` (default), `"process"`, `"tmux"` or `"acp"`, resolved in the plan
   (`resolve_runner`) to one of the last three: `auto` is `tmux` for an interactive client (`claude`, `codex`)
@@ -62,6 +62,7 @@ from mcphost.names import (
 )
 from mcphost.settings import SettingError
 from mcphost.supervisor.uids import DEFAULT_RANGE, UidRange
+from mcphost.supervisor.values import Listen
 
 Client = Literal["claude", "codex", "command"]
 Runner = Literal["auto", "process", "tmux", "acp"]
@@ -205,95 +206,16 @@ def needs_restart(old: AgentPlan, new: AgentPlan) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class PageConfig:
-    """`[page]`: where the read-only fleet page listens (page.py); a loopback address only."""
-
-    host: str  # an IP literal of the loopback (127.0.0.0/8 or ::1)
-    port: int  # 0: a free port, named by the `supervisor.page_listening` event
-
-    @property
-    def listen(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
-class Listen:
-    """Where the supervisor serves an operator's read-only HTTP endpoint (`[metrics] listen`):
-    a loopback `host` and `port`, or a Unix socket `path` (then host and port are None)."""
-
-    host: str | None = None
-    port: int | None = None
-    path: str | None = None
-
-    def __str__(self) -> str:
-        if self.path is not None:
-            return f"unix:{self.path}"
-        return (
-            f"[{self.host}]:{self.port}" if ":" in (self.host or "") else f"{self.host}:{self.port}"
-        )
-
-
-LISTEN_EXPECTED = (
-    'a loopback address and port ("127.0.0.1:9464", "[::1]:9464", "localhost:9464") or a Unix '
-    'socket ("unix:/absolute/path.sock", at most 107 bytes); never a non-loopback address: the '
-    "endpoint has no authentication"
-)
-_SUN_PATH_MAX = 107  # mcphost.unixsock.SUN_PATH_MAX (the plan imports none of the sockets)
-
-
-def loopback_address(text: str) -> tuple[str, int]:
-    """The one loopback rule of the operator's HTTP endpoints (`[page]`, `[metrics]`):
-    `"127.0.0.1:8765"` / `"[::1]:8765"` -> (host, port); ValueError for anything that is not an
-    IP literal of the loopback (an IPv6 one bracketed) with a port 0-65535. A name is refused:
-    what it resolves to is not the fleet file's to say (`parse_listen` takes `localhost`)."""
-    import ipaddress
-
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError("an IPv6 literal must be bracketed")
-    address = ipaddress.ip_address(host)
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not address.is_loopback:
-        raise ValueError("not a loopback address and port")
-    return str(address), int(port)
-
-
-def parse_listen(text: str) -> Listen:
-    """`[metrics] listen` as a `Listen`; ValueError (LISTEN_EXPECTED) for anything else,
-    a non-loopback address included (refused at load, never bound): `loopback_address`, plus
-    `localhost` (127.0.0.1), never port 0 (a scraper needs a known one), or a Unix socket."""
-    if text.startswith("unix:"):
-        path = text[len("unix:") :]
-        if (
-            not path.startswith("/")
-            or "\0" in path
-            or path.endswith("/")
-            or len(os.fsencode(path)) > _SUN_PATH_MAX
-        ):
-            raise ValueError(LISTEN_EXPECTED)
-        return Listen(path=os.path.normpath(path))
-    if text.startswith("localhost:"):
-        text = "127.0.0.1" + text[len("localhost") :]
-    try:
-        host, port = loopback_address(text)
-    except ValueError:
-        raise ValueError(LISTEN_EXPECTED) from None
-    if port == 0:
-        raise ValueError(LISTEN_EXPECTED)
-    return Listen(host=host, port=port)
-
-
-@dataclass(frozen=True, slots=True)
 class Fleet:
     """The fleet in force. `agents` are in file order; equality is the reload contract.
-    `metrics`: where `/metrics` is served (None: off, the default); read at start."""
+    `page`, `metrics`: where the fleet page and `/metrics` listen (None: off, the default;
+    `metrics` is read at start, a reload moves the page)."""
 
     path: str
     center: CenterConfig
     agents: tuple[AgentPlan, ...]
     defaults: AgentDefaults = AgentDefaults()
-    page: PageConfig | None = None  # `[page]`: None, the page is off (the default)
+    page: Listen | None = None
     metrics: Listen | None = None
     uids: UidRange = DEFAULT_RANGE  # `[identity] uids`: the agents' own uids (uids.py)
 

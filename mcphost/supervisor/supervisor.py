@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.confine.cgroups import Cgroups
     from mcphost.supervisor.operator.metrics import MetricsServer, RelayFigures
     from mcphost.supervisor.operator.page import FleetPage
-    from mcphost.supervisor.plan import PageConfig
+    from mcphost.supervisor.values import Listen
 
 # Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
 # the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
@@ -214,7 +214,7 @@ class Supervisor:
         except OSError as exc:
             assert self.fleet.page is not None
             print(
-                f"mcphost supervise: [page] listen = {self.fleet.page.listen}: {exc}",
+                f"mcphost supervise: [page] listen = {self.fleet.page}: {exc}",
                 file=sys.stderr,
             )
             await self._shutdown()
@@ -262,7 +262,6 @@ class Supervisor:
             print(f"mcphost supervise: {exc.line}", file=sys.stderr)
             return False
         self.metrics, self.on_center_call = server, metrics.center_call
-        events.emit("supervisor.metrics_serving", listen=str(listen))
         return True
 
     def _relay_figures(self) -> RelayFigures | None:
@@ -285,7 +284,7 @@ class Supervisor:
         kernel-credential check is then the only gate, as it always is the real one)."""
         return 0o666 if any(runs_apart(a) for a in self.fleet.agents) else 0o600
 
-    async def _open_page(self, config: PageConfig | None) -> None:
+    async def _open_page(self, config: Listen | None) -> None:
         """The fleet page at `config` (None: none), in place of the one open; page.py is
         imported only then. Raises `OSError` when the address cannot be bound."""
         if self.page is not None:

@@ -1,11 +1,12 @@
 """Per-agent limits: each agent's process tree in a cgroup of its own.
 
-Owns: the planning (pure: the fleet keys `memory_max`, `pids_max`, `cpu_weight` as numbers, the
-documented defaults derived from what the supervisor's own group may use, the files each backend
-writes, the files each backend's usage is read from (`usage_files`: usage.py reads them), the
-parsing of `/proc/self/cgroup`, `/proc/self/mountinfo` and the OOM counters) and a thin writer
-(`Cgroups`, `AgentGroup`): detect the backend at start, make the groups, write the limits, read
-the OOM counter, and remove a group once nothing of it runs.
+Owns: the planning (pure: the fleet keys `memory_max`, `pids_max`, `cpu_weight` as numbers (parsed
+as values.py's sizes and counts; "max", `UNLIMITED`, is no limit), the documented defaults derived
+from what the supervisor's own group may use, the files each backend writes, the files each
+backend's usage is read from (`usage_files`: usage.py reads them), the parsing of
+`/proc/self/cgroup`, `/proc/self/mountinfo` and the OOM counters) and a thin writer (`Cgroups`,
+`AgentGroup`): detect the backend at start, make the groups, write the limits, read the OOM
+counter, and remove a group once nothing of it runs.
 
 Layout: `<base>/mcphost-<instance>/agent-<id>`, where `<base>` is the supervisor's own cgroup
 (per controller on v1) and `<instance>` a digest of the state directory, so the next supervisor
@@ -46,7 +47,6 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import re
 import signal
 import time
 from collections.abc import Mapping
@@ -55,6 +55,7 @@ from typing import Literal, Protocol
 
 from mcphost.events import emit
 from mcphost.supervisor.confine.usage import CgroupFiles
+from mcphost.supervisor.values import UNLIMITED
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
@@ -65,16 +66,8 @@ DEFAULT_PIDS_MAX = 512  # at most; and at most a quarter of the supervisor's gro
 DEFAULT_CPU_WEIGHT = 100  # cgroup v2's default weight: every agent an equal share
 MEMORY_SHARE = 2
 PIDS_SHARE = 4
-UNLIMITED: Literal["max"] = "max"
 OOM_REASON = "out of memory"
 _UNLIMITED_V1 = 1 << 62  # v1 reads back "no limit" as a huge number
-_SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?B?)?", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-SIZE_EXPECTED = (
-    'a number of bytes (an integer, or "512M", "2G": K, M, G, T are powers of 1024) or "max"'
-)
-COUNT_EXPECTED = 'a whole number of processes (at least 16) or "max"'
-WEIGHT_EXPECTED = "a whole number from 1 to 10000 (100: an equal share)"
 
 Kind = Literal["v2", "v1", "none"]
 LEAF = "supervisor"  # v2: the supervisor's own leaf beside its agents' groups
@@ -89,36 +82,6 @@ class Planned(Protocol):
     def pids_max(self) -> int | str | None: ...
     @property
     def cpu_weight(self) -> int | None: ...
-
-
-# -- the fleet keys -------------------------------------------------------------------------
-
-
-def parse_size(raw: object) -> int | Literal["max"]:
-    """`memory_max` as written: bytes (int), "512M" / "2GiB" (powers of 1024), or "max".
-    ValueError when it is none of these or below 1 MiB."""
-    if isinstance(raw, str) and raw.strip().lower() == UNLIMITED:
-        return UNLIMITED
-    if isinstance(raw, bool):
-        raise ValueError(SIZE_EXPECTED)
-    if isinstance(raw, int):
-        value = raw
-    elif isinstance(raw, str) and (match := _SIZE.fullmatch(raw.strip())):
-        value = int(match.group(1)) * _UNITS[match.group(2).upper()]
-    else:
-        raise ValueError(SIZE_EXPECTED)
-    if value < 1 << 20:
-        raise ValueError(SIZE_EXPECTED + ", at least 1M")
-    return value
-
-
-def parse_count(raw: object) -> int | Literal["max"]:
-    """`pids_max` as written: a whole number >= 16, or "max". ValueError otherwise."""
-    if isinstance(raw, str) and raw.strip().lower() == UNLIMITED:
-        return UNLIMITED
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 16:
-        raise ValueError(COUNT_EXPECTED)
-    return raw
 
 
 @dataclass(frozen=True, slots=True)

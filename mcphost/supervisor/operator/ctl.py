@@ -37,11 +37,11 @@ made visible (`escape_controls`: ESC as `^[`, so an OSC 52 clipboard write or a 
 is shown, not executed); to a pipe or file, the text is written as it is. `--raw` and
 `--escape` force one or the other.
 
-Owns: argument parsing (`mcphost.cliargs.Parser`), the status table (after the center's health:
-`center: ok`, or its code, the fleet key and the remedy; `limits:`, the cgroup backend or why
-there is none; a column with each agent's fence level)
-and the human uptime, the escaping of log text for a terminal, and turning replies into
-stdout/stderr and exit codes.
+Owns: argument parsing (`mcphost.cliargs.Parser`), `--state` and the socket's path, asking
+the supervisor (`control.client`), `status AGENT...`'s choice of rows (`only_agents`), `top`'s
+refresh loop, and turning replies into stdout/stderr and exit codes. What it prints of a reply
+(the status table after the center's and the limits' lines, `top`'s frames, the one-line
+answers, an agent's log text escaped for a terminal) is ctlview.py's.
 Must never: import anything heavy (no asyncio, pydantic or aiohttp: an operator tool starts
 fast), print a traceback, echo an argument it did not recognise, or write an agent's control
 characters to a terminal unless asked to (`--raw`).
@@ -54,7 +54,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcphost.cliargs import Parser
@@ -67,44 +67,29 @@ from mcphost.supervisor.control.protocol import (
     ControlError,
     unknown_agents,
 )
+from mcphost.supervisor.operator.ctlview import (
+    ERASE_BELOW,
+    HIDE,
+    HOME,
+    SHOW,
+    SORTS,
+    center_line,
+    clean,
+    describe_dry_run,
+    describe_result,
+    escaped,
+    limits_line,
+    sort_agents,
+    status_table,
+    watch_frame,
+)
 
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
-# RST: restarts; SESS: MCP sessions attached; MEM, PEAK: memory now and at its largest (of
-# this generation); CPU: CPU time; PROCS: processes; CALLS: center calls/those that failed;
-# FENCE ends " (shared uid)" for an agent that runs as the supervisor's own uid (an unprivileged
-# supervisor's, or `user = "root"`): the kernel's permissions are then no wall between them.
-SHARED_UID = {"shared": " (shared uid)"}
-# QUEUE: items waiting in the relay's delivery queue to the agent; FENCE: the agent's fence level
-# (`sandbox` in --json: fence.py's `Support.level()`, or `none`); EXIT: the last exit and its
-# reason, free text, last. Given a width (a terminal's), `status_table` fits it (`FIT`).
-COLUMNS = (
-    "AGENT", "STATE", "PID", "GEN", "RST", "UPTIME", "SESS", "MEM", "PEAK", "CPU", "PROCS",
-    "CALLS", "QUEUE", "FENCE", "EXIT",
-)  # fmt: skip
-# How a table is fitted to a width: columns with nothing in them go first; then, step by step
-# until the columns before EXIT leave it `EXIT_MIN` characters: ("shrink", column, to) cuts a
-# column's cells to that many characters (a cut cell ends in `~`), ("drop", column) leaves it
-# out. AGENT, STATE, MEM, CPU and PROCS stay; EXIT gets what is left of the width.
-EXIT_MIN = 8
-FIT: tuple[tuple[Any, ...], ...] = (
-    ("shrink", "AGENT", 16),
-    ("shrink", "FENCE", 12),
-    ("drop", "PEAK"),
-    ("drop", "QUEUE"),
-    ("drop", "CALLS"),
-    ("drop", "GEN"),
-    ("drop", "RST"),
-    ("drop", "SESS"),
-    ("shrink", "STATE", 10),
-    ("drop", "PID"),
-    ("drop", "FENCE"),
-    ("drop", "UPTIME"),
-    ("shrink", "AGENT", 10),
-)
-SORTS = {"cpu": "cpu_seconds", "mem": "memory_current_bytes"}
-_UP_STATES = frozenset({"starting", "running", "stopping"})
+
+
+# -- the arguments -------------------------------------------------------------------------------
 
 
 def _lines(text: str) -> int:
@@ -117,24 +102,23 @@ def _lines(text: str) -> int:
     return value
 
 
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected seconds") from None
-    if not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError("expected seconds from 0 to 86400")
-    return value
+def _seconds(lowest: float, highest: float) -> Callable[[str], float]:
+    """An argument of seconds from `lowest` (excluded when it is 0) to `highest`."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("expected seconds") from None
+        if not (lowest < value if lowest == 0 else lowest <= value) or not value <= highest:
+            raise argparse.ArgumentTypeError(f"expected seconds from {lowest:g} to {highest:g}")
+        return value
+
+    return seconds
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected seconds") from None
-    if not 0.1 <= value <= 3600:
-        raise argparse.ArgumentTypeError("expected seconds from 0.1 to 3600")
-    return value
+_timeout = _seconds(0, 86400)
+_interval = _seconds(0.1, 3600)
 
 
 def _agent(text: str) -> str:
@@ -256,301 +240,7 @@ def _parser() -> Parser:
     return p
 
 
-# -- rendering (pure) ----------------------------------------------------------------------------
-
-
-def human_duration(seconds: float) -> str:
-    """3m12s, 45s, 2h05m, 3d04h."""
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def _clean(value: Any) -> str:
-    """A cell: `-` for null; control characters shown as `?` (no terminal escapes)."""
-    if value is None or value == "":
-        return "-"
-    text = str(value)
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
-
-
-def _caret_table() -> dict[int, str]:
-    table = {c: "^" + chr(c + 0x40) for c in range(0x20) if c not in (0x09, 0x0A)}
-    table[0x7F] = "^?"
-    table.update({c: "M-^" + chr(c - 0x80 + 0x40) for c in range(0x80, 0xA0)})
-    return table
-
-
-_CARETS = _caret_table()
-
-
-def escape_controls(text: str) -> str:
-    """`text` with every control character but LF and TAB made visible, as `cat -v` shows them:
-    C0 as `^@`..`^_` (ESC `^[`, CR `^M`), DEL as `^?`, C1 (U+0080..U+009F) as `M-^@`..`M-^_`.
-    A CR right before an LF is dropped (a terminal line end shows as one). Pure."""
-    return text.replace("\r\n", "\n").translate(_CARETS)
-
-
-def escaped(chunks: Iterable[str]) -> Iterator[str]:
-    """`escape_controls` over a stream of chunks: a CR that ends a chunk waits for the next
-    one, so a CRLF split between two chunks is still one line end."""
-    held = ""
-    for chunk in chunks:
-        text = held + chunk
-        held = "\r" if text.endswith("\r") else ""
-        if text := text[: len(text) - len(held)]:
-            yield escape_controls(text)
-    if held:
-        yield escape_controls(held)
-
-
-def _state_cell(agent: Mapping[str, Any]) -> str:
-    """The state, with `fenced (<code>)` while the center fences the agent's current generation
-    (the supervisor is replacing it: `ctl status --json` has the whole `fenced` record)."""
-    state = _clean(agent.get("state"))
-    protocol = agent.get("protocol_state")
-    if protocol and agent.get("state") in _UP_STATES:  # an ACP agent: `running, acp busy`
-        code = agent.get("state_reason_code")
-        state += f", {_clean(agent.get('runner'))} {_clean(protocol)}"
-        state += f" ({_clean(code)})" if code else ""
-    fenced = agent.get("fenced")
-    if isinstance(fenced, Mapping) and fenced.get("generation") == agent.get("generation"):
-        return f"{state}, fenced ({_clean(fenced.get('code'))})"
-    return state
-
-
-def _exit_cell(agent: Mapping[str, Any]) -> str:
-    """`signal 9: killed by SIGKILL`: the last exit and the reason, whichever there are."""
-    parts = [agent.get(key) for key in ("last_exit", "last_reason")]
-    return _clean(": ".join(_clean(part) for part in parts if part not in (None, "")))
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value
-
-
-def human_bytes(value: Any) -> str:
-    """512K, 120M, 1.5G (binary units, at most 5 characters); `-` when unknown."""
-    number = _number(value)
-    if number is None:
-        return "-"
-    for unit in ("B", "K", "M", "G", "T"):
-        if number < 1024 or unit == "T":
-            break
-        number /= 1024
-    if unit == "B":
-        return f"{int(number)}B"
-    return f"{number:.1f}{unit}" if number < 10 else f"{int(number)}{unit}"
-
-
-def human_cpu(value: Any) -> str:
-    """0.4s, 12s, 3m12s, 2h05m: CPU time; `-` when unknown."""
-    seconds = _number(value)
-    if seconds is None:
-        return "-"
-    return f"{seconds:.1f}s" if seconds < 10 else human_duration(seconds)
-
-
-def _usage_cells(usage: Any) -> tuple[str, ...]:
-    """MEM, PEAK, CPU, PROCS, CALL/ERR, QUEUE of a row's `usage` (all `-` without one)."""
-    if not isinstance(usage, Mapping):
-        return ("-",) * 6
-    calls, errors = _number(usage.get("center_calls")), _number(usage.get("center_errors"))
-    return (
-        human_bytes(usage.get("memory_current_bytes")),
-        human_bytes(usage.get("memory_peak_bytes")),
-        human_cpu(usage.get("cpu_seconds")),
-        _clean(usage.get("processes")),
-        f"{int(calls)}/{int(errors or 0)}" if calls else "-",
-        _clean(usage.get("relay_queue_depth")),
-    )
-
-
-def sort_agents(agents: Sequence[Mapping[str, Any]], by: str | None) -> list[Mapping[str, Any]]:
-    """The rows as given, or by `cpu` / `mem` (`SORTS`), largest first, unknown last."""
-    if by is None:
-        return list(agents)
-    key = SORTS[by]
-
-    def figure(agent: Mapping[str, Any]) -> float:
-        usage = agent.get("usage")
-        value = _number(usage.get(key)) if isinstance(usage, Mapping) else None
-        return -1.0 if value is None else float(value)
-
-    return sorted(agents, key=figure, reverse=True)
-
-
-def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
-    for agent in agents:
-        started = agent.get("started_at")
-        up = (
-            human_duration(now - started)
-            if isinstance(started, int | float)
-            and not isinstance(started, bool)
-            and agent.get("state") in _UP_STATES
-            else "-"
-        )
-        rows.append(
-            (
-                _clean(agent.get("agent_id")),
-                _state_cell(agent),
-                _clean(agent.get("pid")),
-                _clean(agent.get("generation")),
-                _clean(agent.get("restarts")),
-                up,
-                _clean(agent.get("sessions")),
-                *_usage_cells(agent.get("usage")),
-                _clean(agent.get("sandbox")) + SHARED_UID.get(str(agent.get("identity")), ""),
-                _exit_cell(agent),
-            )
-        )
-    return rows
-
-
-def center_line(center: Any) -> str:
-    """`center: ok`, or `center: <code> (<fleet key>): <remedy>`; nothing from an older
-    supervisor that does not report it."""
-    if not isinstance(center, Mapping):
-        return ""
-    state = _clean(center.get("state"))
-    if state == "ok":
-        return "center: ok\n\n"
-    key = center.get("fleet_key")
-    return (
-        f"center: {state}"
-        + (f" ({_clean(key)})" if key else "")
-        + f": {_clean(center.get('message'))}\n\n"
-    )
-
-
-def limits_line(limits: Any) -> str:
-    """`limits: cgroup v1 (...)`, or `limits: none: <why> (agents run without limits)`; nothing
-    from a supervisor that does not report it (docs/supervisor.md, "Limits")."""
-    if not isinstance(limits, Mapping):
-        return ""
-    if limits.get("backend") == "none":
-        return f"limits: none: {_clean(limits.get('reason'))} (agents run without limits)\n\n"
-    defaults = limits.get("defaults")
-    shown = ""
-    if isinstance(defaults, Mapping):
-        memory = defaults.get("memory_max")
-        mib = f"{memory >> 20} MiB" if isinstance(memory, int) else "no limit"
-        shown = (
-            f"; per agent by default: memory {mib}, {_clean(defaults.get('pids_max'))} "
-            f"processes, cpu weight {_clean(defaults.get('cpu_weight'))}"
-        )
-    return f"limits: cgroup {_clean(limits.get('backend'))}{shown}\n\n"
-
-
-def _cut(cell: str, width: int) -> str:
-    return cell if len(cell) <= width else cell[: max(width - 1, 0)] + "~"
-
-
-def fit_columns(rows: list[tuple[str, ...]], width: int | None) -> list[list[str]]:
-    """`rows` (the header first) fitted to `width` (`FIT`), as lists of cells."""
-    columns = list(COLUMNS)
-    table = [list(row) for row in rows]
-    if width is None:
-        return table
-
-    def drop(name: str) -> None:
-        at = columns.index(name)
-        del columns[at]
-        for row in table:
-            del row[at]
-
-    def before_exit() -> int:  # the width of every column but EXIT, and the gap before it
-        return sum(max(len(row[i]) for row in table) + 2 for i in range(len(columns) - 1))
-
-    for at in range(len(columns) - 2, 1, -1):  # empty columns (only `-`), never AGENT, STATE
-        if len(table) > 1 and all(row[at] == "-" for row in table[1:]):
-            drop(columns[at])
-    exit_width = max(len(row[-1]) for row in table)
-    for step in FIT:
-        if before_exit() + min(exit_width, EXIT_MIN) <= width:
-            break
-        if step[1] not in columns:
-            continue
-        if step[0] == "drop":
-            drop(step[1])
-        else:
-            at = columns.index(step[1])
-            for row in table[1:]:
-                row[at] = _cut(row[at], step[2])
-    room = max(width - before_exit(), 4)
-    for row in table[1:]:
-        row[-1] = _cut(row[-1], room)
-    return table
-
-
-def status_table(agents: Sequence[Mapping[str, Any]], now: float, width: int | None = None) -> str:
-    """The table, every line at most `width` characters when given (`FIT`)."""
-    rows = fit_columns([COLUMNS, *status_rows(agents, now)], width)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = []
-    for row in rows:
-        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
-        line = "  ".join(cells).rstrip()
-        out.append(line if width is None else line[:width])
-    return "\n".join(out) + "\n"
-
-
-# A dry run's lists, in the order a reload acts, with what each does to the agents in it.
-DRY_RUN_LINES = (
-    ("removed", "would stop"),
-    ("added", "would start"),
-    ("changed", "would restart"),
-    ("updated", "would update in place"),
-)
-
-
-def describe_dry_run(result: Mapping[str, Any]) -> str:
-    """`ctl reload --dry-run`: one line per kind of change that a reload would make."""
-    lines = []
-    for key, verb in DRY_RUN_LINES:
-        value = result.get(key)
-        if isinstance(value, list) and value:
-            lines.append(f"{verb}: " + ", ".join(_clean(v) for v in value))
-    return "\n".join(lines) if lines else "would change nothing"
-
-
-def describe_result(command: str, agent: str | None, result: Any) -> str:
-    """One line for start/stop/restart/reload."""
-    if isinstance(result, Mapping):
-        if command == "reload":
-            parts = []
-            for key in ("added", "removed", "changed", "updated", "unchanged"):
-                value = result.get(key)
-                if isinstance(value, list) and (value or key != "updated"):
-                    names = ", ".join(_clean(v) for v in value)
-                    parts.append(f"{len(value)} {key}" + (f" ({names})" if names else ""))
-            if parts:
-                return "reloaded: " + "; ".join(parts)
-        else:
-            bits = [
-                f"{k} {_clean(result[k])}" for k in ("state", "pid", "generation") if k in result
-            ]
-            if result.get("already"):
-                bits.insert(0, f"already {_clean(result['already'])}")
-            if bits:
-                return f"{_clean(result.get('agent_id', agent))}: {', '.join(bits)}"
-    if result is None:
-        return f"{command}: done"
-    return json.dumps(result, ensure_ascii=False)
-
-
-# -- main ----------------------------------------------------------------------------------------
+# -- asking and answering ------------------------------------------------------------------------
 
 
 def _fail(message: str, code: str) -> int:
@@ -613,41 +303,6 @@ def _terminal_size() -> tuple[int, int]:
     except (OSError, ValueError):
         return 80, 24
     return (size.columns or 80, size.lines or 24)
-
-
-# ANSI: cursor home, erase to the end of the line / of the screen, hide / show the cursor
-HOME, ERASE_LINE, ERASE_BELOW, HIDE, SHOW = "\x1b[H", "\x1b[K", "\x1b[J", "\x1b[?25l", "\x1b[?25h"
-
-
-def watch_frame(
-    result: Mapping[str, Any],
-    now: float,
-    *,
-    sort: str | None,
-    interval: float,
-    size: tuple[int, int] | None,
-) -> str:
-    """One refresh of `ctl top`: a title line, the center's line and the table; for a terminal
-    of `size` (columns, lines), fitted to it (rows beyond its height summed up in one line)
-    and drawn over the previous frame (cursor home, each line erased to its end, the rest of
-    the screen erased); plain text ending in a blank line otherwise."""
-    agents = sort_agents(result.get("agents") or [], sort)
-    title = (
-        f"mcphost top: {len(agents)} agents, every {interval:g}s, "
-        f"sorted by {sort or 'agent'}, {time.strftime('%H:%M:%S', time.localtime(now))}"
-    )
-    width = size[0] if size is not None else None
-    lines = [title, *center_line(result.get("center")).splitlines()]
-    table = status_table(agents, now, width).splitlines()
-    if size is not None:
-        room = max(size[1] - len(lines) - 1, 2)  # the last line stays free (no scrolling)
-        if len(table) > room:
-            hidden = len(table) - room + 1
-            table = [*table[: room - 1], f"... {hidden} more (a taller terminal shows them)"]
-    lines += table
-    if size is None:
-        return "\n".join(lines) + "\n\n"
-    return HOME + "".join(line[: size[0]] + ERASE_LINE + "\n" for line in lines) + ERASE_BELOW
 
 
 def _watch(args: argparse.Namespace, path: str) -> int:
@@ -734,7 +389,7 @@ def _restart_all(args: argparse.Namespace, path: str) -> int:
     """`restart --all`: every agent of the fleet, one after the other (a line each); a
     refusal for one (an agent a reload removed meanwhile, say) is printed and the others still
     restarted (exit 1 then)."""
-    agents = [_clean(row.get("agent_id")) for row in _status(path, args.timeout)["agents"]]
+    agents = [clean(row.get("agent_id")) for row in _status(path, args.timeout)["agents"]]
     code = EXIT_OK
     for agent in agents:
         try:

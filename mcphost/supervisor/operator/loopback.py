@@ -1,8 +1,8 @@
 """One listener for the operator's read-only HTTP endpoints: the fleet page and `/metrics`.
 
-Owns: binding an aiohttp application to a loopback `Listen` (an address `plan.parse_listen` or
-`fleet.loopback_listen` accepted, both by `plan.loopback_address`) or a Unix socket (through
-`mcphost.unixsock`), its own accept loop, and every guard and bound on what arrives there:
+Owns: binding an aiohttp application to a `Listen` (`mcphost.supervisor.values`: a loopback
+address or a Unix socket, bound through `mcphost.unixsock`; the one form `[page] listen` and
+`[metrics] listen` share), its own accept loop, and every guard and bound on what arrives there:
 - who: the owner uid of each connection, from the kernel (`peer.tcp_owner_uid` on TCP,
   `SO_PEERCRED` on a Unix socket), never from what it sends; a connection whose owner is one of
   the agents' own uids (`agent_uids()`, the supervisor's one callable) is closed at once
@@ -12,9 +12,9 @@ Owns: binding an aiohttp application to a loopback `Listen` (an address `plan.pa
 - how long: the request head must arrive within `HEAD_SECONDS` and the reply be taken within
   `REPLY_SECONDS`, or the connection is aborted; every response closes its connection (no
   keep-alive: nothing idles);
-- which `Host` (TCP only): the listener's own address or `localhost` at its port, 403 otherwise
-  (a web page elsewhere that rebinds its name to 127.0.0.1 gets nothing; a browser cannot reach
-  a Unix socket);
+- which `Host`: the one guard against DNS rebinding, `Listen.answers` of the address bound (on
+  TCP its own address or `localhost` at its port, 403 otherwise: a web page elsewhere that
+  rebinds its name to 127.0.0.1 gets nothing; on a Unix socket any, no browser reaches one);
 - what it logs: refusals and accept failures (EMFILE...) through `events.emit_limited`, at most
   one line per kind every `LOG_EVERY_SECONDS`, carrying the count left out.
 
@@ -39,9 +39,9 @@ from aiohttp import web
 
 from mcphost import events, peer
 from mcphost.events import RateLimit
+from mcphost.supervisor.values import Listen
 
 if TYPE_CHECKING:
-    from mcphost.supervisor.plan import Listen
     from mcphost.unixsock import Listening
 
 CONNECTIONS_PER_LISTENER = 64  # open at once on one listener; more are closed at once
@@ -150,7 +150,8 @@ class _Counted(asyncio.Protocol):
 @dataclass(eq=False)
 class LoopbackServer:
     """`app` served at `listen` under the module's guards; `name` names it in the log
-    (`page`, `metrics`). `start()` binds (raises `OSError` or `unixsock.SocketPathError`),
+    (`page`, `metrics`). `start()` binds (raises `OSError`, a Unix socket's path refused too) and
+    sets `bound`, the address listened at (port 0 replaced by the one the kernel chose);
     `aclose()` ends it and every connection."""
 
     app: web.Application
@@ -159,8 +160,7 @@ class LoopbackServer:
     agent_uids: AgentUids = no_agents
     unix_mode: int = 0o660
     bounds: Bounds = field(default_factory=Bounds)
-    hosts: frozenset[str] = frozenset()  # the `Host` values answered (TCP; set by `start`)
-    address: tuple[str, int] | None = None  # the bound address (TCP; set by `start`)
+    bound: Listen | None = None  # set by `start`: `listen`, with the port bound on TCP
     refused: dict[str, int] = field(default_factory=dict)  # refusals by reason (tests)
     _runner: web.AppRunner | None = None
     _sock: socket.socket | None = None
@@ -183,16 +183,18 @@ class LoopbackServer:
                 self._sock = self._listening.sock
             else:
                 self._sock = _bind(self.listen)
+        except unixsock.SocketPathError as exc:  # a live socket, not a socket...: one kind
+            await runner.cleanup()
+            raise OSError(str(exc)) from None
         except BaseException:
             await runner.cleanup()
             raise
         self._sock.setblocking(False)
         self._runner = runner
+        self.bound = self.listen
         if self.listen.path is None:
             host, port = self._sock.getsockname()[:2]
-            self.address = (host, port)
-            shown = f"[{host}]" if ":" in host else host
-            self.hosts = frozenset({f"{shown}:{port}", f"localhost:{port}"})
+            self.bound = Listen(host=host, port=port)
         self._accepting = asyncio.get_running_loop().create_task(self._accept(runner.server))
 
     async def aclose(self) -> None:
@@ -294,7 +296,7 @@ class LoopbackServer:
                 REPLY_SECONDS, _abort, request.transport
             )
         try:
-            if self.hosts and request.headers.get("Host", "").lower() not in self.hosts:
+            if self.bound is None or not self.bound.answers(request.headers.get("Host")):
                 raise web.HTTPForbidden(
                     text="this endpoint answers its own loopback address only\n"
                 )

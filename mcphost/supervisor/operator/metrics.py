@@ -22,14 +22,15 @@ and the HTTP server (`MetricsServer`: aiohttp on the supervisor's event loop, `G
 only) on a loopback address or a Unix socket (0660, bound through `mcphost.unixsock`), through
 loopback.py's listener as the fleet page is: connections owned by an agent's uid closed at once,
 bounds per listener and per owner uid, a deadline for the request head, no keep-alive, and on
-TCP a `Host` that is not the listener's own address refused (403).
+TCP a `Host` that is not the listener's own address refused (403, `values.Listen.answers`); it
+names where it listens (`supervisor.metrics_serving`, the port bound when `listen` asked for 0).
 
 Labels: `agent` (an agent id: the one label that grows with the fleet), `state` (the six
 states), `fence` (a fence level name), `tool` (a catalog tool name, or `unknown`: never a name
 a client chose), `outcome` (`ok`, a stable code, or `other` for one that is not code-shaped).
 
 Must never: put a token, a prompt, a message body, a path or anything a client or an agent chose
-in a label or a value; serve anything but `GET /metrics`; bind an address `plan.parse_listen`
+in a label or a value; serve anything but `GET /metrics`; bind an address `values.parse_listen`
 did not accept (loopback or a Unix socket); change anything it reads; be imported while metrics
 are off (it imports prometheus_client and aiohttp's server side: the supervisor imports it only
 when `[metrics]` is set, so neither the start-up of an unmetered supervisor nor the per-agent
@@ -42,7 +43,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -50,13 +51,15 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
+from mcphost import events
 from mcphost.supervisor.agents.runner import AgentState
 
 if TYPE_CHECKING:
     from aiohttp import web
 
     from mcphost.supervisor.operator.loopback import AgentUids, LoopbackServer
-    from mcphost.supervisor.plan import Listen
+    from mcphost.supervisor.operator.operations import Snapshot
+    from mcphost.supervisor.values import Listen
 
 # Every family this endpoint exposes (with `process_*` of the ProcessCollector): name -> help.
 NAMES: dict[str, str] = {
@@ -232,15 +235,6 @@ class RelayCollector:
         return []  # never collected at registration
 
 
-class Versioned(Protocol):
-    """A status and its version (`operations.Snapshot`)."""
-
-    @property
-    def version(self) -> int: ...
-    @property
-    def status(self) -> Mapping[str, Any]: ...
-
-
 class Metrics:
     """The registry, the fleet's text and what feeds them (module doc). `snapshot`:
     `Operations.snapshot`; `relay`: the relay's figures now (None: the supervisor serves no
@@ -248,7 +242,7 @@ class Metrics:
 
     def __init__(
         self,
-        snapshot: Callable[[], Versioned],
+        snapshot: Callable[[], Snapshot],
         relay: Callable[[], RelayFigures | None],
     ) -> None:
         self._snapshot = snapshot
@@ -303,7 +297,7 @@ class MetricsBindError(Exception):
 
 class MetricsServer:
     """`GET /metrics` of `metrics` at `listen`, on the running event loop, through loopback.py's
-    listener (its guards and bounds; `Host` checked on TCP)."""
+    listener (its guards and bounds; `Host` checked on TCP, as the page's)."""
 
     def __init__(
         self, metrics: Metrics, listen: Listen, agent_uids: AgentUids | None = None
@@ -320,10 +314,10 @@ class MetricsServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def start(self) -> None:
-        """Bind and serve; `MetricsBindError` when it cannot."""
+        """Bind and serve (`supervisor.metrics_serving` names where); `MetricsBindError` when
+        it cannot."""
         from aiohttp import web
 
-        from mcphost import unixsock
         from mcphost.supervisor.operator.loopback import LoopbackServer, no_agents
 
         app = web.Application()
@@ -334,10 +328,10 @@ class MetricsServer:
         )  # fmt: skip
         try:
             await server.start()
-        except (OSError, unixsock.SocketPathError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise MetricsBindError(self.listen, why) from None
+        except OSError as exc:
+            raise MetricsBindError(self.listen, exc.strerror or str(exc)) from None
         self.server = server
+        events.emit("supervisor.metrics_serving", listen=str(server.bound))
 
     async def aclose(self) -> None:
         server, self.server = self.server, None

@@ -1,24 +1,25 @@
 """The fleet page: a read-only view of the fleet in a browser, on the loopback (`[page]`).
 
-Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback IP literal, held
-to that by the fleet file's loader) with two resources: `/`, one HTML document whose style and
-script are inline (no external asset, no CDN; a Content-Security-Policy that allows exactly those
-two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script polls every
-`POLL_MS` (so the page follows restarts without a reload): the center's health, and per agent its
-state, generation, restarts, fence, usage, sessions, last exit and reason (`Operations.snapshot()`'s
-rows, read with `.get`, every field passed through an allow-list), and the supervisor's recent
-events (the newest `supervisor.*` records of the journal's ring, journal.py, each cut to
-`safe_event`'s allow-list of fields). The JSON is built once per change of what it shows (the
-snapshot's version, the journal's) and served as the same bytes to every poll until the next
-change, with the time of the answer (`now`) put in front: a poll between two changes costs the
-server's own work and a comparison of the agents' states, nothing more.
+Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback address or a Unix
+socket, held to that by `values.parse_listen`) with two resources: `/`, one HTML document whose
+style and script are inline (no external asset, no CDN; a Content-Security-Policy that allows
+exactly those two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script
+polls every `POLL_MS` (so the page follows restarts without a reload): the center's health, and per
+agent its state, generation, restarts, fence, usage, sessions, last exit and reason
+(`Operations.snapshot()`'s rows, read with `.get`, every field passed through an allow-list), and
+the supervisor's recent events (the newest `supervisor.*` records of the journal's ring,
+journal.py, each cut to `safe_event`'s allow-list of fields). The JSON is built once per change of
+what it shows (the snapshot's version, the journal's) and served as the same bytes to every poll
+until the next change, with the time of the answer (`now`) put in front: a poll between two changes
+costs the server's own work and a comparison of the agents' states, nothing more.
 
-Who can reach it: whoever can connect to that loopback port, except the agents: every local user
-of the machine (no authentication; the page says nothing more than `ctl status`'s ids, states and
-figures). The listener is loopback.py's, with its guards and bounds: a connection owned by one of
-the agents' uids is closed at once, connections are bounded per listener and per owner uid, a
-half-sent request is closed after a few seconds, and a request whose `Host` is not that address
-(or `localhost` at its port) is refused (403): a web page elsewhere that rebinds its name to
+Who can reach it: whoever can connect to that loopback port, except the agents: every local user of
+the machine, or on a Unix socket (mode 0660) the supervisor's user and group (no authentication;
+the page says nothing more than `ctl status`'s ids, states and figures). The listener is
+loopback.py's, with its guards and bounds: a connection owned by one of the agents' uids is closed
+at once, connections are bounded per listener and per owner uid, a half-sent request is closed
+after a few seconds, and on TCP a request whose `Host` is not that address (or `localhost` at its
+port) is refused (403, `values.Listen.answers`): a web page elsewhere that rebinds its name to
 127.0.0.1 gets nothing. GET and HEAD only; every other method is answered 405.
 
 Must never: change anything (no operation but `status`, no method but GET/HEAD), show a token, a
@@ -35,13 +36,16 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from mcphost import events
 from mcphost.supervisor.operator.loopback import AgentUids, LoopbackServer, no_agents
-from mcphost.supervisor.plan import Listen, PageConfig
+
+if TYPE_CHECKING:
+    from mcphost.supervisor.operator.operations import Snapshot
+    from mcphost.supervisor.values import Listen
 
 POLL_MS = 2000  # how often the page asks for a snapshot (the usage figures' age: operations.py)
 EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
@@ -146,19 +150,10 @@ def safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return safe_event(str(record.get("event")), str(record.get("level")), when, fields)
 
 
-class Versioned(Protocol):
-    """A status and its version (`operations.Snapshot`)."""
-
-    @property
-    def version(self) -> int: ...
-    @property
-    def status(self) -> Mapping[str, Any]: ...
-
-
 class StatusSource(Protocol):
     """What the page reads of the supervisor: `Operations.snapshot()` (operations.py)."""
 
-    def snapshot(self) -> Versioned: ...
+    def snapshot(self) -> Snapshot: ...
 
 
 class EventSource(Protocol):
@@ -354,7 +349,7 @@ class FleetPage:
     def __init__(
         self,
         source: StatusSource,
-        config: PageConfig,
+        config: Listen,
         *,
         started_at: float,
         journal: EventSource,
@@ -377,21 +372,21 @@ class FleetPage:
         self._tail = b""
         self.builds = 0  # times the JSON was built (tests, bench)
 
-    async def start(self) -> str:
-        """Bind and serve; the page's URL. Raises `OSError` (the address is taken...)."""
+    async def start(self) -> str | None:
+        """Bind and serve; the page's URL (None on a Unix socket: `supervisor.page_listening`
+        names where it listens). Raises `OSError` (the address is taken...) or
+        `unixsock.SocketPathError`."""
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._page)
         app.router.add_get("/api/fleet", self._fleet)
         app.on_response_prepare.append(_headers)
-        listen = Listen(host=self.config.host, port=self.config.port)
-        server = LoopbackServer(app, listen, "page", agent_uids=self._agent_uids)
+        server = LoopbackServer(app, self.config, "page", agent_uids=self._agent_uids)
         await server.start()
         self._server = server
-        assert server.address is not None
-        host, port = server.address
-        shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{port}/"
-        events.emit("supervisor.page_listening", url=self.url)
+        bound = server.bound
+        assert bound is not None
+        self.url = f"http://{bound}/" if bound.path is None else None
+        events.emit("supervisor.page_listening", listen=str(bound), url=self.url)
         return self.url
 
     async def aclose(self) -> None:

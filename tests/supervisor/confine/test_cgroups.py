@@ -32,28 +32,6 @@ UNIFIED_MOUNTS = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate
 LIMITS = cg.Limits(256 << 20, 64, 100)
 
 
-@pytest.mark.parametrize(
-    ("raw", "value"),
-    [(1 << 20, 1 << 20), ("512M", 512 << 20), ("2G", 2 << 30), ("2GiB", 2 << 30), ("max", "max")],
-)
-def test_sizes(raw: object, value: object) -> None:
-    assert cg.parse_size(raw) == value
-
-
-@pytest.mark.parametrize("raw", ["12Q", "", -1, 1024, True, 1.5, "1k"])
-def test_bad_sizes(raw: object) -> None:
-    with pytest.raises(ValueError):
-        cg.parse_size(raw)
-
-
-def test_counts() -> None:
-    assert cg.parse_count(512) == 512
-    assert cg.parse_count("max") == "max"
-    for bad in (3, "12", True, 0):
-        with pytest.raises(ValueError):
-            cg.parse_count(bad)
-
-
 def test_defaults_leave_the_supervisor_its_share() -> None:
     # a big machine, no limit above: the documented caps
     assert cg.default_limits(64 << 30, None) == cg.Limits(2 << 30, 512, 100)

@@ -1,12 +1,12 @@
 """The operator's loopback listener (loopback.py): the pure bookkeeping, then a real listener.
 
 Pure: `Bounds` (per listener, per owner uid, released), `refusal` (agent uids first, an unknown
-owner refused), the one address rule (`plan.loopback_address`). Real, in process, on a
-`LoopbackServer` on 127.0.0.1: a half-sent request head is closed at the head deadline (shortened
-here), a connection past the per-uid bound is closed at once, never queued, every reply closes
-its connection (no keep-alive), a foreign `Host` is 403, and a connection of an agent's uid (this
-process's, named as one) is closed before any byte is read; the refusals are logged once per
-kind with the count left out.
+owner refused); the address and `Host` rules are values.py's (tests/supervisor/test_values.py).
+Real, in process, on a `LoopbackServer` on 127.0.0.1: a half-sent request head is closed at the
+head deadline (shortened here), a connection past the per-uid bound is closed at once, never
+queued, every reply closes its connection (no keep-alive), a foreign `Host` is 403, and a
+connection of an agent's uid (this process's, named as one) is closed before any byte is read;
+the refusals are logged once per kind with the count left out.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from mcphost.supervisor.operator.loopback import (
     LoopbackServer,
     refusal,
 )
-from mcphost.supervisor.plan import Listen, loopback_address
+from mcphost.supervisor.values import Listen
 from tests.waiting import eventually
 
 
@@ -54,26 +54,6 @@ def test_an_agents_uid_or_an_unknown_owner_is_refused_before_any_bound_is_counte
     assert bounds.open == 0
     assert refusal(0, frozenset({1234}), bounds) == (None, 0)
     assert refusal(0, frozenset(), bounds) == (LISTENER_FULL, 0)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("127.0.0.1:8765", ("127.0.0.1", 8765)),
-        ("[::1]:0", ("::1", 0)),
-        ("127.9.9.9:1", ("127.9.9.9", 1)),
-    ],
-)
-def test_the_one_loopback_rule(text: str, expected: tuple[str, int]) -> None:
-    assert loopback_address(text) == expected
-
-
-@pytest.mark.parametrize(
-    "text", ["0.0.0.0:80", "localhost:80", "::1:80", "[::]:80", "127.0.0.1", "127.0.0.1:65536"]
-)
-def test_anything_else_is_refused_by_the_rule(text: str) -> None:
-    with pytest.raises(ValueError):
-        loopback_address(text)
 
 
 async def _hello(request: web.Request) -> web.Response:
@@ -101,8 +81,8 @@ async def _closed(reader: asyncio.StreamReader) -> bytes:
 
 
 async def _connect(server: LoopbackServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    assert server.address is not None
-    return await asyncio.open_connection(*server.address)
+    assert server.bound is not None
+    return await asyncio.open_connection(server.bound.host, server.bound.port)
 
 
 def test_a_half_sent_head_is_closed_at_the_deadline_and_replies_close(
@@ -112,8 +92,7 @@ def test_a_half_sent_head_is_closed_at_the_deadline_and_replies_close(
 
     async def run() -> None:
         async with serving() as server:
-            assert server.address is not None
-            host = f"127.0.0.1:{server.address[1]}"
+            host = str(server.bound)
             reader, writer = await _connect(server)
             writer.write(f"GET / HTTP/1.1\r\nHost: {host}\r\nX-Waiting: ".encode())
             assert await asyncio.wait_for(_closed(reader), 30) == b""  # closed, unanswered

@@ -10,7 +10,8 @@
 - `Metrics.center_call`: by tool and outcome (a code that is not code-shaped is `other`), a
   histogram by tool.
 - `MetricsServer` over a real Unix socket: `GET /metrics` only, mode 0660, the socket gone
-  after close.
+  after close; over loopback TCP: its own address (or `localhost` at its port) answered as
+  `Host`, any other refused 403, as the page's (DNS rebinding: `values.Listen.answers`).
 - Nothing of prometheus_client or aiohttp's server is imported by the supervisor's modules or the
   per-agent host path while metrics are off (a fresh interpreter's `sys.modules`).
 """
@@ -41,7 +42,7 @@ from mcphost.supervisor.operator.metrics import (
     outcome_label,
     relay_families,
 )
-from mcphost.supervisor.plan import Listen
+from mcphost.supervisor.values import Listen
 
 
 class Families:
@@ -272,6 +273,47 @@ def test_the_server_answers_get_metrics_only_on_a_private_socket() -> None:
     assert b" 404 " in other.split(b"\r\n")[0], other
     assert mode == 0o660
     assert gone
+
+
+def test_the_server_answers_its_own_loopback_host_only() -> None:
+    """A site elsewhere whose name was rebound to 127.0.0.1 reads no figure of the fleet."""
+    snapshots = Snapshots([{"center": None, "agents": [row("a1")]}])
+
+    async def run() -> dict[str, bytes]:
+        server = MetricsServer(Metrics(snapshots, lambda: None), Listen("127.0.0.1", 0))
+        await server.start()
+        try:
+            assert server.server is not None and server.server.bound is not None
+            bound = server.server.bound
+            assert bound.port != 0  # the port the kernel chose, which the event names
+
+            async def get(host: str) -> bytes:
+                reader, writer = await asyncio.open_connection(bound.host, bound.port)
+                writer.write(f"GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                data = await reader.read()
+                writer.close()
+                return data
+
+            hosts = {
+                "own": str(bound),
+                "localhost": f"LOCALHOST:{bound.port}",  # in any case
+                "rebound": f"rebound.example:{bound.port}",
+                "no port": "127.0.0.1",
+                "other loopback": f"127.0.0.2:{bound.port}",
+                "none": "",
+            }
+            return {name: await get(host) for name, host in hosts.items()}
+        finally:
+            await server.aclose()
+
+    replies = asyncio.run(run())
+    status = {name: reply.split(b"\r\n")[0].split()[1] for name, reply in replies.items()}
+    assert status == {
+        "own": b"200", "localhost": b"200", "rebound": b"403", "no port": b"403",
+        "other loopback": b"403", "none": b"403",
+    }, status  # fmt: skip
+    assert b"mcphost_agent_state" in replies["own"]
+    assert b"mcphost_agent_state" not in replies["rebound"]
 
 
 def test_nothing_imports_prometheus_while_metrics_are_off() -> None:

@@ -4,8 +4,9 @@ strict Content-Security-Policy that allows exactly its inline style and script; 
 carries only the allow-listed fields of the status rows, the center and the supervisor's events
 (read from the journal's ring, journal.py: those from before the page opened too); the JSON is
 built once per version of the status and of the journal, every poll in between served the same
-bytes with its own `now`; and the supervisor imports it only when `[page]` is set. The page in a
-real browser on a real supervisor: test_supervise_page.py."""
+bytes with its own `now`; on a Unix socket it answers any Host (a proxy's) and its event names
+the socket, which the page does not show; and the supervisor imports it only when `[page]` is
+set. The page in a real browser on a real supervisor: test_supervise_page.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import aiohttp
 from mcphost import events
 from mcphost.supervisor.operator import journal
 from mcphost.supervisor.operator.page import CSP, PAGE, FleetPage, safe_event, safe_record, safe_row
-from mcphost.supervisor.plan import PageConfig
+from mcphost.supervisor.values import Listen
 
 SECRET = "tok-3b9f"
 
@@ -56,7 +57,7 @@ class Source:
 async def _exercise(logs: Path) -> dict[str, Any]:
     kept = journal.install(str(logs))
     events.emit("supervisor.reloaded", added=["a1"], message=SECRET)  # before the page
-    page = FleetPage(Source(), PageConfig("127.0.0.1", 0), started_at=0.0, journal=kept)
+    page = FleetPage(Source(), Listen("127.0.0.1", 0), started_at=0.0, journal=kept)
     url = await page.start()
     out: dict[str, Any] = {"url": url}
     try:
@@ -108,13 +109,45 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     assert "state" not in snapshot["events"][0]  # a directory, not a state word
 
 
+def test_the_page_on_a_unix_socket_is_served_with_any_host_and_says_where(
+    tmp_path: Path,
+) -> None:
+    """`[page] listen = "unix:..."` (the one form `[metrics]` takes too): a proxy in front of it
+    may send its own `Host` (no browser reaches the socket); the event names the socket, and the
+    page's own view of that event leaves its path out (no paths on the page)."""
+    path = str(tmp_path / "page.sock")
+
+    async def run() -> tuple[str | None, bytes]:
+        kept = journal.install(str(tmp_path))
+        page = FleetPage(Source(), Listen(path=path), started_at=0.0, journal=kept)
+        try:
+            url = await page.start()
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(b"GET /api/fleet HTTP/1.0\r\nHost: proxy.example\r\n\r\n")
+            reply = await reader.read()
+            writer.close()
+            [listening] = kept.newest(1, "supervisor.page_listening")
+            assert listening["listen"] == f"unix:{path}" and listening["url"] is None
+            shown = safe_record(listening)
+            assert "listen" not in shown and path not in str(shown)
+            return url, reply
+        finally:
+            await page.aclose()
+            kept.close()
+
+    url, reply = asyncio.run(run())
+    assert url is None
+    assert reply.startswith(b"HTTP/1.0 200") or reply.startswith(b"HTTP/1.1 200"), reply
+    assert b'"agent_id": "a1"' in reply
+
+
 def test_the_json_is_built_once_per_change_and_every_poll_has_its_own_time(
     tmp_path: Path,
 ) -> None:
     kept = journal.install(str(tmp_path))
     try:
         source = Source()
-        page = FleetPage(source, PageConfig("127.0.0.1", 0), started_at=0.0, journal=kept)
+        page = FleetPage(source, Listen("127.0.0.1", 0), started_at=0.0, journal=kept)
         first = json.loads(page.body())
         second = json.loads(page.body())
         assert page.builds == 1  # nothing changed: the same bytes
