@@ -49,6 +49,11 @@ def test_the_table_lists_every_code_once_in_one_group() -> None:
     assert all(re.fullmatch(r"[a-z][a-z_]*[a-z]", code) for code in R.CODES)
 
 
+def test_every_code_is_in_the_operators_guide() -> None:
+    guide = (ROOT / "docs" / "relay.md").read_text()
+    assert [code for code in R.CODES if f"`{code}`" not in guide] == []
+
+
 def _written_in_place(path: Path, codes: set[str]) -> list[str]:
     """The string constants of `path` that are codes of the table, docstrings aside."""
     tree = ast.parse(path.read_text(), str(path))

@@ -412,16 +412,7 @@ class SlowLaunch(AgentRunner):
 
 async def _stop_during_a_launch(directory: str) -> dict[str, Any]:
     rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
-    runner = SlowLaunch(
-        rig.plan,
-        rig.home,
-        rig.store,
-        rig.reaper,
-        on_spawn=lambda r, pid, start, gen: rig.spawns.append((pid, start, gen)),
-        on_exit=lambda r, gen: rig.exits.append(gen),
-        argv=rig.argv,
-        env=dict(os.environ),
-    )
+    runner = SlowLaunch(rig.plan, rig.home, rig.given())
     runner.go, runner.inside = asyncio.Event(), asyncio.Event()
     starting = asyncio.ensure_future(runner.start())
     await runner.inside.wait()  # the start is inside its launch, which waits for `go`
