@@ -78,6 +78,7 @@ from mcphost.errors import CodedFailure
 from mcphost.procs import open_pidfd, wait_pidfd
 
 TMUX_SOCKET = "tmux.sock"
+NO_TMUX = "/tmux-not-found-on-PATH/tmux"  # the program named when PATH has no tmux (`program`)
 OWNED_OPTION = "@agentmux_owned"
 DEFAULT_LOOK_LINES = 120
 
@@ -94,6 +95,13 @@ _MISSING = (
 )
 
 Watch = procs.Watch  # pid -> its raw wait status (`Reaper.watch`), right after Popen
+
+
+def program(env: Mapping[str, str]) -> str:
+    """The tmux program on `env`'s PATH, else `NO_TMUX`: a server built with it still exists,
+    and each of its commands fails naming the missing program (so the supervisor starts without
+    tmux, and each tmux agent's spawn fails saying why: ctl status shows it)."""
+    return shutil.which("tmux", path=env.get("PATH", os.defpath)) or NO_TMUX
 
 
 class TmuxError(CodedFailure):

@@ -51,7 +51,7 @@ from mcphost.supervisor.agents.homes import (
     hold_home,
     reclaim_home,
 )
-from mcphost.supervisor.agents.runner import AgentRunner, AgentState, Collaborators, Intensity
+from mcphost.supervisor.agents.runner import AgentRunner, Collaborators, Intensity
 from mcphost.supervisor.agents.signin import (
     Operator,
     claude_home_is_its_own,
@@ -59,6 +59,7 @@ from mcphost.supervisor.agents.signin import (
     codex_auth,
     read_operator,
 )
+from mcphost.supervisor.agents.states import AgentState
 from mcphost.supervisor.agents.tmux import TmuxRunner
 from mcphost.supervisor.confine import fence as fences
 from mcphost.supervisor.confine.fence import Fence

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from mcphost.relay.members.tmux import TmuxEndpoint
 from mcphost.relay.tmux import TmuxServer
 from mcphost.supervisor import plan as plans
 from mcphost.supervisor.agents.runner import AgentRunner, Collaborators
@@ -61,6 +62,7 @@ def test_each_kind_is_built_with_what_it_is_given(tmp_path: Path) -> None:
         built = RUNNERS[runner].hosted(plan, home, given, site)
         assert type(built) is RUNNERS[runner]
         assert built.plan is plan and built.fence is None and not built.closed
+        assert (built.endpoint() is None) == (runner == "process")  # a member or not
     store.close()
 
 
@@ -74,6 +76,7 @@ def test_a_tmux_kind_takes_its_bundles_server_or_one_of_its_own(tmp_path: Path) 
     with_relay = SimpleNamespace(state_dir=str(tmp_path / "state"), env={}, relay=relay)
     runner = TmuxRunner.hosted(bundled, home, given, with_relay)
     assert isinstance(runner, TmuxRunner) and runner.server is bundles["party"]
+    assert runner.endpoint() == TmuxEndpoint(bundles["party"], "a")  # the relay's member
     alone = SimpleNamespace(state_dir=str(tmp_path / "state"), env={}, relay=None)
     runner = TmuxRunner.hosted(bundled, home, given, alone)
     assert isinstance(runner, TmuxRunner)

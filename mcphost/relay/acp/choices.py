@@ -34,15 +34,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mcphost.agentmux.wire import RelayError
+from mcphost.relay import reasons as R
 from mcphost.relay.envelope import rfc3339
 
 PENDING_MAX_DEFAULT = 256
 PENDING_MAX_RANGE = (1, 4096)
-
-QUEUE_FULL = "runtime_choices_queue_full"
-ALREADY_RESOLVED = "runtime_choices_request_already_resolved"
-CANCELLED = "runtime_choices_request_cancelled"
-INVALIDATED_BY_RESPAWN = "runtime_choices_request_invalidated_by_respawn"
 
 RELAY = "relay"
 """`decided_by` of the relay's own resolutions (queue full, respawn, shutdown)."""
@@ -198,7 +194,7 @@ class ChoicesQueue:
                     message_id,
                     str(uuid.uuid4()),
                     "cancelled",
-                    QUEUE_FULL,
+                    R.CHOICES_QUEUE_FULL,
                     RELAY,
                     f"the bundle's choices queue holds {self.pending_max} pending requests "
                     "(relay.toml [choices] pending-max): decide some (choose) or raise the bound",
@@ -227,7 +223,7 @@ class ChoicesQueue:
         choice = self._pending.get(choice_request_id)
         if choice is None:
             raise RelayError(
-                ALREADY_RESOLVED,
+                R.CHOICE_ALREADY_RESOLVED,
                 f"choice request {choice_request_id} is not pending: it was decided, invalidated "
                 "or never queued; list the pending ones with list command=decisions",
                 {"choice_request_id": choice_request_id},
@@ -246,7 +242,7 @@ class ChoicesQueue:
             assert option_id is not None  # check_decision
             return self._resolve(choice, acp_selected(option_id), decided_by, None, None)
         return self._resolve(
-            choice, ACP_CANCELLED, decided_by, CANCELLED, f"cancelled by {decided_by}"
+            choice, ACP_CANCELLED, decided_by, R.CHOICE_CANCELLED, f"cancelled by {decided_by}"
         )
 
     def invalidate(

@@ -40,6 +40,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Literal
 
+from mcphost.relay import reasons as R
+from mcphost.relay.acp import states as S
+
 ENTRIES_MAX = 1000
 """The buffer's cap, counted after coalescing; the oldest entries are evicted first."""
 BYTES_MAX = 8 << 20
@@ -294,13 +297,13 @@ def freshness(
     or None when fresh, snapshot_source)`. `state` is the session's state (None: no session);
     `prime_expired` says look's prime wait (`PRIME_WAIT_SECONDS` while initializing) ran out."""
     source: SnapshotSource = "live_buffer" if total > 0 else "none"
-    if state is None or state == "unavailable":
-        return "stale", "acp_worker_unavailable", source
-    if state == "recovering":
-        return "stale", "acp_worker_recovering", source
+    if state is None or state == S.UNAVAILABLE:
+        return "stale", R.STALE_UNAVAILABLE, source
+    if state == S.RECOVERING:
+        return "stale", R.STALE_RECOVERING, source
     if total == 0:
-        reason = "acp_snapshot_prime_timeout" if prime_expired else "acp_worker_initializing"
+        reason = R.STALE_PRIME_TIMEOUT if prime_expired else R.STALE_INITIALIZING
         return "stale", reason, source
-    if state in ("available", "busy"):
+    if S.ready(state):
         return "fresh", None, source
-    return "stale", "acp_worker_initializing", source
+    return "stale", R.STALE_INITIALIZING, source

@@ -14,8 +14,8 @@ How it uses the SDK, and why (verified against 0.12.1's source):
   seam), not over the byte streams: the SDK starts a task per incoming message and queues every
   outgoing frame without a bound, so the bounds of SECURITY.md X10 (requests in flight, replies
   and bytes waiting for the agent's stdin, frames from the agent per second, one frame's
-  size) are kept there, per agent. Past one the session is `unavailable` with `FLOOD`
-  (`runtime_acp_flood`) and its respawn signal, and the connection is dropped; the rate bound is
+  size) are kept there, per agent. Past one the session is `unavailable` with
+  `runtime_acp_flood` and its respawn signal, and the connection is dropped; the rate bound is
   metered from the end of bootstrap on (a `session/load` replay is a burst).
 - Frames are read by a stream observer (`observers=` of the connection). The observer runs
   synchronously in the SDK's receive loop, in frame order, before each message's handler task
@@ -76,23 +76,16 @@ from pydantic import ValidationError
 
 from mcphost import __version__, events
 from mcphost.agentmux.wire import RelayError
+from mcphost.relay import reasons as R
+from mcphost.relay.acp import states as S
 from mcphost.relay.acp.entries import ENTRIES_MAX, EntryBuffer
-from mcphost.relay.acp.transport import FLOOD, BoundedTransport, Bounds, Violation
+from mcphost.relay.acp.transport import BoundedTransport, Bounds, Violation
 
 T = TypeVar("T")
 
 PROTOCOL_VERSION = 1
 BOOTSTRAP_TIMEOUT_SECONDS = 30.0
 CLIENT_NAME = "mcphost-relay"
-
-STATES = ("initializing", "available", "busy", "recovering", "unavailable")
-
-INITIALIZE_FAILED = "runtime_acp_initialize_failed"
-LOAD_FAILED = "runtime_acp_session_load_failed"
-NEW_FAILED = "runtime_acp_session_new_failed"
-MISSING_CAPABILITY = "validation_missing_acp_capability"
-WORKER_UNAVAILABLE = "runtime_acp_worker_unavailable"
-TRANSPORT_UNAVAILABLE = "transport_unavailable"
 
 Chooser = Callable[[dict[str, Any], int | str | None], Awaitable[dict[str, Any]]]
 """`chooser(params, acp_request_id)`: a `session/request_permission`'s raw params and JSON-RPC id
@@ -154,7 +147,7 @@ class AcpSession:
         self.request_timeout = request_timeout
         self.entries = EntryBuffer(entries_cap)
         self.chooser: Chooser | None = None
-        self.state = "initializing"
+        self.state = S.INITIALIZING
         self.state_reason_code: str | None = None
         self.state_reason: str | None = None
         self.needs_respawn = False
@@ -214,7 +207,7 @@ class AcpSession:
             if self.violation is not None:  # it flooded us right after its last reply
                 raise self._flood("session/new" if load_session_id is None else "session/load")
         except RelayError as failure:
-            permanent = failure.code == MISSING_CAPABILITY
+            permanent = failure.code == R.ACP_MISSING_CAPABILITY
             self._unavailable(failure.code, failure.message, respawn=not permanent)
             raise
         finally:
@@ -222,7 +215,7 @@ class AcpSession:
             self._requests.clear()
             self._results.clear()
         self._transport.metered = True
-        self._set_state("available", None)
+        self._set_state(S.AVAILABLE, None)
         assert self.session_id is not None
         return self.session_id
 
@@ -232,7 +225,7 @@ class AcpSession:
         )
         await self._bounded(
             "initialize",
-            INITIALIZE_FAILED,
+            R.ACP_INITIALIZE_FAILED,
             self._conn.initialize(
                 protocol_version=PROTOCOL_VERSION,
                 client_capabilities=capabilities,
@@ -263,17 +256,21 @@ class AcpSession:
         self.session_id = session_id  # the replay's session/update frames carry it
         await self._bounded(
             "session/load",
-            LOAD_FAILED,
+            R.ACP_SESSION_LOAD_FAILED,
             self._conn.load_session(cwd=cwd, session_id=session_id, mcp_servers=servers),
         )
 
     async def _new(self, cwd: str, servers: list[McpServerStdio]) -> None:
         reply = await self._bounded(
-            "session/new", NEW_FAILED, self._conn.new_session(cwd=cwd, mcp_servers=servers)
+            "session/new",
+            R.ACP_SESSION_NEW_FAILED,
+            self._conn.new_session(cwd=cwd, mcp_servers=servers),
         )
         session_id = getattr(reply, "session_id", None)
         if not isinstance(session_id, str) or not session_id:
-            raise self._failure(NEW_FAILED, "session/new", "the reply carries no sessionId")
+            raise self._failure(
+                R.ACP_SESSION_NEW_FAILED, "session/new", "the reply carries no sessionId"
+            )
         self.session_id = session_id
 
     async def _bounded(self, method: str, code: str, call: Awaitable[T]) -> T:
@@ -310,12 +307,12 @@ class AcpSession:
         violation = self.violation
         assert violation is not None
         details = {"method": method, "bound": violation.bound, "limit": violation.limit}
-        return RelayError(FLOOD, violation.message, {**self._where(), **details})
+        return RelayError(R.ACP_FLOOD, violation.message, {**self._where(), **details})
 
     def _missing(self, capability: str, advertised: str) -> RelayError:
         why = f"the agent does not advertise {advertised} in initialize"
         return RelayError(
-            MISSING_CAPABILITY,
+            R.ACP_MISSING_CAPABILITY,
             f"{why}, so it cannot serve {capability}: run an agent that supports it "
             + ("or drop the session to resume" if capability == "session/load" else "instead"),
             {**self._where(), "required_capability": capability, "reason": why},
@@ -412,10 +409,10 @@ class AcpSession:
         session is not `available` or a turn runs. Raises `RelayError` `transport_unavailable`
         when the write failed (whether the agent got it is unknown); the session is then
         `unavailable` with `needs_respawn`."""
-        if self.state != "available" or self._turn is not None or self._conn is None:
+        if self.state != S.AVAILABLE or self._turn is not None or self._conn is None:
             return False
         if self._reader.at_eof():  # the agent's stdout closed while idle
-            self._unavailable(TRANSPORT_UNAVAILABLE, "the agent closed its stdout", respawn=True)
+            self._unavailable(R.TRANSPORT_UNAVAILABLE, "the agent closed its stdout", respawn=True)
             return False
         loop = asyncio.get_running_loop()
         written: asyncio.Future[None] = loop.create_future()
@@ -430,7 +427,7 @@ class AcpSession:
         finally:  # also when our caller is cancelled: a written turn still runs and ends
             self._written = None
             if written.done():
-                self._set_state("busy", None)
+                self._set_state(S.BUSY, None)
                 self.entries.add_prompt(text)
             turn.add_done_callback(self._turn_ended)
         if written.done():
@@ -439,13 +436,15 @@ class AcpSession:
         self.turn_done.set()
         failure = turn.exception()
         if type(failure) is ConnectionError:  # the SDK's own "closed": nothing was written
-            self._unavailable(TRANSPORT_UNAVAILABLE, "the connection to the agent is closed", True)
+            self._unavailable(
+                R.TRANSPORT_UNAVAILABLE, "the connection to the agent is closed", True
+            )
             return False
         why = f"writing session/prompt failed: {type(failure).__name__}: {failure}"
-        self._unavailable(TRANSPORT_UNAVAILABLE, why, respawn=True)
+        self._unavailable(R.TRANSPORT_UNAVAILABLE, why, respawn=True)
         await self._drop_connection()
         raise RelayError(
-            TRANSPORT_UNAVAILABLE,
+            R.TRANSPORT_UNAVAILABLE,
             f"{why}; whether the agent got the prompt is unknown, and it is restarted",
             {**self._where(), "reason": why},
         )
@@ -455,7 +454,7 @@ class AcpSession:
             return
         self._turn = None
         self.turn_done.set()
-        if turn.cancelled() or self.state != "busy":  # closed, or found unavailable already
+        if turn.cancelled() or self.state != S.BUSY:  # closed, or found unavailable already
             return
         failure = turn.exception()
         if failure is None:
@@ -463,15 +462,17 @@ class AcpSession:
             if self.last_stop_reason not in (None, "end_turn"):  # a refusal, a cancel, a limit
                 self.entries.add_turn_end(f"stopReason: {self.last_stop_reason}")
         elif isinstance(failure, ConnectionError):  # stdout closed (or a write failed) mid-turn
-            self._unavailable(TRANSPORT_UNAVAILABLE, "the agent's connection closed mid-turn", True)
+            self._unavailable(
+                R.TRANSPORT_UNAVAILABLE, "the agent's connection closed mid-turn", True
+            )
             # a permission request still with the chooser can never be answered: drop it
             self._dropping = asyncio.get_running_loop().create_task(self._drop_connection())
             return
         else:  # a JSON-RPC error or a malformed reply: the turn is over all the same
             self.last_stop_reason = None
             self.entries.add_turn_end(f"the turn failed: {type(failure).__name__}: {failure}")
-        if self.state == "busy":
-            self._set_state("available", None)
+        if self.state == S.BUSY:
+            self._set_state(S.AVAILABLE, None)
 
     # -- bounds -------------------------------------------------------------------------------
 
@@ -481,9 +482,9 @@ class AcpSession:
         return self._transport.violation if self._transport is not None else None
 
     def _flooded(self, violation: Violation) -> None:
-        """The transport ended its side: `unavailable` with `FLOOD` and the respawn signal,
+        """The transport ended its side: `unavailable` with `ACP_FLOOD` and the respawn signal,
         and the connection dropped (its handler tasks and a running turn end)."""
-        self._unavailable(FLOOD, violation.message, respawn=True)
+        self._unavailable(R.ACP_FLOOD, violation.message, respawn=True)
         if self._dropping is None or self._dropping.done():
             loop = asyncio.get_running_loop()
             self._dropping = loop.create_task(self._drop_connection())
@@ -497,15 +498,15 @@ class AcpSession:
     def _unavailable(self, reason_code: str, reason: str, respawn: bool) -> None:
         violation = self.violation
         if violation is not None:  # what fails after a flood fails because of it
-            reason_code, reason, respawn = FLOOD, violation.message, True
+            reason_code, reason, respawn = R.ACP_FLOOD, violation.message, True
         self.needs_respawn = self.needs_respawn or respawn
         self.state_reason = reason
-        self._set_state("unavailable", reason_code)
+        self._set_state(S.UNAVAILABLE, reason_code)
 
     def _set_state(self, state: str, reason_code: str | None) -> None:
         if state == self.state and reason_code == self.state_reason_code:
             return
-        if state != "unavailable":
+        if state != S.UNAVAILABLE:
             self.state_reason = None
         self.state = state
         self.state_reason_code = reason_code
@@ -515,8 +516,8 @@ class AcpSession:
     async def close(self) -> None:
         """Close the connection (its handler tasks and a running turn are cancelled) and the
         agent's stdin: `unavailable`, no respawn. The process is the runner's to stop."""
-        if self.state != "unavailable":
-            self._unavailable(WORKER_UNAVAILABLE, "the session was closed", respawn=False)
+        if self.state != S.UNAVAILABLE:
+            self._unavailable(R.ACP_WORKER_UNAVAILABLE, "the session was closed", respawn=False)
         await self._drop_connection()
         with contextlib.suppress(OSError, RuntimeError):
             self._writer.close()

@@ -45,7 +45,7 @@ Past a failing bound the transport ends its side: `violation` holds what was exc
 is told (once), `receive` returns end-of-stream (the SDK then fails every request in flight with
 ConnectionError), our own requests' sends raise ConnectionError and replies to the agent are
 dropped. The session (`session.AcpSession`) turns that into state `unavailable`, reason code
-`FLOOD` (`runtime_acp_flood`) and its respawn signal; the runner ends the agent's process group
+`ACP_FLOOD` (`runtime_acp_flood`, reasons.py) and its respawn signal; the runner ends the agent's process group
 and its restart policy brings it back.
 
 Must never: import `mcphost.supervisor`, patch the SDK, buffer more than the bounds say, or
@@ -63,8 +63,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcphost import events
+from mcphost.relay import reasons as R
 
-FLOOD = "runtime_acp_flood"
 READ_BUFFER = 64 << 10
 """The agent's stdout stream reader's limit (`asyncio.StreamReader(limit=...)`): it stops reading
 the pipe beyond twice this. Frames longer than it are read in pieces up to `frame_bytes`."""
@@ -307,7 +307,7 @@ class BoundedTransport:
             "relay.acp.flood",
             level="warning",
             **self._where,
-            code=FLOOD,
+            code=R.ACP_FLOOD,
             bound=bound,
             limit=limit,
             reason=what,

@@ -1,8 +1,10 @@
 """The relay's bundle members behind one port (`port.py`), one module per kind of member.
 
 Owns: the registry `KINDS` (transport name -> its `MemberKind`), the one place a kind is
-registered: a new kind is its module plus one line here; and `member(...)`, the one way the relay
-reaches a member: the kind of its transport, bound to the endpoint its host hands over
+registered: a new kind is its module plus one line here and in `Endpoint`; `Endpoint`, the
+endpoints a host hands over, one type per kind (what the supervisor's runners answer when its
+relay host asks them: `AgentRunner.endpoint`); and `member(...)`, the one way the relay reaches a
+member: the kind of its transport, bound to the endpoint its host hands over
 (`BundleHost.member_endpoint`). A transport with no kind here is refused by the relay with
 `runtime_session_type_not_implemented` (`port.session_type_not_implemented`).
 
@@ -22,6 +24,8 @@ KINDS: dict[str, MemberKind] = {
     tmux.TRANSPORT: tmux.KIND,
     acp.TRANSPORT: acp.KIND,
 }
+Endpoint = tmux.TmuxEndpoint | acp.AcpEndpoint
+"""What a host hands over for a member, one type per kind (the kind's `bind` reads its own)."""
 
 
 def kind_of(bundle: Bundle, session: Session) -> MemberKind | None:

@@ -4,8 +4,8 @@ Owns: `KIND` (the ACP `MemberKind`: a member whose coder has a `[coders.acp]` se
 default 50 entries, offsets, and a per-bundle `ChoicesQueue`), `AcpEndpoint` (what the host
 hands over: a live view of the member's current `AcpSession`, None between runs, and the state
 to report then) and `AcpMember`:
-- readiness: the session's state (`available` and `busy` count as ready, as agentmux counts
-  them), else the host's (`recovering` while it restarts the agent, with the last reason code);
+- readiness: the session's state (ready as the ACP states say, acp/states.py: `available` and
+  `busy`, as agentmux counts them), else the host's (`recovering` while it restarts the agent, with the last reason code);
 - delivery: once the session is `available` (no turn runs), the batch is one `session/prompt`
   whose text is the envelopes; `delivered` once its frame is written (the turn then runs; how
   it ends changes no outcome, acp.md §3); a write that failed is `submission_unknown`
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcphost.agentmux.wire import RelayError
+from mcphost.relay import reasons as R
+from mcphost.relay.acp import states as S
 from mcphost.relay.acp.choices import PENDING_MAX_DEFAULT, ChoicesQueue
 from mcphost.relay.acp.entries import freshness
 from mcphost.relay.acp.session import AcpSession
@@ -54,10 +56,6 @@ from mcphost.relay.outcome import UNREACHABLE, Delivery
 TRANSPORT = "acp"
 DEFAULT_LOOK_LINES = 50
 PRIME_WAIT_SECONDS = 0.75
-READY_STATES = ("available", "busy")
-INVALIDATED = "runtime_choices_request_invalidated_by_respawn"
-TURN_ENDED = "runtime_choices_request_cancelled"
-UNAVAILABLE = "runtime_acp_worker_unavailable"
 
 
 class AcpEndpoint(Protocol):
@@ -97,17 +95,17 @@ class AcpMember:
         if session is None:
             state, code = self.endpoint.idle_state()
             return Readiness(False, state, code)
-        return Readiness(session.state in READY_STATES, session.state, session.state_reason_code)
+        return Readiness(S.ready(session.state), session.state, session.state_reason_code)
 
     async def _available(self) -> AcpSession | None:
         """The session once it takes a turn; None when the host says the member is stopped."""
         while True:
             session = self.endpoint.session
-            if session is not None and session.state == "available":
+            if session is not None and session.state == S.AVAILABLE:
                 return session
             if self.endpoint.stopped:
                 return None
-            if session is not None and session.state == "busy":
+            if session is not None and session.state == S.BUSY:
                 await session.turn_done.wait()
                 continue
             await asyncio.sleep(self.context.poll_ms / 1000)
@@ -126,7 +124,9 @@ class AcpMember:
         except RelayError as err:
             return Delivery("submission_unknown", err.code, err.message)
         if not written:
-            return Delivery("not_submitted", UNAVAILABLE, "the agent could not take the turn")
+            return Delivery(
+                "not_submitted", R.ACP_WORKER_UNAVAILABLE, "the agent could not take the turn"
+            )
         if queue is not None:
             task = asyncio.get_running_loop().create_task(self._turn_ended(session, queue))
             _TURN_WATCHERS.add(task)
@@ -137,14 +137,14 @@ class AcpMember:
         """Once the turn ends, the choices it raised that are still pending can never be
         answered: the agent cancelled its turn, or exited (and is restarted by its policy)."""
         await session.turn_done.wait()
-        if session.state == "unavailable":
+        if session.state == S.UNAVAILABLE:
             queue.invalidate(
                 self.target,
-                INVALIDATED,
+                R.CHOICE_INVALIDATED_BY_RESPAWN,
                 "the agent exited mid-turn; it is restarted per its policy",
             )
         else:
-            queue.invalidate(self.target, TURN_ENDED, "the agent ended its turn without it")
+            queue.invalidate(self.target, R.CHOICE_CANCELLED, "the agent ended its turn without it")
 
     async def deliver(self, take: Callable[[], Batch]) -> Delivery:
         session = await self._available()
@@ -163,11 +163,11 @@ class AcpMember:
     async def look(self, lines: int, offset: int) -> Snapshot:
         session = self.endpoint.session
         waited = False
-        if session is not None and session.state == "initializing":
+        if session is not None and session.state == S.INITIALIZING:
             deadline = time.monotonic() + PRIME_WAIT_SECONDS
-            while session.state == "initializing" and time.monotonic() < deadline:
+            while session.state == S.INITIALIZING and time.monotonic() < deadline:
                 await asyncio.sleep(min(0.025, self.context.poll_ms / 1000))
-            waited = session.state == "initializing"
+            waited = session.state == S.INITIALIZING
         if session is None:
             entries: list[dict[str, Any]] = []
             total = 0

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from mcphost.agentmux.wire import RelayError
 from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.outcome import Delivery
+from mcphost.relay.reasons import TRANSPORT_UNAVAILABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +161,7 @@ class MemberKind(Protocol):
 def unavailable(target: str, reason: str) -> RelayError:
     """The refusal of an operation on a member that cannot be reached now."""
     return RelayError(
-        "transport_unavailable",
+        TRANSPORT_UNAVAILABLE,
         f"target session is unavailable: {reason}",
         {"target_session": target},
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 from mcphost.agentmux.operations import ChoicesListRequest, ChoicesPickRequest
 from mcphost.agentmux.wire import Principal, RelayError
+from mcphost.relay import reasons as R
 from mcphost.relay import requester as rq
 from mcphost.relay.bundles import Bundle
 from mcphost.relay.ops.base import Operation, Response
@@ -31,8 +32,6 @@ from mcphost.relay.policy import authorize
 from mcphost.relay.state import RelayState
 
 CAPABILITY = "choose"
-CANCELLED = "runtime_choices_request_cancelled"
-ALREADY_RESOLVED = "runtime_choices_request_already_resolved"
 
 
 class ChoicesListResponse(Response):
@@ -85,7 +84,7 @@ async def run_pick(
     queue = rq.choices(state, bundle)
     if queue is None:
         raise RelayError(
-            ALREADY_RESOLVED,
+            R.CHOICE_ALREADY_RESOLVED,
             f"choice request {request.choice_request_id} is not pending: no member of bundle "
             f"{bundle.id} raises choices (only ACP members do), so it has none; list the "
             "pending ones with list command=decisions",
@@ -110,7 +109,7 @@ def close(state: RelayState) -> None:
     for queue in state.choices.values():
         for target in dict.fromkeys(c.get("target_session") for c in queue.pending()):
             if isinstance(target, str):
-                queue.invalidate(target, CANCELLED, "relay shut down")
+                queue.invalidate(target, R.CHOICE_CANCELLED, "relay shut down")
 
 
 OPERATIONS: tuple[Operation[Any], ...] = (

@@ -24,6 +24,7 @@ from typing import Any
 
 from mcphost.agentmux.operations import ListRequest
 from mcphost.agentmux.wire import Principal
+from mcphost.relay import reasons as R
 from mcphost.relay import requester as rq
 from mcphost.relay.bundles import Bundle, Users, load_users
 from mcphost.relay.ops.base import Entry, Operation, Response
@@ -115,7 +116,7 @@ def listed_bundle(state: RelayState, bundle: Bundle) -> ListedBundle:
     elif not bundle.sessions:
         code, reason = "runtime_no_configured_sessions", "bundle has zero configured sessions"
     elif state.host.hosted(bundle):
-        code, reason = "runtime_startup_failed", "zero configured sessions are currently ready"
+        code, reason = R.STARTUP_FAILED, "zero configured sessions are currently ready"
     return ListedBundle(
         id=bundle.id,
         hosted=up,

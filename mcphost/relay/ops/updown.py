@@ -14,6 +14,7 @@ from typing import Any
 from mcphost.agentmux.operations import DownRequest, UpRequest
 from mcphost.agentmux.wire import Principal
 from mcphost.errors import CodedFailure
+from mcphost.relay import reasons as R
 from mcphost.relay import requester as rq
 from mcphost.relay.bundles import Bundle
 from mcphost.relay.ops.base import Entry, Operation, Response
@@ -53,7 +54,7 @@ async def _transition(state: RelayState, bundle: Bundle, up: bool) -> BundleOutc
     try:
         await (state.host.up(bundle) if up else state.host.down(bundle))
     except Exception as exc:
-        code = "runtime_startup_failed" if up else "runtime_shutdown_failed"
+        code = R.STARTUP_FAILED if up else R.SHUTDOWN_FAILED
         reason = exc.message if isinstance(exc, CodedFailure) else str(exc)
         return BundleOutcome(
             bundle_name=bundle.id, outcome="failed", reason_code=code, reason=reason or code

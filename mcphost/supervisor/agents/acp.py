@@ -53,30 +53,26 @@ from typing import Any, Protocol
 from mcphost import fsutil
 from mcphost.agentmux.wire import RelayError
 from mcphost.events import emit
+from mcphost.relay import reasons as R
+from mcphost.relay.acp import states as S
 from mcphost.relay.acp.session import AcpSession
 from mcphost.relay.acp.transport import READ_BUFFER
+from mcphost.relay.members.acp import AcpEndpoint
 from mcphost.supervisor.agents.runner import (
     AgentRunner,
-    AgentState,
-    AgentStatus,
     Collaborators,
     HomeDirs,
-    OnExit,
-    OnSpawn,
     Plan,
     _LogPipe,
     _Run,
 )
-from mcphost.supervisor.confine.kernel import Reaper, killpg_quietly
+from mcphost.supervisor.agents.states import AgentStatus
+from mcphost.supervisor.confine.kernel import killpg_quietly
 from mcphost.supervisor.plan import AgentPlan
-from mcphost.supervisor.state import StateStore
 
 ACP_DIR = "acp"  # <state>/acp/<agent id>.json: each ACP agent's persisted session id
 
 SESSION_SCHEMA = 2
-PERMANENT = frozenset({"validation_missing_acp_capability"})
-WORKER_UNAVAILABLE = "runtime_acp_worker_unavailable"
-STARTUP_FAILED = "runtime_startup_failed"
 
 OnSession = Callable[["AcpRunner", AcpSession | None], None]
 
@@ -140,7 +136,7 @@ class AcpRunner(AgentRunner):
                 return os.readlink(held)
             return os.path.realpath(os.fspath(home.workspace))
 
-        return cls.from_given(
+        return cls(
             plan,
             home,
             given,
@@ -154,35 +150,17 @@ class AcpRunner(AgentRunner):
         self,
         plan: Plan,
         home: HomeDirs,
-        store: StateStore,
-        reaper: Reaper,
+        given: Collaborators,
         *,
-        on_spawn: OnSpawn,
-        on_exit: OnExit,
-        argv: Sequence[str],
-        env: dict[str, str],
-        cwd: str | None = None,
         session_file: str,
         mcp_servers: Sequence[dict[str, Any]],
         workspace: Callable[[], str],
         target_session: str | None = None,
-        **kwargs: Any,
     ) -> None:
         """`session_file`: where the ACP session id persists (the supervisor's state);
         `mcp_servers`: the agent's own MCP servers in ACP's shape (configgen.acp_servers);
         `workspace`: the agent's working directory as the agent sees it (ACP's `cwd`)."""
-        super().__init__(
-            plan,
-            home,
-            store,
-            reaper,
-            on_spawn=on_spawn,
-            on_exit=on_exit,
-            argv=argv,
-            env=env,
-            cwd=cwd,
-            **kwargs,
-        )
+        super().__init__(plan, home, given)
         self.session_file = session_file
         self._mcp_servers = [dict(server) for server in mcp_servers]
         self._workspace = workspace
@@ -202,22 +180,30 @@ class AcpRunner(AgentRunner):
         state = session.state if session is not None else None
         code = session.state_reason_code if session is not None else self._reason_code
         if state is None and self._reason_code is not None:
-            state = "unavailable"
+            state = S.UNAVAILABLE
         return dataclasses.replace(base, protocol_state=state, state_reason_code=code)
 
     # -- the relay's endpoint (relay/members/acp.py AcpEndpoint) ----------------------------
+    def endpoint(self) -> AcpEndpoint:
+        """The ACP member's endpoint: this runner (its live `session`, `idle_state`, `stopped`)."""
+        return self
+
+    def ready(self) -> bool:
+        """Its process runs and its ACP session takes turns (or is in one)."""
+        status = self.status()
+        return status.running and S.ready(status.protocol_state)
+
     def idle_state(self) -> tuple[str, str | None]:
         """The ACP state to report while there is no session: `recovering` while the policy
         restarts the agent, `unavailable` once nothing will; with the last reason code."""
-        state = self.status().state
-        if state in (AgentState.STARTING, AgentState.RUNNING, AgentState.BACKOFF):
-            return "recovering", self._reason_code
-        return "unavailable", self._reason_code or WORKER_UNAVAILABLE
+        if self.status().state.active:
+            return S.RECOVERING, self._reason_code
+        return S.UNAVAILABLE, self._reason_code or R.ACP_WORKER_UNAVAILABLE
 
     @property
     def stopped(self) -> bool:
         """Nothing will start the agent again by itself (stopped, or failed for good)."""
-        return self.status().state in (AgentState.STOPPED, AgentState.FAILED)
+        return self.status().state.ended
 
     # -- one run ---------------------------------------------------------------------------
     async def _attach_output(self, run: _Run) -> None:
@@ -259,7 +245,7 @@ class AcpRunner(AgentRunner):
         and the restart policy brings it back. A failed handshake is `_handshake_failed`'s."""
         handshake = self._handshake
         if (
-            state != "unavailable"
+            state != S.UNAVAILABLE
             or not session.needs_respawn
             or session is not self.session
             or handshake is None
@@ -269,7 +255,10 @@ class AcpRunner(AgentRunner):
             or not self._want  # being stopped: the connection closes with the process
         ):
             return
-        self._lost = (code or WORKER_UNAVAILABLE, session.state_reason or "the connection failed")
+        self._lost = (
+            code or R.ACP_WORKER_UNAVAILABLE,
+            session.state_reason or "the connection failed",
+        )
         self._reason_code = code
         emit(
             "supervisor.acp_connection_lost",
@@ -292,7 +281,7 @@ class AcpRunner(AgentRunner):
             self._handshake_failed(run, exc.code, exc.message)
             return
         except OSError as exc:
-            self._handshake_failed(run, STARTUP_FAILED, f"cannot persist: {exc}")
+            self._handshake_failed(run, R.STARTUP_FAILED, f"cannot persist: {exc}")
             return
         emit(
             "supervisor.acp_ready",
@@ -316,7 +305,7 @@ class AcpRunner(AgentRunner):
             killpg_quietly(run.pid, signal.SIGTERM)
 
     def _spawn_failed(self, generation: int, reason: str) -> None:
-        self._reason_code = STARTUP_FAILED  # no process, so no session: acp.md's code for it
+        self._reason_code = R.STARTUP_FAILED  # no process, so no session: acp.md's code for it
         super()._spawn_failed(generation, reason)
 
     def _exit_reason(self, code: int, stopped_by_us: bool) -> str:
@@ -333,7 +322,7 @@ class AcpRunner(AgentRunner):
         exhausted = super()._given_up()
         if exhausted is not None:
             return exhausted
-        if self._failure is not None and self._failure[0] in PERMANENT:
+        if self._failure is not None and self._failure[0] in R.PERMANENT:
             return f"{self._failure[0]}: {self._failure[1]} (no restart can mend it)"
         return None
 
@@ -345,7 +334,7 @@ class AcpRunner(AgentRunner):
         if session is not None:
             await session.close()
             if not self._want:  # stopped: nothing failed, whatever the closing pipes said
-                self._reason_code = WORKER_UNAVAILABLE
+                self._reason_code = R.ACP_WORKER_UNAVAILABLE
             elif self._reason_code is None:
                 self._reason_code = session.state_reason_code
         self._notify(None)

@@ -38,10 +38,12 @@ The hosting: one `TmuxServer` per bundle (`tmux_server`), given to each `TmuxRun
 `BundleHost` for `RelayBehaviour`: `up` / `down` start / stop the bundle's agents through
 their runners, each under the agent's lock (`Agents.agent_held`, the one ctl and the
 supervisor's reconciliation hold) and looked up only then, so never a runner a reload
-discarded; `member_endpoint` for look / send / raww / choices (a tmux member: the bundle's
-server and its session; an ACP member: its `AcpRunner`, whose live `AcpSession` the relay
-drives) and `member_state` (a member is ready while its runner runs, an ACP member while its
-session is also available or busy). The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`,
+discarded; `member_endpoint` (look / send / raww / choices) and `member_state` are asked of the
+member's runner, whatever its kind: `AgentRunner.endpoint` (a tmux member's `TmuxEndpoint`, its
+bundle's server and its session; an ACP member's runner, whose live `AcpSession` the relay
+drives) and `AgentRunner.ready` (its process runs; an ACP member's session also takes turns).
+This module imports no kind of runner, nor they it (import-linter: the runners stand on one
+floor below it). The relay wire: `RelayServer(<root>/relay.sock)` with the behaviour's `authenticate`,
 `handle` and `admit`, started once the fleet has a bundle, unless the operator's environment names
 an `AGENTMUX_STATE_DIRECTORY` (an external relay, e.g. upstream agentmux: then the supervisor
 hosts tmux agents but serves no relay, and the relay tools use that state root's socket as
@@ -72,7 +74,6 @@ import asyncio
 import contextlib
 import os
 import shlex
-import shutil
 from collections.abc import Callable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,17 +85,17 @@ from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
 from mcphost.relay import tmux as tm
 from mcphost.relay.bundles import AcpCoder, Bundle, Coder, Session, TmuxCoder
-from mcphost.relay.members.acp import READY_STATES
-from mcphost.relay.members.tmux import TmuxEndpoint
-from mcphost.supervisor.agents.acp import AcpRunner
+from mcphost.relay.reasons import STARTUP_FAILED
 from mcphost.supervisor.agents.homes import agent_argv, home_paths
-from mcphost.supervisor.agents.runner import AgentRunner, AgentState
+from mcphost.supervisor.agents.runner import AgentRunner
+from mcphost.supervisor.agents.states import AgentState
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.plan import AgentPlan, Fleet
 from mcphost.supervisor.refusals import Refused
 
 if TYPE_CHECKING:
     from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
+    from mcphost.relay.members import Endpoint
     from mcphost.relay.server import RelayServer
     from mcphost.relaytools.layout import Layout
     from mcphost.relaytools.stream import Stream
@@ -103,8 +104,6 @@ RELAY_DIR = "relay"
 CONFIG_DIR = "config"
 SOCKET = "relay.sock"
 CODER_PREFIX = "fleet-"
-NO_TMUX = "/tmux-not-found-on-PATH/tmux"
-ACTIVE = (AgentState.STARTING, AgentState.RUNNING, AgentState.BACKOFF)
 MEMBER_RUNNERS = ("tmux", "acp")  # the runners whose agents are the relay's bundle members
 
 
@@ -268,9 +267,7 @@ class RelayHost:
         server = self.servers.get(bundle)
         if server is None:
             runtime = self.root / "bundles" / bundle
-            # Without tmux on the supervisor's PATH each spawn fails, naming the missing program
-            # (ctl status shows it; the restart policy applies): the supervisor still starts.
-            program = shutil.which("tmux", path=self.env.get("PATH", os.defpath)) or NO_TMUX
+            program = tm.program(self.env)  # without tmux: each spawn fails, naming it
             server = self.servers[bundle] = tm.TmuxServer(runtime, tmux=program, watch=self._watch)
         return server
 
@@ -447,13 +444,13 @@ class RelayHost:
 
     def hosted(self, bundle: Bundle) -> bool:
         runners = (self._member(bundle.id, a) for a in self._members(bundle.id))
-        return any(r is not None and r.status().state in ACTIVE for r in runners)
+        return any(r is not None and r.status().state.active for r in runners)
 
     async def up(self, bundle: Bundle) -> None:
         members = self._members(bundle.id)
         if not members:
             raise RelayError(
-                "runtime_startup_failed",
+                STARTUP_FAILED,
                 f'bundle {bundle.id!r} has no agent with runner = "tmux" or "acp" in the fleet: '
                 "add one to the fleet file and reload",
             )
@@ -474,7 +471,7 @@ class RelayHost:
                 return
             if not up:
                 await runner.stop()
-            elif runner.status().state not in ACTIVE:
+            elif not runner.status().state.active:
                 await runner.start()
 
     def queue_depth(self, bundle: str | None, agent_id: str) -> int | None:
@@ -486,25 +483,19 @@ class RelayHost:
         worker = self.behaviour.state.workers.get((bundle, agent_id))
         return 0 if worker is None else len(worker.queue)
 
-    def member_endpoint(self, bundle: Bundle, session_id: str) -> object | None:
-        """A member's endpoint: a tmux member's, the bundle's server and its session (named as
-        the agent); an ACP member's, its runner (`AcpRunner`: the live ACP session)."""
+    def member_endpoint(self, bundle: Bundle, session_id: str) -> Endpoint | None:
+        """A member's endpoint, as its runner gives it (`AgentRunner.endpoint`)."""
         runner = self._member(bundle.id, session_id)
-        if isinstance(runner, AcpRunner):
-            return runner
-        server = self.servers.get(bundle.id)
-        return None if server is None else TmuxEndpoint(server, session_id)
+        return None if runner is None else runner.endpoint()
 
     def member_state(self, bundle: Bundle, session_id: str) -> tuple[bool, MemberHealth]:
+        """Ready as its runner says (`AgentRunner.ready`); failed (counted) or ended (stopped)
+        as its state says."""
         from mcphost.relay.behaviour import MemberHealth
 
         runner = self._member(bundle.id, session_id)
         if runner is None:
             return False, MemberHealth()
-        status = runner.status()
-        failures = int(status.state == AgentState.FAILED)
-        ready = status.state == AgentState.RUNNING and status.pid is not None
-        if isinstance(runner, AcpRunner):  # and its ACP session takes turns (or is in one)
-            ready = ready and status.protocol_state in READY_STATES
-        stopped = status.state in (AgentState.STOPPED, AgentState.FAILED)
-        return ready, MemberHealth(startup_failure_count=failures, stopped=stopped)
+        state = runner.status().state
+        failures = int(state == AgentState.FAILED)
+        return runner.ready(), MemberHealth(startup_failure_count=failures, stopped=state.ended)

@@ -23,7 +23,10 @@ The process-specific part is small and overridable, so another host of the agent
 reuses the rest (policy, backoff, intensity, generations, group stop): `_launch` (one spawn:
 `_reserve_generation` (the center's say, when a `reserve` was given), `_new_generation`, then
 `_register` or `_spawn_failed`) and `_run_ended` (after each run);
-`tmux.TmuxRunner` runs the agent as a tmux pane that way.
+`tmux.TmuxRunner` runs the agent as a tmux pane that way. Every kind is built one way, from
+its plan, its home and its `Collaborators` (`hosted`, from the supervisor's table of kinds), and
+answers the relay host as a member (`endpoint`, `ready`: none and its process running here).
+The agent's states are states.py's.
 `start()` and `stop()` run one at a time (a stop waits for a launch in progress, then ends what
 it launched; a relaunch the policy began when the stop came is ended the same way), and a
 runner that `aclose()` began closing never spawns again: a `restart()` whose stop overlapped the
@@ -45,12 +48,12 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcphost import procs
 from mcphost.events import emit
 from mcphost.supervisor.agents.logs import RotatingLog
+from mcphost.supervisor.agents.states import AgentState, AgentStatus
 from mcphost.supervisor.confine.kernel import (
     Reaper,
     child_setup,
@@ -64,34 +67,10 @@ from mcphost.supervisor.confine.kernel import (
 from mcphost.supervisor.state import GenerationExhausted, StateStore, generation_after
 
 if TYPE_CHECKING:
+    from mcphost.relay.members import Endpoint
     from mcphost.supervisor.confine.cgroups import AgentGroup
     from mcphost.supervisor.confine.fence import Fence
     from mcphost.supervisor.plan import AgentPlan
-
-
-class AgentState(StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    BACKOFF = "backoff"
-    FAILED = "failed"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentStatus:
-    agent_id: str
-    state: AgentState
-    pid: int | None
-    generation: int | None
-    restarts: int  # automatic restarts since this runner was created
-    started_at: float | None  # wall clock of the current run; None when not running
-    last_exit: str | None  # "exit 1", "signal 9"; None before the first exit or a failed spawn
-    last_reason: str | None
-    # a runner that speaks a protocol with its agent (agents/acp.py): the protocol's own state
-    # ("initializing", "available", "busy", "recovering", "unavailable") and its reason code
-    protocol_state: str | None = None
-    state_reason_code: str | None = None
 
 
 class Plan(Protocol):
@@ -246,7 +225,11 @@ Reserve = Callable[[str, int], Awaitable[int]]
 @dataclass(frozen=True, slots=True)
 class Collaborators:
     """What every kind of runner is given at construction besides its plan and home (the
-    supervisor's reconciliation makes one per slot: `AgentRunner.hosted`)."""
+    supervisor's reconciliation makes one per slot: `AgentRunner.hosted`). `cwd`: where the
+    agent starts, default `home.workspace`; the supervisor passes its held workspace
+    (`HeldWorkspace.cwd`), so the spawn never walks a path the agent owns. `fence`: applied in
+    the child after the user switch (fence.py; None: unfenced, changed only by `refence`);
+    `reserve`: asks the center for each spawn's generation (None: the local counter alone)."""
 
     store: StateStore
     reaper: Reaper
@@ -266,40 +249,24 @@ class AgentRunner:
     # runner that talks to its agent over stdio (agents/acp.py) pipes all three
     STDIO: tuple[int, int, int] = (subprocess.DEVNULL, subprocess.PIPE, subprocess.STDOUT)
 
-    def __init__(
-        self,
-        plan: Plan,
-        home: HomeDirs,
-        store: StateStore,
-        reaper: Reaper,
-        *,
-        on_spawn: OnSpawn,
-        on_exit: OnExit,
-        argv: Sequence[str],
-        env: dict[str, str],
-        cwd: str | None = None,
-        fence: Fence | None = None,
-        reserve: Reserve | None = None,
-    ) -> None:
-        """`cwd`: where the agent starts, default `home.workspace`; the supervisor passes its
-        held workspace (`HeldWorkspace.cwd`), so the spawn never walks a path the agent owns.
-        `fence`: applied in the child after the user switch (fence.py; None: unfenced, changed
-        only by `refence`); `reserve`: asks the center for each spawn's generation (None: the
-        local counter alone)."""
-        if not argv:
+    def __init__(self, plan: Plan, home: HomeDirs, given: Collaborators) -> None:
+        """The runner of `plan`'s agent in `home`, with every collaborator `given` (the one
+        way to build a runner: a kind that needs more takes its own keywords after these)."""
+        if not given.argv:
             raise ValueError("argv is empty")
+        store = given.store
         self.plan = plan
         self.home = home
-        self._cwd = os.fspath(home.workspace) if cwd is None else cwd
+        self._cwd = os.fspath(home.workspace) if given.cwd is None else given.cwd
         self.agent_id = plan.agent_id
         self._store = store
-        self._reaper = reaper
-        self._on_spawn = on_spawn
-        self._on_exit = on_exit
-        self._argv = list(argv)
-        self._env = dict(env)
+        self._reaper = given.reaper
+        self._on_spawn = given.on_spawn
+        self._on_exit = given.on_exit
+        self._argv = list(given.argv)
+        self._env = dict(given.env)
         self._creds = resolve_user(plan.user, plan.uid)  # KernelError now, not at spawn time
-        self._fence = fence
+        self._fence = given.fence
         self._state = AgentState.STOPPED
         self._want = False
         self._closed = False  # `aclose()` began: this runner never spawns again
@@ -309,7 +276,7 @@ class AgentRunner:
         self._task: asyncio.Task[None] | None = None
         self._run: _Run | None = None
         self._generation = store.generation(plan.agent_id)
-        self._reserve = reserve
+        self._reserve = given.reserve
         self._reserved = 1
         self._restarts = 0
         self._started_at: float | None = None
@@ -334,28 +301,18 @@ class AgentRunner:
         `reconcile.RUNNERS`): from what every runner is given and, for a kind that needs more
         of its host, from `site` (the supervisor's reconciliation; such a kind overrides this
         and states what it reads of `site` as a Protocol of its module: tmux.Site)."""
-        return cls.from_given(plan, home, given)
+        return cls(plan, home, given)
 
-    @classmethod
-    def from_given(
-        cls, plan: Plan, home: HomeDirs, given: Collaborators, **own: Any
-    ) -> AgentRunner:
-        """This kind of runner from what every runner is given, plus its `own` arguments: the
-        one place `Collaborators` become constructor arguments (each kind's `hosted` calls it)."""
-        return cls(
-            plan,
-            home,
-            given.store,
-            given.reaper,
-            on_spawn=given.on_spawn,
-            on_exit=given.on_exit,
-            argv=given.argv,
-            env=given.env,
-            cwd=given.cwd,
-            fence=given.fence,
-            reserve=given.reserve,
-            **own,
-        )
+    # -- as a relay member (relayhost.py asks; a kind of runner that is one overrides) ------
+    def endpoint(self) -> Endpoint | None:
+        """What the relay's kind of member reaches this agent through (`members.Endpoint`:
+        one type per kind); None: no kind can (a process agent speaks only through its relay
+        tools, and nothing delivers to it)."""
+        return None
+
+    def ready(self) -> bool:
+        """Whether the agent takes deliveries as a relay member: its process runs."""
+        return self.status().running
 
     # -- public ---------------------------------------------------------------------------
     def status(self) -> AgentStatus:

@@ -2,7 +2,9 @@
 interactive client without a command: fleet.py).
 
 Owns: the agent's tmux session (named after the agent id, one window, one pane whose process
-*is* the agent) on a `TmuxServer` (mcphost/relay/tmux.py): its bundle's (relayhost.py), or,
+*is* the agent) on a `TmuxServer` (mcphost/relay/tmux.py): its bundle's (the relay host's, seen
+through `TmuxServers`: this module never imports relayhost.py, which asks a runner for its
+member endpoint, `TmuxEndpoint(server, session)`, instead of knowing its kind), or,
 without a bundle, one of its own (`agent_server`: `<state>/tmux/<agent id>/tmux.sock`, 0700
 directories; one server per agent, so a pane's `$TMUX` reaches no other agent's pane, and the
 server ends with the agent's session). Nothing else: the
@@ -54,32 +56,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Protocol
 
 from mcphost import fsutil, procs
 from mcphost.events import emit
 from mcphost.relay import tmux as tm
-from mcphost.supervisor.agents.relayhost import NO_TMUX, RelayHost
-from mcphost.supervisor.agents.runner import (
-    AgentRunner,
-    AgentState,
-    Collaborators,
-    HomeDirs,
-    OnExit,
-    OnSpawn,
-    Plan,
-    Reserve,
-    _Run,
-)
+from mcphost.relay.members.tmux import TmuxEndpoint
+from mcphost.supervisor.agents.runner import AgentRunner, Collaborators, HomeDirs, Plan, _Run
 from mcphost.supervisor.confine import fence as fences
-from mcphost.supervisor.confine.fence import NO_FENCE, Fence, with_cgroup, with_switch
-from mcphost.supervisor.confine.kernel import Reaper, proc_starttime, switch_of
+from mcphost.supervisor.confine.fence import NO_FENCE, with_cgroup, with_switch
+from mcphost.supervisor.confine.kernel import proc_starttime, switch_of
 from mcphost.supervisor.plan import AgentPlan
-from mcphost.supervisor.state import StateStore
 
 CAPTURE_LINES = 1000
 DEAD_PANE = "Pane is dead"  # tmux's last line of a dead pane it keeps (remain-on-exit)
@@ -109,9 +99,8 @@ def agent_server(
 ) -> tm.TmuxServer:
     """The tmux server of `agent_id`, which has no bundle: `<state>/tmux/<agent id>/tmux.sock`.
     Without tmux on the supervisor's PATH each spawn fails naming the missing program."""
-    program = shutil.which("tmux", path=env.get("PATH", os.defpath)) or NO_TMUX
     runtime = os.path.join(state_dir, TMUX_DIR, tm.check_session_name(agent_id))
-    return AgentTmuxServer(runtime, tmux=program, watch=watch)
+    return AgentTmuxServer(runtime, tmux=tm.program(env), watch=watch)
 
 
 def wait_status(code: int | None) -> int:
@@ -123,6 +112,12 @@ def wait_status(code: int | None) -> int:
     return (code & 0xFF) << 8
 
 
+class TmuxServers(Protocol):
+    """What a tmux runner reads of the relay host: its bundle's tmux server."""
+
+    def tmux_server(self, bundle: str) -> tm.TmuxServer: ...
+
+
 class Site(Protocol):
     """What a tmux runner reads of the supervisor when it is built (`TmuxRunner.hosted`)."""
 
@@ -131,7 +126,7 @@ class Site(Protocol):
     @property
     def env(self) -> Mapping[str, str]: ...
     @property
-    def relay(self) -> RelayHost | None: ...
+    def relay(self) -> TmuxServers | None: ...
 
 
 class TmuxRunner(AgentRunner):
@@ -146,41 +141,16 @@ class TmuxRunner(AgentRunner):
             server = site.relay.tmux_server(plan.bundle)
         else:
             server = agent_server(site.state_dir, plan.agent_id, site.env, given.reaper.watch)
-        return cls.from_given(plan, home, given, server=server)
+        return cls(plan, home, given, server=server)
 
     def __init__(
-        self,
-        plan: Plan,
-        home: HomeDirs,
-        store: StateStore,
-        reaper: Reaper,
-        *,
-        server: tm.TmuxServer,
-        on_spawn: OnSpawn,
-        on_exit: OnExit,
-        argv: Sequence[str],
-        env: dict[str, str],
-        cwd: str | None = None,
-        fence: Fence | None = None,
-        reserve: Reserve | None = None,
+        self, plan: Plan, home: HomeDirs, given: Collaborators, *, server: tm.TmuxServer
     ) -> None:
-        super().__init__(
-            plan,
-            home,
-            store,
-            reaper,
-            on_spawn=on_spawn,
-            on_exit=on_exit,
-            argv=argv,
-            env=env,
-            cwd=cwd,
-            fence=fence,
-            reserve=reserve,
-        )
+        super().__init__(plan, home, given)
         self.server = server
         self.session = tm.check_session_name(plan.agent_id)
         # tmux takes only POSIX-shaped names (a `BASH_FUNC_x%%` export cannot be passed on).
-        self._pane_env = {k: v for k, v in env.items() if tm.ENV_NAME.fullmatch(k)}
+        self._pane_env = {k: v for k, v in given.env.items() if tm.ENV_NAME.fullmatch(k)}
         self._watchers: set[asyncio.Task[None]] = set()
         self._gate: int | None = None  # our read-write end of the pane's gate FIFO
         self._gate_path = os.path.join(self.server.runtime_dir, f"{self.session}.gate")
@@ -294,7 +264,7 @@ class TmuxRunner(AgentRunner):
         """The running pane's last `lines` lines (at most 1000) under a header, for `ctl logs`;
         empty when the agent is not running."""
         status = self.status()
-        if status.state != AgentState.RUNNING or status.pid is None:
+        if not status.running:
             return b""
         try:
             screen = await self._screen(max(1, min(lines, CAPTURE_LINES)))
@@ -302,6 +272,10 @@ class TmuxRunner(AgentRunner):
             return b""
         header = f"--- tmux pane of {self.agent_id}, generation {status.generation}, now ---\n"
         return (header + "".join(line + "\n" for line in screen)).encode("utf-8", "replace")
+
+    def endpoint(self) -> TmuxEndpoint:
+        """The tmux member's endpoint: the pane's server (its bundle's) and session."""
+        return TmuxEndpoint(self.server, self.session)
 
     async def _kill_session(self) -> None:
         with contextlib.suppress(tm.TmuxError):

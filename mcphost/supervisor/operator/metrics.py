@@ -52,7 +52,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from mcphost import events
-from mcphost.supervisor.agents.runner import AgentState
+from mcphost.supervisor.agents.states import AgentState
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcphost import events
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.agents.homes import LOGS, HeldWorkspace, Home, agent_env
-from mcphost.supervisor.agents.runner import AgentRunner, AgentState, AgentStatus
+from mcphost.supervisor.agents.runner import AgentRunner
+from mcphost.supervisor.agents.states import AgentState, AgentStatus
 from mcphost.supervisor.confine.usage import Peaks, ProcTable, Usage, agent_usage, usage_json
 from mcphost.supervisor.control.protocol import ControlError, unknown_agents
 from mcphost.supervisor.identity import Identities

@@ -13,14 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcphost.agentmux.wire import RelayError
-from mcphost.relay.acp.choices import (
-    ALREADY_RESOLVED,
-    CANCELLED,
-    INVALIDATED_BY_RESPAWN,
-    QUEUE_FULL,
-    ChoicesQueue,
-    check_decision,
-)
+from mcphost.relay.acp.choices import ChoicesQueue, check_decision
+from mcphost.relay.reasons import CHOICE_ALREADY_RESOLVED as ALREADY_RESOLVED
+from mcphost.relay.reasons import CHOICE_CANCELLED as CANCELLED
+from mcphost.relay.reasons import CHOICE_INVALIDATED_BY_RESPAWN as INVALIDATED_BY_RESPAWN
+from mcphost.relay.reasons import CHOICES_QUEUE_FULL as QUEUE_FULL
 from tests.thorough import examples
 
 T = TypeVar("T")

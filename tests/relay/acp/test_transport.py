@@ -17,7 +17,8 @@ from typing import Any, cast
 import pytest
 
 from mcphost.relay.acp.session import AcpSession
-from mcphost.relay.acp.transport import FLOOD, BoundedTransport, Bounds, Violation
+from mcphost.relay.acp.transport import BoundedTransport, Bounds, Violation
+from mcphost.relay.reasons import ACP_FLOOD as FLOOD
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.anyio

@@ -31,7 +31,8 @@ from mcphost.supervisor.agents.acp import (
 )
 from mcphost.supervisor.agents.homes import attach_config, config_bytes, home_paths
 from mcphost.supervisor.agents.reach import attach_points
-from mcphost.supervisor.agents.runner import AgentState, Collaborators
+from mcphost.supervisor.agents.runner import Collaborators
+from mcphost.supervisor.agents.states import AgentState
 from mcphost.supervisor.confine import kernel
 from mcphost.supervisor.plan import AgentDefaults, apply_defaults
 from mcphost.supervisor.state import StateStore
@@ -196,15 +197,18 @@ class Rig:
 
         runner.emit = acp.emit = record
         self.env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path)}
-        self.runner = AcpRunner(
-            self.plan,
-            Home(workspace, os.path.join(self.directory, "logs")),
-            self.store,
-            self.reaper,
+        given = Collaborators(
+            store=self.store,
+            reaper=self.reaper,
             on_spawn=lambda *a: None,
             on_exit=lambda *a: None,
             argv=self.argv or [*ACP_AGENT, "--history", self.history, *self.flags],
             env=self.env,
+        )
+        self.runner = AcpRunner(
+            self.plan,
+            Home(workspace, os.path.join(self.directory, "logs")),
+            given,
             session_file=self.session_file,
             mcp_servers=[],
             workspace=lambda: workspace,
@@ -232,6 +236,7 @@ async def _runs_loads_and_stops(directory: str) -> dict[str, Any]:
     await until_async(rig.available, "the first run available")
     session = rig.runner.session
     assert session is not None
+    out["member"] = (rig.runner.endpoint() is rig.runner, rig.runner.ready())
     first_id = read_session_id(rig.session_file)
     pid = rig.runner.status().pid
     with open(f"/proc/{pid}/environ", "rb") as handle:  # nothing added to the plan's env
@@ -246,6 +251,7 @@ async def _runs_loads_and_stops(directory: str) -> dict[str, Any]:
     stopped = rig.runner.status()
     out["stopped"] = (stopped.state, stopped.protocol_state, stopped.state_reason_code)
     out["idle"] = rig.runner.idle_state()
+    out["ready_stopped"] = rig.runner.ready()
     out["handed"] = [s is not None for s in rig.sessions]
     await rig.runner.start()
     await until_async(rig.available, "the second run available")
@@ -263,6 +269,8 @@ async def _runs_loads_and_stops(directory: str) -> dict[str, Any]:
 def test_a_run_persists_its_session_and_the_next_run_loads_it(tmp_path: Path) -> None:
     assert isolated(_runs_loads_and_stops, str(tmp_path)) == {
         "env_as_given": True,
+        "member": (True, True),
+        "ready_stopped": False,
         "first_ready": False,
         "stopped": ("stopped", "unavailable", "runtime_acp_worker_unavailable"),
         "idle": ("unavailable", "runtime_acp_worker_unavailable"),

@@ -480,6 +480,7 @@ async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
     pane's last screen in the log, stop ends the session and the server."""
     from mcphost.relay.tmux import TmuxServer
     from mcphost.supervisor.agents import runner
+    from mcphost.supervisor.agents.runner import Collaborators
     from mcphost.supervisor.agents.tmux import TmuxRunner
     from mcphost.supervisor.confine.kernel import Reaper, set_child_subreaper
     from mcphost.supervisor.state import StateStore
@@ -510,17 +511,15 @@ async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
         "import os, sys, time; n = len(os.listdir('.')); open(f'run-{n}', 'w').close(); "
         "print(f'hello from run {n}', flush=True); sys.exit(3) if n < 3 else time.sleep(1000)"
     )
-    runner = TmuxRunner(
-        StubPlan(agent_id="agent-1", stop_grace=0.5),
-        home,
-        store,
-        reaper,
-        server=server,
+    given = Collaborators(
+        store=store,
+        reaper=reaper,
         on_spawn=on_spawn,
         on_exit=lambda r, gen: exits.append(gen),
         argv=[sys.executable, "-c", script],
         env={"PATH": os.environ["PATH"], "BAD%NAME": "dropped"},
     )
+    runner = TmuxRunner(StubPlan(agent_id="agent-1", stop_grace=0.5), home, given, server=server)
     await runner.start()
     await until_async(lambda: len(spawns) >= 4 and runner.status().state == "running", "run 4")
     pane_pid = spawns[-1][0]
@@ -621,16 +620,8 @@ async def _up_racing_a_replacement(directory: str) -> dict[str, Any]:
 
     rig = Rig(directory, StubPlan(agent_id="A"), ["/usr/bin/sleep", "1000"])
     new_spawns: list[int] = []
-    new = AgentRunner(
-        rig.plan,
-        rig.home,
-        rig.store,
-        rig.reaper,
-        on_spawn=lambda r, pid, start, gen: new_spawns.append(pid),
-        on_exit=lambda r, gen: None,
-        argv=rig.argv,
-        env=dict(os.environ),
-    )
+    given = rig.given(on_spawn=lambda r, pid, start, gen: new_spawns.append(pid))
+    new = AgentRunner(rig.plan, rig.home, given)
     agents = _LockedAgents()
     agents.slots["A"] = _Slot("A", "party", os.getuid())
     agents.slots["A"].runner = rig.runner
@@ -666,6 +657,52 @@ def test_relay_up_waits_for_the_agents_lock_and_never_starts_a_discarded_runner(
         "new_state": "running",
         "after_down": "stopped",
     }
+
+
+class _Member:
+    """A runner as the relay host asks it, whatever its kind: its state, endpoint, readiness."""
+
+    def __init__(self, state: str, endpoint: object, ready: bool) -> None:
+        from mcphost.supervisor.agents.states import AgentState
+
+        self.state, self._endpoint, self._ready = AgentState(state), endpoint, ready
+
+    def status(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(state=self.state)
+
+    def endpoint(self) -> object:
+        return self._endpoint
+
+    def ready(self) -> bool:
+        return self._ready
+
+
+def test_the_host_asks_a_members_runner_for_its_endpoint_and_readiness(tmp_path: Path) -> None:
+    """No kind of runner is known to the relay host: a member's endpoint and readiness are its
+    runner's answers; only `runner = "tmux"` or `"acp"` agents of the bundle are members."""
+    from types import SimpleNamespace
+
+    from mcphost.relay.hosting import MemberHealth
+    from mcphost.supervisor.agents.relayhost import RelayHost
+
+    agents = _Agents()
+    agents.slots = {a: _Slot(a, "party", os.getuid()) for a in ("A", "B", "P")}
+    agents.slots["A"].runner = _Member("running", "A's endpoint", True)
+    agents.slots["B"].runner = _Member("failed", None, False)
+    agents.slots["P"].runner = _Member("running", "never asked", True)
+    agents.slots["P"].plan = dataclasses_replace(agents.slots["P"].plan, runner="process")
+    host = RelayHost(str(tmp_path), {}, agents)
+    party: Any = SimpleNamespace(id="party")
+    assert host.member_endpoint(party, "A") == "A's endpoint"
+    assert host.member_state(party, "A") == (True, MemberHealth())
+    assert host.member_endpoint(party, "B") is None
+    assert host.member_state(party, "B") == (False, MemberHealth(1, stopped=True))
+    assert host.member_endpoint(party, "P") is None  # a process agent: no member kind's
+    assert host.member_state(party, "P") == (False, MemberHealth())
+    assert host.member_endpoint(SimpleNamespace(id="other"), "A") is None  # not its bundle
+    assert host.hosted(party) and host._members("party") == ["A", "B"]
 
 
 def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
@@ -859,6 +896,7 @@ async def _without_tmux(directory: str) -> dict[str, Any]:
     """No tmux on PATH: a tmux agent's spawn fails (named), it does not crash anything."""
     from mcphost.supervisor.agents import runner
     from mcphost.supervisor.agents.relayhost import RelayHost
+    from mcphost.supervisor.agents.runner import Collaborators
     from mcphost.supervisor.agents.tmux import TmuxRunner
     from mcphost.supervisor.confine.kernel import Reaper
     from mcphost.supervisor.state import StateStore
@@ -871,16 +909,15 @@ async def _without_tmux(directory: str) -> dict[str, Any]:
     reaper.install()
     os.makedirs(os.path.join(directory, "workspace"))
     host = RelayHost(directory, {"PATH": directory}, _Agents(), watch=reaper.watch)  # no tmux
+    ignore = lambda *a: None  # noqa: E731
+    given = Collaborators(
+        store=store, reaper=reaper, on_spawn=ignore, on_exit=ignore, argv=["true"], env={}
+    )
     runner = TmuxRunner(
         StubPlan(agent_id="A", restart="never"),
         StubHome(os.path.join(directory, "workspace"), os.path.join(directory, "logs")),
-        store,
-        reaper,
+        given,
         server=host.tmux_server("party"),
-        on_spawn=lambda *a: None,
-        on_exit=lambda *a: None,
-        argv=["true"],
-        env={},
     )
     await runner.start()
     await until_async(lambda: runner.status().state == "failed", "failed")

@@ -9,6 +9,7 @@ conditions (a spawn was recorded, a state was reached), never on sleeps.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import signal
@@ -26,11 +27,12 @@ from mcphost.supervisor.agents import runner
 from mcphost.supervisor.agents.logs import log_files, tail
 from mcphost.supervisor.agents.runner import (
     AgentRunner,
-    AgentState,
+    Collaborators,
     Intensity,
     backoff_delay,
     should_restart,
 )
+from mcphost.supervisor.agents.states import AgentState
 from mcphost.supervisor.confine import kernel
 from mcphost.supervisor.state import StateStore
 from tests.supervisor.confine.test_kernel import isolated, state_of, until_async
@@ -149,16 +151,20 @@ class Rig:
         os.makedirs(workspace, exist_ok=True)
         self.home = StubHome(workspace, os.path.join(self.directory, "logs"))
         runner.emit = lambda event, level="info", **f: self.events.append((event, f))
-        self.runner = AgentRunner(
-            self.plan,
-            self.home,
-            self.store,
-            self.reaper,
+        self.runner = AgentRunner(self.plan, self.home, self.given())
+
+    def given(self, **changes: Any) -> Collaborators:
+        """What the rig's runner is given: its store and reaper, its recorders, its argv and
+        the test's environment; `changes` replace some."""
+        given = Collaborators(
+            store=self.store,
+            reaper=self.reaper,
             on_spawn=lambda r, pid, start, gen: self.spawns.append((pid, start, gen)),
             on_exit=lambda r, gen: self.exits.append(gen),
             argv=self.argv,
             env=dict(os.environ),
         )
+        return dataclasses.replace(given, **changes)
 
     def named(self, event: str) -> list[dict[str, Any]]:
         return [f for e, f in self.events if e == event]
@@ -406,16 +412,7 @@ class SlowLaunch(AgentRunner):
 
 async def _stop_during_a_launch(directory: str) -> dict[str, Any]:
     rig = Rig(directory, StubPlan(stop_grace=0.3), STUBBORN)
-    runner = SlowLaunch(
-        rig.plan,
-        rig.home,
-        rig.store,
-        rig.reaper,
-        on_spawn=lambda r, pid, start, gen: rig.spawns.append((pid, start, gen)),
-        on_exit=lambda r, gen: rig.exits.append(gen),
-        argv=rig.argv,
-        env=dict(os.environ),
-    )
+    runner = SlowLaunch(rig.plan, rig.home, rig.given())
     runner.go, runner.inside = asyncio.Event(), asyncio.Event()
     starting = asyncio.ensure_future(runner.start())
     await runner.inside.wait()  # the start is inside its launch, which waits for `go`

@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcphost.supervisor.agents.runner import AgentState
+from mcphost.supervisor.agents.states import AgentState
 from mcphost.supervisor.operator.metrics import (
     NAMES,
     FleetText,
