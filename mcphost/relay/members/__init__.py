@@ -13,7 +13,7 @@ Must never: import the relay's operations or `mcphost.supervisor`, or start a pr
 
 from __future__ import annotations
 
-from mcphost.relay.bundles import Bundle, Session
+from mcphost.agentmux.bundlefile import Bundle, Session
 from mcphost.relay.hosting import BundleHost
 from mcphost.relay.members import acp, tmux
 from mcphost.relay.members.port import Member, MemberContext, MemberKind

@@ -35,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mcphost.agentmux.bundlefile import Bundle, Session
 from mcphost.agentmux.wire import RelayError
 from mcphost.relay.acp.choices import PENDING_MAX_DEFAULT, ChoicesQueue
 from mcphost.relay.acp.entries import freshness
 from mcphost.relay.acp.session import AcpSession
-from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.members.port import (
     Batch,
     ChoiceRecord,
