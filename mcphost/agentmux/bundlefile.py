@@ -232,15 +232,6 @@ def _process_keys(table: Table) -> ProcessCoder:
     return ProcessCoder(command)
 
 
-def _body(coder: Coder, section: Table) -> Coder:
-    """`coder` with its body read from its shape's subtable (strict)."""
-    if coder.transport == "acp":
-        return replace(coder, acp=_acp_keys(section))
-    if coder.transport == "process":
-        return replace(coder, process=_process_keys(section))
-    return replace(coder, tmux=_tmux_keys(section, pty=coder.transport == "pty"))
-
-
 def load_coders(roots: Sequence[Path], reading: Reading = STRICT) -> dict[str, Coder]:
     """coder id -> Coder from the first layer's `coders.toml` ({} when no layer has one; when
     lenient, also when it cannot be read)."""
@@ -266,13 +257,19 @@ def load_coders(roots: Sequence[Path], reading: Reading = STRICT) -> dict[str, C
             entry.flaw("tmux", "exactly one of tmux, acp, pty or process must be set")
             if not shapes:
                 continue
-        coder = Coder(coder_id, shapes[0], environment)
-        if entry.strict:
-            section = entry.table(coder.transport)
+        transport = shapes[0]
+        tmux = acp = process = None
+        if entry.strict:  # a coder's body is read only then (module doc)
+            section = entry.table(transport)
             assert section is not None
-            coder = _body(coder, section)
+            if transport == "acp":
+                acp = _acp_keys(section)
+            elif transport == "process":
+                process = _process_keys(section)
+            else:
+                tmux = _tmux_keys(section, pty=transport == "pty")
         entry.done()
-        coders[coder_id] = coder
+        coders[coder_id] = Coder(coder_id, transport, environment, tmux, acp, process)
     top.done()
     return coders
 
