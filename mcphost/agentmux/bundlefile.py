@@ -53,11 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from mcphost.agentmux import layers
-from mcphost.agentmux.tables import FORMAT_VERSION, LENIENT, STRICT, Reading, Table, open_table
+from mcphost.agentmux.tables import FORMAT_VERSION, Table, open_table
+from mcphost.agentmux.tables import LENIENT as LENIENT  # the readings, for this file's readers
+from mcphost.agentmux.tables import STRICT as STRICT
+from mcphost.agentmux.tables import Reading as Reading
 from mcphost.agentmux.wire import RelayError
 from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
-
-__all__ = ["LENIENT", "STRICT", "Reading"]
 
 READINESS_TIMEOUT_DEFAULT_MS = 900_000
 READINESS_TIMEOUT_RANGE_MS = (30_000, 3_600_000)
