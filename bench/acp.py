@@ -167,10 +167,10 @@ async def section(out: list[str]) -> None:
     if shutil.which("tmux") is None:
         out += ["## 6c. ACP member against tmux member: skipped (no tmux)", ""]
         return
+    from mcphost.agentmux.bundlefile import require_bundle
     from mcphost.agentmux.wire import SOCKET_TRUST
     from mcphost.peer import PeerCred
     from mcphost.relay.behaviour import RelayBehaviour
-    from mcphost.relay.bundles import require_bundle
     from mcphost.relay.server import RelayServer
     from mcphost.relaytools.stream import RelayStream
     from mcphost.testing.realrelay import TmuxHost

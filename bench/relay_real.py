@@ -97,9 +97,9 @@ async def section(out: list[str]) -> None:
     if shutil.which("tmux") is None:
         out += ["## 6b. Relay tools through the real relay: skipped (no tmux)", ""]
         return
+    from mcphost.agentmux.bundlefile import require_bundle
     from mcphost.peer import PeerCred
     from mcphost.relay.behaviour import RelayBehaviour
-    from mcphost.relay.bundles import require_bundle
     from mcphost.relay.server import RelayServer
     from mcphost.testing.realrelay import TmuxHost
 

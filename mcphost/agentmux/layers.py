@@ -3,11 +3,11 @@
 Owns: the roots (flag > env > XDG > home), the TOML reader every caller shares (`load_toml`:
 each file parsed once while it stays unchanged; `first_file`: first layer wins per file), the
 bundle-id listing across layers (`bundle_ids`: `bundles/` is a union by id), and the paths under
-the state root both sides agree on (`socket_path`, `session_psk_path`). The relay's strict
-reading (`mcphost.relay.bundles`, `deny_unknown_fields`) and the relay tools' lenient membership
-reading (`mcphost.relaytools.layout`) both read through here, so one file is one document for
-both: agentmux's `configuration/paths.rs` warns that a bespoke lookup per reader is how one
-override came to be honoured by one reader while its sibling stayed inert.
+the state root both sides agree on (`socket_path`, `session_psk_path`). The bundle file's one
+reader (`bundlefile`: the relay's strict reading, the relay tools' lenient one) and the relay's
+other files (`mcphost.relay.config`, `mcphost.relay.policy`) all read through here, so one file
+is one document for all: agentmux's `configuration/paths.rs` warns that a bespoke lookup per
+reader is how one override came to be honoured by one reader while its sibling stayed inert.
 
 Precedence (agentmux's):
 - configuration layers: `--configuration-directory` (repeatable) > `AGENTMUX_CONFIGURATION_DIRECTORY`

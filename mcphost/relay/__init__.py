@@ -2,15 +2,16 @@
 
 The module contracts are pinned in docs/relay-internals.md; the protocol is reference
 `agentmux-relay.md` §2; the wire itself (frames, `RelayError`, principal ids, the typed request
-bodies), the configuration layers' reader and the inscriptions writer are agentmux's
-conventions, shared with the relay tools, in `mcphost.agentmux`. Modules:
+bodies), the configuration layers' reader, the bundle file (read strictly here, leniently by the
+relay tools; written by the supervisor) and the inscriptions writer are agentmux's conventions,
+shared with the relay tools, in `mcphost.agentmux`. Modules:
 - `server`: `RelayServer`: the Unix socket (0600), pre-hello timeout, hello handshake, identity
   claims, one response per request, write timeout, connection cap.
 - `connections`: the live connections and their identity claims, one registry shared by the
   server and the behaviour (revocation, events, who is connected).
 - `principals`: the principal store (PSKs: mint, rotate, constant-time lookup).
 - `policy`: policies and deny-by-default authorization (pure).
-- `bundles`: bundle, coder, users and relay configuration for the relay.
+- `config`: users and relay configuration for the relay (`users.toml`, `relay.toml`).
 - `envelope`: the pane envelope of §3.4 (pure).
 - `tmux`: one tmux server per bundle: sessions, capture, bracketed paste, a pane's exit.
 - `panes`: the readiness gate and delivery into one pane (deliver, raw_write).

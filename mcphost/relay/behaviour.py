@@ -73,7 +73,7 @@ from mcphost.agentmux.wire import (
 from mcphost.peer import PeerCred
 from mcphost.relay import delivery
 from mcphost.relay import requester as rq
-from mcphost.relay.bundles import load_relay_settings
+from mcphost.relay.config import load_relay_settings
 from mcphost.relay.connections import Connections
 from mcphost.relay.hosting import BundleHost, Bundles, MemberHealth, SocketTrust
 from mcphost.relay.inscriptions import RelayInscriptions, inscriptions_root

@@ -25,13 +25,13 @@ from typing import Any
 
 from mcphost import events
 from mcphost.agentmux import wire
+from mcphost.agentmux.bundlefile import Bundle
 from mcphost.agentmux.wire import (
     RelayError,
     parse_principal,
 )
 from mcphost.relay import envelope as env
 from mcphost.relay import members, requester
-from mcphost.relay.bundles import Bundle
 from mcphost.relay.members.port import Batch, unavailable
 from mcphost.relay.outcome import UNREACHABLE
 from mcphost.relay.outcome import Delivery as Outcome

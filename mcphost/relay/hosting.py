@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mcphost.agentmux.bundlefile import Bundle
 from mcphost.peer import PeerCred
-from mcphost.relay.bundles import Bundle
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ Refusal: `RelayError("authorization_forbidden", "request denied by authorization
 existence errors are the caller's, before `authorize`.
 
 Must never: do I/O other than `load_policies` reading the first `policies.toml` through
-`mcphost.relay.bundles.first_file`; allow anything its table does not name.
+`mcphost.agentmux.tables.first_file`; allow anything its table does not name.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from mcphost.agentmux.tables import Source, Table, first_file
 from mcphost.agentmux.wire import Principal, RelayError
-from mcphost.relay.bundles import Source, Table, first_file
 
 SCOPES = ("none", "self", "home", "all")
 RANK = {scope: rank for rank, scope in enumerate(SCOPES)}

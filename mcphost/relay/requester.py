@@ -21,17 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mcphost.agentmux.bundlefile import Bundle, Session, require_bundle
 from mcphost.agentmux.wire import Principal, RelayError, parse_principal
 from mcphost.relay import members
-from mcphost.relay.bundles import (
-    Bundle,
-    Session,
-    User,
-    Users,
-    load_relay_settings,
-    load_users,
-    require_bundle,
-)
+from mcphost.relay.config import User, Users, load_relay_settings, load_users
 from mcphost.relay.members.port import (
     Choices,
     Member,

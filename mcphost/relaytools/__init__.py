@@ -3,7 +3,8 @@
 One small module per concern (agentmux's own conventions, shared with the relay: the layers'
 reader, the wire, the inscriptions writer, are `mcphost.agentmux`):
 
-- `layout`       association (flags / env / XDG), bundle TOML membership, socket and PSK paths
+- `layout`       association (flags / env / XDG), bundle membership (the bundle file's lenient
+                 reading, `agentmux.bundlefile`), socket and PSK paths
 - `errors`       the stable error taxonomy and its JSON-RPC mapping
 - `params`       input schemas as data (no null unions, `additionalProperties: false`)
 - `validation`   pure request validation: the upstream order, messages and details

@@ -1,10 +1,11 @@
 """Where things are and who we are: roots, association, bundle membership, socket and PSK paths.
 
 Owns: the inscriptions root (flag, else `<state root>/inscriptions`), the association (bundle >
-session precedence, membership check), the lenient reading of bundle TOML for membership and
-transports, and reading the session PSK. The configuration layers, the state root, the TOML
-reader, the socket and PSK paths are agentmux's conventions (`mcphost.agentmux.layers`), shared
-with the relay (the supervisor's relay reads the operator's layers the same way).
+session precedence, membership check) and reading the session PSK. The configuration layers, the
+state root, the TOML reader, the socket and PSK paths are agentmux's conventions
+(`mcphost.agentmux.layers`), shared with the relay (the supervisor's relay reads the operator's
+layers the same way); a bundle's members are the bundle file's, read by its one reader in its
+lenient mode (`mcphost.agentmux.bundlefile.LENIENT`), the relay's reader in its strict one.
 
 Precedence (agentmux's; the roots' in `mcphost.agentmux.layers`):
 - bundle: `--bundle` > `AGENTMUX_BUNDLE` > `mcp.toml` `bundle_name` > `--default-bundle`;
@@ -36,22 +37,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mcphost.agentmux import layers
+from mcphost.agentmux import bundlefile, layers
+from mcphost.agentmux.bundlefile import Session
 from mcphost.agentmux.layers import ConfigError, configuration_roots, state_root
-from mcphost.agentmux.wire import SOCKET_TRUST
+from mcphost.agentmux.wire import SOCKET_TRUST, RelayError
 from mcphost.names import SESSION_ID_EXPECTED, is_bundle_name, is_session_id
 
 __all__ = ["ConfigError", "Layout", "configuration_roots", "resolve", "state_root"]
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One `[[sessions]]` entry of a bundle: its id, display name and transport."""
-
-    id: str
-    name: str | None
-    transport: str
-    directory: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +63,7 @@ class Layout:
     session: str | None = None
     reason: str = "unassociated"
     fault: Fault | None = None
-    members: tuple[Member, ...] = field(default=())
+    members: tuple[Session, ...] = field(default=())
 
     @property
     def associated(self) -> bool:
@@ -104,64 +96,16 @@ class Layout:
         return layers.bundle_ids(self.configuration_roots)
 
 
-# -- the lenient reading ---------------------------------------------------------------------
+# -- membership ------------------------------------------------------------------------------
 
 
-def _first_file(roots: Sequence[Path], relative: str) -> dict[str, Any] | None:
-    found = layers.first_file(roots, relative)
-    return found[1] if found is not None else None
-
-
-def coder_transports(roots: Sequence[Path]) -> dict[str, str]:
-    """coder id -> transport (`tmux` | `acp` | `pty`) from the first `coders.toml`."""
-    try:
-        doc = _first_file(roots, "coders.toml")
-    except ConfigError:
-        return {}
-    out: dict[str, str] = {}
-    for coder in (doc or {}).get("coders", []) or []:
-        if isinstance(coder, dict) and isinstance(coder.get("id"), str):
-            for transport in ("tmux", "acp", "pty"):
-                if transport in coder:
-                    out[coder["id"]] = transport
-    return out
-
-
-def load_members(roots: Sequence[Path], bundle: str) -> tuple[Member, ...] | None:
-    """The bundle's members in file order, or None when no layer configures the bundle."""
-    doc = _first_file(roots, f"bundles/{bundle}.toml")
-    if doc is None:
-        return None
-    transports: dict[str, str] | None = None
-    members: list[Member] = []
-    for entry in doc.get("sessions", []) or []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            continue
-        if not is_session_id(entry["id"]):
-            raise ConfigError(
-                "validation_invalid_arguments",
-                f"bundle configuration is invalid: bundle '{bundle}' has session id "
-                f"{entry['id']!r}: expected {SESSION_ID_EXPECTED}",
-            )
-        if "ui" in entry:
-            transport = "ui"
-        elif "pubsub" in entry:
-            transport = "pubsub"
-        else:
-            if transports is None:
-                transports = coder_transports(roots)
-            transport = transports.get(str(entry.get("coder", "")), "tmux")
-        name = entry.get("name")
-        directory = entry.get("directory")
-        members.append(
-            Member(
-                id=entry["id"],
-                name=name if isinstance(name, str) else None,
-                transport=transport,
-                directory=directory if isinstance(directory, str) else None,
-            )
-        )
-    return tuple(members)
+def load_members(roots: Sequence[Path], bundle: str) -> tuple[Session, ...] | None:
+    """The bundle's members in file order, or None when no layer configures the bundle: the
+    bundle file's lenient reading (`bundlefile.LENIENT`: what it forgives, and why, is said
+    there). A `RelayError` when even that cannot read it (a member id outside the grammar, an
+    unreadable or invalid file)."""
+    found = bundlefile.load_bundle(roots, bundle, reading=bundlefile.LENIENT)
+    return None if found is None else found.sessions
 
 
 # -- association -----------------------------------------------------------------------------
@@ -169,9 +113,10 @@ def load_members(roots: Sequence[Path], bundle: str) -> tuple[Member, ...] | Non
 
 def _mcp_overrides(roots: Sequence[Path]) -> dict[str, str]:
     try:
-        doc = _first_file(roots, "mcp.toml") or {}
+        found = layers.first_file(roots, "mcp.toml")
     except ConfigError:
         return {}
+    doc: dict[str, Any] = found[1] if found is not None else {}
     out: dict[str, str] = {}
     for key in ("bundle_name", "session_name"):
         value = doc.get(key, doc.get(key.replace("_", "-")))
@@ -180,7 +125,7 @@ def _mcp_overrides(roots: Sequence[Path]) -> dict[str, str]:
     return out
 
 
-def _session_from_directory(members: Sequence[Member], cwd: str) -> str | None:
+def _session_from_directory(members: Sequence[Session], cwd: str) -> str | None:
     here = os.path.realpath(cwd)
     matches = []
     for member in members:
@@ -255,7 +200,7 @@ def resolve(
         )
     try:
         members = load_members(roots, bundle)
-    except ConfigError as exc:
+    except RelayError as exc:
         return fail(exc.code, exc.message)
     if members is None:
         where = ", ".join(str(r / "bundles") for r in roots)

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mcphost.agentmux.bundlefile import Bundle, require_bundle
 from mcphost.agentmux.wire import SOCKET_TRUST, Hello, Principal, Request
 from mcphost.peer import PeerCred
 from mcphost.relay.acp.session import AcpSession
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
-from mcphost.relay.bundles import Bundle, require_bundle
 from mcphost.relay.members.tmux import TmuxEndpoint
 from mcphost.relay.server import RelayServer
 from mcphost.relay.tmux import TmuxServer

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcphost.agentmux.bundlefile import Session
 from mcphost.agentmux.wire import Principal, RelayError, parse_principal
 from mcphost.relay import policy as P
-from mcphost.relay.bundles import Session
 from tests.thorough import examples
 
 FILE = Path("/cfg/policies.toml")

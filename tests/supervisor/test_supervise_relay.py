@@ -11,8 +11,11 @@ The relay is the fake relay of the relay tools' suite (mcphost/testing/relayharn
 the socket the relay tools resolve from the supervisor's environment
 (`AGENTMUX_STATE_DIRECTORY/relay.sock`, bundles under `AGENTMUX_CONFIGURATION_DIRECTORY`).
 
-The principal test and the session-cap test share one supervisor (`relay_fleet`), each with
-agents of its own; the test without a relay needs another environment, so its own supervisor.
+The bundle file the supervisor writes says what each member is: the real relay tools, pointed at
+it with the relay down, list a process agent as `process` (issue #33).
+
+The principal test, the listing test and the session-cap test share one supervisor
+(`relay_fleet`), each with agents of its own; the test without a relay needs another environment, so its own supervisor.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mcphost.supervisor.serving.surfaces import MAX_SESSIONS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
-from mcphost.testing.relayharness import CODERS, FakeRelay
+from mcphost.testing.relayharness import CODERS, Env, FakeRelay, ok, sdk_client
 from tests.supervisor.supervise_harness import Supervised, inline, standin
 from tests.waiting import until
 
@@ -221,6 +225,34 @@ def test_the_relay_tools_speak_as_the_agents_principal(relay_fleet: RelayFleet):
     assert attempt["code"] == 3, attempt
     assert "surface_unavailable" in attempt["stderr"] and attempt["stdout"] == "", attempt
     assert len(relay.relay.hellos) == 1  # nothing reached the relay for agent-2
+
+
+def test_the_relay_tools_list_the_written_bundle_as_the_fleet_runs_it(relay_fleet: RelayFleet):
+    """The bundle file the supervisor writes (`<state>/relay/config`, from the model its relay
+    reads in memory) says what each member is: the real `mcphost relay-tools`, pointed at it
+    with no relay listening, lists agent-1 (`runner = "auto"` with a command: a process agent)
+    as `process`, where the file once said a tmux coder (issue #33)."""
+    config = relay_fleet.sv.state / "relay" / "config"
+    until((config / "bundles" / "party.toml").exists, 60, "the generated layer")
+    root = Path(tempfile.mkdtemp(prefix="mcphost-rl-"))
+    try:
+        (root / "state").mkdir(mode=0o700)
+        (root / "home").mkdir()
+        env = Env(root, config, root / "state")
+
+        async def listing() -> dict[str, Any]:
+            async with sdk_client(env, env.args(bundle="party", session="agent-1")) as client:
+                return await ok(client, "list", {"command": "principals"})  # type: ignore[no-any-return]
+
+        home = asyncio.run(listing())["bundles"][0]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert (home["id"], home["state"], home["state_reason_code"]) == (
+        "party",
+        "down",
+        "not_started",
+    )
+    assert [(p["id"], p["transport"]) for p in home["principals"]] == [("agent-1@party", "process")]
 
 
 def test_the_help_tool_works_through_the_pump_without_a_relay(supervised: Supervised):

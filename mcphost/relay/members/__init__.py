@@ -8,14 +8,16 @@ member: the kind of its transport, bound to the endpoint its host hands over
 (`BundleHost.member_endpoint`). A transport with no kind here is refused by the relay with
 `runtime_session_type_not_implemented` (`port.session_type_not_implemented`).
 
-Kinds: `tmux` (tmux.py), `acp` (acp.py: Agent Client Protocol agents on stdio).
+Kinds: `tmux` (tmux.py), `acp` (acp.py: Agent Client Protocol agents on stdio). No kind hosts
+`pty` or `process` (the supervisor's `runner = "process"` agents: members that speak through
+their relay tools, to which nothing can be delivered).
 
 Must never: import the relay's operations or `mcphost.supervisor`, or start a process.
 """
 
 from __future__ import annotations
 
-from mcphost.relay.bundles import Bundle, Session
+from mcphost.agentmux.bundlefile import Bundle, Session
 from mcphost.relay.hosting import BundleHost
 from mcphost.relay.members import acp, tmux
 from mcphost.relay.members.port import Member, MemberContext, MemberKind

@@ -35,13 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mcphost.agentmux.bundlefile import Bundle, Session
 from mcphost.agentmux.wire import RelayError
 from mcphost.relay import reasons as R
 from mcphost.relay.acp import states as S
 from mcphost.relay.acp.choices import PENDING_MAX_DEFAULT, ChoicesQueue
 from mcphost.relay.acp.entries import freshness
 from mcphost.relay.acp.session import AcpSession
-from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.members.port import (
     Batch,
     ChoiceRecord,

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mcphost.agentmux.bundlefile import Bundle, Session
 from mcphost.agentmux.wire import RelayError
-from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.outcome import Delivery
 from mcphost.relay.reasons import TRANSPORT_UNAVAILABLE
 

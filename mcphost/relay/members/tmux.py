@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from mcphost.agentmux.bundlefile import Bundle, Session, TmuxCoder
 from mcphost.relay import panes
 from mcphost.relay import tmux as tm
-from mcphost.relay.bundles import Bundle, Session, TmuxCoder
 from mcphost.relay.members.port import (
     Batch,
     ChoicesFactory,

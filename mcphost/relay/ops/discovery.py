@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcphost.agentmux.bundlefile import bundle_ids
 from mcphost.agentmux.operations import (
     DiscoverNamespacesRequest,
     DiscoverPrincipalsRequest,
@@ -20,7 +21,7 @@ from mcphost.agentmux.operations import (
 )
 from mcphost.agentmux.wire import Principal
 from mcphost.relay import requester as rq
-from mcphost.relay.bundles import bundle_ids, load_relay_settings
+from mcphost.relay.config import load_relay_settings
 from mcphost.relay.ops.base import Entry, Operation, Response
 from mcphost.relay.ops.listing import ListedBundle, listed
 from mcphost.relay.policy import authorize

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcphost.agentmux.bundlefile import Bundle
 from mcphost.agentmux.operations import ListRequest
 from mcphost.agentmux.wire import Principal
 from mcphost.relay import reasons as R
 from mcphost.relay import requester as rq
-from mcphost.relay.bundles import Bundle, Users, load_users
+from mcphost.relay.config import Users, load_users
 from mcphost.relay.ops.base import Entry, Operation, Response
 from mcphost.relay.policy import authorize
 from mcphost.relay.requester import GLOBAL

@@ -30,7 +30,7 @@ from mcphost.agentmux.wire import SCHEMA_VERSION, Principal, RelayError, parse_p
 from mcphost.relay import delivery, members
 from mcphost.relay import envelope as env
 from mcphost.relay import requester as rq
-from mcphost.relay.bundles import load_users
+from mcphost.relay.config import load_users
 from mcphost.relay.ops.base import Entry, Operation, Response, identified
 from mcphost.relay.policy import authorize
 from mcphost.relay.requester import Target

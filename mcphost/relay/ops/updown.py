@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcphost.agentmux.bundlefile import Bundle
 from mcphost.agentmux.operations import DownRequest, UpRequest
 from mcphost.agentmux.wire import Principal
 from mcphost.errors import CodedFailure
 from mcphost.relay import reasons as R
 from mcphost.relay import requester as rq
-from mcphost.relay.bundles import Bundle
 from mcphost.relay.ops.base import Entry, Operation, Response
 from mcphost.relay.policy import authorize
 from mcphost.relay.state import RelayState

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from mcphost.agentmux.bundlefile import Bundle, Session
 from mcphost.agentmux.wire import RelayError, Request, parse_principal
 from mcphost.relay import members
 from mcphost.relay.behaviour import MemberHealth, RelayBehaviour
-from mcphost.relay.bundles import Bundle, Session
 from mcphost.relay.members.port import (
     Batch,
     ChoiceRecord,

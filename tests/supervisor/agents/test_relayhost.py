@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.confine.test_kernel import isolated, until_async
@@ -746,7 +744,7 @@ def test_socket_trust_only_where_the_kernel_vouches(tmp_path: Path) -> None:
 def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) -> None:
     import asyncio
 
-    from mcphost.relay.bundles import load_bundle
+    from mcphost.agentmux.bundlefile import load_bundle
     from mcphost.relay.policy import load_policies, member_policy
     from mcphost.supervisor.agents.relayhost import RelayHost
     from mcphost.supervisor.plan import AgentDefaults, Fleet, apply_defaults
@@ -784,46 +782,57 @@ def test_the_generated_layer_reads_strictly_and_names_the_fleet(tmp_path: Path) 
     assert "party" not in host.bundles()
 
 
-# Any string Python can encode (no lone surrogates): quotes, backslashes, control characters
-# (the fleet refuses most of them in a command, the generator must not depend on that), unicode.
-_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
-_IDS = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,30}", fullmatch=True)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    coders=st.lists(st.tuples(_IDS, st.lists(_ANY_TEXT, max_size=5)), max_size=5),
-    members=st.lists(st.tuples(_IDS, _ANY_TEXT, st.none() | _ANY_TEXT), max_size=5),
-)
-def test_the_generated_toml_round_trips_through_tomllib(
-    coders: list[tuple[str, list[str]]], members: list[tuple[str, str, str | None]]
+def test_every_member_kind_reads_back_as_itself_in_memory_on_disk_and_in_the_tools_listing(
+    tmp_path: Path,
 ) -> None:
-    """Issue #18: a DEL in a command made `coders.toml` invalid TOML for every bundle."""
-    import shlex
-    import tomllib
+    """Issue #33: one model of the fleet's bundle, held in memory for the relay and written for
+    file readers: read back by the relay (strict) and by the relay tools (lenient), every runner
+    the fleet has gives the same member kind, and the relay tools' listing of the bundle while
+    its relay is down names it too (a process agent was a tmux coder on disk, so the tools
+    called it tmux). The runners are every kind the relay hosts (`relay.members.KINDS`) and
+    `process`, which none hosts: a new kind is a new runner here. (Any string a command may hold
+    round-trips through the writer: tests/agentmux/test_bundlefile.py.)"""
+    import asyncio
+    import typing
 
-    from mcphost.supervisor.agents.relayhost import bundle_toml, coders_toml
-    from mcphost.supervisor.plan import AgentDefaults, apply_defaults
+    from mcphost.agentmux.bundlefile import LENIENT, load_bundle
+    from mcphost.relay import members
+    from mcphost.relaytools.handlers import synthesized_home
+    from mcphost.relaytools.layout import resolve
+    from mcphost.supervisor.agents.relayhost import RelayHost
+    from mcphost.supervisor.plan import AgentDefaults, Fleet, Runner, apply_defaults
 
-    read = tomllib.loads(coders_toml(coders))
-    assert read["format-version"] == 1
-    assert [(c["id"], c["tmux"]["initial-command"]) for c in read.get("coders", [])] == [
-        ("fleet-" + agent_id, shlex.join(argv) or agent_id) for agent_id, argv in coders
-    ]
-    plans = [
-        (dataclasses_replace(apply_defaults(AgentDefaults(), agent_id), policy=policy), workspace)
-        for agent_id, workspace, policy in members
-    ]
-    read = tomllib.loads(bundle_toml(plans))
-    assert read["format-version"] == 1
-    assert read.get("sessions", []) == [
-        {
-            "id": agent_id,
-            "directory": workspace,
-            "coder": "fleet-" + agent_id,
-            **({"policy": policy} if policy is not None else {}),
-        }
-        for agent_id, workspace, policy in members
+    runners = [r for r in typing.get_args(Runner) if r != "auto"]
+    assert set(runners) == {*members.KINDS, "process"}
+    base = AgentDefaults(bundle="party", client="command", command=("echo", "hi"))
+    plans = tuple(apply_defaults(dataclasses_replace(base, runner=r), f"{r}-1") for r in runners)
+    fleet = Fleet(path="f.toml", center=None, agents=plans)  # type: ignore[arg-type]
+    host = RelayHost(str(tmp_path / "state"), {"AGENTMUX_STATE_DIRECTORY": "/x"}, _Agents())
+    asyncio.run(host.configure(fleet))
+    kinds = [(f"{r}-1", r) for r in runners]
+
+    memory = host.bundles()["party"]
+    strict = load_bundle([host.config], "party")
+    lenient = load_bundle([host.config], "party", reading=LENIENT)
+    assert strict is not None and lenient is not None
+    for bundle in (memory, strict, lenient):
+        assert [(s.id, s.transport) for s in bundle.sessions] == kinds
+        assert [bundle.coder_for(s).transport for s in bundle.sessions] == runners  # type: ignore[union-attr]
+    assert strict == memory and dict(strict.coders) == dict(memory.coders)
+    hosted = [members.kind_of(memory, s) for s in memory.sessions]
+    assert [k is not None for k in hosted] == [r in members.KINDS for r in runners]
+
+    layout = resolve(
+        bundle_flag="party",
+        session_flag="tmux-1",
+        configuration_flags=[str(host.config)],
+        state_flag=str(tmp_path / "no-relay"),
+        env={},
+    )
+    assert layout.associated, layout
+    listed = synthesized_home(layout, "party", socket_present=False)["principals"]
+    assert [(p["id"], p["transport"], p["ready"]) for p in listed] == [
+        (f"{agent}@party", kind, False) for agent, kind in kinds
     ]
 
 

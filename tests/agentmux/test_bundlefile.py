@@ -1,4 +1,5 @@
-"""The relay's strict reading of bundles, coders.toml, users.toml and relay.toml (§3.1)."""
+"""The bundle file's one reader (§3.1): the relay's strict reading of a bundle and its coders,
+the relay tools' lenient one, and the writer the supervisor writes the fleet's bundles with."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from mcphost.agentmux import bundlefile as B
 from mcphost.agentmux.wire import RelayError
-from mcphost.relay import bundles as B
 from mcphost.relaytools.layout import load_members
 from mcphost.testing.relayharness import BUNDLE_PARTY, CODERS
 
@@ -175,10 +178,10 @@ def test_the_relay_tools_fixture_reads(tmp_path: Path) -> None:
 
 
 CODER_ERRORS = [
-    ('[[coders]]\nid = "x"', "coders[0].tmux: exactly one of tmux, acp or pty"),
+    ('[[coders]]\nid = "x"', "coders[0].tmux: exactly one of tmux, acp, pty or process"),
     (
         '[[coders]]\nid = "x"\n[coders.tmux]\ninitial-command = "a"\n[coders.acp]\nchannel = "stdio"',
-        "exactly one of tmux, acp or pty",
+        "exactly one of tmux, acp, pty or process",
     ),
     ('[[coders]]\nid = "x"\n[coders.tmux]\n', "coders[0].tmux.initial-command: missing required"),
     (
@@ -516,168 +519,218 @@ def test_layers_first_wins_per_file_bundles_union_by_id(tmp_path: Path) -> None:
     }
 
 
-# -- users.toml ------------------------------------------------------------------------------
+# -- process coders (mcphost's) --------------------------------------------------------------
 
 
-def test_users_read(tmp_path: Path) -> None:
-    layer(
-        tmp_path,
-        {
-            "users.toml": """\
-                format-version = 1
-                default-bundle = "party"
-                default-session = "alpha"
-
-                [[sessions]]
-                id = "op@GLOBAL"
-                name = "Operator"
-                policy = "operator"
-                [sessions.ui]
-
-                [[sessions]]
-                id = "bus@GLOBAL"
-                policy = "default"
-                [sessions.pubsub]
-
-                [[sessions]]
-                id = "plain@GLOBAL"
-                policy = "default"
-                """
-        },
-    )
-    users = B.load_users([tmp_path])
-    assert (users.default_bundle, users.default_session) == ("party", "alpha")
-    assert users.users == (
-        B.User("op@GLOBAL", "operator", "Operator", "ui"),
-        B.User("bus@GLOBAL", "default", None, "pubsub"),
-        B.User("plain@GLOBAL", "default", None, "ui"),
-    )
-    assert users.get("op@GLOBAL") is users.users[0]
-    assert users.get("alpha@party") is None
-    assert B.load_users([tmp_path / "none"]) == B.Users()
+def test_a_process_coder_reads_as_a_process_member(tmp_path: Path) -> None:
+    coders = '[[coders]]\nid = "p"\n[coders.process]\ncommand = "run --me"\n'
+    bundle = '[[sessions]]\nid = "P"\ndirectory = "/w"\ncoder = "p"\n'
+    layer(tmp_path, {"coders.toml": coders, "bundles/b.toml": bundle})
+    read = B.require_bundle([tmp_path], "b")
+    assert read.coders["p"] == B.Coder("p", "process", process=B.ProcessCoder("run --me"))
+    assert [(s.id, s.kind, s.transport) for s in read.sessions] == [("P", "coder", "process")]
+    lenient = B.require_bundle([tmp_path], "b", reading=B.LENIENT)
+    assert [(s.id, s.transport) for s in lenient.sessions] == [("P", "process")]
 
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ('[[sessions]]\nid = "op"\npolicy = "p"', "sessions[0].id: 'op' must be <name>@GLOBAL"),
-        ('[[sessions]]\nid = "op@party"\npolicy = "p"', "must be <name>@GLOBAL"),
-        ('[[sessions]]\nid = "../op@GLOBAL"\npolicy = "p"', "must be <name>@GLOBAL"),
-        ('[[sessions]]\nid = "op@GLOBAL"', "sessions[0].policy: missing required field"),
+        ('[[coders]]\nid = "p"\n[coders.process]\n', "coders[0].process.command: missing required"),
         (
-            '[[sessions]]\nid = "op@GLOBAL"\npolicy = "p"\n[sessions.ui]\n[sessions.pubsub]',
-            "at most one of",
+            '[[coders]]\nid = "p"\n[coders.process]\ncommand = ""',
+            "process.command: must be non-empty",
         ),
         (
-            '[[sessions]]\nid = "op@GLOBAL"\npolicy = "p"\n[[sessions]]\nid = "op@GLOBAL"\npolicy = "p"',
-            "sessions[1].id: user 'op@GLOBAL' is defined twice",
+            '[[coders]]\nid = "p"\n[coders.process]\ncommand = "a"\nargv = ["a"]',
+            "coders[0].process.argv: unknown field",
         ),
-        ('[[sessions]]\nid = "op@GLOBAL"\npolicy = "p"\ncoder = "x"', "sessions[0].coder: unknown"),
-        ('default-bundle = ".."', "default-bundle: '..' is not a bundle id"),
-        ("default_bundle = 'x'", "default_bundle: unknown field"),
+        (
+            '[[coders]]\nid = "p"\n[coders.process]\ncommand = "a"\n[coders.tmux]\ninitial-command = "a"',
+            "exactly one of tmux, acp, pty or process",
+        ),
     ],
 )
-def test_user_errors(tmp_path: Path, text: str, fragment: str) -> None:
-    layer(tmp_path, {"users.toml": text})
-    err = error(B.load_users, [tmp_path])
-    assert err.code == "validation_invalid_arguments"
-    assert str(tmp_path / "users.toml") in err.message
-    assert fragment in err.message
+def test_process_coder_errors(tmp_path: Path, text: str, fragment: str) -> None:
+    layer(tmp_path, {"coders.toml": text})
+    assert fragment in error(B.load_coders, [tmp_path]).message
 
 
-# -- relay.toml ------------------------------------------------------------------------------
+# -- the lenient reading (the relay tools') --------------------------------------------------
+
+# One forgiven flaw per case: (the bundle file, the coders file, the members the lenient reading
+# gives as (id, name, transport, directory)). Each one the strict reading refuses.
+A = '[[sessions]]\nid = "a"\ndirectory = "/w/a"\ncoder = "sh"\n'
+LENIENT_CASES = {
+    "unknown keys and format-version": (
+        "format-version = 9\nbundle-name = 'x'\n" + A + "transport = 'acp'\n",
+        CODERS_FULL,
+        [("a", None, "tmux", "/w/a")],
+    ),
+    "groups, environment, policy, coder-session-id on a marker": (
+        "groups = ['OPS', 'ok', 'ok']\nenvironment = [{ name = '1' }]\n"
+        + A
+        + "groups = ['nope', 'ok']\npolicy = 3\nenvironment = 1\n"
+        + '[[sessions]]\nid = "u"\ncoder-session-id = "x"\n[sessions.ui]\nport = 1\n',
+        CODERS_FULL,
+        [("a", None, "tmux", "/w/a"), ("u", None, "ui", None)],
+    ),
+    "an entry that is no table or has no string id": (
+        "sessions = [1, { id = 2, coder = 'sh' }, { id = 'a', directory = '/w/a', coder = 'sh' }]",
+        CODERS_FULL,
+        [("a", None, "tmux", "/w/a")],
+    ),
+    "an id used twice: the first stands": (
+        A + A.replace("/w/a", "/w/b").replace('"sh"', '"agent"'),
+        CODERS_FULL,
+        [("a", None, "tmux", "/w/a")],
+    ),
+    "a name used twice, a relative or mistyped directory": (
+        A
+        + 'name = "N"\n'
+        + '[[sessions]]\nid = "b"\nname = "N"\ndirectory = "rel"\ncoder = "sh"\n'
+        + '[[sessions]]\nid = "c"\nname = 7\ndirectory = 7\ncoder = "sh"\n',
+        CODERS_FULL,
+        [("a", "N", "tmux", "/w/a"), ("b", None, "tmux", None), ("c", None, "tmux", None)],
+    ),
+    "no shape, several shapes": (
+        '[[sessions]]\nid = "a"\ndirectory = "/w/a"\n'
+        + '[[sessions]]\nid = "b"\ncoder = "agent"\n[sessions.pubsub]\n',
+        CODERS_FULL,
+        [("a", None, "tmux", "/w/a"), ("b", None, "pubsub", None)],
+    ),
+    "a coder not defined": (
+        '[[sessions]]\nid = "a"\ndirectory = "/w/a"\ncoder = "ghost"\n',
+        CODERS_FULL,
+        [("a", None, "tmux", "/w/a")],
+    ),
+    "an invalid coders.toml": (A, "coders = [", [("a", None, "tmux", "/w/a")]),
+    "a coder's body, and coders without an id or shape": (
+        A.replace('"sh"', '"x"') + A.replace('"a"', '"b"').replace('"sh"', '"y"'),
+        '[[coders]]\nid = "x"\n[coders.acp]\nchannel = "pipe"\nprime-timeout-ms = 1\n'
+        '[[coders]]\nid = "y"\n[coders.pty]\n[coders.process]\ncommand = "c"\n'
+        '[[coders]]\n[coders.acp]\n[[coders]]\nid = "z"\n',
+        [("a", None, "acp", "/w/a"), ("b", None, "pty", "/w/a")],
+    ),
+}
 
 
-def test_relay_settings_defaults(tmp_path: Path) -> None:
-    assert B.load_relay_settings([tmp_path], {}) == B.RelaySettings()
-    assert B.RelaySettings() == B.RelaySettings(True, False, 256, (), None)
-
-
-def test_relay_settings_file(tmp_path: Path) -> None:
-    layer(
-        tmp_path,
-        {
-            "relay.toml": """\
-                format-version = 1
-                watch-bundles = false
-                require-session-credentials = true
-                [choices]
-                pending-max = 4096
-                [[peers]]
-                alias = "west"
-                address = "/run/west/relay.sock"
-                connect-as = "east"
-                [delivery]
-                anything = 1
-                """
-        },
-    )
-    settings = B.load_relay_settings([tmp_path], {})
-    assert settings == B.RelaySettings(
-        watch_bundles=False,
-        require_session_credentials=True,
-        choices_pending_max=4096,
-        peers=(B.Peer("west", "/run/west/relay.sock", "east"),),
-        path=tmp_path / "relay.toml",
-    )
-
-
-@pytest.mark.parametrize(
-    ("file", "env", "flag", "expected"),
-    [
-        ("", {}, None, False),
-        ("require-session-credentials = true", {}, None, True),
-        ("require-session-credentials = true", {B.ENV_REQUIRE: "false"}, None, False),
-        ("require-session-credentials = false", {B.ENV_REQUIRE: "true"}, None, True),
-        ("require-session-credentials = false", {B.ENV_REQUIRE: "false"}, True, True),
-        ("", {}, True, True),
-    ],
-)
-def test_require_credentials_precedence(
-    tmp_path: Path, file: str, env: dict[str, str], flag: bool | None, expected: bool
+@pytest.mark.parametrize("case", list(LENIENT_CASES))
+def test_the_lenient_reading_forgives_what_the_relay_tools_do_not_use(
+    tmp_path: Path, case: str
 ) -> None:
-    layer(tmp_path, {"relay.toml": file})
-    settings = B.load_relay_settings([tmp_path], env, require_credentials_flag=flag)
-    assert settings.require_session_credentials is expected
-
-
-def test_watch_precedence(tmp_path: Path) -> None:
-    layer(tmp_path, {"relay.toml": "watch-bundles = true"})
-    assert B.load_relay_settings([tmp_path], {B.ENV_WATCH: "false"}).watch_bundles is False
-    assert B.load_relay_settings([tmp_path], {B.ENV_WATCH: "false"}, watch_flag=True).watch_bundles
-    assert not B.load_relay_settings([tmp_path], {}, watch_flag=False).watch_bundles
-
-
-@pytest.mark.parametrize("value", ["TRUE", "1", "yes", "", " true"])
-def test_relay_env_booleans_are_exactly_true_or_false(tmp_path: Path, value: str) -> None:
-    err = error(B.load_relay_settings, [tmp_path], {B.ENV_REQUIRE: value})
-    assert err.code == "validation_invalid_arguments"
-    assert err.details == {"variable": B.ENV_REQUIRE, "value": value}
+    text, coders, members = LENIENT_CASES[case]
+    layer(tmp_path, {"coders.toml": coders, "bundles/b.toml": text})
+    with pytest.raises(RelayError):
+        B.load_bundle([tmp_path], "b")
+    read = B.require_bundle([tmp_path], "b", reading=B.LENIENT)
+    assert [(s.id, s.name, s.transport, s.directory) for s in read.sessions] == members
+    assert [(m.id, m.transport) for m in load_members([tmp_path], "b") or ()] == [
+        (m[0], m[2]) for m in members
+    ]
 
 
 @pytest.mark.parametrize(
-    ("text", "fragment"),
+    ("text", "code", "fragment"),
     [
-        ("require_session_credentials = true", "(keys are kebab-case"),
-        ("require-session-credentials = 'true'", "expected a boolean, got a string"),
-        ("[choices]\npending-max = 0", "choices.pending-max: must be between 1 and 4096"),
-        ("[choices]\npending-max = 4097", "must be between 1 and 4096"),
-        ("[choices]\nmax = 1", "choices.max: unknown field"),
-        ("[[peers]]\nalias = 'w'\naddress = 'rel'\nconnect-as = 'e'", "peers[0].address: must be"),
-        ("[[peers]]\nalias = 'w'\naddress = '/s'", "peers[0].connect-as: missing required"),
-        ("[[peers]]\nalias = '..'\naddress = '/s'\nconnect-as = 'e'", "peers[0].alias"),
-        (
-            "[[peers]]\nalias = 'w'\naddress = '/s'\nconnect-as = 'e'\n"
-            "[[peers]]\nalias = 'w'\naddress = '/t'\nconnect-as = 'e'",
-            "peers[1].alias: peer alias 'w' is used twice",
-        ),
-        ("delivery = 3", "delivery: expected a table"),
-        ("relay-socket = '/x'", "relay-socket: unknown field"),
+        ('[[sessions]]\nid = "../x"\n', "validation_invalid_arguments", "sessions[0].id: '../x'"),
+        ("[[sessions]\n", "validation_invalid_arguments", "bundle configuration is invalid"),
     ],
 )
-def test_relay_settings_errors(tmp_path: Path, text: str, fragment: str) -> None:
-    layer(tmp_path, {"relay.toml": text})
-    err = error(B.load_relay_settings, [tmp_path], {})
-    assert err.code == "validation_invalid_arguments"
-    assert str(tmp_path / "relay.toml") in err.message
-    assert fragment in err.message
+def test_the_lenient_reading_never_forgives_a_member_id_or_a_broken_file(
+    tmp_path: Path, text: str, code: str, fragment: str
+) -> None:
+    layer(tmp_path, {"bundles/b.toml": text})
+    err = error(B.load_bundle, [tmp_path], "b", reading=B.LENIENT)
+    assert err.code == code and fragment in err.message
+    assert error(B.load_bundle, [tmp_path], "..", reading=B.LENIENT).code == (
+        "validation_invalid_params"
+    )
+
+
+def test_the_lenient_reading_of_a_good_file_is_the_strict_one(cfg: Path) -> None:
+    strict = B.require_bundle([cfg], "party")
+    lenient = B.require_bundle([cfg], "party", reading=B.LENIENT)
+    assert lenient == strict
+    assert {c.id: c.transport for c in lenient.coders.values()} == {
+        c.id: c.transport for c in strict.coders.values()
+    }
+    assert all(c.tmux is None and c.acp is None for c in lenient.coders.values())  # no bodies
+
+
+# -- the writer ------------------------------------------------------------------------------
+
+
+def test_a_bundle_written_reads_back_as_itself(cfg: Path, tmp_path: Path) -> None:
+    """Every key the model holds: members of every shape, groups, environments, each coder's
+    body (keys the model does not hold, a pty coder's `cols`, an http coder's `headers`, are not
+    written)."""
+    bundle = B.require_bundle([cfg], "party")
+    out = tmp_path / "out"
+    layer(
+        out,
+        {
+            "bundles/party.toml": B.bundle_toml(bundle, "# written\n"),
+            "coders.toml": B.coders_toml(bundle.coders.values()),
+        },
+    )
+    assert (out / "bundles/party.toml").read_text().startswith("# written\nformat-version = 1\n")
+    again = B.require_bundle([out], "party")
+    assert again == B.Bundle(**{**_fields(bundle), "path": out / "bundles/party.toml"})
+    assert dict(again.coders) == dict(bundle.coders)
+
+
+def _fields(bundle: B.Bundle) -> dict[str, object]:
+    import dataclasses
+
+    return {f.name: getattr(bundle, f.name) for f in dataclasses.fields(bundle)}
+
+
+# Any string Python can encode (no lone surrogates): quotes, backslashes, control characters
+# (the fleet refuses most of them in a command, the writer must not depend on that), unicode.
+_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40).filter(
+    lambda t: t.strip() and "\x00" not in t
+)
+_IDS = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,30}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    members=st.lists(
+        st.tuples(
+            _IDS, _ANY_TEXT, st.none() | _ANY_TEXT, st.sampled_from(["tmux", "acp", "process"])
+        ),
+        max_size=5,
+        unique_by=lambda m: m[0],
+    )
+)
+def test_any_string_round_trips_through_the_writer(
+    tmp_path_factory: pytest.TempPathFactory, members: list[tuple[str, str, str | None, str]]
+) -> None:
+    """Issue #18: a DEL in a command made `coders.toml` invalid TOML for every bundle."""
+    coders = {
+        f"c-{i}": B.Coder(
+            f"c-{i}",
+            shape,
+            tmux=B.TmuxCoder(command) if shape == "tmux" else None,
+            acp=B.AcpCoder("stdio", command) if shape == "acp" else None,
+            process=B.ProcessCoder(command) if shape == "process" else None,
+        )
+        for i, (_, command, _, shape) in enumerate(members)
+        if shape != "acp" or command.split()  # an ACP command splits on whitespace
+    }
+    sessions = tuple(
+        B.Session(
+            id=agent, directory="/w", kind="coder", transport=shape, policy=policy, coder=f"c-{i}"
+        )
+        for i, (agent, _, policy, shape) in enumerate(members)
+        if f"c-{i}" in coders
+    )
+    root = tmp_path_factory.mktemp("w")
+    path = root / "bundles" / "b.toml"
+    path.parent.mkdir()
+    path.write_text(B.bundle_toml(B.Bundle("b", path, sessions)))
+    (root / "coders.toml").write_text(B.coders_toml(coders.values()))
+    read = B.require_bundle([root], "b")
+    assert read.sessions == sessions
+    assert dict(read.coders) == coders
