@@ -8,15 +8,15 @@ docs/supervisor-internals.md.
 
 The wings, top to bottom (one import-linter `layers` contract in pyproject.toml forces the
 order: a wing imports only the wings and root modules below it):
-- `cli` (`mcphost supervise`), then `supervisor`: the orchestrator (the run loop, signals,
-  shutdown), which wires every wing together.
+- `cli` (`mcphost supervise`), then `supervisor`: the orchestrator (start-up, then the run
+  loop, signals, shutdown), whose `Supervisor` is every wing wired together, whole once built.
 - `operator/`: ctl, the control operations, the fleet page, metrics, the journal.
 - `serving/`: the attach hubs and what each session is served.
 - `reconcile`: the fleet in force and its slots: reconcile, reload, the agents' locks, and the
   one table of runner kinds (`RUNNERS`).
-- `fleet` (the fleet file and its loader, which builds the plan), `startup` (before serving:
-  the token, the state directory's lock and modes), `records` (every process run or adopted;
-  what a crash left is ended).
+- `fleet` (the fleet file and its loader, which builds the plan) beside `startup` (before
+  serving: the token, the state directory's lock and modes, then the ground the supervisor
+  stands on), above `records` (every process run or adopted; what a crash left is ended).
 - `agents/`: the runners (process, ACP, tmux), the relay host, homes, sign-in, logs, execs, reach.
 - `center/` beside `confine/`: the link to the center (token, health, generations) and what holds
   an agent in (fence, cgroups, usage, kernel).

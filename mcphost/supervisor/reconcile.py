@@ -77,11 +77,9 @@ from mcphost.supervisor.plan import (
 )
 
 if TYPE_CHECKING:
-    from mcphost.admin.client import AdminClient
     from mcphost.supervisor.agents.relayhost import RelayHost
     from mcphost.supervisor.center.generations import Generations
-    from mcphost.supervisor.center.health import CenterHealth
-    from mcphost.supervisor.center.link import CenterLink
+    from mcphost.supervisor.center.link import Center
     from mcphost.supervisor.confine.cgroups import AgentGroup, Cgroups
     from mcphost.supervisor.confine.kernel import Reaper
     from mcphost.supervisor.state import StateStore
@@ -137,33 +135,27 @@ class AttachSocket(Protocol):
 
 
 class Supervised(Protocol):
-    """The supervisor as reconciliation sees it (`supervisor.Supervisor`): never imported, so
-    the orchestrator stays above this module."""
+    """What reconciliation reads of the supervisor (`supervisor.Supervisor`): never imported,
+    so the orchestrator stays above this module."""
 
     @property
     def state_dir(self) -> str: ...
     @property
     def env(self) -> Mapping[str, str]: ...
     @property
-    def store(self) -> StateStore | None: ...
+    def store(self) -> StateStore: ...
     @property
-    def reaper(self) -> Reaper | None: ...
+    def reaper(self) -> Reaper: ...
     @property
-    def relay(self) -> RelayHost | None: ...
+    def relay(self) -> RelayHost: ...
     @property
-    def link(self) -> CenterLink | None: ...
-    @property
-    def health(self) -> CenterHealth | None: ...
-    @property
-    def admin(self) -> AdminClient | None: ...
-    @property
-    def runtime(self) -> AdminClient | None: ...
+    def center(self) -> Center: ...
     @property
     def hubs(self) -> Mapping[str, AttachSocket]: ...
     @property
     def generations(self) -> Generations: ...
     @property
-    def cgroups(self) -> Cgroups | None: ...
+    def cgroups(self) -> Cgroups: ...
     def spawned(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None: ...
     def exited(self, runner: AgentRunner, generation: int) -> None: ...
     def left(self, agent_id: str) -> None: ...
@@ -225,10 +217,9 @@ class Reconciler:
         (`_keep_uids`). `reload_failed` when the range has too few free uids."""
         from mcphost.supervisor import uids
 
-        store = self.supervisor.store
         wanted = [plan.agent_id for plan in fleet.agents if wants_own_uid(plan)]
-        recorded = {} if store is None else store.uids()
-        if store is None or (not wanted and not recorded):
+        recorded = self.supervisor.store.uids()
+        if not wanted and not recorded:
             return fleet
         try:
             assigned = uids.allocate(wanted, recorded, fleet.uids)
@@ -253,8 +244,6 @@ class Reconciler:
         uids`) first has its home back (`_reclaim`), so the preparation hands it whole to the
         new uid (homes.hold_home)."""
         store = self.supervisor.store
-        if store is None:
-            return
         assigned = {plan.agent_id: plan.uid for plan in fleet.agents if plan.uid is not None}
         recorded = store.uids()
         for agent_id, uid in assigned.items():
@@ -268,8 +257,7 @@ class Reconciler:
         supervisor = self.supervisor
         wanted = {plan.agent_id: plan for plan in fleet.agents}
         removed, changed, added = changes["removed"], changes["changed"], changes["added"]
-        if supervisor.relay is not None:
-            await self._configure_relay(fleet)
+        await self._configure_relay(fleet)
         self._share_state(fleet)
         # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
         starting = changed + added
@@ -346,7 +334,6 @@ class Reconciler:
         from mcphost.relay.server import RelayBindError
 
         relay = self.supervisor.relay
-        assert relay is not None
         try:
             await relay.configure(fleet)
         except (OSError, RelayError, RelayBindError) as exc:
@@ -378,11 +365,10 @@ class Reconciler:
     def _slot(self, plan: AgentPlan, home: Home, workspace: HeldWorkspace) -> Slot:
         """The agent's slot, its runner of the kind `plan.runner` names (`RUNNERS`)."""
         supervisor = self.supervisor
-        assert supervisor.store is not None and supervisor.reaper is not None
         sandbox = self._fence(plan, home)
 
         def reserve(agent_id: str, local: int) -> Awaitable[int]:
-            return supervisor.generations.next(supervisor.admin, agent_id, local)
+            return supervisor.generations.next(supervisor.center.admin, agent_id, local)
 
         given = Collaborators(
             store=supervisor.store,
@@ -409,7 +395,7 @@ class Reconciler:
     def _group(self, plan: AgentPlan) -> AgentGroup | None:
         """The agent's own cgroup, with its limits (cgroups.py); None without a backend."""
         cgroups = self.supervisor.cgroups
-        return None if cgroups is None else cgroups.group(plan.agent_id, cgroups.limits_of(plan))
+        return cgroups.group(plan.agent_id, cgroups.limits_of(plan))
 
     def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
         """The agent's fence (reach.py builds it as the load-time checks plan it), with the
@@ -504,22 +490,10 @@ class Reconciler:
                 problem=exc.problem,
                 expected=exc.expected,
             ) from None
-        supervisor = self.supervisor
-        assert supervisor.link is not None
-        changed = supervisor.link.apply(center, token, stamp)
-        old_runtime = self.fleet.center.runtime_socket
+        changed = self.supervisor.center.apply(center, token, stamp)  # a change: probed
         self.fleet = dataclasses.replace(self.fleet, center=center)
-        runtime = supervisor.runtime
-        if runtime is not None and center.runtime_socket and center.runtime_socket != old_runtime:
-            from mcphost.admin.client import AdminAccess
-            from mcphost.admin.target import AdminTarget
-
-            runtime.rebind(AdminAccess(AdminTarget(kind="unix", path=center.runtime_socket)))
-            changed.append("runtime_socket")
         if changed:
             events.emit("supervisor.center_changed", changed=changed)
-            if supervisor.health is not None:
-                supervisor.health.poke()
 
     # -- the fleet the center assigns (`[center] fleet = "center"`) ------------------------
     async def _center_fleet(self) -> tuple[Fleet, dict[str, int]]:
@@ -528,9 +502,8 @@ class Reconciler:
         from mcphost.supervisor.center.generations import fetch_fleet
         from mcphost.supervisor.plan import fleet_with_agents
 
-        assert self.supervisor.admin is not None
         try:
-            assigned = await fetch_fleet(self.supervisor.admin)
+            assigned = await fetch_fleet(self.supervisor.center.admin)
             return fleet_with_agents(self.fleet, assigned.ids), dict(assigned.generations)
         except ToolFailure as exc:
             raise ControlError.row(

@@ -1,14 +1,20 @@
-"""The supervisor's start-up before it serves anything: the token, then its state directory.
+"""The supervisor's start-up before it serves anything: the token, its state directory, then what
+it stands on.
 
-Owns, in this order (`Supervisor.run` calls them before anything else under `<state>`): the link
-to the center with the token read from the fleet's `token_file` (`open_link`: a bad token file
-is exit 2, one line); the state directory's lock (`control.server.take_lock` on
+Owns, in this order (`supervisor.supervise` calls them before anything else under `<state>`):
+the link to the center with the token read from the fleet's `token_file` (`open_link`: a bad
+token file is exit 2, one line); the state directory's lock (`control.server.take_lock` on
 `<state>/control.sock.lock`, creating `<state>` 0700 if it is missing and touching nothing else:
 another supervisor holding it is exit `EXIT_STATE_IN_USE`, one line naming the directory and its
-pid); only then the modes of `<state>`, `run/` and `agents/` (`claim_state`). The processes a
-crashed supervisor left are ended next, before anything is spawned (records.py). Once the state
-is claimed (a refusal stays one line), the descriptor limit: `RLIMIT_NOFILE`'s soft limit raised
-to its hard one (`raise_descriptor_limit`; systemd starts services at 1024), the figure logged.
+pid); only then the modes of `<state>`, `run/` and `agents/` (`claim_state`). Then, once the
+supervisor's journal keeps its events (operator/journal.py), the `Ground` it stands on
+(`open_ground`), every part opened whole and handed to the `Supervisor`, which closes them at
+its shutdown: the descriptor limit (`RLIMIT_NOFILE`'s soft limit raised to its hard one,
+`raise_descriptor_limit`; systemd starts services at 1024, the figure logged), the fence's
+probe of this machine (before the reaper owns `waitpid`), the state file (with the runs a crash
+cut short recorded as lost), the process records and the reaper, the processes a crashed
+supervisor left (ended before anything is spawned: records.py), the agents' cgroups (cgroups.py)
+and the center's clients and health (`center.link.Center`).
 
 Must never: change anything under a state directory whose lock another supervisor holds (modes,
 files, processes), follow a symlink for `<state>`, `run/` or `agents/`, or print more than one
@@ -17,16 +23,23 @@ line for a refusal (cli.py's contract for every start-up refusal).
 
 from __future__ import annotations
 
+import asyncio
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mcphost import events, fsutil, procs
 from mcphost.settings import SettingError
+from mcphost.supervisor.confine import cgroups, kernel
+from mcphost.supervisor.confine import fence as fences
 from mcphost.supervisor.control.server import ControlInUse, take_lock
 from mcphost.supervisor.plan import runs_apart
+from mcphost.supervisor.records import ProcessRecords
+from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
-    from mcphost.supervisor.center.link import CenterLink
+    from mcphost.supervisor.center.link import Center, CenterLink
+    from mcphost.supervisor.confine.cgroups import Cgroups
     from mcphost.supervisor.plan import Fleet
 
 # `mcphost supervise`'s exit status when another supervisor holds the state directory's lock.
@@ -110,3 +123,51 @@ def raise_descriptor_limit() -> int:
     soft, hard, before = procs.raise_nofile()
     events.emit("supervisor.descriptors", soft=soft, hard=hard, was=before, children=before)
     return soft
+
+
+@dataclass(frozen=True, slots=True)
+class Ground:
+    """What the supervisor stands on, opened by `open_ground` (module doc): the state directory's
+    lock (its descriptor, closed last), the state file, every process run or adopted, the reaper
+    of every child, the agents' cgroups and the center's clients and health."""
+
+    lock_fd: int
+    store: StateStore
+    records: ProcessRecords
+    reaper: kernel.Reaper
+    cgroups: Cgroups
+    center: Center
+
+
+async def open_ground(fleet: Fleet, state_dir: str, link: CenterLink, lock_fd: int) -> Ground:
+    """Open what the supervisor stands on, in the module doc's order, on the running loop:
+    `state_dir` is claimed (`lock_fd`) and the journal keeps the events from here on."""
+    from mcphost.host.server import call_timeout_from_env
+    from mcphost.supervisor.center.link import Center
+
+    raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
+    loop = asyncio.get_running_loop()
+    events.bound_accept_errors(loop)  # asyncio's EMFILE tracebacks: one line per 10 s
+    fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
+    store = StateStore(os.path.join(state_dir, "state.sqlite3"))
+    lost = store.record_lost_runs()  # before any runner reads its agent's last exit
+    if lost:
+        events.emit(
+            "supervisor.lost_runs_recorded",
+            level="warning",
+            agents={record.agent_id: record.generation for record in lost},
+        )
+    records = ProcessRecords(store)
+    reaper = kernel.Reaper()
+    reaper.install(loop)
+    # what a crashed supervisor left running, before any spawn
+    await records.end_leftovers(max((plan.stop_grace for plan in fleet.agents), default=10.0))
+    return Ground(
+        lock_fd=lock_fd,
+        store=store,
+        records=records,
+        reaper=reaper,
+        # each agent in a cgroup of its own (and what a crashed supervisor left there ended)
+        cgroups=cgroups.open_cgroups(state_dir),
+        center=Center(link, call_timeout=call_timeout_from_env()),
+    )

@@ -1,21 +1,25 @@
 """The supervisor: one process that runs a worker's fleet and serves every agent's MCP sessions.
 
-Owns: the run loop and the wiring of its parts, in the order of start-up and shutdown: the link
-to the center (center/link.py: the worker token read from the fleet's `token_file`, held only
-there and in one pooled, pinned `AdminClient` shared by every session, whose target, pins and
-token a reload swaps for the next call of every session; center/health.py: the center's health
-in `ctl status`), the two attach hubs (center tools, relay tools: sessions.py, served as
-surfaces.py builds them), the control socket (operations.py: what `mcphost ctl` asks), the
-relay host (relayhost.py: bundles in tmux, `runner = "tmux"` agents, the relay socket), the
-signals (SIGHUP reloads), the metrics endpoint when `[metrics]` asks for one (metrics.py,
-imported only then), and what follows an agent's generations: a spawn registers its
-process as the agent's only root at that generation (`Identities.spawned`) and ends the older
-generation's sessions and `ctl exec` commands, as its exit does. The fleet in force, its slots,
-the agents' locks and every change of them are reconciliation's (reconcile.py). Beside it:
-startup.py (the token and the state directory, before anything else), records.py (every
-process it runs, in the state file, so a crash leaves none behind), reach.py (the attach points
-and each agent's fence, built as the load-time checks plan them), identity.py (the identity
-roots and the one vouch rule), and with `[page]` the read-only fleet page (page.py).
+Owns: `supervise`, which starts up (startup.py: the token, the state directory, the journal,
+then the `Ground` the supervisor stands on) and runs a `Supervisor` built whole on it; and the
+`Supervisor`: every part built in its constructor, none missing and none bound until `run()`,
+and the run loop, in the order of start and shutdown: the link to the center (center/link.py:
+the worker token read from the fleet's `token_file`, held only there and in one pooled, pinned
+`AdminClient` shared by every session, whose target, pins and token a reload swaps for the next
+call of every session; center/health.py: the center's health in `ctl status`), the control
+socket (operations.py: what `mcphost ctl` asks), the two attach hubs (center tools, relay
+tools: sessions.py, served as surfaces.py builds them), the relay host (relayhost.py: bundles in
+tmux, `runner = "tmux"` agents, the relay socket), the signals (SIGHUP reloads), the operator's
+listeners (`Listeners`: the metrics endpoint when `[metrics]` asks for one, the fleet page at the
+`[page]` in force; metrics.py and page.py imported only then), and what follows an agent's
+generations: a spawn registers its process as the agent's only root at that generation
+(`Identities.spawned`) and ends the older generation's sessions and `ctl exec` commands, as its
+exit does. The fleet in force, its slots, the agents' locks and every change of them are
+reconciliation's (reconcile.py). Beside it: records.py (every process it runs, in the state
+file, so a crash leaves none behind), reach.py (the attach points and each agent's fence, built
+as the load-time checks plan them), identity.py (the identity roots and the one vouch rule).
+Each part sees the supervisor through a protocol of what it reads, in its own module
+(`Supervised` in reconcile.py, operations.py and surfaces.py; `Agents` in relayhost.py).
 
 Identity: a pump is served as the agent the registry vouches for. Sessions of an older
 generation are closed the moment a newer spawn registers (and when an agent exits), and the
@@ -46,70 +50,112 @@ from mcphost.supervisor.agents.homes import LOGS
 from mcphost.supervisor.agents.relayhost import RelayHost
 from mcphost.supervisor.agents.runner import AgentRunner
 from mcphost.supervisor.center.generations import Generations
-from mcphost.supervisor.confine import cgroups, kernel
-from mcphost.supervisor.confine import fence as fences
+from mcphost.supervisor.confine import kernel
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.operator import journal
+from mcphost.supervisor.operator.journal import Journal
 from mcphost.supervisor.operator.operations import Operations, reload_failed
 from mcphost.supervisor.plan import Fleet, agent_uid, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
-from mcphost.supervisor.records import ProcessRecords
 from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES, SessionHub
 from mcphost.supervisor.serving.surfaces import CENTER, RELAY, Surfaces
-from mcphost.supervisor.state import StateStore
 
 if TYPE_CHECKING:
-    from mcphost.admin.client import AdminClient
-    from mcphost.errors import ToolFailure
-    from mcphost.supervisor.center.health import CenterHealth
-    from mcphost.supervisor.center.link import CenterLink
-    from mcphost.supervisor.confine.cgroups import Cgroups
     from mcphost.supervisor.operator.metrics import MetricsServer, RelayFigures
     from mcphost.supervisor.operator.page import FleetPage
     from mcphost.supervisor.values import Listen
 
-# Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
-# the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
-CENTER_CALLS_PER_AGENT = 16
+
+async def supervise(fleet: Fleet, state_dir: str) -> int:
+    """Start up (startup.py), then run the supervisor until it is stopped; the exit status (a
+    refused start: its one line printed, and its status)."""
+    state_dir = os.path.abspath(state_dir)
+    started_at = time.time()
+    kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
+    kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
+    try:  # the token, then the state directory's lock, then its modes (startup.py)
+        link = startup.open_link(fleet)
+        lock_fd = startup.claim_state(state_dir, fleet)
+    except startup.StartRefused as exc:
+        print(exc.line, file=sys.stderr)  # the one line of a refused start
+        return exc.status
+    # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
+    kept = journal.install(os.path.join(state_dir, LOGS))
+    ground = await startup.open_ground(fleet, state_dir, link, lock_fd)
+    return await Supervisor(fleet, state_dir, ground, kept, started_at=started_at).run()
+
+
+def run_supervisor(fleet: Fleet, state_dir: str) -> int:
+    """`supervise` in a fresh event loop; its exit status."""
+    return asyncio.run(supervise(fleet, state_dir))
 
 
 class Supervisor:
-    """Run `fleet` with state under `state_dir` until `stop()`; see the module docstring."""
+    """Serve `fleet` from `state_dir` on what start-up opened (`ground`), its events kept by
+    `journal`, until `stop()`: every part is built here, bound to nothing until `run()`
+    (module doc)."""
 
-    def __init__(self, fleet: Fleet, state_dir: str, *, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        fleet: Fleet,
+        state_dir: str,
+        ground: startup.Ground,
+        journal: Journal,
+        *,
+        started_at: float,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.env = dict(os.environ if env is None else env)
+        self.started_at = started_at
+        self.stopping = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()  # its own tasks (`spawn`)
+        self._agent_uids: tuple[Fleet | None, frozenset[int]] = (None, frozenset())
         self.identities = Identities()  # the identity roots and the vouch rule (identity.py)
         self.generations = Generations()  # what the center said it has seen (center/generations.py)
-        self.stopping = asyncio.Event()
-        self.started_at = time.time()
+        # what start-up opened (startup.py), each closed at shutdown
+        self.center = ground.center  # the [center] in force, the token, the clients, the health
+        self.store = ground.store
+        self.records = ground.records  # every process we run, in the state file
+        self.reaper = ground.reaper
+        self.cgroups = ground.cgroups  # each agent's cgroup and limits (cgroups.py)
+        self.journal = journal  # the supervisor's own events (journal.py)
+        self._lock_fd = ground.lock_fd  # the state directory's lock (control.take_lock)
         # the fleet in force, its slots and the agents' locks (reconcile.py)
         self.reconciler = Reconciler(self, fleet)
-        # what each session is served, and the relay connections they share (surfaces.py)
-        self.surfaces = Surfaces(self, replace_fenced=self.reconciler.replace_fenced)
         self.operations = Operations(self)  # what `mcphost ctl` asks (operations.py)
-        self.link: CenterLink | None = None  # the [center] in force and the token
-        self.health: CenterHealth | None = None
-        self.admin: AdminClient | None = None
-        self.runtime: AdminClient | None = None
-        self.hubs: dict[str, SessionHub] = {}
-        self.control: ControlServer | None = None
-        self.store: StateStore | None = None
-        self.reaper: kernel.Reaper | None = None
-        self.records: ProcessRecords | None = None  # every process we run, in the state file
-        self.relay: RelayHost | None = None  # bundles in tmux, the relay wire (relayhost.py)
-        self.cgroups: Cgroups | None = None  # each agent's cgroup and limits (cgroups.py)
-        self.page: FleetPage | None = None  # the read-only fleet page, with `[page]` (page.py)
-        # `[metrics]` (metrics.py, imported only then): the endpoint, and every center call's
-        # end told to it (surfaces.py hands this to each center session; None: nobody listens)
-        self.metrics: MetricsServer | None = None
-        self.on_center_call: Callable[[str, str, str, float], None] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._lock_fd: int | None = None  # the state directory's lock (control.take_lock)
-        self._agent_uids: tuple[Fleet | None, frozenset[int]] = (None, frozenset())
-        self.journal: journal.Journal | None = None  # the supervisor's own events (journal.py)
+        # bundles in tmux, the relay wire (relayhost.py)
+        self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
+        self.listeners = Listeners(
+            self.operations,
+            self.relay,
+            journal,
+            metrics=fleet.metrics,
+            started_at=started_at,
+            agent_uids=self.agent_uids,
+        )
+        # what each session is served, and the relay connections they share (surfaces.py)
+        self.surfaces = Surfaces(
+            self,
+            replace_fenced=self.reconciler.replace_fenced,
+            on_center_call=self.listeners.on_center_call,
+        )
+        budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
+        self.hubs = {
+            name: SessionHub(
+                self.path("run", f"{name}.sock"),
+                identify=self.surfaces.identifier(name),
+                surface_for=self.surfaces.factory(name),
+                mode=self._socket_mode(),
+                budgets=budgets,
+            )
+            for name in (CENTER, RELAY)
+        }
+        self.control = ControlServer(
+            self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
+        )
 
     # -- what reconciliation holds, as the operations, the relay and the surfaces read it ---
     @property
@@ -134,9 +180,9 @@ class Supervisor:
         outcome = await self.reconciler.reload(dry_run=dry_run)
         if dry_run:
             return outcome
-        if self.page is None or self.fleet.page != self.page.config:
+        if self.fleet.page != self.listeners.page_config:
             try:
-                await self._open_page(self.fleet.page)
+                await self.listeners.open_page(self.fleet.page)
             except OSError as exc:
                 events.emit("supervisor.page_failed", level="error", error=str(exc))
         return outcome
@@ -158,65 +204,18 @@ class Supervisor:
 
     # -- start and stop -------------------------------------------------------------------
     async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status."""
-        kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
-        kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
-        try:  # the token, then the state directory's lock, then its modes (startup.py)
-            self.link = startup.open_link(self.fleet)
-            self._lock_fd = startup.claim_state(self.state_dir, self.fleet)
-        except startup.StartRefused as exc:
-            print(exc.line, file=sys.stderr)  # the one line of a refused start
-            return exc.status
-        # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
-        self.journal = journal.install(self.path(LOGS))
-        startup.raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
+        """Serve until SIGTERM/SIGINT (or `stop()`); SIGHUP reloads. Returns the exit status:
+        2 (the line printed, everything closed) when a listener cannot be served or the relay's
+        configuration cannot be written."""
         loop = asyncio.get_running_loop()
-        events.bound_accept_errors(loop)  # asyncio's EMFILE tracebacks: one line per 10 s
-        fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
-        self.store = StateStore(self.path("state.sqlite3"))
-        lost = self.store.record_lost_runs()  # before any runner reads its agent's last exit
-        if lost:
-            events.emit(
-                "supervisor.lost_runs_recorded",
-                level="warning",
-                agents={record.agent_id: record.generation for record in lost},
-            )
-        self.records = ProcessRecords(self.store)
-        self.reaper = kernel.Reaper()
-        self.reaper.install(loop)
-        # what a crashed supervisor left running, before any spawn
-        await self.records.end_leftovers(
-            max((plan.stop_grace for plan in self.fleet.agents), default=10.0)
-        )
-        # each agent in a cgroup of its own (and what a crashed supervisor left there ended)
-        self.cgroups = cgroups.open_cgroups(self.state_dir)
-        self.relay = RelayHost(self.state_dir, self.env, self, watch=self.reaper.watch)
-        self._open_admin()
-        self.control = ControlServer(
-            self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
-        )
+        self.spawn(self.center.health.run())
         await self.control.start()
-        if self.fleet.metrics is not None and not await self._serve_metrics():
+        if not await self.listeners.serve_metrics():
             await self._shutdown()
             return 2
-        budgets = Budgets(AGENT_HELD_BYTES)  # one per agent, across both surfaces
-        for name in (CENTER, RELAY):
-            self.hubs[name] = SessionHub(
-                self.path("run", f"{name}.sock"),
-                identify=self.surfaces.identifier(name),
-                surface_for=self.surfaces.factory(name),
-                mode=self._socket_mode(),
-                budgets=budgets,
-            )
-            await self.hubs[name].start()
-        try:
-            await self._open_page(self.fleet.page)
-        except OSError as exc:
-            assert self.fleet.page is not None
-            print(
-                f"mcphost supervise: [page] listen = {self.fleet.page}: {exc}",
-                file=sys.stderr,
-            )
+        for hub in self.hubs.values():
+            await hub.start()
+        if not await self.listeners.start_page(self.fleet.page):
             await self._shutdown()
             return 2
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -247,129 +246,30 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping.set()
 
-    async def _serve_metrics(self) -> bool:
-        """Serve `[metrics]` (read at start: a reload keeps the endpoint it found); False (the
-        line printed) when its address cannot be served."""
-        from mcphost.supervisor.operator.metrics import Metrics, MetricsBindError, MetricsServer
-
-        listen = self.fleet.metrics
-        assert listen is not None
-        metrics = Metrics(self.operations.snapshot, self._relay_figures)
-        server = MetricsServer(metrics, listen, self.agent_uids)
-        try:
-            await server.start()
-        except MetricsBindError as exc:
-            print(f"mcphost supervise: {exc.line}", file=sys.stderr)
-            return False
-        self.metrics, self.on_center_call = server, metrics.center_call
-        return True
-
-    def _relay_figures(self) -> RelayFigures | None:
-        """The relay's deliveries by outcome and its queue now (None: no relay served)."""
-        from mcphost.supervisor.operator.metrics import RelayFigures
-
-        behaviour = self.relay.behaviour if self.relay is not None else None
-        if behaviour is None:
-            return None
-        state = behaviour.state
-        return RelayFigures(outcomes=state.outcome_counts, queued=state.queue_bounds.count)
-
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
     def _socket_mode(self) -> int:
         """0600 while every agent runs as our uid; 0666 when some run as another user (the
         kernel-credential check is then the only gate, as it always is the real one)."""
         return 0o666 if any(runs_apart(a) for a in self.fleet.agents) else 0o600
 
-    async def _open_page(self, config: Listen | None) -> None:
-        """The fleet page at `config` (None: none), in place of the one open; page.py is
-        imported only then. Raises `OSError` when the address cannot be bound."""
-        if self.page is not None:
-            page, self.page = self.page, None
-            await page.aclose()
-        if config is None:
-            return
-        from mcphost.supervisor.operator.page import FleetPage
-
-        assert self.journal is not None  # installed first thing in `run`
-        page = FleetPage(
-            self.operations,
-            config,
-            started_at=self.started_at,
-            journal=self.journal,
-            agent_uids=self.agent_uids,
-        )
-        try:
-            await page.start()
-        except BaseException:
-            await page.aclose()
-            raise
-        self.page = page
-
-    def _open_admin(self) -> None:
-        from mcphost.admin.client import AdminClient
-        from mcphost.admin.target import AdminTarget
-        from mcphost.host.server import call_timeout_from_env
-        from mcphost.supervisor.center.health import CenterHealth
-
-        center = self.fleet.center
-        assert self.link is not None
-        self.admin = self.link.client(
-            call_timeout=call_timeout_from_env(),
-            on_failure=self._center_failure,
-            per_lane=CENTER_CALLS_PER_AGENT,
-        )
-        self.health = CenterHealth(self.admin)
-        self.spawn(self.health.run())
-        if center.runtime_socket:
-            self.runtime = AdminClient(
-                AdminTarget(kind="unix", path=center.runtime_socket),
-                per_lane=CENTER_CALLS_PER_AGENT,
-            )
-
-    def _center_failure(self, failure: ToolFailure) -> ToolFailure:
-        """Every failure of the shared client: named in fleet keys (what an operator of the
-        supervisor can change), and a probe of the center when it says something about it."""
-        from mcphost.supervisor.center.health import worth_a_probe
-        from mcphost.supervisor.center.link import for_operator
-
-        if self.health is not None and worth_a_probe(failure):
-            self.health.poke()
-        return for_operator(failure)
-
     async def _shutdown(self) -> None:
         events.emit("supervisor.stopping", agents=len(self.slots))
         for task in list(self._tasks):
             task.cancel()
-        if self.control is not None:
-            await self.control.aclose()
-        await self._open_page(None)
-        if self.metrics is not None:
-            await self.metrics.aclose()
+        await self.control.aclose()
+        await self.listeners.aclose()
         await asyncio.gather(*(slot.runner.aclose() for slot in self.slots.values()))
-        if self.relay is not None:
-            await self.relay.aclose()
+        await self.relay.aclose()
         for hub in self.hubs.values():
             await hub.aclose()
         await self.surfaces.aclose()
-        if self.reaper is not None:
-            await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
-        if self.cgroups is not None:
-            self.cgroups.close()
-        for client in (self.admin, self.runtime):
-            if client is not None:
-                await client.aclose()
-        if self.store is not None:
-            if self.records is not None:
-                self.records.prune()
-            self.store.close()
-        self._release_lock()
+        await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
+        self.cgroups.close()
+        await self.center.aclose()
+        self.records.prune()
+        self.store.close()
+        os.close(self._lock_fd)  # the state directory's lock, released last
         events.emit("supervisor.stopped")
-        if self.journal is not None:
-            self.journal.close()
+        self.journal.close()
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         """Run `coro` as a task of the supervisor's own (cancelled at shutdown)."""
@@ -398,8 +298,7 @@ class Supervisor:
         self.identities.spawned(runner.plan.agent_id, (pid, starttime), generation)
         self.operations.end_execs(runner.plan.agent_id, below=generation)
         self.surfaces.close_older(runner.plan.agent_id, generation)
-        if self.records is not None:
-            self.records.started(pid, starttime, runner.plan.agent_id, "agent")
+        self.records.started(pid, starttime, runner.plan.agent_id, "agent")
 
     def exited(self, runner: AgentRunner, generation: int) -> None:
         """A runner's process exited: its generation's roots, sessions and commands end."""
@@ -417,6 +316,109 @@ class Supervisor:
         self.surfaces.forget(agent_id)
 
 
-def run_supervisor(fleet: Fleet, state_dir: str) -> int:
-    """Run the supervisor in a fresh event loop; its exit status."""
-    return asyncio.run(Supervisor(fleet, state_dir).run())
+class Listeners:
+    """The operator's own listeners, each there only while the fleet asks for it: the metrics
+    endpoint of `[metrics]` (read at start: a reload keeps the endpoint it found) and the fleet
+    page at the `[page]` in force (a reload moves or closes it). metrics.py and page.py are
+    imported only then."""
+
+    def __init__(
+        self,
+        operations: Operations,
+        relay: RelayHost,
+        journal: Journal,
+        *,
+        metrics: Listen | None,
+        started_at: float,
+        agent_uids: Callable[[], frozenset[int]],
+    ) -> None:
+        self._operations = operations
+        self._relay = relay
+        self._journal = journal
+        self._started_at = started_at
+        self._agent_uids = agent_uids
+        self.page: FleetPage | None = None  # None: no `[page]` (or not open yet)
+        self.metrics: MetricsServer | None = None  # None: no `[metrics]`
+        if metrics is not None:
+            from mcphost.supervisor.operator.metrics import Metrics, MetricsServer
+
+            self.metrics = MetricsServer(
+                Metrics(operations.snapshot, self._relay_figures), metrics, agent_uids
+            )
+
+    @property
+    def on_center_call(self) -> Callable[[str, str, str, float], None] | None:
+        """What every center call's end is told to (surfaces.py hands it to each center
+        session); None: nobody listens."""
+        return None if self.metrics is None else self.metrics.metrics.center_call
+
+    @property
+    def page_config(self) -> Listen | None:
+        """The `[page]` the open page serves (None: none is open)."""
+        return None if self.page is None else self.page.config
+
+    async def serve_metrics(self) -> bool:
+        """Serve `[metrics]`, if set; False (the line printed) when its address cannot be
+        served."""
+        from mcphost.supervisor.operator.metrics import MetricsBindError
+
+        if self.metrics is None:
+            return True
+        try:
+            await self.metrics.start()
+        except MetricsBindError as exc:
+            print(f"mcphost supervise: {exc.line}", file=sys.stderr)
+            return False
+        return True
+
+    def _relay_figures(self) -> RelayFigures | None:
+        """The relay's deliveries by outcome and its queue now (None: no relay served)."""
+        from mcphost.supervisor.operator.metrics import RelayFigures
+
+        behaviour = self._relay.behaviour
+        if behaviour is None:
+            return None
+        state = behaviour.state
+        return RelayFigures(outcomes=state.outcome_counts, queued=state.queue_bounds.count)
+
+    async def start_page(self, config: Listen | None) -> bool:
+        """The page of the fleet the supervisor starts with; False (the line printed) when its
+        address cannot be bound."""
+        if config is None:
+            return True
+        try:
+            await self.open_page(config)
+        except OSError as exc:
+            print(f"mcphost supervise: [page] listen = {config}: {exc}", file=sys.stderr)
+            return False
+        return True
+
+    async def open_page(self, config: Listen | None) -> None:
+        """The fleet page at `config` (None: none), in place of the one open; page.py is
+        imported only then. Raises `OSError` when the address cannot be bound."""
+        if self.page is not None:
+            page, self.page = self.page, None
+            await page.aclose()
+        if config is None:
+            return
+        from mcphost.supervisor.operator.page import FleetPage
+
+        page = FleetPage(
+            self._operations,
+            config,
+            started_at=self._started_at,
+            journal=self._journal,
+            agent_uids=self._agent_uids,
+        )
+        try:
+            await page.start()
+        except BaseException:
+            await page.aclose()
+            raise
+        self.page = page
+
+    async def aclose(self) -> None:
+        """Close the page, then the metrics endpoint (at shutdown)."""
+        await self.open_page(None)
+        if self.metrics is not None:
+            await self.metrics.aclose()

@@ -94,7 +94,6 @@ NOT_NAMED = {
     "mcphost/supervisor/plan.py": "the fleet's plan: tests/supervisor/test_fleet.py",
     "mcphost/supervisor/records.py": "a crash's leftovers: tests/supervisor/test_supervise_state.py",
     "mcphost/supervisor/startup.py": "tests/supervisor/test_supervise_state.py",
-    "mcphost/supervisor/supervisor.py": "the supervisor as a process: tests/supervisor/test_supervise.py",
     "mcphost/testing/": "the harnesses, run by the tests that use them (tests/README.md, Helpers)",
     "configgen/__init__.py": "generate and write_config: tests/configgen/test_launch_roundtrip.py",
     "configgen/files.py": "the private, atomic write: tests/configgen/test_cli.py",

@@ -27,9 +27,9 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from mcphost.supervisor.center.link import CENTER_CALLS_PER_AGENT
 from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES
 from mcphost.supervisor.serving.surfaces import MAX_SESSIONS_PER_AGENT
-from mcphost.supervisor.supervisor import CENTER_CALLS_PER_AGENT
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.serving.test_sessions import activity, reset_peak, status_kib
 from tests.supervisor.supervise_harness import Supervised

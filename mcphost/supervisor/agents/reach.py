@@ -38,7 +38,7 @@ of alike agents as their uid in their fence (reachprobe.py, which plans with `ag
 `own_uid` and `pump_needs` from here).
 
 Must never: spawn a process of its own (`fence.probe`, which `for_agent` uses, has looked at the
-machine once before: cli.py and `Supervisor.run` call it first), change anything on disk, or
+machine once before: cli.py and `startup.open_ground` call it first), change anything on disk, or
 take anything from an agent (it reads the fleet, this process's own paths, and stats of the
 host's files).
 """

@@ -10,6 +10,11 @@ file once per rotation (single-flight: one reader at a time, and only when the f
 it was last read; a call storm that all hit the same stale token waits for that one read and
 retries with its result). `for_operator`: a failure with the standalone host's `AC_MCP_*` names
 (which do not exist in supervised mode) replaced by the fleet keys (`[center] fingerprint`, ...).
+`Center`: the link with what start-up opens on it (startup.py), held whole for the supervisor's
+life: the shared admin client, the runtime socket's client, the center's health (health.py),
+probed through that client and poked by every failure of it that says something about the
+center and by a `[center]` a reload changed; at most `CENTER_CALLS_PER_AGENT` calls of one
+agent in flight on either client.
 
 Must never: log, show or hand the token to anything but the `AdminClient`; read a file other
 than `[center] token_file`.
@@ -29,6 +34,10 @@ from mcphost.errors import ToolFailure
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminAccess, AdminClient
     from mcphost.supervisor.plan import CenterConfig
+
+# Exchanges one agent may have in flight on the shared admin (and runtime) client, of its 64:
+# the rest of its calls wait their turn, round-robin with other agents' (mcphost.admin.slots).
+CENTER_CALLS_PER_AGENT = 16
 
 # the standalone host's variables -> the fleet key that does the same in supervised mode
 FLEET_KEYS = {
@@ -153,3 +162,57 @@ class CenterLink:
                 self.admin.rebind(self.access())
             events.emit("supervisor.token_reread", file=path, reason="401 from the center")
             return True
+
+
+class Center:
+    """The center as every session reaches it (module doc): `link`, `admin` (the shared client
+    `link` built), `runtime` (None: no `[center] runtime_socket` at start; a reload that sets one
+    opens none) and `health`, whose loop (`health.run()`) the supervisor runs as its own task."""
+
+    def __init__(self, link: CenterLink, *, call_timeout: float) -> None:
+        from mcphost.admin.client import AdminClient
+        from mcphost.admin.target import AdminTarget
+        from mcphost.supervisor.center.health import CenterHealth
+
+        self.link = link
+        self.admin = link.client(
+            call_timeout=call_timeout, on_failure=self._failure, per_lane=CENTER_CALLS_PER_AGENT
+        )
+        self.health = CenterHealth(self.admin)
+        socket = link.center.runtime_socket
+        self.runtime: AdminClient | None = None
+        if socket:
+            self.runtime = AdminClient(
+                AdminTarget(kind="unix", path=socket), per_lane=CENTER_CALLS_PER_AGENT
+            )
+
+    def _failure(self, failure: ToolFailure) -> ToolFailure:
+        """Every failure of the shared client: named in fleet keys (what an operator of the
+        supervisor can change), and a probe of the center when it says something about it."""
+        from mcphost.supervisor.center.health import worth_a_probe
+
+        if worth_a_probe(failure):
+            self.health.poke()
+        return for_operator(failure)
+
+    def apply(self, center: CenterConfig, token: str, stamp: Stamp | None) -> list[str]:
+        """`CenterLink.apply`, the runtime client moved to a changed `runtime_socket`, and a
+        probe when anything changed; what changed (for the event log)."""
+        old_runtime = self.link.center.runtime_socket
+        changed = self.link.apply(center, token, stamp)
+        runtime = self.runtime
+        if runtime is not None and center.runtime_socket and center.runtime_socket != old_runtime:
+            from mcphost.admin.client import AdminAccess
+            from mcphost.admin.target import AdminTarget
+
+            runtime.rebind(AdminAccess(AdminTarget(kind="unix", path=center.runtime_socket)))
+            changed.append("runtime_socket")
+        if changed:
+            self.health.poke()
+        return changed
+
+    async def aclose(self) -> None:
+        """Close both clients (the admin client first)."""
+        await self.admin.aclose()
+        if self.runtime is not None:
+            await self.runtime.aclose()

@@ -44,7 +44,7 @@ from mcphost.supervisor.identity import Identities
 
 if TYPE_CHECKING:
     from mcphost.supervisor.agents.execs import Execution
-    from mcphost.supervisor.center.health import CenterHealth
+    from mcphost.supervisor.center.link import Center
     from mcphost.supervisor.confine.cgroups import Cgroups, Limits
     from mcphost.supervisor.confine.fence import Fence
     from mcphost.supervisor.confine.kernel import Reaper
@@ -112,7 +112,7 @@ class RelayQueues(Protocol):
 
 
 class Supervised(Protocol):
-    """The supervisor as the operations see it (`supervisor.Supervisor`): never imported, so
+    """What the operations read of the supervisor (`supervisor.Supervisor`): never imported, so
     the orchestrator stays above this module."""
 
     @property
@@ -124,13 +124,13 @@ class Supervised(Protocol):
     @property
     def hubs(self) -> Mapping[str, SessionHub]: ...
     @property
-    def health(self) -> CenterHealth | None: ...
+    def center(self) -> Center: ...
     @property
     def stopping(self) -> asyncio.Event: ...
     @property
-    def reaper(self) -> Reaper | None: ...
+    def reaper(self) -> Reaper: ...
     @property
-    def records(self) -> ProcessRecords | None: ...
+    def records(self) -> ProcessRecords: ...
     @property
     def env(self) -> Mapping[str, str]: ...
     @property
@@ -140,9 +140,9 @@ class Supervised(Protocol):
     @property
     def surfaces(self) -> CenterCalls: ...
     @property
-    def relay(self) -> RelayQueues | None: ...
+    def relay(self) -> RelayQueues: ...
     @property
-    def cgroups(self) -> Cgroups | None: ...
+    def cgroups(self) -> Cgroups: ...
     def agent_held(self, *agent_ids: str) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def reload(self, dry_run: bool = False) -> dict[str, Any]: ...
 
@@ -195,19 +195,16 @@ class Operations:
     async def status(self) -> dict[str, Any]:
         """`{"center": <health>, "limits": <backend>, "fleet": {"path", "agents_from"},
         "agents": [<row>, ...]}` (the center first: it explains the rest when it is down;
-        `limits`: cgroups.py's backend, its reason and the default limits, or None before it is
-        detected; `fleet`: the fleet file and where its agents come from, `file` or
-        `center`). The snapshot's: read only."""
+        `limits`: cgroups.py's backend, its reason and the default limits; `fleet`: the fleet
+        file and where its agents come from, `file` or `center`). The snapshot's: read only."""
         return self.snapshot().status
 
     def snapshot(self, max_age: float = USAGE_SAMPLE_SECONDS) -> Snapshot:
         """The status now, its usage figures at most `max_age` seconds old, as a `Snapshot`:
         the same one (same version) as long as nothing in it changed."""
-        health = self.supervisor.health
-        cgroups = self.supervisor.cgroups
         status = {
-            "center": health.as_json() if health is not None else None,
-            "limits": cgroups.as_json() if cgroups is not None else None,
+            "center": self.supervisor.center.health.as_json(),
+            "limits": self.supervisor.cgroups.as_json(),
             "fleet": self._fleet_json(),
             "agents": self._rows(self._usage_sample(max_age)),
         }
@@ -307,7 +304,7 @@ class Operations:
                 slot.plan.runner,
                 self._figures(agent_id, slot, status, sample),
                 surfaces.center_calls(agent_id),
-                relay.queue_depth(slot.plan.bundle, agent_id) if relay is not None else None,
+                relay.queue_depth(slot.plan.bundle, agent_id),
                 None if group is None else group.limits,
                 (slot.uid, identity_of(slot.plan, slot.uid)),
             )
@@ -421,7 +418,6 @@ class Operations:
                 agent=agent_id,
                 state=status.state,
             )
-        assert supervisor.reaper is not None and supervisor.records is not None
         execution = execs.spawn(
             argv,
             fds,

@@ -4,7 +4,7 @@ Owns: each hub's `identify` (`identifier`: the kernel's word through `Identities
 this surface's bounds: at most `MAX_SESSIONS_PER_AGENT` sessions per agent, relay tools only for
 an agent with a bundle) and `surface_for` (`factory`): the center tools (`HostSurface`, on the
 supervisor's one shared admin client, the file tools rooted at a duplicate of the held
-workspace, the agent's id and generation, and the supervisor's `on_center_call`, told of every
+workspace, the agent's id and generation, and the `on_center_call` it is given, told of every
 call's tool, outcome and time: the metrics) and the relay tools (`RelayToolsSurface`); the
 one relay connection each agent generation's relay tools sessions share (the relay allows one
 per principal: opened with the first session, closed with the last, when the generation ends
@@ -33,11 +33,11 @@ from mcphost.supervisor.refusals import Refused
 from mcphost.supervisor.serving.sessions import Attached
 
 if TYPE_CHECKING:
-    from mcphost.admin.client import AdminClient
     from mcphost.errors import ToolFailure
     from mcphost.relaytools.stream import SharedStream
     from mcphost.supervisor.agents.relayhost import RelayHost
     from mcphost.supervisor.center.generations import Generations
+    from mcphost.supervisor.center.link import Center
     from mcphost.supervisor.identity import Identities
     from mcphost.supervisor.plan import Fleet
     from mcphost.supervisor.reconcile import Slot
@@ -51,8 +51,8 @@ MAX_SESSIONS_PER_AGENT = 32
 
 
 class Supervised(Protocol):
-    """The supervisor as the surfaces see it (`supervisor.Supervisor`): never imported, so the
-    orchestrator stays above this module."""
+    """What the surfaces read of the supervisor (`supervisor.Supervisor`): never imported, so
+    the orchestrator stays above this module."""
 
     @property
     def fleet(self) -> Fleet: ...
@@ -67,13 +67,9 @@ class Supervised(Protocol):
     @property
     def stopping(self) -> asyncio.Event: ...
     @property
-    def admin(self) -> AdminClient | None: ...
+    def center(self) -> Center: ...
     @property
-    def runtime(self) -> AdminClient | None: ...
-    @property
-    def relay(self) -> RelayHost | None: ...
-    @property
-    def on_center_call(self) -> Callable[[str, str, str, float], None] | None: ...
+    def relay(self) -> RelayHost: ...
     @property
     def env(self) -> Mapping[str, str]: ...
     def spawn(self, coro: Awaitable[Any]) -> None: ...
@@ -81,16 +77,20 @@ class Supervised(Protocol):
 
 class Surfaces:
     """The sessions' surfaces, and the relay connections they share (module doc).
-    `replace_fenced(slot, generation)`: reconciliation's replacement of a fenced generation."""
+    `replace_fenced(slot, generation)`: reconciliation's replacement of a fenced generation;
+    `on_center_call(agent, tool, outcome, seconds)`: told of every center call's end (the
+    metrics; None: nobody listens)."""
 
     def __init__(
         self,
         supervisor: Supervised,
         *,
         replace_fenced: Callable[[Slot, int], Awaitable[None]],
+        on_center_call: Callable[[str, str, str, float], None] | None = None,
     ) -> None:
         self.supervisor = supervisor
         self._replace_fenced = replace_fenced
+        self._on_center_call = on_center_call
         # per agent: (generation, the relay connection its relay tools sessions share)
         self._relay_shares: dict[str, tuple[int, SharedStream]] = {}
         self._calls: dict[str, list[int]] = {}  # per agent: [center calls, of which failed]
@@ -107,7 +107,7 @@ class Surfaces:
         counts = self._calls.setdefault(agent_id, [0, 0])
         counts[0] += 1
         counts[1] += outcome != "ok"
-        observe = self.supervisor.on_center_call
+        observe = self._on_center_call
         if observe is not None:
             observe(agent_id, tool, outcome, seconds)
 
@@ -171,8 +171,8 @@ class Surfaces:
         workspace = HeldRoot(binding, slot.workspace.dup())
         return HostSurface(
             binding,
-            admin=supervisor.admin,
-            runtime=supervisor.runtime,
+            admin=supervisor.center.admin,
+            runtime=supervisor.center.runtime,
             workspace=workspace,
             on_failure=lambda failure: self._center_failed(agent_id, generation, failure),
             on_done=partial(self._call_done, agent_id),
@@ -219,18 +219,15 @@ class Surfaces:
         when we serve the relay, relayhost.py): opened with the first, closed with the last, or
         when the generation ends or the agent leaves (`_close_relay`)."""
         from mcphost.relaytools import layout as layout_mod
-        from mcphost.relaytools.cli import make_stream
         from mcphost.relaytools.stream import SharedStream, StreamHandle
         from mcphost.relaytools.surface import RelayToolsSurface
 
         relay = self.supervisor.relay
-        open_stream = relay.tools_stream if relay is not None else make_stream
         agent_id = slot.plan.agent_id
-        env = self.supervisor.env
         layout = layout_mod.resolve(
             bundle_flag=slot.plan.bundle,
             session_flag=agent_id,
-            env=relay.tools_env(env) if relay is not None else env,
+            env=relay.tools_env(self.supervisor.env),
             cwd=slot.home.workspace,
         )
 
@@ -242,7 +239,7 @@ class Surfaces:
             current = self._relay_shares.get(agent_id)
             if current is None or current[0] != generation or current[1].closed:
                 self._close_relay(agent_id, None)
-                share = SharedStream(lambda events, note: open_stream(layout, events, note))
+                share = SharedStream(lambda events, note: relay.tools_stream(layout, events, note))
                 current = self._relay_shares[agent_id] = (generation, share)
             return current[1].handle(on_events, on_note)
 

@@ -53,10 +53,8 @@ class Supervisor:
     identities: Identities = field(default_factory=Identities)
     generations: Generations = field(default_factory=Generations)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    admin: Any = None
-    runtime: Any = None
+    center: Any = None
     relay: Any = None
-    on_center_call: Any = None
     env: dict[str, str] = field(default_factory=dict)
     fleet: Any = None
     spawned: list[Coroutine[Any, Any, Any]] = field(default_factory=list)
