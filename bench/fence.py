@@ -731,16 +731,16 @@ def section_exec(base: Path, out: list[str]) -> None:
             f"{spread([r[1] for r in runs])} ms | {steps[1]} |"
         )
         previous = (wall, cpu)
-    from mcphost.supervisor.confine import fence
+    from mcphost.supervisor.confine import probe as machine
 
     probes = []
     for _ in range(20):
         start = time.perf_counter()
-        fence._probe_userns(fence.probe().bwrap)
+        machine._probe_userns(machine.probe().bwrap)
         probes.append((time.perf_counter() - start) * 1000)
     out += [
         "",
-        "The user-namespace probe (`fence.probe`: a forked child tries a user and a mount "
+        "The user-namespace probe (`probe.probe`: a forked child tries a user and a mount "
         "namespace and a tmpfs) runs once per supervisor start, fenced agents or not, never per "
         "spawn: "
         f"{spread(probes)} ms (20 runs).",
@@ -852,10 +852,10 @@ def machine_line(when: str) -> str:
 
 
 async def section(out: list[str]) -> None:
-    from mcphost.supervisor.confine import fence
+    from mcphost.supervisor.confine import probe as machine
     from mcphost.testing import DevCenter
 
-    support = fence.probe()
+    support = machine.probe()
     missing = support.missing()
     out += [
         "## 10. The fence: spawn time and memory per agent, fenced ÷ unfenced (issues 21, 25)",

@@ -19,7 +19,7 @@ it, a kernel without the feature:
 Modes combine (`no-landlock,no-userns`, or both words before `--`). What it cannot simulate:
 Ubuntu's AppArmor restriction (`unshare(CLONE_NEWUSER)` succeeds, the new namespace has no
 capabilities, mounts inside fail), a Landlock of ABI 1-5 (a filter cannot change a return value
-it lets through). The fence's pure parts cover those (tests/supervisor/confine/test_fence_support.py).
+it lets through). The fence's pure parts cover those (tests/supervisor/confine/test_probe.py).
 
 Arch: x86_64 and aarch64 (their syscall numbers and `AUDIT_ARCH_*`); a syscall made under another
 ABI (i386 `int 0x80`, x32) kills the process instead of slipping past the filter. Not root, it

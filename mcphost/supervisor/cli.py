@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
         from mcphost.supervisor.agents.reach import check_reach
-        from mcphost.supervisor.confine.fence import probe
+        from mcphost.supervisor.confine.probe import probe
         from mcphost.supervisor.fleet import load_fleet
         from mcphost.supervisor.plan import check_sandbox, check_users, identity_lines
 
@@ -146,7 +146,7 @@ def _preflight(fleet: object, state: str, support: object) -> int:
     from mcphost.supervisor.agents.reach import program_problems
     from mcphost.supervisor.agents.reachprobe import probe_problems
     from mcphost.supervisor.center.health import preflight
-    from mcphost.supervisor.confine.fence import Support
+    from mcphost.supervisor.confine.probe import Support
     from mcphost.supervisor.plan import Fleet
 
     assert isinstance(fleet, Fleet) and isinstance(support, Support)

@@ -16,7 +16,7 @@ fleet against this machine (`check_sandbox`, `check_users`). The fleet file and 
   terminal), else `process`. A tmux agent runs as one session of its bundle's tmux server
   (hosted by the supervisor as the bundle's relay), or of a tmux server of its own without a
   bundle; a pane's gate becomes the agent's user, its own uid or `user`'s, before it runs
-  anything (fence.py, `main`), though the tmux server runs as the supervisor's; `process`
+  anything (mcphost/gate.py, `main`), though the tmux server runs as the supervisor's; `process`
   refuses an interactive client without a `command` (stdin would be /dev/null: the client
   exits at once). `acp` runs the agent as an Agent Client Protocol agent on stdio (its command,
   or for `claude` / `codex` their ACP adapters), driven by its bundle's relay (agents/acp.py);
@@ -330,7 +330,7 @@ def fleet_with_agents(fleet: Fleet, assigned: Iterable[str | Mapping[str, Any]])
 
 def check_sandbox(fleet: Fleet, missing: str | None) -> None:
     """Refuse `sandbox = "auto"` (the default) where the fence cannot be built: `missing` is
-    what this machine lacks (`fence.Support.missing()`), None when nothing is. Fails closed with
+    what this machine lacks (confine/probe.py `Support.missing()`), None when nothing is. Fails closed with
     one `SettingError` per key that asks for the fence (`defaults.sandbox` when the agent has
     the default's)."""
     if missing is None:

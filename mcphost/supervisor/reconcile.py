@@ -61,8 +61,8 @@ from mcphost.supervisor.agents.signin import (
 )
 from mcphost.supervisor.agents.states import AgentState
 from mcphost.supervisor.agents.tmux import TmuxRunner
-from mcphost.supervisor.confine import fence as fences
 from mcphost.supervisor.confine.fence import Fence
+from mcphost.supervisor.confine.probe import probe
 from mcphost.supervisor.control.protocol import ControlError
 from mcphost.supervisor.fleet import load_fleet
 from mcphost.supervisor.plan import (
@@ -438,7 +438,7 @@ class Reconciler:
         try:
             fleet = load_fleet(self.fleet.path, env=self.supervisor.env)
             check_users(fleet)
-            check_sandbox(fleet, fences.probe().missing())
+            check_sandbox(fleet, probe().missing())
             reach.check_reach(fleet, self.supervisor.state_dir)
         except SettingError as exc:
             raise ControlError.row(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from mcphost import events, fsutil, procs
 from mcphost.settings import SettingError
 from mcphost.supervisor.confine import cgroups, kernel
-from mcphost.supervisor.confine import fence as fences
+from mcphost.supervisor.confine.probe import probe
 from mcphost.supervisor.control.server import ControlInUse, take_lock
 from mcphost.supervisor.plan import runs_apart
 from mcphost.supervisor.records import ProcessRecords
@@ -148,7 +148,7 @@ async def open_ground(fleet: Fleet, state_dir: str, link: CenterLink, lock_fd: i
     raise_descriptor_limit()  # soft RLIMIT_NOFILE to its hard limit, logged
     loop = asyncio.get_running_loop()
     events.bound_accept_errors(loop)  # asyncio's EMFILE tracebacks: one line per 10 s
-    fences.probe()  # forks and waits for its own child: before the Reaper owns waitpid
+    probe()  # forks and waits for its own child: before the Reaper owns waitpid
     store = StateStore(os.path.join(state_dir, "state.sqlite3"))
     lost = store.record_lost_runs()  # before any runner reads its agent's last exit
     if lost:

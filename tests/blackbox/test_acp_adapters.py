@@ -54,7 +54,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
 from tests.blackbox import acp_adapters as acp
 from tests.blackbox.acp_adapters import (
@@ -351,7 +351,7 @@ SANDBOXED = "grep -E '^(NSpid|Seccomp):' /proc/self/status; echo x > sandboxed.t
 
 
 @pytest.mark.skipif(
-    fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+    machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
 )
 @pytest.mark.parametrize("client", CLIENTS)
 def test_adapter_runs_fenced_as_an_agent(

@@ -38,7 +38,7 @@ import pytest
 
 from configgen.model import CENTER_NAME, RELAY_NAME
 from mcphost.supervisor.agents.homes import ACP_ADAPTERS, codex_acp_native
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing.devcenter import DevCenter
 from mcphost.testing.fleet import left_running
 from tests.blackbox import acp_adapters as acp
@@ -67,7 +67,7 @@ pytestmark = [
         reason="the ACP adapters are missing: run `make node`",
     ),
     pytest.mark.skipif(
-        fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
     ),
 ]
 

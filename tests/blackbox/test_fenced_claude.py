@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import listed_agents, project_root, sandbox_probe
 from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
@@ -50,14 +50,14 @@ from tests.supervisor.supervise_harness import REPO, Supervised, center_heard, f
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
 GET_MY_WORK = "mcp__agent-center__get_my_work"
 ROOT = os.geteuid() == 0
-NOBODY = fence.nobody_uid()
+NOBODY = machine.nobody_uid()
 
 # deep (make test-slow): the real Claude Code, sandboxed by itself, completing a turn in the fence.
 pytestmark = [
     pytest.mark.deep,
     pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed"),
     pytest.mark.skipif(
-        fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
     ),
 ]
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
 from tests.blackbox.codex_standin import Code, ResponsesStandIn, Say, tool_outputs
 from tests.blackbox.conftest import listed_agents, project_root, sandbox_probe
@@ -53,7 +53,7 @@ pytestmark = [
     pytest.mark.deep,
     pytest.mark.skipif(not CODEX.exists(), reason=f"{CODEX} missing: run `make node`"),
     pytest.mark.skipif(
-        fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
     ),
 ]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing.fleet import left_running
 from tests import kernelsim
 from tests.waiting import until
@@ -77,8 +77,8 @@ def simulated(kernel: str | None) -> None:
         pytest.skip("kernelsim: x86_64 and aarch64 only")
     if os.geteuid() != 0:
         pytest.skip("without user namespaces only a root supervisor fences")
-    if fence.probe().missing() is not None:
-        pytest.skip(f"no fence here: {fence.probe().missing()}")
+    if machine.probe().missing() is not None:
+        pytest.skip(f"no fence here: {machine.probe().missing()}")
 
 
 @pytest.mark.parametrize("kernel", [None, "no-userns"], ids=["this-kernel", "no-userns"])
@@ -109,7 +109,7 @@ def test_the_fleet_demo_walks_the_main_job_and_leaves_nothing_running(kernel: st
     assert "[agent-2] got: From: agent-1@party" in out, out
     status = next(body for name, body in steps.items() if name.startswith("mcphost ctl status"))
     (row,) = [line for line in status.splitlines() if line.split()[1:3] == ["agent-1", "running"]]
-    flat = kernel == "no-userns" or not fence.probe().userns  # agents cannot nest sandboxes
+    flat = kernel == "no-userns" or not machine.probe().userns  # agents cannot nest sandboxes
     assert ("(no nesting)" in row) is flat, status
     root = working_dir(out)
     assert not root.exists()

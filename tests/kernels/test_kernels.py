@@ -7,7 +7,7 @@ GUEST_FILES there with pytest (the fence's, the real Codex's and Claude Code's o
 inside it, the limits' and the usage figures'), as root in a delegated group (`--cgroup delegated`: what the
 contrib systemd unit's `Delegate=yes` gives), so the supervisor moves itself into its own leaf
 group. Before them, the guest prints what the fence and the limits find on that kernel
-(`fence.probe()`, `cgroups.detect()`), and the test pins it: the level `ctl status` will show and
+(`probe.probe()`, `cgroups.detect()`), and the test pins it: the level `ctl status` will show and
 the `v2` backend, never a fallback.
 
 The tests in this file without the `kernels` mark are the pure parts of tests/kernelvm.py
@@ -58,8 +58,8 @@ EXPECTED = {
 PROBE = """
 import json, os
 from mcphost.supervisor.confine import cgroups
-from mcphost.supervisor.confine import fence
-support, backend = fence.probe(), cgroups.detect()
+from mcphost.supervisor.confine import probe as machine
+support, backend = machine.probe(), cgroups.detect()
 print("KERNELVM-PROBE " + json.dumps({
     "release": os.uname().release, "landlock_abi": support.landlock_abi,
     "level": support.level(), "missing": support.missing(), "lacks": support.lacks(),

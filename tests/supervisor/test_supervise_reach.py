@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.supervisor.uids import DEFAULT_RANGE
 from mcphost.testing.devcenter import DevCenter
 from mcphost.unixsock import SUN_PATH_MAX
@@ -249,7 +249,7 @@ OWN_UID = DEFAULT_RANGE.first  # what `--check` probes the agents of their own u
 
 @pytest.mark.skipif(not ROOT, reason="agents run as uids of their own under a root supervisor")
 @pytest.mark.skipif(
-    fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+    machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
 )
 def test_check_probes_as_the_agent_s_uid_and_names_a_program_it_cannot_reach(
     supervised: Supervised,
@@ -299,7 +299,7 @@ def test_check_probes_as_the_agent_s_uid_and_names_a_program_it_cannot_reach(
 
 @pytest.mark.skipif(not ROOT, reason="agents run as uids of their own under a root supervisor")
 @pytest.mark.skipif(
-    fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+    machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
 )
 def test_an_install_under_a_0700_home_works_fenced_and_is_refused_unfenced_in_one_line(
     supervised: Supervised,

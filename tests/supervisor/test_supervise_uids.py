@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.supervisor.uids import DEFAULT_RANGE
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, Supervised, descendants_alive, inline, inner
@@ -38,7 +38,7 @@ pytestmark = [
         os.geteuid() != 0, reason="agents get uids of their own from a root supervisor"
     ),
     pytest.mark.skipif(
-        fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
     ),
     pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is missing"),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is missing"),

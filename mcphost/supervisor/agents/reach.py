@@ -37,7 +37,7 @@ The path rule reads mode bits; `--check` also asks the kernel, with a real probe
 of alike agents as their uid in their fence (reachprobe.py, which plans with `agent_fence`,
 `own_uid` and `pump_needs` from here).
 
-Must never: spawn a process of its own (`fence.probe`, which `for_agent` uses, has looked at the
+Must never: spawn a process of its own (`probe.probe`, which `for_agent` uses, has looked at the
 machine once before: cli.py and `startup.open_ground` call it first), change anything on disk, or
 take anything from an agent (it reads the fleet, this process's own paths, and stats of the
 host's files).
@@ -51,11 +51,13 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from mcphost.gate import Switch
 from mcphost.settings import SettingError
 from mcphost.supervisor.agents import signin
 from mcphost.supervisor.agents.homes import AttachPoints, Home, agent_argv, agent_env, home_paths
 from mcphost.supervisor.confine import fence as fences
 from mcphost.supervisor.confine.kernel import Credentials, resolve_user, switch_of
+from mcphost.supervisor.confine.probe import Support
 from mcphost.supervisor.plan import (
     AgentPlan,
     Fleet,
@@ -128,7 +130,7 @@ def agent_fence(
     plan: AgentPlan,
     home: Home | None = None,
     *,
-    support: fences.Support | None = None,
+    support: Support | None = None,
     env: Mapping[str, str] | None = None,
     cgroups: tuple[str, ...] = (),
 ) -> fences.Fence | None:
@@ -172,7 +174,7 @@ def own_uid(fleet: Fleet, plan: AgentPlan) -> int | None:
     return fleet.uids.first
 
 
-def passes(folder: str, switch: fences.Switch) -> bool:
+def passes(folder: str, switch: Switch) -> bool:
     """Can `switch`'s uid look up `folder` and everything beneath it (on the host's tree)?"""
     gids = frozenset((switch.gid, *switch.groups))
     return unreachable(folder, switch.uid, gids, SEARCH) is None

@@ -56,6 +56,7 @@ from mcphost.supervisor.agents.homes import Home, agent_argv, agent_env, home_pa
 from mcphost.supervisor.agents.reach import READ, agent_fence, attach_points, own_uid, pump_needs
 from mcphost.supervisor.confine import fence as fences
 from mcphost.supervisor.confine.kernel import Credentials, child_setup, resolve_user
+from mcphost.supervisor.confine.probe import Support
 from mcphost.supervisor.plan import AgentPlan, Fleet, apply_defaults
 
 TIMEOUT = 10.0  # seconds one probe may take before it is killed and reported
@@ -192,7 +193,7 @@ def plan_members(
     fleet: Fleet,
     state_dir: str,
     env: Mapping[str, str],
-    support: fences.Support | None = None,
+    support: Support | None = None,
 ) -> list[Member]:
     """Every agent that runs as another uid or in a fence (the others are the supervisor
     itself: nothing to prove), planned as the supervisor will spawn it; a center's fleet
@@ -379,7 +380,7 @@ async def run_probes(
     fleet: Fleet,
     state_dir: str,
     env: Mapping[str, str],
-    support: fences.Support | None = None,
+    support: Support | None = None,
 ) -> list[Outcome]:
     """Probe one agent of each group (see the module docstring)."""
     state = os.path.abspath(state_dir)
@@ -486,7 +487,7 @@ def probe_problems(
     fleet: Fleet,
     state_dir: str,
     env: Mapping[str, str],
-    support: fences.Support | None = None,
+    support: Support | None = None,
 ) -> tuple[str, list[str]]:
     """`--check`'s informative line (how many probes for how many agents, how long) and one
     line per group whose probe failed (none: every group's passed)."""

@@ -31,8 +31,8 @@ server when no owned session is left on it (a server of the agent's own: always)
 
 The spawn awaits the tmux CLI (a plain process's `Popen` does not), so the pane would run
 before `on_spawn` registers it, and a pump it started in that window would be refused
-(`not_in_fleet`). So the pane starts *gated*: its command is `python3 -I -S fence.py <fifo>
-argv...` (`fence.main`), which blocks reading one line from a FIFO under the bundle's runtime
+(`not_in_fleet`). So the pane starts *gated*: its command is `python3 -I -S gate.py <fifo>
+argv...` (mcphost/gate.py `main`), which blocks reading one line from a FIFO under the bundle's runtime
 directory (0700): the agent's fenced command (`Fence.message`: bubblewrap around the agent's
 argv, which drops `TMUX`/`TMUX_PANE`: the agent never reaches a tmux server), or `{}` with
 `sandbox = "none"`; the pane enters the fence exactly as a process agent's child does, then
@@ -61,20 +61,19 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from mcphost import fsutil, procs
+from mcphost import fsutil, gate, procs
 from mcphost.events import emit
+from mcphost.gate import NO_FENCE, with_cgroup, with_switch
 from mcphost.relay import tmux as tm
 from mcphost.relay.members.tmux import TmuxEndpoint
 from mcphost.supervisor.agents.runner import AgentRunner, Collaborators, HomeDirs, Plan, _Run
-from mcphost.supervisor.confine import fence as fences
-from mcphost.supervisor.confine.fence import NO_FENCE, with_cgroup, with_switch
 from mcphost.supervisor.confine.kernel import proc_starttime, switch_of
 from mcphost.supervisor.plan import AgentPlan
 
 CAPTURE_LINES = 1000
 DEAD_PANE = "Pane is dead"  # tmux's last line of a dead pane it keeps (remain-on-exit)
-# The gate is fence.py run as a script (stdlib only, so `-I -S` is enough): see `main` there.
-GATE = os.path.abspath(fences.__file__)
+# The gate is mcphost/gate.py run as a script (stdlib only, so `-I -S` is enough): see `main`.
+GATE = os.path.abspath(gate.__file__)
 UNKNOWN_STATUS = 255 << 8  # tmux recorded no status (the session vanished): "exit 255"
 TMUX_DIR = "tmux"  # <state>/tmux/<agent id>/: the tmux servers of agents without a bundle
 

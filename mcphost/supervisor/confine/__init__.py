@@ -1,7 +1,9 @@
 """The confinement wing: what holds an agent in, from the kernel's side.
 
-- `fence`: the fence (bubblewrap plan and command line, the machine probe, the child's entry
-  steps and the standard-library-only tmux gate).
+- `fence`: the fence (its pure plan and bubblewrap command line, and that plan ready to run
+  here); `probe`: what this machine offers it (Landlock, user namespaces, bubblewrap). The
+  child's entry steps (cgroup entry, user switch, keyring, Landlock) and the tmux pane's gate
+  that runs them are mcphost/gate.py, a standard-library-only script on the ground floor.
 - `cgroups`: the agents' cgroups (limits, entry, v1 and v2) and `usage`: their figures.
 - `kernel`: prctl wrappers, the child's set-up, users, and the reaper of children and adopted
   processes.

@@ -26,7 +26,7 @@ reason (`mcphost supervise --check` and `ctl status` say so; agents then run wit
 
 Placement: a child enters its group before it execs: the spawn's pre-exec step (kernel.py)
 writes "0" (the writer itself) to each entry file `AgentGroup.ensure` returns; a tmux pane's
-gate (fence.py `main`) does the same from the paths in its FIFO message. Everything the child
+gate (mcphost/gate.py `main`) does the same from the paths in its FIFO message. Everything the child
 starts inherits the group. The entry files (`entry_file`): v2's `cgroup.procs`; on v1 each
 hierarchy's `tasks`, which moves the writing thread alone: the writer (a child between fork and
 exec, or the gate: one thread each) is its whole process, and the kernel moves the current

@@ -1,12 +1,15 @@
 """The fence: what an agent's process tree may see, write and signal (`sandbox = "auto"`).
 
 Owns: the pure plan of one agent's fence (`plan`: which directories are hidden, which paths
-beneath them come back, which are private and how large, where the tree starts; `for_agent`: that
-plan as the supervisor fills it for one agent), its translation into a bubblewrap command line
-(`FencePlan.argv`, pure), the few steps bubblewrap does not take, run in the child before it
-execs bubblewrap (`enter`: a fresh session keyring, `PR_SET_NO_NEW_PRIVS`, Landlock's scoping),
-the probe of what this machine offers (`probe`, `Support`, `level`), and the tmux pane's gate
-(`main`: run as a script, it waits for its command on a FIFO, enters, then execs).
+beneath them come back, which are private and how large, where the tree starts), its
+translation into a bubblewrap command line (`FencePlan.argv`, pure), where the fenced agent
+finds its program (`resolve`) and the check of what is bound (`check_sources`), and `Fence`, that
+plan ready to run on this machine (`for_agent`: as the supervisor fills it for one agent, with
+what the probe found, confine/probe.py). Not here: the steps bubblewrap does not take, run in
+the child before it execs bubblewrap (a fresh session keyring, `PR_SET_NO_NEW_PRIVS`, Landlock's
+scoping; the cgroup entry and the user switch before them), and the tmux pane's gate that runs
+them: both in mcphost/gate.py, a standard-library-only script (`Fence.__call__` and
+`Fence.message` hand over to it).
 
 Mechanism: bubblewrap (`bwrap`, Debian's `bubblewrap`), the sandbox of Flatpak and of Claude
 Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent:
@@ -41,8 +44,8 @@ Code and Codex on Linux, builds a new mount, PID and IPC namespace for the agent
 - for an agent that is uid 0 outside (a root supervisor's, without `user =`), `/proc/sys` bound
   read-only: the kernel lets uid 0 write sysctls with no capability (`SYSCTLS`); and the usual
   root-only files (`ROOT_ONLY`: /etc/shadow, host keys) shown as an empty device;
-- bubblewrap ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (`FORWARDED`: set in `enter`, given
-  back to the agent by `env --default-signal`), so a stop or a forwarded ^C reaches the agent
+- bubblewrap ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (`FORWARDED`: set in gate.py's `enter`,
+  given back to the agent by `env --default-signal`), so a stop or a forwarded ^C reaches the agent
   and bubblewrap exits with the agent's own status; its parent-death signal is SIGKILL, and its
   init ends with it (`--die-with-parent`): nothing of the agent outlives the supervisor;
 - the working directory set *inside* (`--chdir`), never inherited from outside: the
@@ -58,11 +61,10 @@ Claude Code's needs `sandbox.enableWeakerNestedSandbox`). That is on purpose: a 
 own would bring the sysctls back writable to uid 0. A bubblewrap run by an unprivileged user
 (an unprivileged supervisor's, a `user =` agent's) covers nothing, and there nested sandboxes
 get their own.
-Before bubblewrap runs, `enter` gives the child a session keyring of its own (never the
+Before bubblewrap runs, the child gives itself a session keyring of its own (never the
 supervisor's) and, with Landlock ABI >= 6, a domain that scopes abstract Unix sockets and
-signals to the tree. It handles no filesystem right, so the agent's own sandbox (Claude Code's
-and Codex's bubblewrap, `unshare -U`) still nests: a Landlock domain that handles filesystem
-rights forbids mounts and uid maps.
+signals to the tree (mcphost/gate.py `enter`). It handles no filesystem right, so the agent's
+own sandbox (Claude Code's and Codex's bubblewrap, `unshare -U`) still nests.
 
 Who runs bubblewrap: under a root supervisor, root (it needs no user namespace, as systemd's
 sandboxing needs none); a `user =` agent's runs as that user where user namespaces can be made
@@ -71,45 +73,31 @@ elsewhere root's switches the agent to its user inside, by `setpriv`, after the 
 uid-0 agent is mapped to `nobody` in a user namespace of its own where the kernel allows one (still uid 0 outside, so its files and the identity check are unchanged), because
 a nested sandbox may map its own uid only when that uid is not 0. Under an unprivileged
 supervisor, bubblewrap makes the user namespace itself; where the kernel refuses one, there is
-no way to hide a path, and the fence fails closed (`Support.missing`).
+no way to hide a path, and the fence fails closed (probe.py `Support.missing`).
 
 Why bubblewrap and not our own namespace code: it already has every step the reviews found
 missing in a hand-written fence (`--chdir` after the new root, a private devpts, a PID
 namespace with its init, tmpfs `--size`, capability dropping, locked mounts for nested
-sandboxes), and it is what the agents' own sandboxes use. Why ctypes for the rest: three
-syscalls, and the tmux gate runs this file with `python -I -S` (no site-packages), so it must be
-stdlib-only.
+sandboxes), and it is what the agents' own sandboxes use.
 
-Must never: import anything outside the standard library (the gate runs it without the venv),
-bind a path that is a symlink (`check_sources`, at each spawn), or run an agent half fenced
-(every failure before exec exits the child: fail closed).
+Must never: bind a path that is a symlink (`check_sources`, at each spawn), or run an agent half
+fenced (every failure before exec exits the child: fail closed).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import glob
 import json
 import os
-import platform
 import shutil
 import stat
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-# -- constants (linux/landlock.h, linux/prctl.h, linux/keyctl.h) ---------------------------------
-
-PR_SET_NO_NEW_PRIVS = 38
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446
-LANDLOCK_CREATE_RULESET_VERSION = 1
-SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
-SCOPE_ABI = 6  # abstract-socket and signal scoping
-KEYCTL_JOIN_SESSION_KEYRING = 1
-SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "arm64": 219}.get(platform.machine(), 250)
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+from mcphost.gate import FORWARDED, Switch, enter, fenced_message
+from mcphost.supervisor.confine.probe import BWRAP, Support, probe
 
 # Each fenced tree gets its own, empty and bounded. /var/tmp too: SQLite (Codex's state database)
 # and other programs take it before /tmp.
@@ -142,29 +130,12 @@ ROOT_ONLY = (
 MOUNT_PARENT_MODE = 0o711
 # Directories too wide to hide whole when they hold a secret: their other entries come back.
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/opt", "/srv", "/home", "/mnt", "/media")
-BWRAP = "bwrap"
-# Signals bubblewrap itself ignores (`enter`), so a stop, ctl exec's forwarded ^C or a pane's
-# hangup reaches the agent and bubblewrap reports the agent's own exit; `env --default-signal`
-# (coreutils >= 8.31) gives the agent the default handling back.
-FORWARDED = ("TERM", "INT", "HUP", "QUIT")
 # What a fenced tree does not inherit: the tmux server's address (it never reaches one), and the
 # addresses of what /run's cover hides (the session bus, the runtime directory).
 UNSET_ENV = ("TMUX", "TMUX_PANE", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
-# The sysctls that restrict an unprivileged process's user namespaces (`Support.userns_limit`)
-APPARMOR_LIMIT = "kernel.apparmor_restrict_unprivileged_userns = 1"
-DEBIAN_LIMIT = "kernel.unprivileged_userns_clone = 0"
 
 
 # -- the pure plan ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Switch:
-    """The user a root-run bubblewrap switches a `user =` agent to, inside (setpriv)."""
-
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,10 +453,13 @@ def check_sources(planned: FencePlan) -> None:
             raise OSError(40, f"{path} is a symlink: the fence binds no path through a link")
 
 
+# -- the fence on this machine ------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """A plan ready to run on this machine: `wrap` an argv, `enter` in the child before exec
-    (a `preexec_fn` step: call it), or the tmux gate's message (`message(argv)`)."""
+    """A plan ready to run on this machine: `wrap` an argv, gate.py's `enter` in the child
+    before exec (a `preexec_fn` step: call it), or the tmux gate's message (`message(argv)`)."""
 
     plan: FencePlan
     abi: int  # Landlock's ABI here; scoping with >= 6
@@ -514,56 +488,12 @@ class Fence:
 
     def message(self, argv: list[str], env: dict[str, str], held: str | None = None) -> bytes:
         """The JSON line the gate reads from its FIFO: the command to exec, fenced."""
-        body = {"argv": self.wrap(argv, env, held), "abi": self.abi, "forward": bool(self.reset)}
-        return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+        return fenced_message(self.wrap(argv, env, held), self.abi, bool(self.reset))
 
     @property
     def name(self) -> str:
         """How `ctl status` shows it (the level, see `level`)."""
         return self.level or "bwrap"
-
-
-NO_FENCE = b"{}\n"  # the gate's message for an agent with sandbox = "none"
-
-
-def with_cgroup(message: bytes, entry_files: tuple[str, ...]) -> bytes:
-    """The gate's `message` with the agent's cgroup (cgroups.py) to enter before anything
-    else: the entry files (`cgroups.entry_file`) the gate, one thread, writes "0" to."""
-    return _with_field(message, "cgroup", list(entry_files) if entry_files else None)
-
-
-def with_switch(message: bytes, switch: Switch | None) -> bytes:
-    """The gate's `message` with the user to switch to before it enters the fence (or runs an
-    unfenced command): an agent of its own uid in a pane of the root tmux server."""
-    value = None if switch is None else [switch.uid, switch.gid, list(switch.groups)]
-    return _with_field(message, "switch", value)
-
-
-def _with_field(message: bytes, key: str, value: object) -> bytes:
-    """The gate's JSON line `message` with `key` set to `value` (unchanged when None)."""
-    if value is None:
-        return message
-    body = json.loads(message)
-    body[key] = value
-    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
-
-
-def switch_to(switch: Switch) -> None:
-    """Become `switch`'s user for good (groups and gid first, while still root)."""
-    os.setgroups(list(switch.groups))
-    os.setgid(switch.gid)
-    os.setuid(switch.uid)
-
-
-def enter_cgroup(entry_files: Iterable[str]) -> None:
-    """Put the writing process (thread, for v1's `tasks`) into each group's entry file: the
-    spawn's pre-exec step (kernel.py) and the tmux gate (`main`) both enter this way."""
-    for path in entry_files:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
 
 
 def for_agent(
@@ -656,363 +586,3 @@ def _operator_home() -> str | None:
         if os.path.isabs(path) and os.path.isdir(path):
             return os.path.realpath(path)
     return None
-
-
-def nobody_uid() -> int:
-    """The uid a uid-0 agent is seen as inside its own user namespace (`nobody`'s)."""
-    import pwd
-
-    try:
-        return pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        return 65534
-
-
-# -- what the machine offers ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Support:
-    """What this machine offers the fence: Landlock's ABI (0: none), whether this process may
-    create a user namespace (and mount in it; `userns_error` says why not), whether it runs as
-    root, where bubblewrap is (None: not installed), and what restricts an unprivileged
-    process's user namespaces (`userns_limit`, the sysctl set; a root supervisor is not
-    restricted, its agents are): AppArmor's (`kernel.apparmor_restrict_unprivileged_userns = 1`,
-    Ubuntu 23.10 and later: a namespace made by a program no profile allows it has no
-    capabilities, so no mounts) or Debian's (`kernel.unprivileged_userns_clone = 0`: none)."""
-
-    landlock_abi: int
-    userns: bool
-    userns_error: str | None = None
-    root: bool = False
-    bwrap: str | None = BWRAP
-    reset: str | None = None  # `env` where it has --default-signal (coreutils >= 8.31)
-    userns_limit: str | None = None
-
-    def agent_map_uid(self, switch: Switch | None) -> int | None:
-        """The uid a uid-0 agent is seen as, in a user namespace of its own (`nobody`'s): only
-        under a root supervisor, for an agent without `user =` (`switch`), where user
-        namespaces can be made; None (no user namespace: the agent is uid 0 without
-        capabilities, and its own sandboxes cannot nest) otherwise."""
-        if switch is None and self.root and self.userns:
-            return nobody_uid()
-        return None
-
-    def unprivileged_userns(self) -> bool:
-        """May an unprivileged process (a `user =` agent's bubblewrap) make user namespaces
-        here? Where the probe ran as root, only if no sysctl restricts them."""
-        return self.userns and self.userns_limit is None
-
-    def missing(self) -> str | None:
-        """What makes the fence impossible here, as one phrase; None when it can be built."""
-        if self.bwrap is None:
-            return "bubblewrap (`bwrap` on PATH; Debian/Ubuntu: apt-get install bubblewrap)"
-        if not self.root and not self.userns:
-            return (
-                f"unprivileged user namespaces ({self.userns_error}); run the supervisor as "
-                "root (contrib/systemd/mcphost-supervisor.service without User=) to fence "
-                "without them"
-            )
-        return None
-
-    def lacks(self) -> tuple[str, ...]:
-        """The protections the fence cannot give here, each as one phrase."""
-        out = []
-        if self.landlock_abi < SCOPE_ABI:
-            have = f"ABI {self.landlock_abi}" if self.landlock_abi else "no Landlock"
-            out.append(
-                f"abstract Unix sockets are not scoped (Landlock ABI >= {SCOPE_ABI}; here: {have})"
-            )
-        if not self.userns:
-            out.append(
-                "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
-                f"namespaces ({self.userns_error})"
-            )
-        elif self.userns_limit == APPARMOR_LIMIT:
-            out.append(
-                "agents' own sandboxes nest only through a program an AppArmor profile lets "
-                f"make user namespaces ({APPARMOR_LIMIT}; for bubblewrap: the "
-                "bwrap-userns-restrict profile, loaded by default from Ubuntu 25.04)"
-            )
-        elif self.userns_limit is not None:
-            out.append(
-                "agents cannot nest their own sandboxes (Claude Code's, Codex's): no user "
-                f"namespaces for them ({self.userns_limit})"
-            )
-        return tuple(out)
-
-    def level(self) -> str:
-        """The level every fenced agent gets here, as `ctl status` shows it."""
-        name = "bwrap"
-        if self.landlock_abi >= SCOPE_ABI:
-            name += f"+landlock{self.landlock_abi}"
-        if not self.userns or self.userns_limit not in (None, APPARMOR_LIMIT):
-            name += " (no nesting)"
-        return name
-
-    def describe(self) -> str:
-        """`--check`'s line: what the fence will be on this machine."""
-        missing = self.missing()
-        if missing is not None:
-            return f"unavailable: this machine lacks {missing}"
-        who = "root" if self.root else "an unprivileged user"
-        text = (
-            f"{self.level()}: bubblewrap run as {who} (state, token and fleet directories, "
-            "other agents, /run and tmux hidden; private /tmp, /dev and /proc; own PID "
-            "namespace: signals and ptrace stay in the agent's tree; own session keyring)"
-        )
-        lacks = self.lacks()
-        return text + ("; not given here: " + "; ".join(lacks) if lacks else "")
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-
-
-def _check(result: int, what: str) -> int:
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return result
-
-
-def landlock_abi() -> int:
-    """Landlock's ABI version on this kernel; 0 when Landlock is absent or disabled."""
-    result = int(
-        _syscall(
-            ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET),
-            ctypes.c_void_p(None),
-            ctypes.c_size_t(0),
-            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
-        )
-    )
-    return max(result, 0)
-
-
-_SUPPORT: Support | None = None
-
-
-def probe() -> Support:
-    """Look at this machine once per process (the kernel and this user do not change). Call it
-    before the event loop runs: it waits for its own child."""
-    global _SUPPORT
-    if _SUPPORT is None:
-        bwrap = shutil.which(BWRAP)
-        _SUPPORT = Support(
-            landlock_abi(),
-            *_probe_userns(bwrap),
-            root=os.geteuid() == 0,
-            bwrap=bwrap,
-            userns_limit=_userns_limit(),
-            reset=_probe_reset(),
-        )
-    return _SUPPORT
-
-
-def _probe_reset() -> str | None:
-    """`env`, if it can put a signal back to its default handling (`--default-signal`)."""
-    import subprocess
-
-    program = shutil.which("env")
-    if program is None:
-        return None
-    try:
-        done = subprocess.run(
-            [program, "--default-signal=TERM", "true"], capture_output=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return program if done.returncode == 0 else None
-
-
-def _userns_limit() -> str | None:
-    """The sysctl that restricts an unprivileged process's user namespaces here, as `name =
-    value`; None when neither is set."""
-    for limit in (APPARMOR_LIMIT, DEBIAN_LIMIT):
-        name, _, value = limit.partition(" = ")
-        try:
-            with open("/proc/sys/" + name.replace(".", "/")) as sysctl:
-                if sysctl.read().strip() == value:
-                    return limit
-        except OSError:
-            continue
-    return None
-
-
-def _probe_userns(bwrap: str | None) -> tuple[bool, str | None]:
-    """`_probe_unshare`, and where it fails, bubblewrap itself: an AppArmor profile
-    (bwrap-userns-restrict) may give bubblewrap the user namespace it refuses this interpreter,
-    and bubblewrap is what makes the fence's. A wrong yes fails closed anyway: bubblewrap then
-    refuses to run the agent."""
-    ok, error = _probe_unshare()
-    if ok or bwrap is None:
-        return ok, error
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--", "true"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ok, error
-    return (True, None) if done.returncode == 0 else (ok, error)
-
-
-def _probe_unshare() -> tuple[bool, str | None]:
-    """Can this process make a user and mount namespace, map itself, and mount a tmpfs there
-    (what bubblewrap needs from an unprivileged user, and what Ubuntu's AppArmor restriction
-    refuses)? Tried for real in a forked child."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(read)
-        code = 0
-        try:
-            uid, gid = os.geteuid(), os.getegid()
-            _check(_libc.unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)), "unshare")
-            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1")):
-                fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-                os.write(fd, text.encode())
-                os.close(fd)
-            fd = os.open("/proc/self/gid_map", os.O_WRONLY)
-            os.write(fd, f"0 {gid} 1".encode())
-            os.close(fd)
-            _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(6), b"size=4k"), "mount")
-        except OSError as exc:
-            os.write(write, f"{exc.strerror or exc}".encode()[:200])
-            code = 1
-        os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        error = pipe.read().decode("utf-8", "replace")
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) == 0:
-        return True, None
-    return False, error or f"probe {os.waitstatus_to_exitcode(status)}"
-
-
-# -- the steps bubblewrap does not take (in the child, before it execs bubblewrap) ---------------
-
-
-def own_keyring() -> None:
-    """A fresh anonymous session keyring: the supervisor's (and the operator's Kerberos or
-    network filesystem keys in it) stay out of reach. Every agent gets one, fenced or not."""
-    _check(
-        int(
-            _syscall(
-                ctypes.c_long(SYS_KEYCTL),
-                ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
-                ctypes.c_void_p(None),
-            )
-        ),
-        "keyctl(JOIN_SESSION_KEYRING)",
-    )
-
-
-def enter(abi: int, forward: bool = False) -> None:
-    """`own_keyring`, no new privileges, with `forward` the `FORWARDED` signals ignored (the
-    agent gets them back, by `env --default-signal`, after bubblewrap), and with Landlock
-    ABI >= 6 a domain scoping abstract Unix sockets and signals to this tree (it handles no
-    filesystem right, so mounts and nested sandboxes stay possible). Raises OSError on
-    failure."""
-    own_keyring()
-    if forward:
-        import signal
-
-        for name in FORWARDED:
-            signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
-    if abi < SCOPE_ABI:
-        return
-    attr = (ctypes.c_uint64 * 3)(0, 0, SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET)
-    ruleset = _check(
-        int(
-            _syscall(
-                ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET),
-                ctypes.byref(attr),
-                ctypes.c_size_t(ctypes.sizeof(attr)),
-                ctypes.c_uint32(0),
-            )
-        ),
-        "landlock_create_ruleset",
-    )
-    try:
-        _check(
-            int(
-                _syscall(
-                    ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF),
-                    ctypes.c_int(ruleset),
-                    ctypes.c_uint32(0),
-                )
-            ),
-            "landlock_restrict_self",
-        )
-    finally:
-        os.close(ruleset)
-
-
-# -- the tmux pane's gate ----------------------------------------------------------------------
-
-GATE_USAGE = "usage: fence.py FIFO ARGV...  (the command arrives on the FIFO as one JSON line)"
-
-
-def main(argv: list[str]) -> int:
-    """The pane's process: read one line from the FIFO (`{"argv": [...], "abi": n}`, the
-    fenced command, or `{}` for none: then ARGV runs as it is; EOF: the runner gave up, exit
-    1), enter the agent's cgroup (`"cgroup"`), become its user (`"switch"`, `with_switch`),
-    enter (`enter`), then exec (same pid). 126 when the fence fails, 127 when the program
-    cannot be run."""
-    if len(argv) < 2:
-        sys.stderr.write(GATE_USAGE + "\n")
-        return 2
-    fd = os.open(argv[0], os.O_RDONLY | os.O_CLOEXEC)
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return 1
-        data += chunk
-    os.close(fd)
-    message = json.loads(data.decode())
-    command = argv[1:]
-    try:
-        enter_cgroup(str(p) for p in message.pop("cgroup", []))
-    except OSError as exc:
-        sys.stderr.write(f"mcphost: cannot enter the agent's cgroup: {exc}\n")
-        return 126
-    switch = message.pop("switch", None)
-    if switch is not None:
-        uid, gid, groups = int(switch[0]), int(switch[1]), tuple(int(g) for g in switch[2])
-        try:
-            with contextlib.suppress(OSError):  # the pane's terminal, as login gives it
-                os.fchown(0, uid, gid)
-            switch_to(Switch(uid, gid, groups))
-        except OSError as exc:
-            sys.stderr.write(f"mcphost: cannot switch to the agent's uid {uid}: {exc}\n")
-            return 126
-    if not message:
-        try:
-            own_keyring()
-        except OSError as exc:
-            sys.stderr.write(f"mcphost: cannot give the agent its own keyring: {exc}\n")
-            return 126
-    else:
-        try:
-            enter(int(message["abi"]), forward=bool(message.get("forward")))
-        except OSError as exc:
-            sys.stderr.write(f"mcphost: cannot fence the agent: {exc}\n")
-            return 126
-        command = [str(a) for a in message["argv"]]
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        sys.stderr.write(f"mcphost: cannot run {command[0]}: {exc.strerror}\n")
-        return 127
-
-
-if __name__ == "__main__":  # pragma: no cover - the tmux gate, `python -I -S fence.py ...`
-    sys.exit(main(sys.argv[1:]))

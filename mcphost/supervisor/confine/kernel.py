@@ -1,8 +1,10 @@
 """Kernel primitives of the supervisor: prctl wrappers, the child's pre-exec step, and the reaper.
 
 Owns: `prctl` through `ctypes.CDLL(None).prctl` (child subreaper, non-dumpable, parent-death
-signal); the function run in an agent's child between fork and exec (switch user, then fence
-(fence.py), then set the parent-death signal, then check the parent is still alive); and the `Reaper`, the only caller of
+signal); the function run in an agent's child between fork and exec (enter its cgroup, switch
+user, then fence: mcphost/gate.py's steps, the same the tmux pane's gate takes, around
+fence.py's command line; then set the parent-death signal, then check the parent is still
+alive); and the `Reaper`, the only caller of
 `waitpid` in the supervisor: a SIGCHLD handler on the event loop that reaps every child (agents
 and the orphans reparented to us as a child subreaper) and resolves the future of a watched pid
 with its raw wait status.
@@ -54,9 +56,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mcphost.events import emit
+from mcphost.gate import Switch, enter_cgroup, own_keyring, switch_to
 from mcphost.peer import ProcStat, read_stat
 from mcphost.procs import open_pidfd, wait_pidfd
-from mcphost.supervisor.confine.fence import Fence, Switch, enter_cgroup, own_keyring, switch_to
+from mcphost.supervisor.confine.fence import Fence
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -151,7 +154,7 @@ def pdeathsig_preexec(
 ) -> Callable[[], None]:
     """A `preexec_fn`: enter the agent's cgroup (write "0", this process, to each of the
     `cgroup` entry files: cgroups.py, the forked child being single-threaded; first, while still
-    the supervisor's user), switch user (if `creds`), enter the fence (if `fence`: fence.py's
+    the supervisor's user), switch user (if `creds`), enter the fence (if `fence`: gate.py's
     `enter`, as that user; without one, `own_keyring`), arm `sig` on parent death, check the
     parent.
 
@@ -220,7 +223,7 @@ def child_setup(
         preexec = pdeathsig_preexec(signal.SIGTERM, creds=creds, cgroup=cgroup)
         return ChildSetup(list(argv), cwd, preexec)
     switched = creds if fence.switch_outside else None
-    # bubblewrap ignores SIGTERM (fence.FORWARDED): its parent-death signal is SIGKILL, and its
+    # bubblewrap ignores SIGTERM (gate.FORWARDED): its parent-death signal is SIGKILL, and its
     # init, with everything in the agent's namespace, ends with it (--die-with-parent)
     return ChildSetup(
         fence.wrap(list(argv), env, held=cwd),

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from mcphost.supervisor.agents import reachprobe
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.supervisor.plan import AgentDefaults, CenterConfig, Fleet
 from tests.supervisor.agents.test_reach import a_fleet as reach_fleet
 
 STATE = "/var/lib/mcphost"
 ROOT = os.geteuid() == 0
-SUPPORT = fence.Support(landlock_abi=6, userns=True, root=ROOT)
+SUPPORT = machine.Support(landlock_abi=6, userns=True, root=ROOT)
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root"}
 
 
@@ -128,7 +128,7 @@ def test_the_probe_binds_stand_ins_at_the_very_places_and_nothing_from_the_state
     assert not os.path.exists(scratch.root)
 
 
-FENCE = fence.probe().missing()
+FENCE = machine.probe().missing()
 
 
 @pytest.mark.skipif(FENCE is not None, reason=f"no fence here: {FENCE}")

@@ -30,8 +30,10 @@ from pathlib import Path
 
 import pytest
 
+from mcphost import gate
 from mcphost.supervisor.agents import signin
-from mcphost.supervisor.confine import cgroups, fence
+from mcphost.supervisor.confine import cgroups
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.agents.test_signin import CREDENTIALS, OAUTH, RECORD
 from tests.supervisor.supervise_harness import (
@@ -78,11 +80,11 @@ ALLOWED = (
     "write_workspace", "write_home", "run_sh", "connect_attach", "tcp_loopback", "tmp_write",
     "var_tmp_write",
 )  # fmt: skip
-SUPPORTED = fence.probe().missing() is None
+SUPPORTED = machine.probe().missing() is None
 # deep (make test-slow): five supervisors (root and nobody) with hostile fenced agents.
 pytestmark = [
     pytest.mark.deep,
-    pytest.mark.skipif(not SUPPORTED, reason=f"no fence here: {fence.probe().missing()}"),
+    pytest.mark.skipif(not SUPPORTED, reason=f"no fence here: {machine.probe().missing()}"),
 ]
 
 
@@ -182,7 +184,7 @@ def run_fleet(
         )
         hostile_row = sv.wait_running("hostile")
         other_row = sv.wait_running("other")
-        expected = "none" if sandbox == "none" else (level or fence.probe().level())
+        expected = "none" if sandbox == "none" else (level or machine.probe().level())
         assert hostile_row["sandbox"] == expected, hostile_row
         workspace = sv.workspace("hostile")
         go = {
@@ -271,7 +273,7 @@ def _run_socket() -> socket.socket | None:
 def session_keyring() -> int:
     """This process's session keyring id: the supervisor it starts inherits it."""
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.syscall(fence.SYS_KEYCTL, 0, -3, 0))
+    return int(libc.syscall(gate.SYS_KEYCTL, 0, -3, 0))
 
 
 def _load(path: Path) -> dict[str, str] | None:

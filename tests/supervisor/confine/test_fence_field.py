@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, Supervised, fleet_toml, give_to, inline
 from tests.waiting import until
@@ -36,7 +36,7 @@ from tests.waiting import until
 pytestmark = [
     pytest.mark.deep,
     pytest.mark.skipif(
-        fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
     ),
 ]
 

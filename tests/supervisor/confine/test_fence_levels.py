@@ -17,7 +17,7 @@ tree: supervisor, bubblewrap, agents. Each level:
   refuses in one line naming `defaults.sandbox` and the kernel feature, and exits 2.
 
 What this machine cannot simulate (AppArmor's restriction, Landlock ABI 1-5) is covered by
-confine/test_fence_support.py.
+confine/test_probe.py.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from pathlib import Path
 
 import pytest
 
-from mcphost.supervisor.confine import fence
-from mcphost.supervisor.confine.fence import Support
+from mcphost.supervisor.confine import probe as machine
+from mcphost.supervisor.confine.probe import Support
 from mcphost.testing.devcenter import DevCenter
 from tests import kernelsim
 from tests.supervisor.confine.test_fence import HOLD, AsUser, held, run_fleet
 from tests.supervisor.confine.test_fence import loopback as loopback  # a fixture, used by name
 
-REAL = fence.probe()
+REAL = machine.probe()
 ROOT = os.geteuid() == 0
 try:
     NOBODY: int | None = pwd.getpwnam("nobody").pw_uid

@@ -25,14 +25,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from mcphost import gate
 from mcphost.supervisor.agents import reach
 from mcphost.supervisor.confine import fence
+from mcphost.supervisor.confine import probe as machine
 from mcphost.testing.devcenter import DevCenter
 from tests.supervisor.supervise_harness import REPO, Supervised
 
 pytestmark = [
     pytest.mark.skipif(
-        fence.probe().missing() is not None, reason=f"no fence here: {fence.probe().missing()}"
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
     ),
     pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is missing"),
 ]
@@ -148,7 +150,7 @@ def test_a_nested_proc_of_its_own_only_where_the_agent_runs_bubblewrap_itself(
     done = ctl_exec(sv, *nested, "--proc", "/proc", "true")
     uid = sv.status()["agent-1"]["uid"]
     runtime = (sys.prefix, sys.base_prefix, REPO)
-    root_run = uid == 0 or not all(reach.passes(p, fence.Switch(uid, uid, ())) for p in runtime)
+    root_run = uid == 0 or not all(reach.passes(p, gate.Switch(uid, uid, ())) for p in runtime)
     if root_run:
         assert done.returncode != 0 and "Can't mount proc" in done.stderr, done
         shared = ctl_exec(sv, *nested, "--bind", "/proc", "/proc", "true")  # the agent's /proc

@@ -1,5 +1,6 @@
 """Unit tests of the fence's pure plan (mcphost/supervisor/confine/fence.py `plan`, `FencePlan.argv`,
-`resolve`), and of what `Support` says of a machine."""
+`resolve`), and of that plan as `for_agent` fills it from what a machine offers (probe.py
+`Support`: confine/test_probe.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mcphost.gate import Switch
 from mcphost.supervisor.confine import fence
-from mcphost.supervisor.confine.fence import FencePlan, Support, Switch, plan
+from mcphost.supervisor.confine.fence import FencePlan, plan
+from mcphost.supervisor.confine.probe import Support, nobody_uid
 
 STATE = "/var/lib/mcphost"
 HOME = f"{STATE}/agents/a1"
@@ -157,27 +160,6 @@ def test_the_program_is_found_as_the_fenced_agent_will_find_it(tmp_path: Path) -
     assert fence.resolve(planned(), "/bin/sh", "") == "/bin/sh"
 
 
-def test_what_is_missing_and_what_is_lacking_is_named() -> None:
-    assert Support(7, True, root=False, bwrap="/usr/bin/bwrap").missing() is None
-    assert Support(7, False, "EPERM", root=True, bwrap="/b").missing() is None  # root: no userns
-    missing = Support(7, False, "EPERM", root=False, bwrap="/b").missing() or ""
-    assert "user namespaces (EPERM)" in missing and "root" in missing
-    assert "bubblewrap" in (Support(7, True, bwrap=None).missing() or "")
-    assert Support(7, True, bwrap="/b").lacks() == ()
-    lacks = Support(2, False, "EPERM", root=True, bwrap="/b").lacks()
-    assert any("abstract Unix sockets" in line for line in lacks)
-    assert any("nest" in line for line in lacks)
-    assert Support(0, False, "x", bwrap=None).describe().startswith("unavailable:")
-    assert Support(7, True, bwrap="/b").level() == "bwrap+landlock7"
-    assert Support(4, False, "x", root=True, bwrap="/b").level() == "bwrap (no nesting)"
-
-
-def test_the_probe_sees_this_machine() -> None:
-    support = fence.probe()
-    assert support.root == (os.geteuid() == 0)
-    assert support.landlock_abi == fence.landlock_abi()
-
-
 def test_the_operators_home_is_hidden_and_what_the_agent_needs_from_it_comes_back() -> None:
     # the supervisor's user's sign-ins, keys and history; its interpreter (pyenv) and a
     # fleet-given HOME beneath it come back
@@ -253,3 +235,50 @@ def test_every_directory_the_operator_s_sign_in_is_read_from_is_hidden_whole() -
     # a system directory is never hidden whole (nor a relative one planned at all)
     assert "/home" not in planned(signin=("/home",)).covers
     assert not {"claude", "/"} & set(planned(signin=("claude", "/")).covers)
+
+
+EPERM = "unshare: Operation not permitted"
+SWITCH = Switch(uid=1234, gid=1234, groups=())
+
+
+@pytest.mark.parametrize(
+    ("support", "switch", "mapped"),
+    [
+        pytest.param(Support(7, True, root=True), None, True, id="root-userns"),
+        pytest.param(Support(7, False, EPERM, root=True), None, False, id="root-no-userns"),
+        pytest.param(Support(0, True, root=True), SWITCH, False, id="root-user-switch"),
+        pytest.param(
+            Support(0, False, EPERM, root=True), SWITCH, False, id="root-user-switch-no-userns"
+        ),
+        pytest.param(Support(7, True, root=False), None, False, id="unprivileged"),
+    ],
+)
+def test_a_uid0_agent_gets_a_user_namespace_of_its_own_only_where_one_can_be_made(
+    support: Support, switch: Switch | None, mapped: bool
+) -> None:
+    """Root's agent without `user =` is seen as nobody inside (so its own sandbox can map its
+    uid); without user namespaces it stays uid 0 with no capability, and bubblewrap is given no
+    `--unshare-user` it could not honour. Everything else about the fence is the same."""
+    state, home = "/var/lib/mcphost", "/var/lib/mcphost/agents/a1"
+    got = fence.for_agent(
+        state_dir=state,
+        home=home,
+        workspace=f"{home}/workspace",
+        sockets=(f"{state}/run/center.sock",),
+        secrets=("/etc/mcphost/worker.token",),
+        env={},
+        switch=switch,
+        pump="/opt/mcphost/mcphost/attach.py",
+        support=support,
+    )
+    assert got.plan.map_uid == (nobody_uid() if mapped else None)
+    assert support.agent_map_uid(switch) == got.plan.map_uid
+    argv = got.plan.argv(["agent"], bwrap="bwrap", setpriv="setpriv")
+    assert ("--unshare-user" in argv) is mapped
+    # a `user =` agent: switched before bubblewrap where an unprivileged user may make user
+    # namespaces (its bubblewrap then runs as that user), else by setpriv inside root's
+    inside = switch is not None and not support.unprivileged_userns()
+    assert ("setpriv" in argv) is inside
+    assert got.switch_outside is (switch is not None and support.unprivileged_userns())
+    assert got.level == got.name == support.level() and got.abi == support.landlock_abi
+    assert {state, "/etc/mcphost", "/run"} <= set(got.plan.covers), got.plan.covers

@@ -1,4 +1,4 @@
-"""The fence's level on each kernel, as pure functions of what a machine offers (fence.py `Support`).
+"""The fence's level on each kernel, as pure functions of what a machine offers (probe.py `Support`).
 
 One row per kernel or distribution of docs/supervisor.md ("Kernels and distributions"): what
 `Support` probes there (Landlock's ABI, user namespaces, root, AppArmor's restriction of
@@ -12,14 +12,15 @@ the rest (AppArmor's restriction, Landlock ABI 1-5) are covered only here.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
+from mcphost import gate
 from mcphost.settings import SettingError
-from mcphost.supervisor.confine import fence
-from mcphost.supervisor.confine.fence import Support, Switch
+from mcphost.supervisor.confine.probe import APPARMOR_LIMIT, DEBIAN_LIMIT, Support, probe
 from mcphost.supervisor.fleet import load_fleet
 from mcphost.supervisor.plan import check_sandbox
 
@@ -44,16 +45,16 @@ ROWS = {
     # Linux 6.8, ABI 4; AppArmor restricts unprivileged user namespaces: the probe's namespace
     # cannot mount. Root is not restricted, but its agents' own sandboxes are.
     "ubuntu-24.04": Row(
-        Support(4, False, NO_MOUNT, root=False, userns_limit=fence.APPARMOR_LIMIT), "bwrap (no nesting)",
+        Support(4, False, NO_MOUNT, root=False, userns_limit=APPARMOR_LIMIT), "bwrap (no nesting)",
         (UNSCOPED, NO_NESTING), f"unprivileged user namespaces ({NO_MOUNT}); run the supervisor as root",
     ),
     "ubuntu-24.04-root": Row(
-        Support(4, True, root=True, userns_limit=fence.APPARMOR_LIMIT), "bwrap", (UNSCOPED, APPARMOR), None
+        Support(4, True, root=True, userns_limit=APPARMOR_LIMIT), "bwrap", (UNSCOPED, APPARMOR), None
     ),
     # 25.04 and later load bwrap-userns-restrict (24.04 with it loaded alike): bubblewrap gets its
     # namespace, the probe falls back to it. Linux 6.14: ABI 6.
     "ubuntu-25.04": Row(
-        Support(6, True, root=False, userns_limit=fence.APPARMOR_LIMIT), "bwrap+landlock6", (APPARMOR,), None
+        Support(6, True, root=False, userns_limit=APPARMOR_LIMIT), "bwrap+landlock6", (APPARMOR,), None
     ),
     # Linux 5.14: Landlock ABI 1 with backports, or none when it is not in the boot `lsm=` list
     "rhel-9": Row(Support(0, True, root=True), "bwrap", (UNSCOPED + " (Landlock ABI >= 6; here: no Landlock)",), None),
@@ -65,7 +66,7 @@ ROWS = {
     "linux-6.18": Row(Support(7, True, root=False), "bwrap+landlock7", (), None),
     # Debian's sysctl: root makes user namespaces (the probe succeeds), its agents cannot
     "debian-unprivileged-userns-clone-0-root": Row(
-        Support(2, True, root=True, userns_limit=fence.DEBIAN_LIMIT), "bwrap (no nesting)",
+        Support(2, True, root=True, userns_limit=DEBIAN_LIMIT), "bwrap (no nesting)",
         (UNSCOPED, NO_NESTING + " (Claude Code's, Codex's): no user namespaces for them "
          "(kernel.unprivileged_userns_clone = 0)"), None,
     ),
@@ -116,50 +117,25 @@ def test_check_describes_the_level_or_what_is_missing(name: str) -> None:
         assert "not given" not in said, said
 
 
-SWITCH = Switch(uid=1234, gid=1234, groups=())
+def test_what_is_missing_and_what_is_lacking_is_named() -> None:
+    assert Support(7, True, root=False, bwrap="/usr/bin/bwrap").missing() is None
+    assert Support(7, False, "EPERM", root=True, bwrap="/b").missing() is None  # root: no userns
+    missing = Support(7, False, "EPERM", root=False, bwrap="/b").missing() or ""
+    assert "user namespaces (EPERM)" in missing and "root" in missing
+    assert "bubblewrap" in (Support(7, True, bwrap=None).missing() or "")
+    assert Support(7, True, bwrap="/b").lacks() == ()
+    lacks = Support(2, False, "EPERM", root=True, bwrap="/b").lacks()
+    assert any("abstract Unix sockets" in line for line in lacks)
+    assert any("nest" in line for line in lacks)
+    assert Support(0, False, "x", bwrap=None).describe().startswith("unavailable:")
+    assert Support(7, True, bwrap="/b").level() == "bwrap+landlock7"
+    assert Support(4, False, "x", root=True, bwrap="/b").level() == "bwrap (no nesting)"
 
 
-@pytest.mark.parametrize(
-    ("support", "switch", "mapped"),
-    [
-        pytest.param(Support(7, True, root=True), None, True, id="root-userns"),
-        pytest.param(Support(7, False, EPERM, root=True), None, False, id="root-no-userns"),
-        pytest.param(Support(0, True, root=True), SWITCH, False, id="root-user-switch"),
-        pytest.param(
-            Support(0, False, EPERM, root=True), SWITCH, False, id="root-user-switch-no-userns"
-        ),
-        pytest.param(Support(7, True, root=False), None, False, id="unprivileged"),
-    ],
-)
-def test_a_uid0_agent_gets_a_user_namespace_of_its_own_only_where_one_can_be_made(
-    support: Support, switch: Switch | None, mapped: bool
-) -> None:
-    """Root's agent without `user =` is seen as nobody inside (so its own sandbox can map its
-    uid); without user namespaces it stays uid 0 with no capability, and bubblewrap is given no
-    `--unshare-user` it could not honour. Everything else about the fence is the same."""
-    state, home = "/var/lib/mcphost", "/var/lib/mcphost/agents/a1"
-    got = fence.for_agent(
-        state_dir=state,
-        home=home,
-        workspace=f"{home}/workspace",
-        sockets=(f"{state}/run/center.sock",),
-        secrets=("/etc/mcphost/worker.token",),
-        env={},
-        switch=switch,
-        pump="/opt/mcphost/mcphost/attach.py",
-        support=support,
-    )
-    assert got.plan.map_uid == (fence.nobody_uid() if mapped else None)
-    assert support.agent_map_uid(switch) == got.plan.map_uid
-    argv = got.plan.argv(["agent"], bwrap="bwrap", setpriv="setpriv")
-    assert ("--unshare-user" in argv) is mapped
-    # a `user =` agent: switched before bubblewrap where an unprivileged user may make user
-    # namespaces (its bubblewrap then runs as that user), else by setpriv inside root's
-    inside = switch is not None and not support.unprivileged_userns()
-    assert ("setpriv" in argv) is inside
-    assert got.switch_outside is (switch is not None and support.unprivileged_userns())
-    assert got.level == got.name == support.level() and got.abi == support.landlock_abi
-    assert {state, "/etc/mcphost", "/run"} <= set(got.plan.covers), got.plan.covers
+def test_the_probe_sees_this_machine() -> None:
+    support = probe()
+    assert support.root == (os.geteuid() == 0)
+    assert support.landlock_abi == gate.landlock_abi()
 
 
 FLEET = """
