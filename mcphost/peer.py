@@ -7,11 +7,12 @@ process cannot choose its parent; it is only reparented when its parent dies, to
 child subreaper (the supervisor, a `stop` pid here) or to PID 1, so an escaped descendant's walk
 ends at a stop and fails closed.
 
-What it owns: the pure parse of `/proc/<pid>/stat` (`parse_stat`), the thin reads around it
-(`read_stat`, `peer_credentials`), the one ancestry walk (`ancestry`) and its two questions
-(`find_root`: which agent's root; `descends_from`: below the supervisor, for its control
-socket), and the reuse check (`still_same`). Roots are keyed by `(pid, starttime)`, so a PID reused by another process never
-matches an agent; a parent that started after its child is a reused PID too, and ends the walk.
+What it owns: the read of a peer's credentials (`peer_credentials`), the one ancestry walk
+(`ancestry`) and its two questions (`find_root`: which agent's root; `descends_from`: below the
+supervisor, for its control socket), and the reuse check (`still_same`), all over procfs.py's
+stats (`read_stat`: the one parse of `/proc/<pid>/stat`). Roots are keyed by
+`(pid, starttime)`, so a PID reused by another process never matches an agent; a parent that
+started after its child is a reused PID too, and ends the walk.
 
 What it must never do: trust the peer's environment, arguments or bytes; guess when a read
 fails (every doubt returns None or False: fail closed); close a pidfd it handed out (the caller
@@ -24,8 +25,8 @@ or, where that is refused, read from `/proc/net/tcp` / `/proc/net/tcp6` (`proc_n
 the pure parse). Both see the sockets of the supervisor's network namespace, which fenced agents
 share. None when neither finds it (the peer already closed, say): the caller refuses it.
 
-Use: `cred = peer_credentials(conn)`, `stat = read_stat(cred.pid)`, `find_root(cred.pid, ...)`,
-then `still_same(cred, stat)`; close `cred.pidfd`.
+Use: `cred = peer_credentials(conn)`, `stat = procfs.read_stat(cred.pid)`,
+`find_root(cred.pid, ...)`, then `still_same(cred, stat)`; close `cred.pidfd`.
 
 Limits: the peer's pid is 0 when it lives in another PID namespace (SO_PEERCRED cannot name
 it) or had exited on a kernel that refuses it a pidfd; `find_root` then answers None. The walk
@@ -45,6 +46,8 @@ from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from mcphost.procfs import ProcStat, read_stat
+
 T = TypeVar("T")
 
 # Linux >= 6.5; 77 on x86-64 and arm64 (asm-generic); Python 3.11 has no constant.
@@ -59,15 +62,6 @@ class PeerCred:
     uid: int
     gid: int
     pidfd: int | None  # owned by the caller: close it with os.close
-
-
-@dataclass(frozen=True, slots=True)
-class ProcStat:
-    pid: int
-    ppid: int
-    pgrp: int
-    session: int
-    starttime: int  # clock ticks after boot; (pid, starttime) names one process for all time
 
 
 def peer_credentials(sock: socket.socket) -> PeerCred:
@@ -94,42 +88,6 @@ def peer_uid(sock: socket.socket) -> int:
     """The connected AF_UNIX peer's uid (`SO_PEERCRED`, at connect time)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     return int(_UCRED.unpack(raw)[1])
-
-
-def parse_stat(text: str) -> ProcStat:
-    """Parse the text of `/proc/<pid>/stat`. Pure; raises ValueError when it is not one.
-
-    The command name sits in parentheses and may itself hold spaces, parentheses and newlines,
-    so the fields are taken after the LAST `)`: state (3), ppid (4), pgrp (5), session (6), ...,
-    starttime (22).
-    """
-    head, closing, tail = text.rpartition(")")
-    pid_text, opening, _comm = head.partition(" (")
-    if not closing or not opening:
-        raise ValueError("not a /proc/<pid>/stat line: no '(comm)'")
-    fields = tail.split()
-    if len(fields) < 20:
-        raise ValueError(f"not a /proc/<pid>/stat line: {len(fields)} fields after comm")
-    try:
-        return ProcStat(
-            pid=int(pid_text),
-            ppid=int(fields[1]),
-            pgrp=int(fields[2]),
-            session=int(fields[3]),
-            starttime=int(fields[19]),
-        )
-    except ValueError:
-        raise ValueError("not a /proc/<pid>/stat line: a field is not a number") from None
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    """The stat of a live process, or None when it is gone (or cannot be read or parsed)."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as file:
-            raw = file.read()
-        return parse_stat(raw.decode("latin-1"))  # comm is bytes; latin-1 never fails
-    except (OSError, ValueError):
-        return None
 
 
 class BrokenWalk(Exception):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from mcphost import peer
+from mcphost import peer, procfs
 from mcphost.supervisor import refusals as R
 from mcphost.supervisor.refusals import Refused
 
@@ -79,7 +79,7 @@ class Identities:
             raise Refused.row(
                 R.UID_MISMATCH, pid=cred.pid, uid=cred.uid, agent=agent_id, agent_uid=uid
             )
-        stat = peer.read_stat(cred.pid)
+        stat = procfs.read_stat(cred.pid)
         if stat is None or not peer.still_same(cred, stat):
             raise Refused.row(R.PEER_GONE, pid=cred.pid)
         return agent_id, generation

@@ -17,7 +17,7 @@ import asyncio
 import os
 import sqlite3
 
-from mcphost import events, peer
+from mcphost import events, procfs
 from mcphost.supervisor.confine import kernel
 from mcphost.supervisor.state import ProcessRecord, StateStore
 
@@ -45,7 +45,7 @@ class ProcessRecords:
             self.prune()
         self._recorded = {(r.pid, r.starttime) for r in self.store.processes()}
 
-    def record(self, stat: peer.ProcStat, agent_id: str | None, kind: str) -> None:
+    def record(self, stat: procfs.ProcStat, agent_id: str | None, kind: str) -> None:
         """Remember a process we started or adopted (committed), for `end_leftovers`."""
         if (stat.pid, stat.starttime) in self._recorded:
             return
@@ -59,7 +59,7 @@ class ProcessRecords:
 
     def started(self, pid: int, starttime: int, agent_id: str, kind: str) -> None:
         """Record a process we just started (an agent, a `ctl exec` command) while it runs."""
-        stat = peer.read_stat(pid)
+        stat = procfs.read_stat(pid)
         if stat is not None and stat.starttime == starttime:
             self.record(stat, agent_id, kind)
             self.prune()
@@ -83,12 +83,12 @@ class ProcessRecords:
             await asyncio.sleep(ADOPTION_SCAN_SECONDS)
             adopted = False
             try:
-                children = kernel.own_children()
+                children = procfs.own_children()
             except OSError as exc:  # /proc unreadable for a moment: look again next time
                 events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
                 continue
             for pid in children:
-                stat = peer.read_stat(pid)
+                stat = procfs.read_stat(pid)
                 # Our own session: a helper we run (the tmux CLI); agents and what escaped
                 # them are always in another session.
                 if stat is None or stat.session == own_session:

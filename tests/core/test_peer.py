@@ -1,7 +1,7 @@
-"""Kernel identity (mcphost/peer.py): the pure parse and walk, then real processes.
+"""Kernel identity (mcphost/peer.py): the pure walk, then real processes.
 
-The pure parts are checked with hypothesis (command names holding `) (`, newlines, digits) and
-with a scripted process table (depth limit, vanishing stats, a reused parent PID). The thin
+The walk is checked over a scripted process table (depth limit, vanishing stats, a reused parent
+PID); the stat parse under it is procfs.py's (tests/core/test_procfs.py). The thin
 reads are checked against real processes: a child and its grandchild, a process outside the
 tree, a grandchild whose parent died, and a real Unix socket whose peer is a child process.
 """
@@ -14,23 +14,14 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given
-from hypothesis import strategies as st
 
 from mcphost import peer
-from mcphost.peer import (
-    PeerCred,
-    ProcStat,
-    descends_from,
-    find_root,
-    parse_stat,
-    peer_credentials,
-    read_stat,
-    still_same,
-)
+from mcphost.peer import PeerCred, descends_from, find_root, peer_credentials, still_same
+from mcphost.procfs import ProcStat, read_stat
 from tests.waiting import until
 
 PY = sys.executable
@@ -46,70 +37,9 @@ PARENT = (
 )
 
 
-def stat_line(pid: int, comm: str, ppid: int, pgrp: int, session: int, starttime: int) -> str:
-    fields = ["S", str(ppid), str(pgrp), str(session), *["0"] * 15, str(starttime), *["7"] * 30]
-    return f"{pid} ({comm}) {' '.join(fields)}\n"
-
-
 def kernel_at_least(major: int, minor: int) -> bool:
     numbers = platform.release().split("-")[0].split(".")
     return (int(numbers[0]), int(numbers[1])) >= (major, minor)
-
-
-# --- parse_stat (pure) ------------------------------------------------------------------------
-
-
-@given(
-    pid=st.integers(1, 2**22),
-    comm=st.text(st.characters(blacklist_characters="\x00"), max_size=64),
-    ppid=st.integers(0, 2**22),
-    pgrp=st.integers(0, 2**22),
-    session=st.integers(0, 2**22),
-    starttime=st.integers(0, 2**63),
-)
-@example(pid=5, comm=") (", ppid=4, pgrp=3, session=2, starttime=1)
-@example(pid=5, comm="a) S 9 9 9 (b", ppid=4, pgrp=3, session=2, starttime=1)
-@example(pid=5, comm="x)\n1 2 3 4 5 6", ppid=4, pgrp=3, session=2, starttime=1)
-@example(pid=5, comm="", ppid=0, pgrp=0, session=0, starttime=0)
-@example(pid=5, comm="((((", ppid=4, pgrp=3, session=2, starttime=1)
-def test_parse_stat_reads_the_fields_after_the_last_parenthesis(
-    pid: int, comm: str, ppid: int, pgrp: int, session: int, starttime: int
-) -> None:
-    parsed = parse_stat(stat_line(pid, comm, ppid, pgrp, session, starttime))
-    assert parsed == ProcStat(pid, ppid, pgrp, session, starttime)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "12 comm S 1 2 3",
-        "12 (comm) S 1 2 3",  # too few fields
-        "12 (comm " + " ".join(["1"] * 30),  # no closing parenthesis
-        "x (comm) " + " ".join(["1"] * 30),  # pid not a number
-        "12 (comm) S one 2 3 " + " ".join(["1"] * 30),
-    ],
-)
-def test_parse_stat_refuses_what_is_not_a_stat_line(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_stat(text)
-
-
-def test_parse_stat_of_this_process_matches_the_kernel() -> None:
-    stat = parse_stat(Path("/proc/self/stat").read_text())
-    assert (stat.pid, stat.ppid, stat.pgrp, stat.session) == (
-        os.getpid(),
-        os.getppid(),
-        os.getpgrp(),
-        os.getsid(0),
-    )
-    assert read_stat(os.getpid()) == stat
-
-
-def test_read_stat_of_a_pid_that_cannot_exist_is_none() -> None:
-    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
-    assert read_stat(pid_max + 1) is None
-    assert read_stat(-1) is None
 
 
 # --- find_root over a scripted process table (pure walk) -----------------------------------------
@@ -125,7 +55,7 @@ def chain(length: int, start: int = 1000) -> dict[int, ProcStat]:
     for i in range(length):
         pid = start + i
         ppid = pid + 1 if i < length - 1 else 1
-        table[pid] = ProcStat(pid, ppid, pid, pid, starttime=10_000 - i)
+        table[pid] = ProcStat(pid, ppid, pid, pid, 10_000 - i, cpu_ticks=0, rss_pages=0)
     return table
 
 
@@ -161,8 +91,7 @@ def test_the_walk_stops_at_a_stop_pid_and_at_pid_1(monkeypatch: pytest.MonkeyPat
 
 def test_a_parent_younger_than_its_child_is_a_reused_pid(monkeypatch: pytest.MonkeyPatch) -> None:
     table = chain(3)
-    reused = table[1001]
-    table[1001] = ProcStat(reused.pid, reused.ppid, 0, 0, starttime=table[1000].starttime + 1)
+    table[1001] = replace(table[1001], starttime=table[1000].starttime + 1)
     scripted(monkeypatch, table)
     roots = {(1001, table[1001].starttime): "newcomer"}
     assert find_root(1000, roots, stop=()) is None
@@ -185,8 +114,7 @@ def test_descends_from_walks_the_same_chain_but_fails_closed_as_a_descendant(
     assert not descends_from(1000, 999)
     assert not descends_from(1, 1000) and not descends_from(0, 1000)
     assert descends_from(1070, 999)  # no stat at all: the walk broke off, so refused
-    reused = table[1002]
-    table[1002] = ProcStat(reused.pid, reused.ppid, 0, 0, starttime=table[1001].starttime + 1)
+    table[1002] = replace(table[1002], starttime=table[1001].starttime + 1)
     assert descends_from(1000, 999)  # a reused parent pid: broken, refused
     assert descends_from(1000, 1001)  # found below the break
 
@@ -325,7 +253,7 @@ def test_a_peer_gone_before_it_is_identified_has_pid_0(tmp_path: Path) -> None:
             assert cred.pid == 0
             assert find_root(cred.pid, {(0, 0): "anyone"}, stop=()) is None
         else:  # newer kernels hand out a pidfd of the exited process: it reaches nobody
-            whoever_has_the_pid_now = ProcStat(cred.pid, 1, 1, 1, starttime=0)
+            whoever_has_the_pid_now = ProcStat(cred.pid, 1, 1, 1, 0, cpu_ticks=0, rss_pages=0)
             assert not still_same(cred, whoever_has_the_pid_now)
     finally:
         if cred.pidfd is not None:
@@ -342,9 +270,9 @@ def test_peer_credentials_of_a_socketpair_name_this_process() -> None:
             assert stat is not None and still_same(cred, stat)
             without = PeerCred(cred.pid, cred.uid, cred.gid, None)
             assert still_same(without, stat)  # starttime re-read: unchanged
-            moved = ProcStat(stat.pid, stat.ppid, stat.pgrp, stat.session, stat.starttime + 1)
+            moved = replace(stat, starttime=stat.starttime + 1)
             assert not still_same(without, moved)
-            other = ProcStat(stat.pid + 1, stat.ppid, stat.pgrp, stat.session, stat.starttime)
+            other = replace(stat, pid=stat.pid + 1)
             assert not still_same(cred, other)
         finally:
             if cred.pidfd is not None:

@@ -464,7 +464,7 @@ def test_names_and_env_keys_are_checked() -> None:
 
 
 async def _under_reaper(runtime_dir: str) -> dict[str, Any]:
-    from mcphost.peer import read_stat
+    from mcphost.procfs import read_stat
     from mcphost.supervisor.confine import kernel
     from tests.supervisor.confine.test_kernel import until_async
 

@@ -23,9 +23,9 @@ ignore SIGTERM; a supervisor killed with SIGKILL cannot end anything. So the sup
 every process it starts or adopts (state.py) and, when it starts again, `end_leftovers` ends
 every recorded process that is still the same process (same /proc start time), and every member
 of a recorded session that provably is still that session, SIGTERM then SIGKILL after the
-grace, before anything is spawned. `own_children` lists this process's children cheaply (from
-`/proc/self/task/*/children`), so the supervisor sees escapees reparented to it and records them
-too.
+grace, before anything is spawned (/proc is read through mcphost/procfs.py: the stat parse and
+the scan are there, as is `own_children`, through which the supervisor sees escapees reparented
+to it and records them too).
 
 For an unfenced agent the parent-death signal stays SIGTERM, not SIGKILL, by choice: it reaches
 only the agent's leader, never its descendants (pumps, tools, escapees), so SIGKILL would not
@@ -57,7 +57,7 @@ from typing import Protocol
 
 from mcphost.events import emit
 from mcphost.gate import Switch, enter_cgroup, own_keyring, switch_to
-from mcphost.peer import ProcStat, read_stat
+from mcphost.procfs import children_of, read_stat, scan
 from mcphost.procs import open_pidfd, wait_pidfd
 from mcphost.supervisor.confine.fence import Fence
 
@@ -243,43 +243,6 @@ def proc_starttime(pid: int) -> int | None:
     return None if stat is None else stat.starttime
 
 
-def children_of(parent: int) -> list[int]:
-    """Pids whose parent is `parent`, from /proc (zombies included)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        stat = read_stat(int(name))
-        if stat is not None and stat.ppid == parent:
-            found.append(int(name))
-    return sorted(found)
-
-
-def own_children() -> list[int]:
-    """This process's children (of every thread), from `/proc/self/task/<tid>/children`; a
-    scan of /proc where the kernel has no such file."""
-    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
-        return children_of(os.getpid())
-    pids: set[int] = set()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/children", "rb") as handle:
-                pids.update(int(p) for p in handle.read().split())
-        except OSError:  # a thread that ended while we read: its children are elsewhere now
-            continue
-    return sorted(pids)
-
-
-def _all_stats() -> dict[int, ProcStat]:
-    found = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = read_stat(int(name))
-            if stat is not None:
-                found[stat.pid] = stat
-    return found
-
-
 class Recorded(Protocol):
     """What `end_leftovers` reads of a recorded process (state.ProcessRecord)."""
 
@@ -310,7 +273,7 @@ def leftovers(records: Iterable[Recorded]) -> dict[int, int]:
     records = list(records)
     if not records:
         return {}
-    live = _all_stats()
+    live = scan()
     own_session = os.getsid(0)
     found: dict[int, int] = {}
     whole: set[int] = set()  # sessions all of whose members count

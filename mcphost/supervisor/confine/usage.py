@@ -15,15 +15,17 @@ Two sources, the better first:
   + cutime + cstime` (a process's own time and that of the children it has waited for: nothing
   counted twice), processes the count. A process that left the tree (reparented to the
   supervisor, the child subreaper) is no longer counted; its time is lost with it. This needs a
-  scan of all of /proc (`ProcTable.scan`, shared by every agent of a sample).
+  scan of all of /proc (mcphost/procfs.py `scan`, read into one `ProcTable` shared by every
+  agent of a sample).
 
 The peak from /proc (and from a cgroup without a peak file) is the largest current figure the
 supervisor has seen for the agent's current generation (`Peaks`: every sample).
 
-Owns: the pure parsers of the /proc and cgroup files (`parse_stat`, `parse_smaps_rollup`,
-`parse_cpu_stat`, `parse_counter`, `parse_cpu`), the one scan of /proc shared by every agent of
-a sample (`ProcTable.scan`), the tree walk (`tree_usage`), the cgroup read (`cgroup_usage`), the
-peaks, and `agent_usage`, the one call the operations make per agent.
+Owns: the pure parsers of the cgroup files and of `smaps_rollup` (`parse_smaps_rollup`,
+`parse_cpu_stat`, `parse_counter`, `parse_cpu`), the process table of one scan with its
+children (`ProcTable`: the stat parse and the scan are procfs.py's), the tree walk
+(`tree_usage`), the cgroup read (`cgroup_usage`), the peaks, and `agent_usage`, the one call the
+operations make per agent.
 Must never: write anything, follow a reused pid into another process's tree (a child that
 started before its parent is not its child), raise on a process that vanished mid-read
 (gone is simply not counted), scan /proc for an agent that has nothing to find there, or import
@@ -36,6 +38,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from mcphost import procfs
+from mcphost.procfs import ProcStat
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -67,39 +72,7 @@ class Usage:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ProcEntry:
-    """What the usage needs of one `/proc/<pid>/stat`."""
-
-    pid: int
-    ppid: int
-    starttime: int
-    cpu_ticks: int  # utime + stime + cutime + cstime
-    rss_pages: int
-
-
 # -- pure parsers --------------------------------------------------------------------------------
-
-
-def parse_stat(text: str) -> ProcEntry:
-    """`/proc/<pid>/stat` -> `ProcEntry`; ValueError when it is not one. The fields are taken
-    after the LAST `)` (comm may hold anything): ppid (4), utime..cstime (14..17), starttime
-    (22), rss (24), counted from 1 as proc(5) does."""
-    head, closing, tail = text.rpartition(")")
-    pid_text, opening, _comm = head.partition(" (")
-    fields = tail.split()
-    if not closing or not opening or len(fields) < 22:
-        raise ValueError("not a /proc/<pid>/stat line")
-    try:
-        return ProcEntry(
-            pid=int(pid_text),
-            ppid=int(fields[1]),
-            starttime=int(fields[19]),
-            cpu_ticks=sum(int(f) for f in fields[11:15]),
-            rss_pages=int(fields[21]),
-        )
-    except ValueError:
-        raise ValueError("not a /proc/<pid>/stat line: a field is not a number") from None
 
 
 def parse_smaps_rollup(text: str) -> int | None:
@@ -150,56 +123,28 @@ def parse_cpu(name: str, text: str) -> float | None:
 # -- /proc ---------------------------------------------------------------------------------------
 
 
-def _read(path: str, size: int = 4096) -> str | None:
-    """The file's first `size` bytes (a /proc or cgroup file: one read), or None. `os.open`
-    and `os.read`: a third of `open()`'s cost, which a scan of /proc pays per process."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, size).decode("latin-1")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 @dataclass(slots=True)
 class ProcTable:
-    """Every process's `ProcEntry` and its children, from one scan of /proc."""
+    """Every process's stat and its children, from one scan of /proc (`procfs.scan`)."""
 
-    entries: dict[int, ProcEntry] = field(default_factory=dict)
+    entries: dict[int, ProcStat] = field(default_factory=dict)
     children: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def scan(cls, proc: str = "/proc") -> ProcTable:
+    def scan(cls, proc: str = procfs.PROC) -> ProcTable:
         table = cls()
-        try:
-            names = os.listdir(proc)
-        except OSError:
-            return table
-        for name in names:
-            if not name.isdigit():
-                continue
-            text = _read(f"{proc}/{name}/stat")
-            if text is None:
-                continue  # gone since the listing
-            try:
-                entry = parse_stat(text)
-            except ValueError:
-                continue
+        for entry in procfs.scan(proc).values():
             table.add(entry)
         return table
 
-    def add(self, entry: ProcEntry) -> None:
+    def add(self, entry: ProcStat) -> None:
         self.entries[entry.pid] = entry
         self.children.setdefault(entry.ppid, []).append(entry.pid)
 
-    def tree(self, roots: Iterable[tuple[int, int]]) -> list[ProcEntry]:
+    def tree(self, roots: Iterable[tuple[int, int]]) -> list[ProcStat]:
         """The live processes of the trees under `roots` (`(pid, starttime)`: a root whose pid
         now names another process is not one), each once."""
-        found: dict[int, ProcEntry] = {}
+        found: dict[int, ProcStat] = {}
         stack = []
         for pid, starttime in roots:
             entry = self.entries.get(pid)
@@ -217,7 +162,7 @@ class ProcTable:
         return list(found.values())
 
 
-def tree_usage(entries: list[ProcEntry], *, pss: bool = False, proc: str = "/proc") -> Usage:
+def tree_usage(entries: list[ProcStat], *, pss: bool = False, proc: str = procfs.PROC) -> Usage:
     """Usage of the processes `entries` (`ProcTable.tree`); memory from PSS where `pss` and
     readable, else RSS. The peak is left to `Peaks`."""
     if not entries:
@@ -226,7 +171,7 @@ def tree_usage(entries: list[ProcEntry], *, pss: bool = False, proc: str = "/pro
     for entry in entries:
         share = None
         if pss:
-            text = _read(f"{proc}/{entry.pid}/smaps_rollup")
+            text = procfs.read_text(f"{proc}/{entry.pid}/smaps_rollup")
             share = parse_smaps_rollup(text) if text is not None else None
         memory += share if share is not None else entry.rss_pages * PAGE_SIZE
     return Usage(
@@ -252,7 +197,7 @@ class CgroupFiles(NamedTuple):
 
 def cgroup_usage(files: CgroupFiles) -> Usage | None:
     """Usage from the agent's group `files`; None when none of them can be read (gone)."""
-    texts = [_read(path, 1024) for path in files]
+    texts = [procfs.read_text(path, 1024) for path in files]
     if all(text is None for text in texts):
         return None
     current, peak, cpu_text, processes = texts

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from mcphost import procfs
 from mcphost.supervisor.confine import kernel
 from tests.waiting import until
 
@@ -386,9 +387,9 @@ async def _kill_strays() -> dict[str, Any]:
         proc.returncode = 0
         parents.append(proc)  # keeps its stdin pipe open: the stray lives until it is ended
         strays.append(grandchild)
-    before = kernel.children_of(os.getpid())
+    before = procfs.children_of(os.getpid())
     ended = await reaper.kill_strays(grace=0.2)
-    after = kernel.children_of(os.getpid())
+    after = procfs.children_of(os.getpid())
     reaper.uninstall()
     return {
         "before": sorted(before) == sorted(strays),

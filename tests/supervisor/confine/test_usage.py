@@ -1,5 +1,6 @@
 """Per-agent usage (mcphost/supervisor/confine/usage.py): the parsers on this machine's real /proc and
-cgroup files, and the tree walk over real processes."""
+cgroup files, and the tree walk over real processes (the stat parse and the scan under it:
+tests/core/test_procfs.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from mcphost import procfs
+from mcphost.procfs import ProcStat
 from mcphost.supervisor.confine import usage as U
 
 UNIFIED = Path("/sys/fs/cgroup/unified/cpu.stat")
@@ -21,30 +24,9 @@ def _read(path: str) -> str:
     return Path(path).read_bytes().decode("latin-1")
 
 
-def test_parse_stat_reads_our_own_stat() -> None:
-    ours = U.parse_stat(_read(f"/proc/{os.getpid()}/stat"))
-    assert ours.pid == os.getpid() and ours.ppid == os.getppid()
-    assert ours.rss_pages * U.PAGE_SIZE > 1_000_000  # a Python process
-    times = os.times()
-    ticks = (
-        times.user + times.system + times.children_user + times.children_system
-    ) * U.CLOCK_TICKS
-    assert abs(ours.cpu_ticks - ticks) <= 2 + ticks * 0.05
-
-
-def test_parse_stat_takes_the_fields_after_the_last_parenthesis() -> None:
-    real = _read(f"/proc/{os.getpid()}/stat")
-    head, _, tail = real.rpartition(")")
-    forged = head.partition(" (")[0] + " (a) b) 1 2 3 (x" + ")" + tail
-    assert U.parse_stat(forged) == U.parse_stat(real)
-    for bad in ("", "12 (x) R 1", "x (y)" + tail, real.replace(" (", " ", 1)):
-        with pytest.raises(ValueError):
-            U.parse_stat(bad)
-
-
 def test_parse_smaps_rollup() -> None:
     pss = U.parse_smaps_rollup(_read(f"/proc/{os.getpid()}/smaps_rollup"))
-    assert pss is not None and 0 < pss <= U.parse_stat(_read("/proc/self/stat")).rss_pages * (
+    assert pss is not None and 0 < pss <= procfs.parse_stat(_read("/proc/self/stat")).rss_pages * (
         U.PAGE_SIZE * 2
     )
     assert U.parse_smaps_rollup("Rss: 10 kB\n") is None
@@ -173,9 +155,10 @@ def test_a_tree_is_the_root_and_its_descendants(tree: subprocess.Popen[str]) -> 
 
 def test_a_childs_start_before_its_parent_is_a_reused_pid() -> None:
     table = U.ProcTable()
-    table.add(U.ProcEntry(pid=10, ppid=1, starttime=500, cpu_ticks=1, rss_pages=1))
-    table.add(U.ProcEntry(pid=11, ppid=10, starttime=400, cpu_ticks=1, rss_pages=1))  # older
-    table.add(U.ProcEntry(pid=12, ppid=10, starttime=600, cpu_ticks=1, rss_pages=1))
+    table.add(ProcStat(10, ppid=1, pgrp=10, session=10, starttime=500, cpu_ticks=1, rss_pages=1))
+    # 11 started before 10: a reused pid, not its child
+    table.add(ProcStat(11, ppid=10, pgrp=10, session=10, starttime=400, cpu_ticks=1, rss_pages=1))
+    table.add(ProcStat(12, ppid=10, pgrp=10, session=10, starttime=600, cpu_ticks=1, rss_pages=1))
     assert sorted(e.pid for e in table.tree([(10, 500)])) == [10, 12]
 
 

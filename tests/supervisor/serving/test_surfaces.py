@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from mcphost.errors import AdminUnavailable, StaleGeneration
-from mcphost.peer import PeerCred, read_stat
+from mcphost.peer import PeerCred
+from mcphost.procfs import read_stat
 from mcphost.supervisor.center.generations import Generations
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.plan import AgentDefaults, apply_defaults
