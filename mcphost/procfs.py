@@ -89,7 +89,11 @@ def read_text(path: str, size: int = 4096) -> str | None:
 
 def read_stat(pid: int, proc: str = PROC) -> ProcStat | None:
     """The stat of a live process, or None when it is gone (or cannot be read or parsed)."""
-    text = read_text(f"{proc}/{int(pid)}/stat")
+    return _stat_at(f"{proc}/{int(pid)}/stat")
+
+
+def _stat_at(path: str) -> ProcStat | None:
+    text = read_text(path)
     if text is None:
         return None
     try:
@@ -108,7 +112,7 @@ def scan(proc: str = PROC) -> dict[int, ProcStat]:
     found = {}
     for name in names:
         if name.isdigit():
-            stat = read_stat(int(name), proc)
+            stat = _stat_at(f"{proc}/{name}/stat")
             if stat is not None:
                 found[stat.pid] = stat
     return found
