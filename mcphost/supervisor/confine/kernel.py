@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mcphost.events import emit
-from mcphost.gate import Switch, enter_cgroup, own_keyring, switch_to
+from mcphost.gate import LIBC, Switch, checked, enter_cgroup, own_keyring, switch_to
 from mcphost.procfs import children_of, read_stat, scan
 from mcphost.procs import open_pidfd, wait_pidfd
 from mcphost.supervisor.confine.fence import Fence
@@ -65,8 +65,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_prctl_fn = _libc.prctl
+_prctl_fn = LIBC.prctl  # gate.py's binding: the one libc handle of the child's steps
 _prctl_fn.restype = ctypes.c_int
 
 
@@ -75,19 +74,8 @@ class KernelError(Exception):
 
 
 def _prctl(option: int, arg2: int = 0) -> int:
-    result = int(
-        _prctl_fn(
-            ctypes.c_int(option),
-            ctypes.c_ulong(arg2),
-            ctypes.c_ulong(0),
-            ctypes.c_ulong(0),
-            ctypes.c_ulong(0),
-        )
-    )
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
-    return result
+    args = (ctypes.c_ulong(arg2), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    return checked(int(_prctl_fn(ctypes.c_int(option), *args)), f"prctl({option})")
 
 
 def set_child_subreaper(on: bool = True) -> None:
