@@ -1,4 +1,4 @@
-"""Reading /proc (mcphost/procfs.py): the pure stat parse, then the reads and scans of real processes.
+"""Reading /proc (mcphost/procfs.py): the pure stat parse, then reads and scans of real processes.
 
 The parse is checked with hypothesis (command names holding `) (`, newlines, digits) and on this
 process's own stat; the reads and the scan on real children that name themselves with hostile

@@ -29,7 +29,7 @@ from typing import Any
 # supervisor's, or `user = "root"`): the kernel's permissions are then no wall between them.
 SHARED_UID = {"shared": " (shared uid)"}
 # QUEUE: items waiting in the relay's delivery queue to the agent; FENCE: the agent's fence level
-# (`sandbox` in --json: fence.py's `Support.level()`, or `none`); EXIT: the last exit and its
+# (`sandbox` in --json: probe.py's `Support.level()`, or `none`); EXIT: the last exit and its
 # reason, free text, last. Given a width (a terminal's), `status_table` fits it (`FIT`).
 COLUMNS = (
     "AGENT", "STATE", "PID", "GEN", "RST", "UPTIME", "SESS", "MEM", "PEAK", "CPU", "PROCS",

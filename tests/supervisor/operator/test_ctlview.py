@@ -49,7 +49,7 @@ def test_status_table_of_nothing_and_of_odd_values() -> None:
     "level", ["bwrap+landlock7", "bwrap", "bwrap (no nesting)", "none"]
 )  # fmt: skip
 def test_status_table_shows_each_agents_fence_level_within_80_columns(level: str) -> None:
-    """The FENCE column is the agent's `sandbox` (its fence level, fence.py `Support.level()`,
+    """The FENCE column is the agent's `sandbox` (its fence level, probe.py `Support.level()`,
     or `none`); a usual fleet's rows, 7-digit pids included, stay within 80 columns."""
     now = 1000.0
     rows = [
