@@ -113,3 +113,54 @@ def test_the_checks_find_what_is_missing() -> None:
         "mcphost/supervisor/nowhere.py",
         "mcphost.supervisor.nowhere.thing",
     ]
+
+
+INTERNALS = ROOT / "docs" / "supervisor-internals.md"
+SUPERVISOR = ROOT / "mcphost" / "supervisor"
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def section(text: str, title: str) -> str:
+    """The body of the `## title` section of a markdown text, up to the next `## `."""
+    body = text.split(f"\n## {title}\n", 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def mapped_modules(text: str) -> set[str]:
+    """The modules the internals page's "Every module" list names, as paths under the package:
+    a line `- root: ...` names root modules, a line `` - `wing/`: ... `` a wing's."""
+    named: set[str] = set()
+    for item in section(text, "Every module").split("\n- ")[1:]:
+        head, _, files = item.partition(":")
+        folder = "" if head.strip() == "root" else head.strip().strip("`")
+        named.update(folder + name for name in re.findall(r"`([\w.]+\.py)`", files))
+    return named
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file(doc: Path) -> None:
+    targets = [t for t in LINK.findall(doc.read_text()) if "://" not in t]
+    assert [t for t in targets if not (doc.parent / t).exists()] == []
+
+
+def test_the_supervisors_map_names_every_module() -> None:
+    actual = {str(p.relative_to(SUPERVISOR)) for p in SUPERVISOR.rglob("*.py")}
+    assert mapped_modules(INTERNALS.read_text()) == actual
+
+
+def test_every_refusal_code_is_on_the_internals_page() -> None:
+    from mcphost.supervisor import refusals
+
+    codes = {row.code for row in vars(refusals).values() if isinstance(row, refusals.Refusal)}
+    text = INTERNALS.read_text()
+    assert sorted(code for code in codes if f"`{code}`" not in text) == []
+
+
+def test_every_package_head_names_its_modules() -> None:
+    unnamed = [
+        f"{init.parent.relative_to(ROOT)}: {module.stem}"
+        for init in SUPERVISOR.rglob("__init__.py")
+        for module in init.parent.glob("*.py")
+        if module.name != "__init__.py" and f"`{module.stem}`" not in init.read_text()
+    ]
+    assert unnamed == []

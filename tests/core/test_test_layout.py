@@ -45,6 +45,7 @@ PROJECT = {
     "core/test_import_rules.py": "the import rules of pyproject.toml",
     "core/test_test_layout.py": "this layout",
     "core/test_doc_citations.py": "the tests, files and modules the docs name",
+    "core/test_house.py": "the house's shape: file lengths, package widths",
 }
 
 # Source modules with logic and no test file of their name: where they are tested instead. A key
