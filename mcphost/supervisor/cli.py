@@ -145,7 +145,7 @@ def _preflight(fleet: object, state: str, support: object) -> int:
 
     from mcphost.supervisor.agents.reach import program_problems
     from mcphost.supervisor.agents.reachprobe import probe_problems
-    from mcphost.supervisor.center.health import preflight
+    from mcphost.supervisor.center.preflight import preflight
     from mcphost.supervisor.confine.probe import Support
     from mcphost.supervisor.plan import Fleet
 

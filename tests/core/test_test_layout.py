@@ -85,6 +85,8 @@ NOT_NAMED = {
     "mcphost/relaytools/handlers.py": "through the process: tests/relaytools/test_relay_tools.py",
     "mcphost/relaytools/settings.py": "on the settings base: tests/core/test_settings.py",
     "mcphost/supervisor/center/health.py": "tests/supervisor/test_supervise_center.py",
+    "mcphost/supervisor/center/preflight.py": "`supervise --check` as a process: "
+    "tests/supervisor/test_supervise_center.py",
     "mcphost/supervisor/center/link.py": "tests/supervisor/test_supervise_center.py, "
     "tests/supervisor/test_supervise_rotation.py",
     "mcphost/supervisor/control/client.py": "both ends of the socket: "

@@ -1,12 +1,11 @@
-"""Whether the supervisor's center works, as `mcphost ctl status` shows it, and the preflight
-`mcphost supervise --check`.
+"""Whether the supervisor's center works, as `mcphost ctl status` shows it.
 
 Owns: `CenterHealth` (the last probe's outcome: `state` "ok" or a stable code, a one-line
 `message` with the remedy naming the fleet key, `checked_at`, `fleet_key`; the probe loop: at
 start, every `OK_INTERVAL` while ok, every `RETRY_INTERVAL` while not, and at once when a
 session's call failed on the way to the center or a reload changed `[center]`), `diagnose` (the
-table from a failure to its state and `[center]` remedy), and `preflight` (the fleet's token
-file, one pinned, harmless call, the state directory: one line per problem).
+table from a failure to its state and `[center]` remedy). `--check`'s one-shot view is
+preflight.py, over this table and the link's token.
 
 The probe is `mcphost check`'s (`mcphost.host.check.probe`) through the supervisor's own shared
 client, with the worker-level read `GET /admin/worker/agents`: it speaks for no agent, so it
@@ -19,8 +18,6 @@ probe's own failure trigger another probe.
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +27,6 @@ from mcphost.errors import AdminFailure, CenterRefusal, ToolFailure
 
 if TYPE_CHECKING:
     from mcphost.admin.client import AdminClient
-    from mcphost.supervisor.plan import Fleet
 
 OK_INTERVAL = 30.0  # seconds between probes while the center answers
 RETRY_INTERVAL = 5.0  # ... while it does not
@@ -189,61 +185,3 @@ class CenterHealth:
                     await self._wake.wait()
             except TimeoutError:
                 pass
-
-
-def _state_problem(state_dir: str) -> str | None:
-    """What keeps `state_dir` from being the supervisor's state directory, if anything."""
-    try:
-        info = os.lstat(state_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        # created with its missing parents (startup.own_dir): the nearest that exists decides
-        missing = state_dir.rstrip("/")
-        parent = os.path.dirname(missing) or "/"
-        while not os.path.lexists(parent):
-            missing, parent = parent, os.path.dirname(parent) or "/"
-        if not os.path.isdir(parent):
-            return f"cannot be created: {parent} is not a directory"
-        if not os.access(parent, os.W_OK | os.X_OK):
-            lacking = (
-                "does not exist"
-                if missing == state_dir.rstrip("/")
-                else (f"does not exist, nor does {missing}")
-            )
-            return f"{lacking}, and {parent} is not writable, so it cannot be created"
-        return None
-    if not stat.S_ISDIR(info.st_mode):
-        return "is not a directory (or is a symlink)"
-    if info.st_uid != os.geteuid():
-        return f"is owned by uid {info.st_uid}, not the supervisor's ({os.geteuid()})"
-    return None
-
-
-async def preflight(fleet: Fleet, state_dir: str) -> list[str]:
-    """`mcphost supervise --check`: one line per problem (none: the supervisor would start and
-    reach its center). The fleet file itself was validated by the caller."""
-    from mcphost.admin.client import AdminClient, AdminRequest
-    from mcphost.binding import BindingError
-    from mcphost.host.check import probe
-    from mcphost.supervisor.center.link import for_operator, read_token
-
-    problems: list[str] = []
-    center = fleet.center
-    state = _state_problem(state_dir)
-    if state is not None:
-        problems.append(f"--state {state_dir}: {state}")
-    try:
-        token, _ = read_token(center.token_file)
-    except BindingError as exc:
-        problems.append(f"[center] token_file {exc.problem}: expected {exc.expected}")
-        return problems
-    client = AdminClient(center.admin_url, token=token, pins=center.pins, on_failure=for_operator)
-    try:
-        result = await probe(client, AdminRequest("GET", PROBE_ROUTE))
-    finally:
-        await client.aclose()
-    if not result["ok"]:
-        failure = ToolFailure(result["error"], result["message"], result["details"])
-        found = diagnose(failure, str(center.admin_url))
-        key = f"[center] {found.fleet_key}" if found.fleet_key else "[center]"
-        problems.append(f"{key}: {found.state}: {found.remedy}")
-    return problems
