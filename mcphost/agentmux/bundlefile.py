@@ -2,21 +2,33 @@
 
 Owns: the model of a bundle (`Bundle`, its `Session`s, their `Coder`s), the ONE reader of the
 bundle file, which both the relay (`mcphost.relay`) and the relay tools (`mcphost.relaytools`)
-read it with, and its writer (`bundle_toml`, `coders_toml`: a model as the TOML this reader
-reads back to the same model), with which the supervisor writes the fleet's bundles from the
-model it hands the relay in memory. The format is agentmux's (reference `agentmux-relay.md`
-§3.1): kebab-case, `deny_unknown_fields`, `format-version = 1`; a member is `coder = "<id>"` or
-a marker `[sessions.ui]` / `[sessions.pubsub]`; a coder is exactly one of `[coders.tmux]`,
-`[coders.acp]`, `[coders.pty]` (newer) or `[coders.process]`. The last is mcphost's: a member
-the supervisor runs as a plain process (`runner = "process"`), which speaks through its relay
-tools and to which nothing can be delivered (no pane, no ACP); its body is one `command`, for
-information. Its member's transport is `process`, which no member kind of the relay hosts.
+read it with, and its writer (`layer_toml`: a model as the files this reader reads back to the
+same model), with which the supervisor writes the fleet's bundles from the model it hands the
+relay in memory. The format is agentmux's (reference `agentmux-relay.md` §3.1): kebab-case,
+`deny_unknown_fields`, `format-version = 1`; a member is `coder = "<id>"` or a marker
+`[sessions.ui]` / `[sessions.pubsub]`; a coder is exactly one of `[coders.tmux]`, `[coders.acp]`
+or `[coders.pty]` (newer), and nothing else: agentmux's CLI reads these files too.
+
+The side file (`MEMBERS_FILE`, `<layer>/mcphost/members.toml`, mcphost's; agentmux never reads
+it, and it is not under `bundles/`, whose files are bundle ids): the members agentmux cannot
+express, which the reader merges into the bundle of the same layer in both readings. Today
+those are the members the supervisor runs as a plain process (`runner = "process"`): they speak
+through their relay tools and nothing can be delivered to them (no pane, no ACP), so their
+transport is `process`, which no member kind of the relay hosts. Its format is agentmux's own
+shapes: `[[coders]]` of exactly one of `[coders.process]` (body: one `command`, for
+information), and `[[sessions]]` as in a bundle file, each with its `bundle` and its `index`
+among that bundle's members (where it is inserted; the members of `bundles/<id>.toml` keep
+their order around it), naming a coder of the side file. The writer splits the model so:
+`coders.toml` and `bundles/<id>.toml` hold exactly what agentmux reads, the side file the rest;
+a `[coders.process]` in `coders.toml` is an unknown key there, as it is for agentmux.
 
 Two readings (`mcphost.agentmux.tables.Reading`):
 
 - `STRICT` (the relay's): every flaw is a `RelayError` naming the file and the key; the relay
-  refuses a file it would half-read. A member no registered kind hosts loads (ACP, pty and
-  process coders are validated) and is refused when it is a target.
+  refuses a file it would half-read (the side file included: a member at an index beyond the
+  bundle's members, an id used in both files, a coder of another shape). A member no registered
+  kind hosts loads (ACP, pty and process coders are validated) and is refused when it is a
+  target.
 - `LENIENT` (the relay tools'): they read a bundle only for its membership (which session they
   are, from `--session-name` or the working directory) and to list a bundle whose relay is down;
   the relay, on the next request, reports whatever flaw the file has. So a relay-tools server
@@ -25,13 +37,15 @@ Two readings (`mcphost.agentmux.tables.Reading`):
   undeclared group, `coder-session-id` on a marker), which then reads as absent; a member entry
   that is not a table or has no string id (left out), a later member with an id already used
   (the first stands), a name used twice or a relative `directory` (read as absent); a member with
-  no shape or several (the first of ui, pubsub, coder), a coder that is not defined, and a
-  `coders.toml` that is missing, unreadable or invalid: such a member is listed as `tmux`
-  (agentmux's pane coder, `UNKNOWN_CODER`). A coder's body (its commands, prompt rules,
-  timeouts) is not read: the tools never start a coder. It never forgives what would make it
-  build a path from a name: a bundle id or a member id outside the grammars of `mcphost.names`
-  (the member id is a path segment of the session's PSK) fails the reading as a whole, as does
-  an unreadable or invalid bundle file (its members are unknown).
+  no shape or several (the first of ui, pubsub, coder), a coder that is not defined (a coder of
+  `coders.toml` whose only shape is `[coders.process]`, an unknown key there, is left out), and
+  a `coders.toml` that is missing, unreadable or invalid: such a member is listed as `tmux`
+  (agentmux's pane coder, `UNKNOWN_CODER`); a side file that is unreadable or invalid (it adds
+  no member) and a side member without an `index` (appended). A coder's body (its commands,
+  prompt rules, timeouts) is not read: the tools never start a coder. It never forgives what
+  would make it build a path from a name: a bundle id or a member id outside the grammars of
+  `mcphost.names` (the member id is a path segment of the session's PSK) fails the reading as a
+  whole, as does an unreadable or invalid bundle file (its members are unknown).
 
 Codes: a malformed file is `validation_invalid_arguments`; an unreadable layer
 `validation_unreadable_configuration_layer`; a bad group name `validation_invalid_group_name` /
@@ -66,7 +80,10 @@ PROMPT_INSPECT_LINES_DEFAULT = 1
 GROUP_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 RESERVED_GROUP = "ALL"
 COMMAND_PLACEHOLDER = "{coder-session-id}"
-CODER_SHAPES = ("tmux", "acp", "pty", "process")  # a coder's transport: its one subtable
+AGENTMUX_SHAPES = ("tmux", "acp", "pty")  # a coder of coders.toml: its one subtable
+MCPHOST_SHAPES = ("process",)  # a coder of the side file (`MEMBERS_FILE`): agentmux has none
+CODER_SHAPES = AGENTMUX_SHAPES + MCPHOST_SHAPES  # a coder's transport
+MEMBERS_FILE = "mcphost/members.toml"  # the side file, beside a layer's coders.toml and bundles/
 MARKERS = ("ui", "pubsub")  # a member that is no coder: its marker subtable, its transport
 UNKNOWN_CODER = "tmux"  # the transport the lenient reading gives a member whose coder it lacks
 
@@ -109,8 +126,9 @@ class AcpCoder:
 
 @dataclass(frozen=True, slots=True)
 class ProcessCoder:
-    """`[coders.process]` (mcphost's): a member run as a plain process; its `command` is for
-    information (the supervisor starts it from the fleet, the relay never does)."""
+    """`[coders.process]` (mcphost's, in the side file only): a member run as a plain process;
+    its `command` is for information (the supervisor starts it from the fleet, the relay never
+    does)."""
 
     command: str
 
@@ -234,8 +252,8 @@ def _process_keys(table: Table) -> ProcessCoder:
 
 
 def load_coders(roots: Sequence[Path], reading: Reading = STRICT) -> dict[str, Coder]:
-    """coder id -> Coder from the first layer's `coders.toml` ({} when no layer has one; when
-    lenient, also when it cannot be read)."""
+    """coder id -> Coder from the first layer's `coders.toml` (agentmux's shapes only; {} when
+    no layer has one; when lenient, also when it cannot be read)."""
     try:
         top = open_table(roots, "coders.toml", "coders configuration", reading)
     except RelayError:
@@ -244,21 +262,29 @@ def load_coders(roots: Sequence[Path], reading: Reading = STRICT) -> dict[str, C
         return {}
     if top is None:
         return {}
+    coders = _coders(top, AGENTMUX_SHAPES, {})
+    top.done()
+    return coders
+
+
+def _coders(top: Table, shapes: tuple[str, ...], known: Mapping[str, Coder]) -> dict[str, Coder]:
+    """The `[[coders]]` of `top`, each of exactly one of `shapes` (any other shape is an unknown
+    key), none with an id in `known` or used twice."""
     coders: dict[str, Coder] = {}
     for entry in top.tables("coders"):
         coder_id = entry.string("id", required=True)
         if coder_id is None:
             continue  # forgiven (lenient): a coder without an id is left out
-        if coder_id in coders:
+        if coder_id in coders or coder_id in known:
             entry.flaw("id", f"coder id {coder_id!r} is defined twice")
             continue
         environment = entry.environment()
-        shapes = [name for name in CODER_SHAPES if entry.has(name)]
-        if len(shapes) != 1:
-            entry.flaw("tmux", "exactly one of tmux, acp, pty or process must be set")
-            if not shapes:
+        present = [name for name in shapes if entry.has(name)]
+        if len(present) != 1:
+            entry.flaw(shapes[0], f"exactly one of {_one_of(shapes)} must be set")
+            if not present:
                 continue
-        transport = shapes[0]
+        transport = present[0]
         tmux = acp = process = None
         if entry.strict:  # a coder's body is read only then (module doc)
             section = entry.table(transport)
@@ -271,8 +297,11 @@ def load_coders(roots: Sequence[Path], reading: Reading = STRICT) -> dict[str, C
                 tmux = _tmux_keys(section, pty=transport == "pty")
         entry.done()
         coders[coder_id] = Coder(coder_id, transport, environment, tmux, acp, process)
-    top.done()
     return coders
+
+
+def _one_of(shapes: tuple[str, ...]) -> str:
+    return shapes[0] if len(shapes) == 1 else f"{', '.join(shapes[:-1])} or {shapes[-1]}"
 
 
 # -- bundles/<id>.toml -----------------------------------------------------------------------
@@ -393,23 +422,13 @@ def load_bundle(
         declared = tuple(dict.fromkeys(declared))
     environment = top.environment()
     sessions: list[Session] = []
-    ids: set[str] = set()
-    names: set[str] = set()
     for entry in top.tables("sessions"):
-        session = _session(entry, coders, declared)
-        if session is None:
-            continue
-        if session.id in ids:
-            entry.flaw("id", f"session id {session.id!r} is used twice")
-            continue
-        if session.name is not None and session.name in names:
-            entry.flaw("name", f"session name {session.name!r} is used twice")
-            session = replace(session, name=None)
-        if session.name is not None:
-            names.add(session.name)
-        ids.add(session.id)
-        sessions.append(session)
+        session = _member(entry, coders, declared, sessions)
+        if session is not None:
+            sessions.append(session)
     top.done()
+    root = top.source.path.parent.parent  # the layer: <root>/bundles/<id>.toml
+    side = _side_members(root, bundle_id, coders, declared, sessions, reading)
     return Bundle(
         id=bundle_id,
         path=top.source.path,
@@ -417,8 +436,62 @@ def load_bundle(
         autostart=autostart,
         groups=declared,
         environment=environment,
-        coders=dict(coders),
+        coders={**coders, **side},
     )
+
+
+def _member(
+    entry: Table, coders: Mapping[str, Coder], declared: tuple[str, ...], others: list[Session]
+) -> Session | None:
+    """The member `entry` describes, unless it has no id or one of `others` has its id (a name
+    one of them has is read as absent)."""
+    session = _session(entry, coders, declared)
+    if session is None:
+        return None
+    if any(other.id == session.id for other in others):
+        entry.flaw("id", f"session id {session.id!r} is used twice")
+        return None
+    if session.name is not None and any(other.name == session.name for other in others):
+        entry.flaw("name", f"session name {session.name!r} is used twice")
+        session = replace(session, name=None)
+    return session
+
+
+def _side_members(
+    root: Path,
+    bundle_id: str,
+    coders: Mapping[str, Coder],
+    declared: tuple[str, ...],
+    sessions: list[Session],
+    reading: Reading,
+) -> dict[str, Coder]:
+    """Insert into `sessions`, each at its `index`, the bundle's members of the side file of its
+    layer (`<root>/mcphost/members.toml`, module doc); return their coders (process coders)."""
+    try:
+        top = open_table((root,), MEMBERS_FILE, "mcphost members configuration", reading)
+    except RelayError:
+        if reading is STRICT:
+            raise
+        return {}  # lenient: an unreadable or invalid side file adds no member
+    if top is None:
+        return {}
+    side = _coders(top, MCPHOST_SHAPES, coders)
+    placed: list[tuple[int, Table, Session]] = []
+    for entry in top.tables("sessions"):
+        if entry.string("bundle", required=True) != bundle_id:
+            continue  # another bundle's member (or, forgiven, one of no bundle)
+        index = entry.integer("index", low=0)
+        if index is None:
+            entry.flaw("index", "missing required field")
+        session = _member(entry, side, declared, sessions + [s for _, _, s in placed])
+        if session is not None:
+            placed.append((len(sessions) + len(placed) if index is None else index, entry, session))
+    for index, entry, session in sorted(placed, key=lambda p: p[0]):
+        if index > len(sessions):
+            entry.flaw("index", f"beyond the bundle's {len(sessions)} members before it")
+        sessions.insert(min(index, len(sessions)), session)
+    top.done()
+    return side
 
 
 def require_bundle(
@@ -448,8 +521,21 @@ def bundle_ids(roots: Sequence[Path]) -> list[str]:
 # -- the writer ------------------------------------------------------------------------------
 
 
+def layer_toml(bundles: Iterable[Bundle], header: str = "") -> dict[str, str]:
+    """Every file of a configuration layer holding `bundles` (strictly read: each coder with
+    its body), as {path relative to the layer: text}: `coders.toml` and `bundles/<id>.toml` in
+    agentmux's format, `mcphost/members.toml` with the members agentmux cannot express."""
+    bundles = list(bundles)
+    coders = {c.id: c for b in bundles for c in b.coders.values()}
+    files = {"coders.toml": coders_toml(coders.values(), header)}
+    files.update({f"bundles/{b.id}.toml": bundle_toml(b, header) for b in bundles})
+    files[MEMBERS_FILE] = members_toml(bundles, header)
+    return files
+
+
 def bundle_toml(bundle: Bundle, header: str = "") -> str:
-    """`bundles/<id>.toml` for `bundle` (its coders go to `coders_toml`), under `header`."""
+    """`bundles/<id>.toml` for `bundle`'s members agentmux can express (the others go to
+    `members_toml`, its coders to `coders_toml`), under `header`."""
     document: dict[str, Any] = {"format-version": FORMAT_VERSION}
     if bundle.autostart:
         document["autostart"] = True
@@ -457,14 +543,36 @@ def bundle_toml(bundle: Bundle, header: str = "") -> str:
         document["groups"] = list(bundle.groups)
     if bundle.environment:
         document["environment"] = _environment(bundle.environment)
-    document["sessions"] = [_session_document(s) for s in bundle.sessions]
+    members = [s for s in bundle.sessions if s.transport not in MCPHOST_SHAPES]
+    document["sessions"] = [_session_document(s) for s in members]
     return _dumps(document, header)
 
 
 def coders_toml(coders: Iterable[Coder], header: str = "") -> str:
-    """`coders.toml` for `coders` (strictly read: each with its body), under `header`."""
-    entries = [_coder_document(coder) for coder in coders]
+    """`coders.toml` for those of `coders` agentmux can express (a process coder goes to
+    `members_toml`), under `header`."""
+    entries = [_coder_document(c) for c in coders if c.transport in AGENTMUX_SHAPES]
     return _dumps({"format-version": FORMAT_VERSION, "coders": entries}, header)
+
+
+def members_toml(bundles: Iterable[Bundle], header: str = "") -> str:
+    """The side file (`MEMBERS_FILE`) for the members of `bundles` agentmux cannot express:
+    each `[[sessions]]` with its `bundle` and its `index` among the bundle's members, and
+    their coders, under `header`."""
+    coders: dict[str, Coder] = {}
+    sessions: list[dict[str, Any]] = []
+    for bundle in bundles:
+        for index, session in enumerate(bundle.sessions):
+            if session.transport not in MCPHOST_SHAPES:
+                continue
+            coder = bundle.coder_for(session)
+            if coder is not None:
+                coders[coder.id] = coder
+            sessions.append({"bundle": bundle.id, "index": index, **_session_document(session)})
+    entries = [_coder_document(c) for c in coders.values()]
+    return _dumps(
+        {"format-version": FORMAT_VERSION, "coders": entries, "sessions": sessions}, header
+    )
 
 
 def _session_document(session: Session) -> dict[str, Any]:

@@ -178,10 +178,10 @@ def test_the_relay_tools_fixture_reads(tmp_path: Path) -> None:
 
 
 CODER_ERRORS = [
-    ('[[coders]]\nid = "x"', "coders[0].tmux: exactly one of tmux, acp, pty or process"),
+    ('[[coders]]\nid = "x"', "coders[0].tmux: exactly one of tmux, acp or pty must be set"),
     (
         '[[coders]]\nid = "x"\n[coders.tmux]\ninitial-command = "a"\n[coders.acp]\nchannel = "stdio"',
-        "exactly one of tmux, acp, pty or process",
+        "exactly one of tmux, acp or pty",
     ),
     ('[[coders]]\nid = "x"\n[coders.tmux]\n', "coders[0].tmux.initial-command: missing required"),
     (
@@ -519,41 +519,117 @@ def test_layers_first_wins_per_file_bundles_union_by_id(tmp_path: Path) -> None:
     }
 
 
-# -- process coders (mcphost's) --------------------------------------------------------------
+# -- the side file: members agentmux cannot express (mcphost's) -----------------------------
+
+SIDE = """\
+format-version = 1
+
+[[coders]]
+id = "p"
+[coders.process]
+command = "run --me"
+
+[[sessions]]
+bundle = "b"
+index = 1
+id = "P"
+directory = "/w/P"
+coder = "p"
+policy = "operator"
+
+[[sessions]]
+bundle = "other"
+index = 0
+id = "Q"
+directory = "/w/Q"
+coder = "p"
+"""
+SIDE_BUNDLE = '[[sessions]]\nid = "a"\ndirectory = "/w/a"\ncoder = "sh"\n' + (
+    '[[sessions]]\nid = "c"\ndirectory = "/w/c"\ncoder = "agent"\n'
+)
 
 
-def test_a_process_coder_reads_as_a_process_member(tmp_path: Path) -> None:
-    coders = '[[coders]]\nid = "p"\n[coders.process]\ncommand = "run --me"\n'
-    bundle = '[[sessions]]\nid = "P"\ndirectory = "/w"\ncoder = "p"\n'
-    layer(tmp_path, {"coders.toml": coders, "bundles/b.toml": bundle})
-    read = B.require_bundle([tmp_path], "b")
-    assert read.coders["p"] == B.Coder("p", "process", process=B.ProcessCoder("run --me"))
-    assert [(s.id, s.kind, s.transport) for s in read.sessions] == [("P", "coder", "process")]
+def test_a_process_member_reads_from_the_side_file_at_its_place(tmp_path: Path) -> None:
+    """agentmux's files hold the tmux and ACP members; the side file of the bundle's layer adds
+    the process one at its index, with its coder, for both readings (another bundle's member
+    of the side file is not this bundle's)."""
+    files = {"coders.toml": CODERS_FULL, "bundles/b.toml": SIDE_BUNDLE, B.MEMBERS_FILE: SIDE}
+    layer(tmp_path, files)
+    strict = B.require_bundle([tmp_path], "b")
+    expected = [("a", "tmux"), ("P", "process"), ("c", "acp")]
+    assert [(s.id, s.transport) for s in strict.sessions] == expected
+    assert strict.member("P") == B.Session(
+        id="P", directory="/w/P", kind="coder", transport="process", policy="operator", coder="p"
+    )
+    assert strict.coders["p"] == B.Coder("p", "process", process=B.ProcessCoder("run --me"))
     lenient = B.require_bundle([tmp_path], "b", reading=B.LENIENT)
-    assert [(s.id, s.transport) for s in lenient.sessions] == [("P", "process")]
+    assert lenient == strict
+    assert [(m.id, m.transport) for m in load_members([tmp_path], "b") or ()] == expected
+
+
+def test_the_side_file_is_the_bundle_layer_s_own(tmp_path: Path) -> None:
+    """A bundle from a layer without a side file has no side members, though an earlier layer
+    (whose `coders.toml` wins) has one."""
+    first = layer(tmp_path / "first", {"coders.toml": CODERS_FULL, B.MEMBERS_FILE: SIDE})
+    second = layer(tmp_path / "second", {"bundles/b.toml": SIDE_BUNDLE})
+    read = B.require_bundle([first, second], "b")
+    assert [s.id for s in read.sessions] == ["a", "c"]
+
+
+def test_a_process_coder_in_coders_toml_is_refused_strictly_and_ignored_leniently(
+    tmp_path: Path,
+) -> None:
+    """`coders.toml` is agentmux's: `[coders.process]` is a key agentmux does not know. Strictly
+    refused (a coder of none of agentmux's shapes; beside one, an unknown field); leniently read
+    as absent, like any unknown key: a coder with no other shape is left out, so its member is
+    listed as `UNKNOWN_CODER` (tmux), as for any coder that is not defined."""
+    alone = '[[coders]]\nid = "p"\n[coders.process]\ncommand = "run"\n'
+    layer(tmp_path, {"coders.toml": alone, "bundles/b.toml": A.replace('"sh"', '"p"')})
+    assert (
+        "coders[0].tmux: exactly one of tmux, acp or pty"
+        in error(B.load_coders, [tmp_path]).message
+    )
+    lenient = B.require_bundle([tmp_path], "b", reading=B.LENIENT)
+    assert [(s.id, s.transport) for s in lenient.sessions] == [("a", B.UNKNOWN_CODER)]
+    assert B.load_coders([tmp_path], B.LENIENT) == {}
+    beside = alone + '[coders.tmux]\ninitial-command = "a"\n'
+    layer(tmp_path, {"coders.toml": beside})
+    assert "coders[0].process: unknown field" in error(B.load_coders, [tmp_path]).message
+    assert B.load_coders([tmp_path], B.LENIENT)["p"].transport == "tmux"
 
 
 @pytest.mark.parametrize(
-    ("text", "fragment"),
+    ("edit", "fragment"),
     [
-        ('[[coders]]\nid = "p"\n[coders.process]\n', "coders[0].process.command: missing required"),
-        (
-            '[[coders]]\nid = "p"\n[coders.process]\ncommand = ""',
-            "process.command: must be non-empty",
-        ),
-        (
-            '[[coders]]\nid = "p"\n[coders.process]\ncommand = "a"\nargv = ["a"]',
-            "coders[0].process.argv: unknown field",
-        ),
-        (
-            '[[coders]]\nid = "p"\n[coders.process]\ncommand = "a"\n[coders.tmux]\ninitial-command = "a"',
-            "exactly one of tmux, acp, pty or process",
-        ),
+        (('command = "run --me"\n', ""), "coders[0].process.command: missing required"),
+        (('"run --me"', '""'), "coders[0].process.command: must be non-empty"),
+        (('"run --me"\n', '"a"\nargv = ["a"]\n'), "coders[0].process.argv: unknown field"),
+        (("[coders.process]", "[coders.tmux]"), "coders[0].process: exactly one of process"),
+        (('coder = "p"\npolicy', 'coder = "sh"\npolicy'), "coder 'sh' is not defined"),
+        (("index = 1\n", ""), "sessions[0].index: missing required field"),
+        (("index = 1", "index = 3"), "sessions[0].index: beyond the bundle's 2 members"),
+        (('id = "P"', 'id = "a"'), "sessions[0].id: session id 'a' is used twice"),
+        (('id = "p"', 'id = "sh"'), "coders[0].id: coder id 'sh' is defined twice"),
+        (("format-version = 1\n", "shape = 1\n"), "members configuration is invalid"),
     ],
 )
-def test_process_coder_errors(tmp_path: Path, text: str, fragment: str) -> None:
-    layer(tmp_path, {"coders.toml": text})
-    assert fragment in error(B.load_coders, [tmp_path]).message
+def test_side_file_errors_name_file_and_key(
+    tmp_path: Path, edit: tuple[str, str], fragment: str
+) -> None:
+    """Strictly, a flaw of the side file is refused as one of agentmux's files; leniently, the
+    bundle still reads (a broken side file adds no member)."""
+    side = SIDE.replace(*edit)
+    files = {"coders.toml": CODERS_FULL, "bundles/b.toml": SIDE_BUNDLE, B.MEMBERS_FILE: side}
+    layer(tmp_path, files)
+    err = error(B.load_bundle, [tmp_path], "b")
+    assert fragment in err.message and B.MEMBERS_FILE in err.message
+    lenient = B.require_bundle([tmp_path], "b", reading=B.LENIENT)
+    assert {"a", "c"} <= {s.id for s in lenient.sessions}
+    layer(tmp_path, {B.MEMBERS_FILE: "sessions = ["})
+    assert [s.id for s in B.require_bundle([tmp_path], "b", reading=B.LENIENT).sessions] == [
+        "a",
+        "c",
+    ]
 
 
 # -- the lenient reading (the relay tools') --------------------------------------------------
@@ -707,7 +783,9 @@ _IDS = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,30}", fullmatch=True)
 def test_any_string_round_trips_through_the_writer(
     tmp_path_factory: pytest.TempPathFactory, members: list[tuple[str, str, str | None, str]]
 ) -> None:
-    """Issue #18: a DEL in a command made `coders.toml` invalid TOML for every bundle."""
+    """Issue #18: a DEL in a command made `coders.toml` invalid TOML for every bundle. Members
+    of every kind, interleaved: each reads back at its place, the process ones from the side
+    file (`layer_toml`)."""
     coders = {
         f"c-{i}": B.Coder(
             f"c-{i}",
@@ -728,9 +806,13 @@ def test_any_string_round_trips_through_the_writer(
     )
     root = tmp_path_factory.mktemp("w")
     path = root / "bundles" / "b.toml"
-    path.parent.mkdir()
-    path.write_text(B.bundle_toml(B.Bundle("b", path, sessions)))
-    (root / "coders.toml").write_text(B.coders_toml(coders.values()))
+    for relative, text in B.layer_toml([B.Bundle("b", path, sessions, coders=coders)]).items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)  # as written: no dedent
     read = B.require_bundle([root], "b")
     assert read.sessions == sessions
     assert dict(read.coders) == coders
+    # agentmux's own files, without the side file, are agentmux's: its tmux and ACP members
+    (root / B.MEMBERS_FILE).unlink()
+    alone = B.require_bundle([root], "b")
+    assert alone.sessions == tuple(s for s in sessions if s.transport != "process")

@@ -10,10 +10,13 @@ Owns: the relay root `<state>/relay` (0700) and what is under it:
                                 writer, `agentmux.bundlefile`, so any string of a command
                                 round-trips), for file readers; the relay reads the same
                                 models from memory
-    bundles/<bundle>.toml         members = the fleet's agents with that bundle
-    coders.toml                   one coder per bundle agent ("fleet-<agent id>"): tmux, an ACP
-                                  stdio coder for a `runner = "acp"` agent, a process coder
-                                  for a `runner = "process"` one
+    bundles/<bundle>.toml         agentmux's: members = the fleet's tmux and ACP agents with
+                                  that bundle
+    coders.toml                   agentmux's: one coder per such agent ("fleet-<agent id>"):
+                                  tmux, or an ACP stdio coder for a `runner = "acp"` agent
+    mcphost/members.toml          mcphost's side file, which agentmux never reads: the
+                                  `runner = "process"` agents of each bundle (at their place
+                                  among its members) and their process coders
   identity/principals.json      the PSK store (RelayBehaviour / principals.py)
   inscriptions/relay.log        the relay's records (relay/inscriptions.py), beside the relay
                                 tools' inscriptions/bundles/<b>/sessions/<s>/mcp.log
@@ -33,8 +36,9 @@ the agent's workspace; session id = agent id; `policy` = the agent's `policy` ke
 policies file's default, else the built-in). The generated TOML stays, written from the same
 models, for whoever reads files: the relay tools' layout resolution (their bundle's members, in
 process too: `configuration_roots` = generated, then the operator's), a standalone
-`mcphost relay-tools` or agentmux's CLI pointed at `<state>/relay/config` (agentmux's CLI
-refuses a process coder, mcphost's: `agentmux.bundlefile`). The relay itself never reads it.
+`mcphost relay-tools` or agentmux's CLI pointed at `<state>/relay/config` (which reads its own
+two files as they are: the process members, which agentmux cannot express, are only in the side
+file, which mcphost's reader merges: `agentmux.bundlefile`). The relay itself never reads it.
 
 The hosting: one `TmuxServer` per bundle (`tmux_server`), given to each `TmuxRunner`;
 `BundleHost` for `RelayBehaviour`: `up` / `down` start / stop the bundle's agents through
@@ -88,8 +92,7 @@ from mcphost.agentmux.bundlefile import (
     ProcessCoder,
     Session,
     TmuxCoder,
-    bundle_toml,
-    coders_toml,
+    layer_toml,
 )
 from mcphost.agentmux.layers import configuration_roots
 from mcphost.agentmux.wire import RelayError, parse_principal
@@ -150,8 +153,9 @@ def fleet_bundle(
     bundle_id: str, members: Sequence[tuple[AgentPlan, str, Sequence[str]]], path: Path
 ) -> Bundle:
     """The bundle of (plan, workspace, argv) members, in fleet order: the one model the relay
-    reads from memory and `_write_layer` writes to `path` (and its coders to `coders.toml`) for
-    file readers, so the two cannot disagree. Each member's coder is `fleet-<agent id>`, of the
+    reads from memory and `_write_layer` writes to `path` (its tmux and ACP members; its coders
+    to `coders.toml`, its process members to the side file) for file readers, so the two cannot
+    disagree. Each member's coder is `fleet-<agent id>`, of the
     agent's runner: an ACP stdio coder, a process coder (a member that speaks through its relay
     tools but to which nothing can be delivered: listed as what it is, refused as a target), or
     a tmux coder (readiness: the output held still). The command is for information: the
@@ -272,15 +276,14 @@ class RelayHost:
             await self._serve()
 
     def _write_layer(self, bundles: Mapping[str, Bundle]) -> None:
-        """The generated layer: each bundle's file and every bundle's coders, written from the
-        models the relay reads in memory; a bundle gone from the fleet is gone from it."""
+        """The generated layer (`layer_toml`: agentmux's files and mcphost's side file), written
+        from the models the relay reads in memory; a bundle gone from the fleet is gone from
+        it."""
         _private_dir(self.root)
         _private_dir(self.config)
-        _private_dir(self.config / "bundles")
-        coders = [coder for bundle in bundles.values() for coder in bundle.coders.values()]
-        fsutil.write_atomic(self.config / "coders.toml", coders_toml(coders, GENERATED))
-        for bundle in bundles.values():
-            fsutil.write_atomic(bundle.path, bundle_toml(bundle, GENERATED))
+        for relative, text in layer_toml(bundles.values(), GENERATED).items():
+            _private_dir((self.config / relative).parent)
+            fsutil.write_atomic(self.config / relative, text)
         for entry in os.listdir(self.config / "bundles"):
             if entry.endswith(".toml") and entry[: -len(".toml")] not in bundles:
                 with contextlib.suppress(OSError):

@@ -792,23 +792,12 @@ def test_every_member_kind_reads_back_as_itself_in_memory_on_disk_and_in_the_too
     called it tmux). The runners are every kind the relay hosts (`relay.members.KINDS`) and
     `process`, which none hosts: a new kind is a new runner here. (Any string a command may hold
     round-trips through the writer: tests/agentmux/test_bundlefile.py.)"""
-    import asyncio
-    import typing
-
     from mcphost.agentmux.bundlefile import LENIENT, load_bundle
     from mcphost.relay import members
     from mcphost.relaytools.handlers import synthesized_home
     from mcphost.relaytools.layout import resolve
-    from mcphost.supervisor.agents.relayhost import RelayHost
-    from mcphost.supervisor.plan import AgentDefaults, Fleet, Runner, apply_defaults
 
-    runners = [r for r in typing.get_args(Runner) if r != "auto"]
-    assert set(runners) == {*members.KINDS, "process"}
-    base = AgentDefaults(bundle="party", client="command", command=("echo", "hi"))
-    plans = tuple(apply_defaults(dataclasses_replace(base, runner=r), f"{r}-1") for r in runners)
-    fleet = Fleet(path="f.toml", center=None, agents=plans)  # type: ignore[arg-type]
-    host = RelayHost(str(tmp_path / "state"), {"AGENTMUX_STATE_DIRECTORY": "/x"}, _Agents())
-    asyncio.run(host.configure(fleet))
+    host, runners = _every_member_kind(tmp_path)
     kinds = [(f"{r}-1", r) for r in runners]
 
     memory = host.bundles()["party"]
@@ -834,6 +823,105 @@ def test_every_member_kind_reads_back_as_itself_in_memory_on_disk_and_in_the_too
     assert [(p["id"], p["transport"], p["ready"]) for p in listed] == [
         (f"{agent}@party", kind, False) for agent, kind in kinds
     ]
+
+
+def _every_member_kind(tmp_path: Path) -> tuple[Any, list[str]]:
+    """A configured `RelayHost` (an external relay: not serving) whose bundle `party` has one
+    agent of every runner (`<runner>-1`, in the order `Runner` names them), and the runners:
+    every kind the relay hosts (`relay.members.KINDS`) and `process`, which none hosts."""
+    import asyncio
+    import typing
+
+    from mcphost.relay import members
+    from mcphost.supervisor.agents.relayhost import RelayHost
+    from mcphost.supervisor.plan import AgentDefaults, Fleet, Runner, apply_defaults
+
+    runners = [r for r in typing.get_args(Runner) if r != "auto"]
+    assert set(runners) == {*members.KINDS, "process"}
+    base = AgentDefaults(bundle="party", client="command", command=("echo", "hi"))
+    plans = tuple(apply_defaults(dataclasses_replace(base, runner=r), f"{r}-1") for r in runners)
+    fleet = Fleet(path="f.toml", center=None, agents=plans)  # type: ignore[arg-type]
+    host = RelayHost(str(tmp_path / "state"), {"AGENTMUX_STATE_DIRECTORY": "/x"}, _Agents())
+    asyncio.run(host.configure(fleet))
+    return host, runners
+
+
+def test_the_written_agentmux_files_are_agentmux_s_own_for_every_member_kind(
+    tmp_path: Path,
+) -> None:
+    """`coders.toml` and `bundles/<b>.toml` are agentmux's (an agentmux CLI pointed at the
+    directory reads them): checked here by agentmux's own rules, from the reference
+    (agentmux-relay.md §3.1, acp.md §1), not by our reader. They hold the tmux and ACP members;
+    the process member (agentmux has no such coder) is in the side file `mcphost/members.toml`,
+    which agentmux never reads (not under `bundles/`, whose files are bundle ids)."""
+    import tomllib
+
+    host, runners = _every_member_kind(tmp_path)
+    config = host.config
+    assert sorted(os.listdir(config / "bundles")) == ["party.toml"]
+    coders = _agentmux_coders(tomllib.loads((config / "coders.toml").read_text()))
+    bundle = tomllib.loads((config / "bundles" / "party.toml").read_text())
+    listed = _agentmux_members(bundle, coders)
+    assert listed == [(f"{r}-1", r) for r in runners if r != "process"]
+    side = tomllib.loads((config / "mcphost" / "members.toml").read_text())
+    assert [(m["bundle"], m["id"]) for m in side["sessions"]] == [("party", "process-1")]
+    assert [set(c) - {"id"} for c in side["coders"]] == [{"process"}]
+
+
+AGENTMUX_TMUX_KEYS = {
+    "initial-command",
+    "resume-command",
+    "prompt-regex",
+    "prompt-inspect-lines",
+    "prompt-idle-column",
+    "prime-timeout-ms",
+    "readiness-timeout-ms",
+    "wedge-detection",
+}
+AGENTMUX_CODER_SHAPES = {
+    "tmux": AGENTMUX_TMUX_KEYS,
+    "acp": {"channel", "command", "url", "headers"},
+    "pty": AGENTMUX_TMUX_KEYS | {"cols", "rows", "term-protocol"},
+}
+
+
+def _agentmux_coders(doc: dict[str, Any]) -> dict[str, str]:
+    """coder id -> shape, by agentmux's rules for `coders.toml` (asserted): known keys only
+    (`deny_unknown_fields`), `format-version = 1`, each coder an `id` and exactly one of
+    `[coders.tmux]`, `[coders.acp]` or `[coders.pty]`; an ACP stdio coder a non-empty
+    `command` and no `url`."""
+    assert set(doc) <= {"format-version", "coders"} and doc.get("format-version", 1) == 1
+    out: dict[str, str] = {}
+    for coder in doc.get("coders", []):
+        assert set(coder) <= {"id", "environment", *AGENTMUX_CODER_SHAPES}, coder
+        assert isinstance(coder["id"], str) and coder["id"] not in out
+        shapes = [shape for shape in AGENTMUX_CODER_SHAPES if shape in coder]
+        assert len(shapes) == 1, coder
+        body = coder[shapes[0]]
+        assert set(body) <= AGENTMUX_CODER_SHAPES[shapes[0]], coder
+        if shapes[0] == "acp":
+            assert body["channel"] == "stdio" and body["command"].strip() and "url" not in body
+        else:
+            assert body["initial-command"].strip()
+        out[coder["id"]] = shapes[0]
+    return out
+
+
+def _agentmux_members(doc: dict[str, Any], coders: dict[str, str]) -> list[tuple[str, str]]:
+    """(member id, its coder's shape) by agentmux's rules for `bundles/<b>.toml` (asserted):
+    known keys only, each member an `id`, a `directory` and exactly one shape, its coder
+    defined in `coders.toml`."""
+    assert set(doc) <= {"format-version", "autostart", "groups", "environment", "sessions"}
+    assert doc.get("format-version", 1) == 1
+    session_keys = {"id", "name", "directory", "policy", "coder", "coder-session-id"}
+    out: list[tuple[str, str]] = []
+    for member in doc.get("sessions", []):
+        assert set(member) <= session_keys | {"ui", "pubsub", "environment", "groups"}, member
+        assert member["id"] not in {m for m, _ in out} and member["directory"].startswith("/")
+        assert [shape for shape in ("coder", "ui", "pubsub") if shape in member] == ["coder"]
+        assert member["coder"] in coders, member
+        out.append((member["id"], coders[member["coder"]]))
+    return out
 
 
 def dataclasses_replace(obj: Any, **changes: Any) -> Any:
