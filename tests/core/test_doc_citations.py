@@ -164,3 +164,14 @@ def test_every_package_head_names_its_modules() -> None:
         if module.name != "__init__.py" and f"`{module.stem}`" not in init.read_text()
     ]
     assert unnamed == []
+
+
+def test_the_relays_map_names_every_module() -> None:
+    text = (ROOT / "docs" / "relay-internals.md").read_text()
+    modules = [
+        p
+        for package in ("relay", "agentmux")
+        for p in (ROOT / "mcphost" / package).rglob("*.py")
+        if p.name != "__init__.py"
+    ]
+    assert [str(p.relative_to(ROOT)) for p in modules if p.name not in text] == []
