@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+UNFENCED: dict[str, Any] = {"sandbox": "none", **({"user": "root"} if os.geteuid() == 0 else {})}
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 THIS = str(Path(__file__).resolve())
@@ -189,8 +190,9 @@ class Party:
             "restart": "never",
             "stop_grace": 5,
         }
-        if tree == str(ROOT):
-            defaults["sandbox"] = "none"  # the baseline has no fence: compare the same work
+        # the same work on both sides, whatever each tree's defaults: unfenced, and as root where
+        # the bench is root (an agent of its own uid cannot run an interpreter under a 0700 home)
+        defaults.update(UNFENCED)
         agents = [
             {"id": "A", "command": [PY, "-I", "-S", THIS, "driver", "{mcp_config}", str(self.ctl)]},
             {"id": "B", "command": [PY, "-u", str(ECHO)]},
@@ -394,7 +396,12 @@ def fleet_figures(out: list[str]) -> None:
     from mcphost.testing import DevCenter
 
     rows = []
-    trees = {"b": {"tree": BASELINE}, "a": {"tree": str(ROOT), "defaults": ('sandbox = "none"',)}}
+    from bench.supervisor import UNFENCED as UNFENCED_LINES
+
+    # the same work on both sides: unfenced (and as root where the bench is root), each tree
+    trees = {"b": {"tree": BASELINE}, "a": {"tree": str(ROOT)}}
+    for options in trees.values():
+        options["defaults"] = UNFENCED_LINES
     ids = [f"sv-{i:03d}" for i in range(1, max(SIZES) + 1)]
     with contextlib.ExitStack() as stack:
         base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bba-fl-", dir="/tmp")))

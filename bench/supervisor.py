@@ -61,7 +61,9 @@ ROUNDS = [int(n) for n in os.environ.get("BENCH_SV_ROUNDS", "5,3,1").split(",")]
 CALLS = int(os.environ.get("BENCH_SV_CALLS", "400"))
 BURST_AGENTS = int(os.environ.get("BENCH_SV_BURST_AGENTS", "100"))
 BURST_CALLS = int(os.environ.get("BENCH_SV_BURST_CALLS", "30"))
-UNFENCED = ('sandbox = "none"',)  # the supervised arm's `[defaults]` (module docstring)
+# the supervised arm's `[defaults]` (module docstring): unfenced, and as root where the bench is
+# root (an agent of its own uid cannot run an interpreter under a 0700 home)
+UNFENCED = ('sandbox = "none"', *(('user = "root"',) if os.geteuid() == 0 else ()))
 HOST_MB = 90  # a standalone host (~57 MB PSS alone) plus its stand-in, with a margin
 TICK = os.sysconf("SC_CLK_TCK")
 PROTOCOL = "2025-06-18"
