@@ -13,6 +13,7 @@ import pytest
 from mcphost.relaytools.errors import RelayIOError, ToolFailure
 from mcphost.relaytools.stream import RelayStream, SharedStream, new_request_id
 from mcphost.testing.relayharness import Env, FakeRelay, relay_error
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -155,9 +156,18 @@ async def test_failure_fails_waiters_is_not_replayed_and_next_call_reconnects(
 
 
 async def test_timeout_keeps_connection_and_drops_late_answer(relay: FakeRelay, env: Env) -> None:
+    # "late" is answered only once "ok" has arrived, and "ok" only after: on the one
+    # connection the late answer comes first, then ok's (the fake relay writes an answer as
+    # soon as its handler returns)
+    arrived, late_answered = asyncio.Event(), asyncio.Event()
+
     async def late(frame: dict[str, Any]) -> Any:
         if frame["request"].get("request_id") == "late":
-            await asyncio.sleep(0.3)
+            await arrived.wait()
+            late_answered.set()
+        else:
+            arrived.set()
+            await late_answered.wait()
         return echo(frame)
 
     relay.handler = late
@@ -165,7 +175,7 @@ async def test_timeout_keeps_connection_and_drops_late_answer(relay: FakeRelay, 
     with pytest.raises(RelayIOError) as info:
         await stream.request({"operation": "send", "request_id": "late"})
     assert info.value.kind == "TimedOut"
-    await asyncio.sleep(0.3)
+    stream.request_timeout = 5.0
     assert (await stream.request({"operation": "send", "request_id": "ok"}))["request_id"] == "ok"
     assert relay.connections == 1
     await stream.aclose()
@@ -236,7 +246,7 @@ async def test_events_are_counted_not_surfaced(relay: FakeRelay, env: Env) -> No
     seen: list[int] = []
     stream = make_stream(env.socket, on_events=seen.append)
     out = await stream.request({"operation": "send", "request_id": "x"})
-    await asyncio.sleep(0.05)
+    await eventually(lambda: sum(seen) == 3, "the three events reported")
     await stream.aclose()
     assert out["kind"] == "send"
     assert sum(seen) == 3 == stream.events_ignored

@@ -27,7 +27,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -473,6 +472,30 @@ def _find(value: Any, key: str) -> Any:
 # -- the parts on their own: TmuxRunner, socket trust, the generated layer ----------------------
 
 
+def _blocked_on(pid: int, fifo: str) -> bool:
+    """The process holds `fifo` open and sleeps: blocked reading it (the gate closes the FIFO
+    as soon as its line has arrived, and a read with the line waiting does not sleep)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fds = os.listdir(f"/proc/{pid}/fd")
+        holds = any(_readlink(f"/proc/{pid}/fd/{fd}") == fifo for fd in fds)
+    except FileNotFoundError:  # the pane is gone (or exec'd and exited)
+        return False
+    return holds and state == "S"
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except FileNotFoundError:
+        return ""
+
+
+def _ran(workspace: str, generation: int) -> bool:
+    """Run N (generation N + 1 writes `run-N`) has started the agent's program."""
+    return len(os.listdir(workspace)) >= generation
+
+
 async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
     """A TmuxRunner on a real tmux server: restart per policy, a new generation per run, the
     pane's last screen in the log, stop ends the session and the server."""
@@ -499,10 +522,11 @@ async def _tmux_runner_scenario(directory: str) -> dict[str, Any]:
     ran_before_registered: list[bool] = []
 
     def on_spawn(runner: Any, pid: int, start: int, gen: int) -> None:
-        # The gate holds the pane until on_spawn returns: given 0.3 s, the agent still has not
-        # run (without the gate, Python would have started and written run-N by then).
-        time.sleep(0.3)
-        ran_before_registered.append(len(os.listdir(workspace)) >= gen)
+        # The gate holds the pane until on_spawn returns: wait until the pane is seen blocked
+        # reading its gate, or the agent has run (it writes run-N); only the first may happen.
+        gate = os.path.realpath(os.path.join(directory, "bundle", "agent-1.gate"))
+        until(lambda: _blocked_on(pid, gate) or _ran(workspace, gen), 30, "gate or run")
+        ran_before_registered.append(_ran(workspace, gen))
         spawns.append((pid, start, gen))
 
     script = (

@@ -29,6 +29,7 @@ from mcphost.supervisor.control import server as control_server
 from mcphost.supervisor.control.client import ExecClient, NotRunning, request, stream_logs
 from mcphost.supervisor.control.protocol import ControlError, parse_request, unknown_agents
 from mcphost.supervisor.control.server import ControlInUse, ControlServer, peer_allowed
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -448,18 +449,12 @@ async def test_too_many_connections_get_busy(served: Any, monkeypatch: pytest.Mo
         sock.connect(path)
         idle.append(sock)
     try:
-        for _ in range(100):
-            if len(server._tasks) == 3:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(server._tasks) == 3, "the three connections admitted")
         assert (await asyncio.to_thread(error_of, path, b'{"op":"status"}\n'))["code"] == "busy"
     finally:
         for sock in idle:
             sock.close()
-    for _ in range(200):
-        if not server._tasks:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: not server._tasks, "the three connections closed")
     assert await asyncio.to_thread(request, path, "status")
 
 
@@ -508,8 +503,22 @@ async def test_follow_ends_when_the_client_leaves(served: Any) -> None:
 
     seen = await asyncio.to_thread(follow_then_leave)
     assert seen == ["line 1\n", "line 2\n", "followed\n"]
-    async with asyncio.timeout(5):
-        await fake.closed.wait()  # the server stopped pulling the log
+    await eventually(fake.closed.is_set, "the log closed")  # the server stopped pulling it
+
+
+FLOOD_BOUND = 8 * 1024 * 1024
+
+
+async def stalled(fake: Fake, bound: int) -> int:
+    """What the flood has produced once it stops growing for a hundred turns of the event loop
+    (the server shares it: unless blocked in `drain()`, it pulls a chunk every few turns), or
+    once it passes `bound`; 0 (not yet) otherwise."""
+    before = fake.produced
+    for _ in range(100):
+        await asyncio.sleep(0)
+    if before > bound or (before and fake.produced == before):
+        return before
+    return 0
 
 
 async def test_a_client_that_does_not_read_does_not_grow_the_server(
@@ -523,14 +532,13 @@ async def test_a_client_that_does_not_read_does_not_grow_the_server(
     sock.connect(path)
     sock.sendall(b'{"op":"logs","agent":"agent-1","follow":true}\n')
     try:
-        await asyncio.sleep(0.6)
-        produced = fake.produced
+        # the flood stops (or passes any bound a full socket and write buffer explain)
+        produced = await eventually(lambda: stalled(fake, FLOOD_BOUND), "the flood stalled")
         # socket buffers plus the 64 KiB write buffer; not the flood
-        assert produced <= 8 * 1024 * 1024, produced
-        await asyncio.sleep(0.3)
+        assert produced <= FLOOD_BOUND, produced
+        # and stays stalled until the server drops the client after STALL_TIMEOUT
+        await eventually(fake.closed.is_set, "the stalled client dropped")
         assert fake.produced - produced <= 256 * 1024
-        async with asyncio.timeout(5):
-            await fake.closed.wait()  # dropped after STALL_TIMEOUT, the generator closed
         assert not server._tasks
     finally:
         sock.close()
@@ -632,13 +640,9 @@ async def test_aclose_ends_a_follow(served: Any) -> None:
     sock.connect(path)
     sock.sendall(b'{"op":"logs","agent":"agent-1","follow":true}\n')
     try:
-        for _ in range(200):
-            if server._tasks:
-                break
-            await asyncio.sleep(0.01)
-        async with asyncio.timeout(5):
-            await server.aclose()
-            await fake.closed.wait()
+        await eventually(lambda: server._tasks, "the follow admitted")
+        await server.aclose()
+        assert fake.closed.is_set()
     finally:
         sock.close()
 
@@ -752,8 +756,7 @@ async def test_exec_forwards_signals_and_a_closed_client_ends_the_command(served
         first = await asyncio.to_thread(sock.recv, 65536)
         assert json.loads(first)["started"]["pid"] == 4242
         sock.sendall(b'{"op":"signal","signal":"SIGSEGV"}\n{"op":"nonsense"}\n')  # ignored
-    async with asyncio.timeout(10):
-        await fake.execution.ended.wait()
+    await eventually(fake.execution.ended.is_set, "the command ended")
     assert fake.execution.signals == []
 
 
