@@ -10,6 +10,10 @@ A suite started in the background by a non-interactive shell (`make test &`, a C
 inherits SIGINT ignored, and every process it starts would inherit that too, so the tests that
 press Ctrl-C on a child (`ctl logs --follow`, `ctl exec`) would wait for an exit that never
 comes. The default disposition is restored here, in the controller and in every worker.
+
+Every run ends with a line naming the environment skips by what the machine lacked; with
+`MCPHOST_CI=1` (`.ci/run`) a skip for want of something CI must have fails the run
+(tests/skips.py).
 """
 
 import shutil
@@ -19,6 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
+
+from tests import skips
 
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -39,6 +45,29 @@ def _remove_supervisor_state_dirs() -> Iterator[None]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def _skip_groups(config: pytest.Config) -> dict[str, list[str]] | None:
+    """The run's skips by requirement, in the controller (None in an xdist worker, whose
+    reports the controller sees anyway)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if hasattr(config, "workerinput") or reporter is None:
+        return None
+    skipped = [r for r in reporter.stats.get("skipped", []) if not hasattr(r, "wasxfail")]
+    return skips.grouped(skips.reason_of(report) for report in skipped)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    groups = _skip_groups(session.config)
+    if groups and skips.on_ci() and skips.enforced(groups) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    groups = _skip_groups(terminalreporter.config)
+    if groups is not None:
+        for line in skips.summary(groups, skips.on_ci()):
+            terminalreporter.write_line(line, red=line.startswith("FAILED"))
 
 
 # The suite's two tiers: `make test` runs every test not marked `slow` or `deep`; a file that

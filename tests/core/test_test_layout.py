@@ -46,6 +46,7 @@ PROJECT = {
     "core/test_test_layout.py": "this layout",
     "core/test_doc_citations.py": "the tests, files and modules the docs name",
     "core/test_house.py": "the house's shape: file lengths, package widths",
+    "core/test_skips.py": "the suite's environment skips (tests/skips.py)",
 }
 
 # Source modules with logic and no test file of their name: where they are tested instead. A key
