@@ -64,23 +64,19 @@ def test_under_ci_a_required_skip_fails_the_run_and_another_does_not(tmp_path: P
         "def test_nobody(): pass\n"
     )
 
-    def run(ci: str, *select: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "MCPHOST_CI": ci, "PYTHONPATH": str(ROOT)}
-        argv = ["-c", os.devnull, "--rootdir", str(tmp_path), "-p", "tests.conftest"]
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", *argv, "-p", "no:cacheprovider", *select],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    failed = run("1", "test_it.py")
-    assert failed.returncode == 1, failed.stdout
+    env = {**os.environ, "MCPHOST_CI": "1", "PYTHONPATH": str(ROOT)}
+    argv = ["-c", os.devnull, "--rootdir", str(tmp_path), "-p", "tests.conftest"]
+    plugins = ["-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:schemathesis"]
+    failed = subprocess.run(
+        [sys.executable, "-m", "pytest", *argv, *plugins, "test_it.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert failed.returncode == 1, failed.stdout  # the tests themselves passed or skipped
+    assert "1 passed, 2 skipped" in failed.stdout
     assert "environment skips: nobody 1, other 1 (MCPHOST_CI=1" in failed.stdout
     assert "FAILED (CI must run it: nobody): no user nobody on this machine" in failed.stdout
-    assert run("1", "test_it.py", "-k", "not nobody").returncode == 0
-    green = run("", "test_it.py")
-    assert green.returncode == 0, green.stdout
-    assert "environment skips: nobody 1, other 1 (MCPHOST_CI unset)" in green.stdout
+    assert "kernelsim" not in failed.stdout.split("FAILED (CI", 1)[1]  # `other`: not failed
