@@ -49,6 +49,9 @@ unavailable + `needs_respawn` when the agent's stdout closes mid-turn; any -> un
 a new session per respawn). A cancelled permission choice does not end the turn here (agentmux
 marked the member available at once): the agent's reply to the prompt does.
 
+The SDK (`acp`, whose schema costs a supervisor start some 0.4 s of CPU to import) is imported
+on first use, never at import: a supervisor without an ACP member never loads it.
+
 Must never: start, signal or reap the agent's process (the supervisor's runner does), send
 `session/cancel` (agentmux never does), answer `fs/*` or `terminal/*`, import
 `mcphost.supervisor`, or persist the session id (the runner does).
@@ -61,17 +64,8 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import acp
-from acp.connection import StreamDirection, StreamEvent
-from acp.schema import (
-    ClientCapabilities,
-    FileSystemCapabilities,
-    Implementation,
-    McpServerStdio,
-    RequestPermissionResponse,
-)
 from pydantic import ValidationError
 
 from mcphost import __version__, events
@@ -80,6 +74,10 @@ from mcphost.relay import reasons as R
 from mcphost.relay.acp import states as S
 from mcphost.relay.acp.entries import ENTRIES_MAX, EntryBuffer
 from mcphost.relay.acp.transport import BoundedTransport, Bounds, Violation
+
+if TYPE_CHECKING:
+    from acp.connection import StreamEvent
+    from acp.schema import McpServerStdio, RequestPermissionResponse
 
 T = TypeVar("T")
 
@@ -185,6 +183,9 @@ class AcpSession:
         then `unavailable` with that code."""
         if self._conn is not None:
             raise RuntimeError("an AcpSession is bootstrapped once; make a new one per process")
+        import acp
+        from acp.schema import McpServerStdio
+
         servers = [McpServerStdio.model_validate(dict(server)) for server in mcp_servers]
         self._transport = BoundedTransport(
             self._reader, self._writer, self.bounds, on_flood=self._flooded, where=self._where()
@@ -220,6 +221,8 @@ class AcpSession:
         return self.session_id
 
     async def _handshake(self) -> None:
+        from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
         capabilities = ClientCapabilities(
             fs=FileSystemCapabilities(read_text_file=False, write_text_file=False), terminal=False
         )
@@ -274,6 +277,8 @@ class AcpSession:
         self.session_id = session_id
 
     async def _bounded(self, method: str, code: str, call: Awaitable[T]) -> T:
+        import acp
+
         try:
             return await asyncio.wait_for(call, self.request_timeout)
         except TimeoutError:
@@ -325,6 +330,8 @@ class AcpSession:
 
     def _observe(self, event: StreamEvent) -> None:
         """Every frame, synchronously, in order (the SDK's stream observer)."""
+        from acp.connection import StreamDirection
+
         message = event.message
         method = message.get("method")
         if event.direction is StreamDirection.OUTGOING:
@@ -351,6 +358,8 @@ class AcpSession:
     async def _permission(
         self, session_id: str, tool_call: Any, options: list[Any]
     ) -> RequestPermissionResponse:
+        from acp.schema import RequestPermissionResponse
+
         frame = _PERMISSION_FRAME.get()
         params: dict[str, Any] | None = frame.get("params") if frame is not None else None
         if not (
@@ -409,6 +418,8 @@ class AcpSession:
         session is not `available` or a turn runs. Raises `RelayError` `transport_unavailable`
         when the write failed (whether the agent got it is unknown); the session is then
         `unavailable` with `needs_respawn`."""
+        import acp
+
         if self.state != S.AVAILABLE or self._turn is not None or self._conn is None:
             return False
         if self._reader.at_eof():  # the agent's stdout closed while idle
