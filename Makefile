@@ -60,16 +60,22 @@ lint: $(STAMP)
 	@$(VENV)/bin/mypy
 	@out=$$($(VENV)/bin/lint-imports --no-cache --no-logo 2>&1) || { echo "$$out"; exit 1; }
 
+# The suites start hundreds of Python processes of this checkout (supervisors, ctl, hosts,
+# pumps, each xdist worker's collection): compiling its modules again in each cost more CPU than
+# many of the tests. So they keep bytecode, even where the environment says not to write it
+# (PYTHONDONTWRITEBYTECODE), in a tree of its own under .venv: the checkout stays clean.
+BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
+
 # The suite to run before every commit: lint, then pytest in parallel without the `slow` and
 # `deep` tests (tests/README.md says which run where).
 test: $(STAMP) node system lint
-	@$(PY) -m pytest
+	@$(BYTECODE) $(PY) -m pytest
 
 # The rest of the suite: the `deep` files (each marks itself: pytestmark), the long load and
 # payload tests, and the `thorough` tests again at their full example counts (tests/thorough.py).
 # CI runs it after `make test`.
 test-slow: $(STAMP) node system
-	@MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m '(slow or thorough or deep) and not kernels'
+	@$(BYTECODE) MCPHOST_TEST_DEPTH=full $(PY) -m pytest -m '(slow or thorough or deep) and not kernels'
 
 # The fence's and the limits' black-box tests on the kernels workers run (tests/kernels/): each
 # Debian release's own kernel (11: 5.10, 12: 6.1, 13: 6.12) booted under QEMU over this machine's

@@ -1,8 +1,8 @@
 """Shared pytest configuration: anyio on asyncio only, and hypothesis without a database.
 
-The suite runs in parallel (pytest-xdist): every worker is its own process with its own
-session fixtures (each starts its own reference center, on its own sockets under its own
-`tmp_path_factory` directory, TCP on port 0). Hypothesis keeps no example database, so workers
+The suite runs in parallel (pytest-xdist, one worker more than the CPUs): every worker is its
+own process with its own session fixtures (each starts its own reference center, on its own
+sockets under its own `tmp_path_factory` directory, TCP on port 0). Hypothesis keeps no example database, so workers
 never share a `.hypothesis/` directory and a run does not depend on what earlier runs found;
 a failure prints its reproduction blob instead.
 
@@ -16,6 +16,7 @@ Every run ends with a line naming the environment skips by what the machine lack
 (tests/skips.py).
 """
 
+import os
 import shutil
 import signal
 import sys
@@ -45,6 +46,15 @@ def _remove_supervisor_state_dirs() -> Iterator[None]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker more than this process may use CPUs. A black-box test spends much
+    of its time waiting on processes it started (a supervisor's start, an agent's restart), and
+    one worker per CPU left a CPU idle meanwhile. PYTEST_XDIST_AUTO_NUM_WORKERS still decides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def _skip_groups(config: pytest.Config) -> dict[str, list[str]] | None:
