@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import termios
+from collections.abc import Iterator
 from fcntl import ioctl
 from pathlib import Path
 from typing import Any
@@ -262,10 +263,20 @@ def _read_until(fd: int, done: Any) -> str:
     return seen.decode(errors="replace")
 
 
-def test_top_refreshes_in_place_in_80_columns_and_ends_on_ctrl_c(
-    supervised: Supervised, center: DevCenter
-) -> None:
-    _start(supervised)
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory, center: DevCenter) -> Iterator[Supervised]:
+    """One supervisor with the hog and the stand-in, started once for the tests that read it
+    (the one that restarts the hog waits until the new one is ready again)."""
+    supervised = Supervised(tmp_path_factory.mktemp("usage"), center)
+    try:
+        _start(supervised)
+        yield supervised
+    finally:
+        supervised.close()
+
+
+def test_top_refreshes_in_place_in_80_columns_and_ends_on_ctrl_c(running: Supervised) -> None:
+    supervised = running
     leader, follower = pty.openpty()
     ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
@@ -293,8 +304,8 @@ def test_top_refreshes_in_place_in_80_columns_and_ends_on_ctrl_c(
     assert lines[-2].split()[0] == "hog", lines  # the most memory first
 
 
-def test_status_watch_to_a_pipe_repeats_plain_tables(supervised: Supervised) -> None:
-    _start(supervised)
+def test_status_watch_to_a_pipe_repeats_plain_tables(running: Supervised) -> None:
+    supervised = running
     proc = subprocess.Popen(
         [sys.executable, "-m", "mcphost", "ctl", "--state", str(supervised.state), "status",
          "--watch", "--interval", "0.1"],
@@ -313,8 +324,9 @@ def test_status_watch_to_a_pipe_repeats_plain_tables(supervised: Supervised) -> 
     assert "\x1b" not in text and text.count("AGENT ") >= 2, repr(text)
 
 
-def test_logs_supervisor_shows_its_own_events(supervised: Supervised, center: DevCenter) -> None:
-    row = _start(supervised)
+def test_logs_supervisor_shows_its_own_events(running: Supervised, center: DevCenter) -> None:
+    supervised = running
+    row = supervised.wait_running("hog")
     follow = subprocess.Popen(
         [sys.executable, "-m", "mcphost", "ctl", "--state", str(supervised.state), "logs",
          "--supervisor", "--follow", "--lines", "1"],
@@ -325,6 +337,7 @@ def test_logs_supervisor_shows_its_own_events(supervised: Supervised, center: De
         # the follow prints the last line, then what comes: once that line is here, it follows
         fd = follow.stdout.fileno()
         _read_until(fd, lambda seen: seen.endswith("\n"))
+        (supervised.workspace("hog") / "ready").unlink()
         supervised.ctl("restart", "hog")
         text = _read_until(fd, lambda seen: '"generation": 2' in seen)
     finally:
@@ -343,3 +356,5 @@ def test_logs_supervisor_shows_its_own_events(supervised: Supervised, center: De
     assert center.token not in path.read_text()
     both = supervised.ctl("logs", "hog", "--supervisor", check=False)
     assert both.returncode == 2 and "AGENT or --supervisor" in both.stderr
+    # the hog holds its memory again, as the module's other tests expect it
+    until(lambda: (supervised.workspace("hog") / "ready").exists(), 60, "the new hog ready")
