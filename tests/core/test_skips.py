@@ -66,7 +66,7 @@ def test_under_ci_a_required_skip_fails_the_run_and_another_does_not(tmp_path: P
 
     env = {**os.environ, "MCPHOST_CI": "1", "PYTHONPATH": str(ROOT)}
     argv = ["-c", os.devnull, "--rootdir", str(tmp_path), "-p", "tests.conftest"]
-    plugins = ["-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:schemathesis"]
+    plugins = ["-p", "no:cacheprovider", "-p", "no:schemathesis"]
     failed = subprocess.run(
         [sys.executable, "-m", "pytest", *argv, *plugins, "test_it.py"],
         cwd=tmp_path,
