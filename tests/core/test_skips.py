@@ -30,6 +30,8 @@ REASONS = {
     "npm is not installed: Claude Code not run": "node",
     "tools/node_modules/.bin/mcp-inspector missing: run `make node`": "node",
     "chromium not found: install the chromium package": "chromium",
+    "the hierarchies must be writable as root's are": "root",
+    "root may switch": skips.OTHER,  # the machine is root: a test for a user skips there
     "kernelsim: x86_64 and aarch64 only": skips.OTHER,
     "the mcphost console script is not installed: no such file": skips.OTHER,
 }
