@@ -72,6 +72,16 @@ def parse_stat(text: str) -> ProcStat:
         raise ValueError("not a /proc/<pid>/stat line: a field is not a number") from None
 
 
+def state_of(text: str) -> str:
+    """The state field (3) of a `/proc/<pid>/stat` text: R, S, D, Z (a zombie: exited, not yet
+    waited for), T, ...; taken after the LAST `)`, as `parse_stat` takes every field. Pure;
+    raises ValueError when it is not one."""
+    fields = text.rpartition(")")[2].split()
+    if not fields:
+        raise ValueError("not a /proc/<pid>/stat line: no state after '(comm)'")
+    return fields[0]
+
+
 def read_text(path: str, size: int = 4096) -> str | None:
     """The first `size` bytes of a small kernel file (a /proc or cgroup file: one read), as
     latin-1; None when it cannot be opened or read (a process gone since)."""

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcphost import procfs
+
 if TYPE_CHECKING:
     from mcphost.testing.devcenter import DevCenter
 
@@ -71,14 +73,11 @@ def left_running(directory: Path | str, marker: str | None = None) -> list[str]:
     processes we may not read are skipped."""
     root = os.path.realpath(directory)
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        base = f"/proc/{entry}"
+    for pid in procfs.scan():
+        base = f"/proc/{pid}"
         try:
-            with open(f"{base}/stat", "rb") as handle:
-                if handle.read().rpartition(b")")[2].split()[0] == b"Z":
-                    continue
+            if pid == os.getpid() or procfs.state_of(procfs.read_text(f"{base}/stat") or "") == "Z":
+                continue
             with open(f"{base}/cmdline", "rb") as handle:
                 argv = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
             cwd = os.readlink(f"{base}/cwd")
@@ -86,9 +85,9 @@ def left_running(directory: Path | str, marker: str | None = None) -> list[str]:
             if marker is not None:
                 with open(f"{base}/environ", "rb") as handle:
                     environ = handle.read()
-        except OSError:
+        except (OSError, ValueError):
             continue
         in_dir = cwd == root or cwd.startswith(root + os.sep) or root in argv
         if in_dir or (marker is not None and marker.encode() in environ):
-            found.append(f"{entry}: {argv or '?'}")
+            found.append(f"{pid}: {argv or '?'}")
     return found

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from mcphost import procfs
 from mcphost.procfs import ProcStat, children_of, own_children, parse_stat, read_stat, scan
+from tests.waiting import until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -200,3 +201,22 @@ def test_read_text_reads_one_small_file_or_says_none(tmp_path: Path) -> None:
     assert procfs.read_text(str(path), 2) == "40"
     assert procfs.read_text(str(tmp_path / "gone")) is None
     assert procfs.read_text(str(tmp_path)) is None  # a directory: read fails
+
+
+def test_the_state_is_taken_after_the_last_parenthesis() -> None:
+    assert procfs.state_of("7 (a) Z 1 2 3) S 1 7 7 0") == "S"
+    assert procfs.state_of(f"{os.getpid()} (x) Z 1") == "Z"
+    with pytest.raises(ValueError):
+        procfs.state_of("7 (comm)")
+
+
+def test_a_zombie_is_seen_as_one() -> None:
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    try:
+        until(
+            lambda: procfs.state_of(procfs.read_text(f"/proc/{child}/stat") or "") == "Z", 30, "z"
+        )
+    finally:
+        os.waitpid(child, 0)
