@@ -12,7 +12,8 @@ title (`docs/concepts.md, "The fence"`) or linked by its anchor is a heading of 
 directive given to the contrib unit (`Delegate=yes` beside `contrib/systemd/mcphost-supervisor.service`)
 is set in it; a snake_case spelling in backticks is a word of the code (no invented code); and
 the center's health states that are no failure's code (`admin_unreachable`) are named only as
-its health, never as a call's outcome.
+its health, never as a call's outcome. An internals page copies no signature, class or field
+list: it links to the module that has them.
 """
 
 from __future__ import annotations
@@ -348,3 +349,35 @@ def test_a_health_state_named_as_a_call_s_outcome_is_found() -> None:
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_center_s_health_states_are_named_only_as_its_health(doc: Path) -> None:
     assert misplaced_states(doc.read_text()) == []
+
+
+# An internals page links to the code: a copied signature, class or field list falls behind it.
+COPIED = re.compile(
+    r"(?m)^\s*(?:(?:async )?def \w+\(|class \w+\b[^\n]*|\w+: [\w\[\]|., ]+(?: = .+)?$)"
+)
+
+
+def copied_code(text: str) -> list[str]:
+    """The lines of `text` that copy a signature, a class head or a field declaration."""
+    return [match.group(0).strip() for match in COPIED.finditer(text)]
+
+
+def test_the_copy_check_finds_a_signature_a_class_and_a_field() -> None:
+    text = (
+        "def read_stat(pid: int) -> ProcStat | None\n"
+        "class PeerCred: pid: int; uid: int\n"
+        "    runner: Runner = 'process'\n"
+        "- `read_stat`: one process's stat, see [`procfs.py`](../mcphost/procfs.py).\n"
+    )
+    assert copied_code(text) == [
+        "def read_stat(",
+        "class PeerCred: pid: int; uid: int",
+        "runner: Runner = 'process'",
+    ]
+
+
+@pytest.mark.parametrize(
+    "page", sorted((ROOT / "docs").glob("*internals.md")), ids=lambda p: p.name
+)
+def test_internals_pages_link_to_the_code_and_copy_none_of_it(page: Path) -> None:
+    assert copied_code(page.read_text()) == []
