@@ -9,8 +9,9 @@ Owns: the text of those two pages (`ctl_page`, `metrics_page`) and where they ar
 its arguments with their choices, defaults and help, and the exit codes of its epilog.
 `metrics_page` takes every family of `metrics.NAMES` with its help; its type and labels come from
 a scrape of a real `Metrics` (the module's own exposition, parsed with prometheus_client's
-parser) of one agent with every figure, one center call and one relay delivery, and, for a family
-that scrape does not show, from `AGENT_FAMILIES` (an agent's family: label `agent`) or its name.
+parser) of one agent with every figure (`USAGE_FIGURES`, and `LIMIT_FIGURES` where the module
+has them), one center call and one relay delivery; for a family that scrape does not show, from
+`AGENT_FAMILIES` (an agent's family is labelled `agent`) or its name.
 tests/core/test_docpages.py fails while a page in docs/ differs from what this writes.
 
 Must never: be imported by the supervisor, ctl or any other command (it imports
@@ -144,6 +145,8 @@ def _scraped() -> dict[str, tuple[str, set[str]]]:
         "sessions": 2,
         "sandbox": "bwrap",
         "usage": {figure: 1 for figure in metrics.USAGE_FIGURES},
+        # the limits a row carries, where the module reads them (none before it did)
+        "limits": {figure: 1 for figure in getattr(metrics, "LIMIT_FIGURES", ())},
     }
     status = {"center": {"state": "ok"}, "agents": [row]}
     figures = metrics.RelayFigures(outcomes={"delivered": 1}, queued=0)
@@ -162,13 +165,12 @@ def _scraped() -> dict[str, tuple[str, set[str]]]:
 def _kind(name: str, scraped: dict[str, tuple[str, set[str]]]) -> tuple[str, list[str]]:
     from mcphost.supervisor.operator import metrics
 
-    if name in scraped:
-        kind, labels = scraped[name]
-        return kind, sorted(labels, key=lambda label: (label != "agent", label))
     declared = dict(metrics.AGENT_FAMILIES)
-    if name in declared:
-        return declared[name], ["agent"]
-    return ("counter" if name.endswith("_total") else "gauge"), []
+    kind, labels = scraped.get(name, (declared.get(name, ""), set()))
+    if name in declared:  # an agent's family: labelled `agent`, with a figure in the scrape or not
+        labels = labels | {"agent"}
+    kind = kind or ("counter" if name.endswith("_total") else "gauge")
+    return kind, sorted(labels, key=lambda label: (label != "agent", label))
 
 
 def _paragraph(doc: str, head: str) -> str:
