@@ -12,7 +12,8 @@ title (`docs/concepts.md, "The fence"`) or linked by its anchor is a heading of 
 directive given to the contrib unit (`Delegate=yes` beside `contrib/systemd/mcphost-supervisor.service`)
 is set in it; a snake_case spelling in backticks is a word of the code (no invented code); and
 the center's health states that are no failure's code (`admin_unreachable`) are named only as
-its health, never as a call's outcome. An internals page copies no signature, class or field
+its health, never as a call's outcome; a fleet key's default a doc spells (`"auto"` (default)) is
+the fleet model's. An internals page copies no signature, class or field
 list: it links to the module that has them.
 """
 
@@ -402,3 +403,61 @@ def test_the_copy_check_finds_a_signature_a_class_and_a_field() -> None:
 )
 def test_internals_pages_link_to_the_code_and_copy_none_of_it(page: Path) -> None:
     assert copied_code(page.read_text()) == []
+
+
+# A fleet key's default as a doc spells it: `runner = "tmux"  # "auto" (default ...)` on one line,
+# or a row `"auto"` (default) of a table whose head is the key (`| `runner` | ... |`).
+KEY_ON_LINE = re.compile(r"`?(\w+) = \"")
+DEFAULT_ON_LINE = re.compile(r"\"([\w-]+)\"`? \(default")
+TABLE_HEAD = re.compile(r"^\| `(\w+)` \|")
+
+
+def fleet_defaults() -> dict[str, object]:
+    """Every key of `[defaults]` and `[center]` with its built-in default."""
+    import dataclasses
+
+    from mcphost.supervisor import plan
+
+    return {
+        field.name: field.default
+        for kind in (plan.AgentDefaults, plan.CenterConfig)
+        for field in dataclasses.fields(kind)
+        if field.default is not dataclasses.MISSING
+    }
+
+
+def wrong_defaults(text: str) -> list[str]:
+    """Each `key: "value" (default)` of `text` whose key's built-in default is another value."""
+    defaults = fleet_defaults()
+    wrong: list[str] = []
+    head: str | None = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            head = None
+        elif (match := TABLE_HEAD.match(line)) and head is None:
+            head = match.group(1)
+        for spelled in DEFAULT_ON_LINE.finditer(line):
+            value = spelled.group(1)
+            keys = KEY_ON_LINE.findall(line, 0, spelled.start())  # the last key before it
+            key = head if head is not None else (keys[-1] if keys else None)
+            if key in defaults and defaults[key] != value:
+                wrong.append(f'{key}: "{value}" (default), but the default is {defaults[key]!r}')
+    return wrong
+
+
+def test_a_default_the_fleet_model_does_not_have_is_found() -> None:
+    text = (
+        'runner = "tmux"                # "process" (default) | "tmux"\n'
+        "| `runner` | runs the agent |\n|---|---|\n"
+        '| `"auto"` (default) | as tmux |\n| `"tmux"` (default) | wrong |\n\n'
+        '- `restart = "always"`: any exit; `"on-failure"` (default): a failure\n'
+    )
+    assert wrong_defaults(text) == [
+        "runner: \"process\" (default), but the default is 'auto'",
+        "runner: \"tmux\" (default), but the default is 'auto'",
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_default_a_doc_gives_a_fleet_key_is_the_fleet_model_s(doc: Path) -> None:
+    assert wrong_defaults(doc.read_text()) == []
