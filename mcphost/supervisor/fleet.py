@@ -259,7 +259,7 @@ class _Tunable(_Section):
         None, ge=4096, le=1 << 40, description="a whole number of bytes, at least 4096"
     )
     log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
-    # the agent's cgroup (cgroups.py; docs/supervisor.md, "Limits"): None is the default
+    # the agent's cgroup (cgroups.py; docs/concepts.md, "Limits"): None is the default
     memory_max: int | str | None = Field(None, description=values.SIZE_EXPECTED)
     pids_max: int | str | None = Field(None, description=values.COUNT_EXPECTED)
     cpu_weight: int | None = Field(None, ge=1, le=10000, description=values.WEIGHT_EXPECTED)

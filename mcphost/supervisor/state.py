@@ -2,7 +2,7 @@
 
 Owns: the generation of every agent, strictly increasing across spawns and across supervisor
 restarts (and at least what the center reserved, so across state directories too:
-docs/supervisor.md "Restarts and generations"), by the one rule of the next generation
+docs/concepts.md "Restarts and generations"), by the one rule of the next generation
 (`generation_after`, which the runner and the center's reservation use too): `next_generation`
 applies it inside one `BEGIN IMMEDIATE` transaction (so two
 processes on the same file serialise) and commits (synchronous=FULL, write-ahead log) before it

@@ -6,6 +6,15 @@ that do it (`mcphost/supervisor/agents/homes.py`, `mcphost.supervisor.confine.fe
 renamed or a module moved without its sentence fails here, naming the document and the citation.
 A citation may give a path's tail (`agents/test_runner.py`, `test_supervise.py`): it stands for
 every test file ending so, and the test it names must be in one of them.
+
+What the docs spell must also be what the code and the contrib files say: a section named by its
+title (`docs/concepts.md, "The fence"`) or linked by its anchor is a heading of that page; a
+directive given to the contrib unit (`Delegate=yes` beside `contrib/systemd/mcphost-supervisor.service`)
+is set in it; a snake_case spelling in backticks is a word of the code (no invented code); and
+the center's health states that are no failure's code (`admin_unreachable`) are named only as
+its health, never as a call's outcome; a fleet key's default a doc spells (`"auto"` (default)) is
+the fleet model's. An internals page copies no signature, class or field
+list: it links to the module that has them.
 """
 
 from __future__ import annotations
@@ -175,3 +184,280 @@ def test_the_relays_map_names_every_module() -> None:
         if p.name != "__init__.py"
     ]
     assert [str(p.relative_to(ROOT)) for p in modules if p.name not in text] == []
+
+
+# -- drift: what the docs spell must be what the code and the contrib files say ------------------
+
+HEADING = re.compile(r"(?m)^#{1,4} (.+)$")
+# `docs/x.md, "Title"`, `[x.md, "Title"]`, `x.md "Title"`: a section named by its title's start
+SECTION = re.compile(r'(?<![\w/.-])(?:docs/)?([\w-]+\.md)\]?,? "([^"]+)"')
+
+
+def slug(title: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as `-`."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+@functools.cache
+def headings(path: Path) -> tuple[str, ...]:
+    return tuple(HEADING.findall(path.read_text())) if path.is_file() else ()
+
+
+def target(doc: Path, name: str) -> Path:
+    """The page a reference from `doc` names: a sibling, a page of docs/, or the README."""
+    for place in (doc.parent / name, ROOT / "docs" / name, ROOT / name):
+        if place.is_file():
+            return place
+    return doc.parent / name
+
+
+def broken_sections(doc: Path, text: str) -> list[str]:
+    """Each `page.md, "Title"` whose page has no heading starting so, and each link
+    `page.md#anchor` (or `#anchor`) whose page has no heading of that anchor."""
+    broken = [
+        f'{name}, "{title}": no such section'
+        for name, spelled in SECTION.findall(text)
+        for title in [" ".join(spelled.replace("#", " ").split()).rstrip(",.;:")]
+        if not any(h.startswith(title) for h in headings(target(doc, name)))
+    ]
+    for page, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+        if "://" in page:
+            continue
+        where = doc if not page else doc.parent / page
+        if anchor not in {slug(h) for h in headings(where)}:
+            broken.append(f"{page}#{anchor}: no such heading")
+    return broken
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_section_a_doc_names_is_there(doc: Path) -> None:
+    assert broken_sections(doc, doc.read_text()) == []
+
+
+# The source and contrib files that point at a doc's section (`docs/concepts.md, "Limits"` in a
+# docstring or a comment): a section moved or renamed fails here too.
+POINTING = sorted(
+    p
+    for base in ("mcphost", "configgen", "bench", "contrib", "tests")
+    for p in (ROOT / base).rglob("*")
+    if p.suffix in (".py", ".toml", ".service") and p.is_file() and p != Path(__file__).resolve()
+)
+
+
+def test_every_section_the_code_points_at_is_there() -> None:
+    broken = [
+        f"{path.relative_to(ROOT)}: {problem}"
+        for path in POINTING
+        for problem in broken_sections(path, path.read_text())
+        if problem.endswith("no such section")
+        and any((place / problem.split(",")[0]).is_file() for place in (ROOT / "docs", ROOT))
+    ]
+    assert sorted(set(broken)) == []
+
+
+UNIT = ROOT / "contrib" / "systemd" / "mcphost-supervisor.service"
+# a paragraph or table row that speaks of the contrib unit, and the `Key=value` directives in it
+SPEAKS_OF_UNIT = re.compile(r"mcphost-supervisor\.service|contrib(?:'s)? (?:systemd )?unit")
+DIRECTIVE = re.compile(r"`([A-Z][A-Za-z]+)=([^`\s]*)`")
+
+
+def blocks(text: str) -> list[str]:
+    """Paragraphs (blank-line separated) and table rows, each one block."""
+    return [
+        piece
+        for paragraph in re.split(r"\n\s*\n", text)
+        for piece in (paragraph.splitlines() if paragraph.lstrip().startswith("|") else [paragraph])
+    ]
+
+
+def unit_drift(text: str, unit: str) -> list[str]:
+    """Each directive a block of `text` gives the contrib unit that `unit` does not set: a
+    `Key=value` the unit lacks as a line, a `Key=` (cleared, or named) whose key it never sets."""
+    lines = {line.strip() for line in unit.splitlines() if not line.lstrip().startswith("#")}
+    keys = {line.split("=", 1)[0] for line in lines if "=" in line}
+    return [
+        f"{key}={value}"
+        for block in blocks(text)
+        if SPEAKS_OF_UNIT.search(block)
+        for key, value in DIRECTIVE.findall(block)
+        if (f"{key}={value}" not in lines if value else key not in keys)
+    ]
+
+
+def test_the_unit_check_finds_a_directive_the_unit_lacks() -> None:
+    unit = "[Service]\nUser=mcphost\n# Delegate=yes\nKillMode=mixed\n"
+    text = (
+        "Under `contrib/systemd/mcphost-supervisor.service` (`Delegate=yes`, `KillMode=mixed`).\n\n"
+        "The contrib unit with `User=` cleared, `TasksMax=100`.\n\n"
+        "Elsewhere `Delegate=yes` is systemd's own word.\n"
+    )
+    assert unit_drift(text, unit) == ["Delegate=yes", "TasksMax=100"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_directive_the_docs_give_the_contrib_unit_is_in_it(doc: Path) -> None:
+    assert unit_drift(doc.read_text(), UNIT.read_text()) == []
+
+
+# A snake_case spelling in backticks (`admin_unavailable`, `memory_max`, `state_problem`) names a
+# code, key, field or function: it must be a word of the code. The exceptions, each with why:
+NOT_OURS = {
+    "validation_unassociated_server": "upstream agentmux's newer code, named as a difference",
+}
+SPELLING = re.compile(r"`([a-z][a-z0-9]*(?:_[a-z0-9]+)+)`")
+
+
+@functools.cache
+def code_words() -> frozenset[str]:
+    """Every identifier-like word of the source, tests and contrib files, and the families of the
+    one library whose names the docs quote (prometheus_client's process collector)."""
+    from prometheus_client import ProcessCollector
+
+    process = {
+        m.name + ("_total" if m.type == "counter" else "")
+        for m in ProcessCollector(registry=None).collect()
+    }
+    files: list[Path] = []
+    for base in ("mcphost", "configgen", "contrib", "tests", "bench", "tools"):
+        files += [
+            p
+            for p in (ROOT / base).rglob("*")
+            if p.suffix in (".py", ".toml", ".service", ".json", ".mjs")
+            and "node_modules" not in p.parts
+            and p.is_file()
+        ]
+    words = {w for p in files for w in re.findall(r"\w+", p.read_text(errors="ignore"))}
+    return frozenset(words | process)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_snake_case_spelling_of_the_docs_is_a_word_of_the_code(doc: Path) -> None:
+    spelled = set(SPELLING.findall(doc.read_text()))
+    assert sorted(spelled - code_words() - NOT_OURS.keys()) == []
+
+
+def health_only_states() -> set[str]:
+    """The center's health states that are no failure's code (`admin_unreachable` for the
+    failure `admin_unavailable`): names for `ctl status`'s center line, never an outcome."""
+    from mcphost.supervisor.center import health
+
+    table = health._TABLE
+    states = {d.state for d in table.values()} | {health._UNAUTHORIZED.state}
+    return states - set(table)
+
+
+def misplaced_states(text: str) -> list[str]:
+    """Each health-only state a block names that is not about the center's health (its
+    `state`, or `ctl status`'s `center:` line)."""
+    only = health_only_states()
+    return [
+        state
+        for block in blocks(text)
+        if not re.search(r"`state`|center: |\"state\"", block)
+        for state in re.findall(r"`(\w+)`", block)
+        if state in only
+    ]
+
+
+def test_a_health_state_named_as_a_call_s_outcome_is_found() -> None:
+    text = (
+        "| `mcphost_center_calls_total` | by outcome (`ok` or the code, e.g. `admin_unreachable`) |\n"
+        "`ctl status --json` has the center's `state`: `ok`, `admin_unreachable`, ...\n"
+    )
+    assert "admin_unavailable" not in health_only_states()
+    assert misplaced_states(text) == ["admin_unreachable"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_center_s_health_states_are_named_only_as_its_health(doc: Path) -> None:
+    assert misplaced_states(doc.read_text()) == []
+
+
+# An internals page links to the code: a copied signature, class or field list falls behind it.
+COPIED = re.compile(
+    r"(?m)^\s*(?:(?:async )?def \w+\(|class \w+\b[^\n]*|\w+: [\w\[\]|., ]+(?: = .+)?$)"
+)
+
+
+def copied_code(text: str) -> list[str]:
+    """The lines of `text` that copy a signature, a class head or a field declaration."""
+    return [match.group(0).strip() for match in COPIED.finditer(text)]
+
+
+def test_the_copy_check_finds_a_signature_a_class_and_a_field() -> None:
+    text = (
+        "def read_stat(pid: int) -> ProcStat | None\n"
+        "class PeerCred: pid: int; uid: int\n"
+        "    runner: Runner = 'process'\n"
+        "- `read_stat`: one process's stat, see [`procfs.py`](../mcphost/procfs.py).\n"
+    )
+    assert copied_code(text) == [
+        "def read_stat(",
+        "class PeerCred: pid: int; uid: int",
+        "runner: Runner = 'process'",
+    ]
+
+
+@pytest.mark.parametrize(
+    "page", sorted((ROOT / "docs").glob("*internals.md")), ids=lambda p: p.name
+)
+def test_internals_pages_link_to_the_code_and_copy_none_of_it(page: Path) -> None:
+    assert copied_code(page.read_text()) == []
+
+
+# A fleet key's default as a doc spells it: `runner = "tmux"  # "auto" (default ...)` on one line,
+# or a row `"auto"` (default) of a table whose head is the key (`| `runner` | ... |`).
+KEY_ON_LINE = re.compile(r"`?(\w+) = \"")
+DEFAULT_ON_LINE = re.compile(r"\"([\w-]+)\"`? \(default")
+TABLE_HEAD = re.compile(r"^\| `(\w+)` \|")
+
+
+def fleet_defaults() -> dict[str, object]:
+    """Every key of `[defaults]` and `[center]` with its built-in default."""
+    import dataclasses
+
+    from mcphost.supervisor import plan
+
+    return {
+        field.name: field.default
+        for kind in (plan.AgentDefaults, plan.CenterConfig)
+        for field in dataclasses.fields(kind)
+        if field.default is not dataclasses.MISSING
+    }
+
+
+def wrong_defaults(text: str) -> list[str]:
+    """Each `key: "value" (default)` of `text` whose key's built-in default is another value."""
+    defaults = fleet_defaults()
+    wrong: list[str] = []
+    head: str | None = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            head = None
+        elif (match := TABLE_HEAD.match(line)) and head is None:
+            head = match.group(1)
+        for spelled in DEFAULT_ON_LINE.finditer(line):
+            value = spelled.group(1)
+            keys = KEY_ON_LINE.findall(line, 0, spelled.start())  # the last key before it
+            key = head if head is not None else (keys[-1] if keys else None)
+            if key in defaults and defaults[key] != value:
+                wrong.append(f'{key}: "{value}" (default), but the default is {defaults[key]!r}')
+    return wrong
+
+
+def test_a_default_the_fleet_model_does_not_have_is_found() -> None:
+    text = (
+        'runner = "tmux"                # "process" (default) | "tmux"\n'
+        "| `runner` | runs the agent |\n|---|---|\n"
+        '| `"auto"` (default) | as tmux |\n| `"tmux"` (default) | wrong |\n\n'
+        '- `restart = "always"`: any exit; `"on-failure"` (default): a failure\n'
+    )
+    assert wrong_defaults(text) == [
+        "runner: \"process\" (default), but the default is 'auto'",
+        "runner: \"tmux\" (default), but the default is 'auto'",
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_default_a_doc_gives_a_fleet_key_is_the_fleet_model_s(doc: Path) -> None:
+    assert wrong_defaults(doc.read_text()) == []

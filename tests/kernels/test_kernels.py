@@ -48,7 +48,7 @@ GUEST_FILES = (
 )
 
 # What the fence must find on each kernel: its Landlock ABI (the LSM list Debian boots with) and
-# the level every fenced agent gets (docs/supervisor.md, "The fence on the kernels workers run").
+# the level every fenced agent gets (docs/concepts.md, "Kernels and distributions").
 EXPECTED = {
     "debian-11": {"landlock_abi": 0, "level": "bwrap"},
     "debian-12": {"landlock_abi": 2, "level": "bwrap"},

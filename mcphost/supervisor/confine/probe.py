@@ -11,8 +11,8 @@ what restricts an unprivileged process's user namespaces (`APPARMOR_LIMIT`, `DEB
 where bubblewrap is (`BWRAP` on PATH), and whether `env` can give a signal its default handling
 back (`--default-signal`, coreutils >= 8.31).
 
-The kernels and distributions this maps (docs/supervisor.md, "The fence on the kernels workers
-run"): tests/supervisor/confine/test_probe.py, one row each.
+The kernels and distributions this maps (docs/concepts.md, "Kernels and distributions"):
+tests/supervisor/confine/test_probe.py, one row each.
 
 Must never: probe on the event loop (it waits for its own child: call it before the loop runs),
 or answer "yes" for what it did not try (a wrong yes fails closed anyway: bubblewrap then refuses

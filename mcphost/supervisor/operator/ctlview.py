@@ -212,7 +212,7 @@ def center_line(center: Any) -> str:
 
 def limits_line(limits: Any) -> str:
     """`limits: cgroup v1 (...)`, or `limits: none: <why> (agents run without limits)`; nothing
-    from a supervisor that does not report it (docs/supervisor.md, "Limits")."""
+    from a supervisor that does not report it (docs/concepts.md, "Limits")."""
     if not isinstance(limits, Mapping):
         return ""
     if limits.get("backend") == "none":
