@@ -5,7 +5,8 @@ ESC as `^[`, DEL as `^?`, C1 as `<U+0080>`..`<U+009F>`, a lone surrogate as U+FF
 function that makes text safe for a terminal or a tmux pane (the relay's `send` and `look`
 use it through relay/envelope.py), and `event_line`, the readable form of one event record
 (events.py's JSON object: `ts`, `level`, `event`, then its fields), as `mcphost supervise`
-writes it to a terminal and `mcphost ctl logs --supervisor` prints it there:
+writes it to a terminal and `mcphost ctl logs --supervisor` prints it there (`readable`: a stream
+of JSON lines, as the journal keeps them, turned into such lines):
 
     21:40:02 info  agent.started  alpha gen=3 pid=1234
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -109,3 +110,26 @@ def event_line(record: Mapping[str, Any], tz: tzinfo | None = None) -> str:
         name = name if _BARE.fullmatch(name) else neutralise(json.dumps(name, ensure_ascii=False))
         parts.append(f"{name}={value_text(value)}")
     return " ".join(parts)
+
+
+def readable(chunks: Iterable[str], tz: tzinfo | None = None) -> Iterator[str]:
+    """A stream of event lines (JSON, one object a line, in chunks split anywhere) as readable
+    lines, each with its newline; a line that is not an event object is shown neutralised, as
+    it is. A last line without its newline is shown at the end."""
+    held = ""
+    for chunk in chunks:
+        *lines, held = (held + chunk).split("\n")
+        for line in lines:
+            yield _readable_line(line, tz) + "\n"
+    if held:
+        yield _readable_line(held, tz) + "\n"
+
+
+def _readable_line(line: str, tz: tzinfo | None) -> str:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if isinstance(record, dict):
+        return event_line(record, tz)
+    return neutralise(line)
