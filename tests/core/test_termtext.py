@@ -11,7 +11,7 @@ from datetime import UTC
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcphost.termtext import event_line, neutralise, value_text
+from mcphost.termtext import event_line, neutralise, readable, value_text
 from tests.thorough import examples
 
 TS = 1_765_143_602.25  # 2025-12-07 21:40:02.25 UTC
@@ -126,3 +126,17 @@ def test_neutralise_keeps_newline_and_tab_and_is_idempotent() -> None:
     once = neutralise(text)
     assert once == "a\tb\nc^[[201~d^@<U+009B>\ufffd"
     assert neutralise(once) == once
+
+
+def test_readable_turns_a_stream_of_json_lines_split_anywhere_into_lines() -> None:
+    """`ctl logs --supervisor` on a terminal: the journal's lines arrive in chunks cut anywhere;
+    a line that is not an event object (a torn first line, a stranger's) is shown neutralised."""
+    record = {"ts": TS, "level": "info", "event": "agent.started", "agent_id": "alpha"}
+    stream = json.dumps(record) + "\n" + "not json \x1b[2J\n" + json.dumps(record)
+    chunks = [stream[i : i + 7] for i in range(0, len(stream), 7)]
+    assert list(readable(chunks, UTC)) == [
+        "21:40:02 info  agent.started  alpha\n",
+        "not json ^[[2J\n",
+        "21:40:02 info  agent.started  alpha\n",  # the last line had no newline
+    ]
+    assert list(readable(["[1, 2]\n", "\r\n"], UTC)) == ["[1, 2]\n", "^M\n"]
