@@ -14,6 +14,7 @@ import json
 import os
 import pty
 import re
+import resource
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -61,6 +62,13 @@ class Output:
         return [ESCAPE.sub("", line) for line in self.read().replace("\r\n", "\n").splitlines()]
 
 
+def _as_from_a_shell() -> None:
+    """A soft descriptor limit below the hard one, as a login shell's (the supervisor raises it
+    at start: that must not put a line before its first)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+
+
 @pytest.fixture
 def started(
     request: pytest.FixtureRequest, tmp_path: Path, center: DevCenter
@@ -82,6 +90,7 @@ def started(
             stdout=subprocess.DEVNULL,
             stderr=follower,
             env=sv.env(),
+            preexec_fn=_as_from_a_shell,
         )
         os.close(follower)
         out = Output(leader)
