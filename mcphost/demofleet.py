@@ -69,6 +69,13 @@ def _indent(text: str) -> str:
     return textwrap.indent(text.rstrip("\n"), "   | ", lambda _line: True)
 
 
+def _shows_usage(row: dict[str, Any]) -> bool:
+    """Whether a running agent's status row shows real figures: memory, and at least the three
+    processes it runs (the stand-in and its two pumps), from its group or its tree in /proc."""
+    usage = row.get("usage") or {}
+    return (usage.get("memory_current_bytes") or 0) > 0 and (usage.get("processes") or 0) >= 3
+
+
 def _send_summary(call: dict[str, Any]) -> str:
     """`send`'s outcome per target from the stand-in's record, or its error, on one line."""
     try:
@@ -268,6 +275,11 @@ class FleetDemo:
         self.check(
             all(rows[a]["state"] == "running" and rows[a]["generation"] >= 1 for a in self.agents),
             "every agent running, at generation 1 or later",
+        )
+        self.check(
+            all(_shows_usage(rows[a]) for a in self.agents),
+            "every agent's MEM and PROCS are its own tree's (the agent and its 2 pumps at least)",
+            fatal=False,
         )
 
     def show_center_calls(self) -> None:

@@ -1,4 +1,5 @@
-"""Structured event records: one JSON object per line, to stderr (default) or an append-only file.
+"""Structured event records: one JSON object per line, to stderr (default) or an append-only file;
+or, for a person at a terminal, one readable line each (`use_format`).
 
 Owns: the process's diagnostic sink, on stdlib `logging`: `emit` logs through the `mcphost`
 logger, and one handler on the root logger writes every record as a JSON line, so the records
@@ -9,6 +10,10 @@ asyncio's "Using selector" or aiohttp's access lines), and never below `MCPHOST_
 `MCPHOST_LOG_FILE` redirects to a file (both read by `mcphost.tuning`). Every record has `ts`,
 `level`, `event`; ours carry the fields `emit` was given, another library's carry `logger` and
 `message` (and `error`, a formatted exception, when it logged one) under event `log`.
+`use_format("text")` (`mcphost supervise --log-format`, "auto" on a terminal) writes the same
+records as termtext.py's lines (`21:40:02 info  agent.started  alpha generation=3`: control
+characters made visible); the JSON object (`JsonFormatter`) is the one shape every other reader
+gets.
 
 Bounded lines: `RateLimit` (pure) and `emit_limited` write at most a burst of lines per window
 for an event anything outside can cause as often as it likes (accept failures, refused
@@ -30,6 +35,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from mcphost.termtext import event_line
 from mcphost.tuning import LEVELS, tuning
 
 # A line anything outside can cause as often as it likes (an accept that fails for want of
@@ -43,19 +49,30 @@ _FIELDS = "mcphost_fields"  # the attribute of a record that `emit` made
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: `ts`, `level`, `event`, then the event's fields."""
 
-    def format(self, record: logging.LogRecord) -> str:
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The record as the JSON object holds it (`ts`, `level`, `event`, its fields)."""
         ts = round(record.created, 6)
         ours = getattr(record, _FIELDS, None)
         if ours is not None:
             level, fields = ours
-            out = {"ts": ts, "level": level, "event": record.msg, **fields}
-        else:
-            level = _NAMES.get(record.levelno) or record.levelname.lower()
-            out = {"ts": ts, "level": level, "event": "log", "logger": record.name}
-            out["message"] = record.getMessage()
-            if record.exc_info:
-                out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+            return {"ts": ts, "level": level, "event": record.msg, **fields}
+        level = _NAMES.get(record.levelno) or record.levelname.lower()
+        out = {"ts": ts, "level": level, "event": "log", "logger": record.name}
+        out["message"] = record.getMessage()
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return out
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.fields(record), default=str, ensure_ascii=False)
+
+
+class TextFormatter(JsonFormatter):
+    """The same record as one line for people (termtext.py's `event_line`: local time, level,
+    event, agent, `key=value`; control characters made visible)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return event_line(json.loads(super().format(record)))
 
 
 class _Sink(logging.Handler):
@@ -101,6 +118,27 @@ def _install() -> tuple[logging.Logger, int]:
 
 
 _logger, _threshold = _install()
+FORMATS = ("auto", "json", "text")
+
+
+def use_format(kind: str) -> str:
+    """Write the sink's records as `kind`: "json", "text" (termtext.py's lines, for people), or
+    "auto": text when the sink is a terminal (stderr is a tty and no `MCPHOST_LOG_FILE`), JSON
+    otherwise (a file, a pipe, journald). The format chosen; a file or ring that another
+    handler keeps (the supervisor's journal) stays JSON."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _Sink):
+            if kind == "auto":
+                kind = "text" if handler.path is None and _isatty(sys.stderr) else "json"
+            handler.setFormatter(TextFormatter() if kind == "text" else JsonFormatter())
+    return kind
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 def fields_of(record: logging.LogRecord) -> tuple[str, dict[str, Any]] | None:

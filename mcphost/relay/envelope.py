@@ -32,7 +32,8 @@ Decisions where the reference is silent (pinned by tests/relay/test_envelope.py)
   visibly instead: C0 and DEL in caret notation (ESC is `^[`, 0x1c is `^\\`, DEL is `^?`), the
   C1 controls U+0080..U+009F as `<U+009B>`, a lone surrogate as U+FFFD. Only newline and tab
   stay. The rendered envelope therefore holds no byte below 0x20 but LF and TAB, no DEL, no C1
-  code point, and never the end-of-paste marker (it needs an ESC or a U+009B).
+  code point, and never the end-of-paste marker (it needs an ESC or a U+009B). `neutralise`
+  lives one floor down (mcphost/termtext.py: the supervisor's readable log lines use it too).
 - `Date` is `YYYY-MM-DDTHH:MM:SS.mmmZ` (the time converted to UTC); a naive datetime is refused.
 - Token estimate (`characters_0_point_3`, the default profile): `ceil(chars * 3 / 10)` in exact
   integer arithmetic (so 10 chars are 3 tokens, not the 4 of IEEE `10 * 0.3`), plus
@@ -65,11 +66,12 @@ own boundary and a top-level Content-Type; the reference fixes a layout none of 
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from mcphost.termtext import neutralise as neutralise  # the relay's name for it (look, delivery)
 
 DEFAULT_MAX_TOKENS = 4096
 TOKENIZER_PROFILES = ("characters_0_point_3", "whitespace")
@@ -211,29 +213,6 @@ def take_batch(
             break
         taken += 1
     return taken
-
-
-# Every control but LF (0x0a) and TAB (0x09): C0, DEL, C1; and lone surrogates (not text).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return "^" + chr(code + 0x40)  # ESC -> ^[, 0x1c -> ^\, NUL -> ^@
-    if code == 0x7F:
-        return "^?"
-    if code <= 0x9F:
-        return f"<U+{code:04X}>"
-    return "\ufffd"
-
-
-def neutralise(text: str) -> str:
-    """`text` with every control character but LF and TAB shown visibly (module docstring).
-
-    Idempotent: its output holds no control character, so a second pass changes nothing.
-    """
-    return _CONTROL.sub(_visible, text)
 
 
 def _one_line(value: str) -> str:

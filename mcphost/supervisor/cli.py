@@ -1,11 +1,14 @@
 """`mcphost supervise`: read the supervisor's settings and the fleet file, then run the fleet.
 
-Owns: the command line (`--fleet`, `--state`; `MCPHOST_FLEET`, `MCPHOST_STATE` when a flag is
-absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
+Owns: the command line (`--fleet`, `--state`, `--log-format`; `MCPHOST_FLEET`, `MCPHOST_STATE`,
+`MCPHOST_LOG_FORMAT` when a flag is absent; flags win) on the settings base, and the start-up refusals: a bad setting or fleet file
 exits 2 with one stderr line per problem, naming the file and key (or variable, or flag) and
 what is expected; so do a state directory too long for its sockets and a `user =` that cannot
 start its agents' attach entries (reach.py), in `--check` too. It runs in the foreground
-(systemd or a terminal supervises it) and exits 0 after a graceful stop. `--check` is the preflight (center/health.py's `preflight`): the fleet
+(systemd or a terminal supervises it) and exits 0 after a graceful stop. Its events reach
+stderr as JSON lines, or as readable lines (events.py's `use_format`) with `--log-format text`
+or, by default (`auto`), when stderr is a terminal; its journal (`<state>/logs/supervisor.log`)
+is JSON whatever the flag. `--check` is the preflight (center/health.py's `preflight`): the fleet
 file as at start (exit 2), then the token file, one pinned, harmless call to the center, the
 state directory, each fenced agent's program as that agent will look for it (reach.py), and a
 real probe of each group of alike agents, run as their uid in their fence through the agents'
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -41,6 +45,10 @@ class SuperviseSettings(Settings):
     )
     state: str = Field(
         description="the supervisor's state directory, as --state DIR or in MCPHOST_STATE"
+    )
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="auto, json or text, as --log-format or in MCPHOST_LOG_FORMAT",
     )
 
     @field_validator("fleet", "state", mode="before")
@@ -74,6 +82,13 @@ def _parser() -> object:
     p.add_argument("--fleet", help="the fleet file (TOML; else MCPHOST_FLEET)")
     p.add_argument("--state", help="the state directory (else MCPHOST_STATE)")
     p.add_argument(
+        "--log-format",
+        choices=("auto", "json", "text"),
+        help="how events reach stderr: json (one object per line), text (one readable line "
+        "each) or auto, the default: text on a terminal, json otherwise (else "
+        "MCPHOST_LOG_FORMAT); <state>/logs/supervisor.log is JSON always",
+    )
+    p.add_argument(
         "--check",
         action="store_true",
         help="preflight: validate the fleet, reach the center (pinned), check the state "
@@ -94,6 +109,9 @@ def main(argv: list[str]) -> int:
     flags = {k: v for k, v in vars(args).items() if v is not None and k != "check"}
     try:
         settings = SuperviseSettings.load(env=os.environ, cli=flags)
+        from mcphost import events
+
+        events.use_format(settings.log_format)
         from mcphost.supervisor.agents.reach import check_reach
         from mcphost.supervisor.confine.probe import probe
         from mcphost.supervisor.fleet import load_fleet

@@ -119,9 +119,12 @@ def raise_descriptor_limit() -> int:
     """Raise `RLIMIT_NOFILE`'s soft limit to its hard one (`procs.raise_nofile`: the agents and
     every other child get the soft limit back that the supervisor was given), so a flood that
     the listeners' bounds (loopback.py) let through never meets systemd's default 1024 first;
-    the soft limit now, logged as `supervisor.descriptors`."""
+    the soft limit now, logged as `supervisor.descriptors` (at debug level: the first line an
+    operator reads is `supervisor.started`, supervisor.py)."""
     soft, hard, before = procs.raise_nofile()
-    events.emit("supervisor.descriptors", soft=soft, hard=hard, was=before, children=before)
+    events.emit(
+        "supervisor.descriptors", "debug", soft=soft, hard=hard, was=before, children=before
+    )
     return soft
 
 

@@ -221,10 +221,12 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self._reload_in_background)
-        events.emit(
+        events.emit(  # the first line to read: where everything is
             "supervisor.started",
-            state=self.state_dir,
             fleet=self.fleet.path,
+            state=self.state_dir,
+            control=self.control.path,
+            **self.listeners.addresses(),
             agents=len(self.fleet.agents),
             pid=os.getpid(),
         )
@@ -357,6 +359,19 @@ class Listeners:
         """The `[page]` the open page serves (None: none is open)."""
         return None if self.page is None else self.page.config
 
+    def addresses(self) -> dict[str, str]:
+        """Where the open listeners answer, for `supervisor.started`: `page` (its URL, or
+        `unix:PATH`) and `metrics` (`http://ADDRESS/metrics`, or `unix:PATH`), each only when
+        served."""
+        out = {}
+        if self.page is not None:
+            out["page"] = self.page.url or str(self.page.config)  # no URL: a Unix socket
+        if self.metrics is not None and self.metrics.server is not None:
+            bound = self.metrics.server.bound
+            if bound is not None:
+                out["metrics"] = str(bound) if bound.path else f"http://{bound}/metrics"
+        return out
+
     async def serve_metrics(self) -> bool:
         """Serve `[metrics]`, if set; False (the line printed) when its address cannot be
         served."""
@@ -386,16 +401,17 @@ class Listeners:
         address cannot be bound."""
         if config is None:
             return True
-        try:
-            await self.open_page(config)
+        try:  # at debug: `supervisor.started` names the page next
+            await self.open_page(config, level="debug")
         except OSError as exc:
             print(f"mcphost supervise: [page] listen = {config}: {exc}", file=sys.stderr)
             return False
         return True
 
-    async def open_page(self, config: Listen | None) -> None:
-        """The fleet page at `config` (None: none), in place of the one open; page.py is
-        imported only then. Raises `OSError` when the address cannot be bound."""
+    async def open_page(self, config: Listen | None, level: str = "info") -> None:
+        """The fleet page at `config` (None: none), in place of the one open, its
+        `supervisor.page_listening` at `level`; page.py is imported only then. Raises `OSError`
+        when the address cannot be bound."""
         if self.page is not None:
             page, self.page = self.page, None
             await page.aclose()
@@ -411,7 +427,7 @@ class Listeners:
             agent_uids=self._agent_uids,
         )
         try:
-            await page.start()
+            await page.start(level)
         except BaseException:
             await page.aclose()
             raise

@@ -111,6 +111,14 @@ def test_the_fleet_demo_walks_the_main_job_and_leaves_nothing_running(kernel: st
     (row,) = [line for line in status.splitlines() if line.split()[1:3] == ["agent-1", "running"]]
     flat = kernel == "no-userns" or not machine.probe().userns  # agents cannot nest sandboxes
     assert ("(no nesting)" in row) is flat, status
+    # each running agent's usage is its tree's, read once its sessions are up (issue 34: every
+    # row showed 0B and 0 processes, a figure read while the pane was still in its gate)
+    (header,) = [line for line in status.splitlines() if line.split()[1:3] == ["AGENT", "STATE"]]
+    names = header.split()[1:]
+    for agent in ("agent-1", "agent-2", "agent-3"):
+        (line,) = [line for line in status.splitlines() if line.split()[1:2] == [agent]]
+        cells = dict(zip(names, line.split()[1:], strict=False))
+        assert cells["MEM"] != "0B" and int(cells["PROCS"]) >= 3, status
     root = working_dir(out)
     assert not root.exists()
     assert left_running(root, marker) == []

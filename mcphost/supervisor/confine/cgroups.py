@@ -626,7 +626,8 @@ def _enable() -> str:
 
 def open_cgroups(state_dir: str) -> Cgroups:
     """Detect the backend and prepare it; a backend that refuses to be prepared is `none`,
-    with the reason (emitted: agents run without limits)."""
+    with the reason (emitted as a warning: agents run without limits; a backend found is a
+    debug line, `ctl status` and `--check` name it)."""
     cgroups = Cgroups(detect(), state_dir)
     try:
         cgroups.prepare()
@@ -635,7 +636,7 @@ def open_cgroups(state_dir: str) -> Cgroups:
         cgroups = Cgroups(Backend("none", reason), state_dir)
     emit(
         "supervisor.limits",
-        level="info" if cgroups.kind != "none" else "warning",
+        level="debug" if cgroups.kind != "none" else "warning",
         **cgroups.as_json(),
     )
     return cgroups

@@ -7,6 +7,7 @@ the fleet, read an agent's log, or run a command as an agent.
     mcphost ctl --state DIR restart --all
     mcphost ctl --state DIR reload [--dry-run] [--json]
     mcphost ctl --state DIR logs AGENT|--supervisor [--follow] [-n N] [--raw | --escape]
+    mcphost ctl --state DIR logs --supervisor [--json | --log-format auto|json|text]
     mcphost ctl --state DIR exec AGENT -- CMD [ARGS...]
 
 `--state` may also come after the command, or from `MCPHOST_STATE`. The socket is
@@ -31,7 +32,10 @@ waits and exits with CMD's status (128+N when a signal N ended it), or 127 (not 
 CMD's process group; if ctl dies, its connection closes and the supervisor ends CMD's group.
 A refusal before CMD started exits 1 as above (`agent_not_running`, ...), 2 for `unknown_agent`.
 
-`logs --supervisor` prints the supervisor's own events (JSON lines, journal.py). `logs` prints
+`logs --supervisor` prints the supervisor's own events (journal.py): to a terminal as readable
+lines (termtext.py's `readable`: local time, level, event, agent, `key=value`, control characters
+made visible), to a pipe or file as the journal's JSON lines; `--json` or `--log-format` choose.
+`logs` prints
 an agent's output, which the agent chose: to a terminal, control characters are
 made visible (`escape_controls`: ESC as `^[`, so an OSC 52 clipboard write or a screen clear
 is shown, not executed); to a pipe or file, the text is written as it is. `--raw` and
@@ -83,6 +87,7 @@ from mcphost.supervisor.operator.ctlview import (
     status_table,
     watch_frame,
 )
+from mcphost.termtext import readable
 
 STATE_ENV = "MCPHOST_STATE"
 SOCKET_NAME = "control.sock"
@@ -214,6 +219,20 @@ def _parser() -> Parser:
         default=DEFAULT_LOG_LINES,
         help=f"lines from the end to start with (default {DEFAULT_LOG_LINES})",
     )
+    form = logs.add_mutually_exclusive_group()
+    form.add_argument(
+        "--log-format",
+        choices=("auto", "json", "text"),
+        help="--supervisor's events as json (the journal's lines), text (one readable line "
+        "each) or auto, the default: text on a terminal, json otherwise",
+    )
+    form.add_argument(
+        "--json",
+        dest="log_format",
+        action="store_const",
+        const="json",
+        help="--supervisor's events as the journal's JSON lines, even on a terminal",
+    )
     shown = logs.add_mutually_exclusive_group()
     shown.add_argument(
         "--raw",
@@ -337,8 +356,11 @@ def _run(args: argparse.Namespace, path: str) -> int:
         texts: Iterable[str] = stream_logs(
             path, args.agent, lines=args.lines, follow=args.follow, timeout=args.timeout
         )
-        if args.escape if args.escape is not None else out.isatty():
-            texts = escaped(texts)
+        form = args.log_format or "auto"
+        if args.supervisor and (form == "text" or (form == "auto" and out.isatty())):
+            texts = readable(texts)  # JSON lines as lines for people, controls made visible
+        elif args.escape if args.escape is not None else out.isatty():
+            texts = escaped(texts)  # JSON leaves DEL and C1 as they are
         for text in texts:
             out.write(text)
             out.flush()
@@ -414,6 +436,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.command == "logs" and (args.agent is None) == (not args.supervisor):
         parser.error("logs needs an AGENT or --supervisor (one of them)")
+    if args.command == "logs" and args.log_format is not None and not args.supervisor:
+        parser.error("--log-format and --json are for --supervisor (an agent's log is its text)")
     if args.command == "restart" and (not args.agents) == (not args.all):
         parser.error("restart needs AGENTs or --all (one of them)")
     return _checked_exec(parser, args) if args.command == "exec" else args

@@ -23,7 +23,8 @@ only) on a loopback address or a Unix socket (0660, bound through `mcphost.unixs
 loopback.py's listener as the fleet page is: connections owned by an agent's uid closed at once,
 bounds per listener and per owner uid, a deadline for the request head, no keep-alive, and on
 TCP a `Host` that is not the listener's own address refused (403, `values.Listen.answers`); it
-names where it listens (`supervisor.metrics_serving`, the port bound when `listen` asked for 0).
+names where it listens (`supervisor.started`'s `metrics` URL, and `supervisor.metrics_serving` at
+debug level: the port bound when `listen` asked for 0).
 
 Labels: `agent` (an agent id: the one label that grows with the fleet), `state` (the six
 states), `fence` (a fence level name), `tool` (a catalog tool name, or `unknown`: never a name
@@ -331,7 +332,8 @@ class MetricsServer:
         except OSError as exc:
             raise MetricsBindError(self.listen, exc.strerror or str(exc)) from None
         self.server = server
-        events.emit("supervisor.metrics_serving", listen=str(server.bound))
+        # debug: `supervisor.started` (supervisor.py) names the URL, the endpoint never moves
+        events.emit("supervisor.metrics_serving", "debug", listen=str(server.bound))
 
     async def aclose(self) -> None:
         server, self.server = self.server, None

@@ -72,12 +72,22 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class _Figures:
-    """One agent's usage as sampled, with the run it was read for (a new run is read anew)."""
+    """One agent's usage as sampled, with the run it was read for and its sessions then: a new
+    run, or the same run with other sessions (its pumps started or ended), is read anew, and so
+    is a running agent read with no process in its group yet (a tmux pane still in its gate,
+    outside the group it enters next): a figure of nothing is not kept for the sample's age."""
 
     pid: int | None
     generation: int | None
+    sessions: int
     usage: Usage
     json: dict[str, object]
+
+    def holds(self, status: AgentStatus, sessions: int) -> bool:
+        """Whether these figures still stand for the agent's run `status` with `sessions`."""
+        if (self.pid, self.generation, self.sessions) != (status.pid, status.generation, sessions):
+            return False
+        return self.pid is None or self.usage.processes != 0
 
 
 class Slot(Protocol):
@@ -218,9 +228,10 @@ class Operations:
         now = time.monotonic()
         if self._sample is not None and now - self._sample[0] <= max_age:
             return self._sample[1]
+        sessions = self._sessions()
         try:
             figures = {
-                agent_id: self._read_figures(agent_id, slot)
+                agent_id: self._read_figures(agent_id, slot, sessions[agent_id])
                 for agent_id, slot in list(self.supervisor.slots.items())
             }
         finally:
@@ -235,8 +246,16 @@ class Operations:
             self._scan = ProcTable.scan()
         return self._scan
 
-    def _read_figures(self, agent_id: str, slot: Slot) -> _Figures:
-        """usage.py's figures of one agent: its group's files, else its trees in /proc."""
+    def _sessions(self) -> Counter[str]:
+        """Live sessions per agent, over both surfaces."""
+        sessions: Counter[str] = Counter()
+        for hub in self.supervisor.hubs.values():
+            sessions.update(hub.counts())
+        return sessions
+
+    def _read_figures(self, agent_id: str, slot: Slot, sessions: int) -> _Figures:
+        """usage.py's figures of one agent (`sessions` its live sessions now): its group's
+        files, else its trees in /proc."""
         status = slot.runner.status()
         group = slot.runner.cgroup
         usage = agent_usage(
@@ -247,7 +266,7 @@ class Operations:
             peaks=self.peaks,
             cgroup=group.usage_files if group is not None else None,
         )
-        return _Figures(status.pid, status.generation, usage, usage.as_json())
+        return _Figures(status.pid, status.generation, sessions, usage, usage.as_json())
 
     def _needs_sampling(self) -> bool:
         """Whether a peak is the supervisor's own (`Usage.sampled_peak`): an agent running
@@ -272,12 +291,17 @@ class Operations:
                 self._usage_sample(every)
 
     def _figures(
-        self, agent_id: str, slot: Slot, status: AgentStatus, sample: dict[str, _Figures]
+        self,
+        agent_id: str,
+        slot: Slot,
+        status: AgentStatus,
+        sessions: int,
+        sample: dict[str, _Figures],
     ) -> _Figures:
-        """The sample's figures of the agent, read anew for a run the sample did not see."""
+        """The sample's figures of the agent, read anew when they no longer hold (`_Figures`)."""
         figures = sample.get(agent_id)
-        if figures is None or (figures.pid, figures.generation) != (status.pid, status.generation):
-            figures = sample[agent_id] = self._read_figures(agent_id, slot)
+        if figures is None or not figures.holds(status, sessions):
+            figures = sample[agent_id] = self._read_figures(agent_id, slot, sessions)
             self._scan = None
         return figures
 
@@ -288,9 +312,7 @@ class Operations:
         rows = []
         supervisor = self.supervisor
         surfaces, relay = supervisor.surfaces, supervisor.relay
-        sessions: Counter[str] = Counter()
-        for hub in supervisor.hubs.values():
-            sessions.update(hub.counts())
+        sessions = self._sessions()
         cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         for agent_id, slot in sorted(supervisor.slots.items()):
             status = slot.runner.status()
@@ -302,7 +324,7 @@ class Operations:
                 tuple(fenced.items()) if fenced is not None else None,  # changed in place
                 "none" if slot.sandbox is None else slot.sandbox.name,
                 slot.plan.runner,
-                self._figures(agent_id, slot, status, sample),
+                self._figures(agent_id, slot, status, sessions[agent_id], sample),
                 surfaces.center_calls(agent_id),
                 relay.queue_depth(slot.plan.bundle, agent_id),
                 None if group is None else group.limits,

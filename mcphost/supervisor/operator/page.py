@@ -372,9 +372,9 @@ class FleetPage:
         self._tail = b""
         self.builds = 0  # times the JSON was built (tests, bench)
 
-    async def start(self) -> str | None:
-        """Bind and serve; the page's URL (None on a Unix socket: `supervisor.page_listening`
-        names where it listens). Raises `OSError` (the address is taken...) or
+    async def start(self, level: str = "info") -> str | None:
+        """Bind and serve; the page's URL (None on a Unix socket: `supervisor.page_listening`,
+        at `level`, names where it listens). Raises `OSError` (the address is taken...) or
         `unixsock.SocketPathError`."""
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._page)
@@ -386,7 +386,7 @@ class FleetPage:
         bound = server.bound
         assert bound is not None
         self.url = f"http://{bound}/" if bound.path is None else None
-        events.emit("supervisor.page_listening", listen=str(bound), url=self.url)
+        events.emit("supervisor.page_listening", level, listen=str(bound), url=self.url)
         return self.url
 
     async def aclose(self) -> None:
