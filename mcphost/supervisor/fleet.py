@@ -463,7 +463,7 @@ def _name(loc: tuple[str | int, ...]) -> str:
     return f"{path}: {_key(loc)}"
 
 
-_SECTIONS: dict[str, type[BaseModel]] = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "center": CenterSection,
     "defaults": _Tunable,
     "agent": AgentSection,
@@ -482,7 +482,7 @@ def reload_of(section: str, key: str, *, toggled: bool = False) -> values.Reload
     """What a reload does with a change of `key` of `section` (`center`, `defaults`, `agent`,
     `page`, `metrics`, `identity`), as its field declares it; `toggled`: the key set where it was
     not, or taken out."""
-    extra = _SECTIONS[section].model_fields[key].json_schema_extra
+    extra = SECTIONS[section].model_fields[key].json_schema_extra
     assert isinstance(extra, dict), f"{section}.{key} declares no reload behaviour"
     declared = extra.get("reload_toggled") if toggled else None
     return values.Reload(str(declared or extra["reload"]))
@@ -493,7 +493,7 @@ IN_PLACE = frozenset(k for k in _Tunable.model_fields if reload_of("defaults", k
 
 
 def _expected(loc: tuple[str | int, ...], fallback: str) -> str:
-    section = _SECTIONS.get(str(loc[0])) if loc else None
+    section = SECTIONS.get(str(loc[0])) if loc else None
     fields = [part for part in loc[1:] if isinstance(part, str)]
     if section is not None and fields:
         info = section.model_fields.get(fields[0])
@@ -583,8 +583,8 @@ def _unseen(problems: list[SettingError], seen: list[SettingError]) -> list[Sett
 
 def _known_keys(loc: tuple[str | int, ...]) -> str:
     """`a known key of [[agent]] (the closest: 'restart'): id, client, ...`."""
-    tables = {name: table_of(name) for name in _SECTIONS}
-    section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
+    tables = {name: table_of(name) for name in SECTIONS}
+    section = SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
     if section is AgentSection:
         keys.insert(0, keys.pop(keys.index("id")))

@@ -211,3 +211,22 @@ def test_agent_keys_restart_only_what_they_touch(supervised: Supervised) -> None
     ], reply
     sv.wait_running("agent-1", rows["agent-1"]["generation"] + 1)
     assert sv.status()["agent-2"]["pid"] == rows["agent-2"]["pid"]
+
+
+def test_a_reload_of_a_center_fleet_plans_its_agents_from_the_files_defaults(
+    supervised: Supervised,
+) -> None:
+    """With `[center] fleet = "center"`, a reload once planned the center's agents from the
+    `[defaults]` in force, so a changed one was neither applied nor named."""
+    sv = supervised
+    sv.token_file.write_text(sv.center.worker_token("w-2") + "\n")  # the devcenter binds agent-x
+    center_keys = {"fleet": "center", "poll_seconds": 3600}
+    sv.write_fleet([], center_keys, command=standin("--hold"))
+    sv.start()
+    first = sv.wait_running("agent-x")
+    sv.write_fleet([], center_keys, command=standin("--hold"), env={"X": "1"})
+    dry = sv.ctl("reload", "--dry-run").stdout.splitlines()
+    assert dry == ["would restart: agent-x", "[defaults] env: would restart agent-x"], dry
+    done = sv.ctl("reload").stdout.splitlines()
+    assert done[1:] == ["[defaults] env: applied, restarted agent-x"], done
+    sv.wait_running("agent-x", first["generation"] + 1)
