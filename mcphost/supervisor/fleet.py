@@ -489,7 +489,9 @@ def reload_of(section: str, key: str, *, toggled: bool = False) -> values.Reload
 
 
 # The agent keys a running agent's runner applies in place (`plan.needs_restart`).
-IN_PLACE = frozenset(k for k in _Tunable.model_fields if reload_of("defaults", k) == "live")
+IN_PLACE = frozenset(
+    k for k in _Tunable.model_fields if reload_of("defaults", k) == values.Reload.LIVE
+)
 
 
 def _expected(loc: tuple[str | int, ...], fallback: str) -> str:
