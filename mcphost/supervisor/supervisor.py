@@ -180,7 +180,8 @@ class Supervisor:
         `keys` name every changed key and what was (would be) done with it; a reload that
         applied is logged as `supervisor.reloaded` with them (SIGHUP's as ctl's)."""
         outcome, wanted = await self.reconciler.reload(dry_run=dry_run)
-        keys = await self.listeners.reload(wanted, apply=not dry_run)
+        # applied: the fleet in force now (a reload that ran meanwhile may have replaced it)
+        keys = await self.listeners.reload(wanted if dry_run else self.fleet, apply=not dry_run)
         outcome["keys"] = outcome.get("keys", []) + keys
         if not dry_run:
             events.emit("supervisor.reloaded", keys=outcome["keys"])
@@ -339,6 +340,7 @@ class Listeners:
         self.page: FleetPage | None = None  # None: no `[page]` (or not open yet)
         self.metrics: MetricsServer | None = None  # None: no `[metrics]` (or none bound)
         self._figures: Metrics | None = None  # the counters, kept across moves of `[metrics]`
+        self._moving = asyncio.Lock()  # one reload's moves at a time (SIGHUP beside ctl)
         if metrics is not None:  # built here, served by `serve_metrics`
             self.metrics = self._metrics_server(metrics)
 
@@ -380,6 +382,10 @@ class Listeners:
         named as `Reconciler.reload` names a key (with `applied`, and the `problem` when its
         address could not be bound: nothing is served there then, and the next reload tries
         again)."""
+        async with self._moving:
+            return await self._move(fleet, apply)
+
+    async def _move(self, fleet: Fleet, apply: bool) -> list[dict[str, Any]]:
         from mcphost.supervisor.fleet import reload_of
 
         found: list[dict[str, Any]] = []
