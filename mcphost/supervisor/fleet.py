@@ -50,6 +50,10 @@ checks:
   `policy`: a relay policy id. `sandbox`: `"auto"` (default) or `"none"`.
 - numbers: positive where a zero makes no sense; `restart_max_delay >= restart_delay`.
 
+Every key declares what a reload does with a change of it (`reload_of`, `values.Reload`): the
+reload's reply and dry run (reconcile.py) and docs/fleet-keys.md read that one declaration;
+`IN_PLACE` (the agent keys a runner applies to a running agent) is made from it.
+
 The checks of a loaded fleet against this machine (`check_users`, `check_sandbox`) are the
 plan's: `mcphost supervise` calls them after `load_fleet`, at start and at reload.
 
@@ -208,6 +212,26 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _reload(kind: values.Reload, toggled: values.Reload | None = None) -> dict[str, Any]:
+    """A key's declared reload behaviour (`reload_of`); `toggled`: another when the key is set
+    where it was not, or taken out."""
+    return {"reload": kind.value} | ({"reload_toggled": toggled.value} if toggled else {})
+
+
+_LIVE, _RESTARTS = _reload(values.Reload.LIVE), _reload(values.Reload.RESTARTS_AGENT)
+_REFENCES = _reload(values.Reload.REFENCES)
+
+
+def _live(*args: Any, **kwargs: Any) -> Any:
+    """A field a reload applies in place."""
+    return Field(*args, json_schema_extra=_LIVE, **kwargs)
+
+
+def _restarts(*args: Any, **kwargs: Any) -> Any:
+    """A field whose change restarts the agents it touches."""
+    return Field(*args, json_schema_extra=_RESTARTS, **kwargs)
+
+
 _COMMON_VALIDATORS = {
     "policy": _check_policy,
     "command": _check_command,
@@ -220,49 +244,55 @@ _COMMON_VALIDATORS = {
 class _Tunable(_Section):
     """What `[defaults]` sets and every `[[agent]]` may override (None: not given)."""
 
-    client: Client | None = Field(None, description='"claude", "codex" or "command"')
-    restart: Restart | None = Field(None, description='"always", "on-failure" or "never"')
-    tier_tools: bool | None = Field(None, description="true or false")
-    command: tuple[str, ...] | None = Field(None, description=_COMMAND_EXPECTED)
-    bundle: str | None = Field(None, description=BUNDLE_EXPECTED)
-    user: str | None = Field(None, description="a user name to run the agent as")
-    env: dict[str, str] | None = Field(None, description=_ENV_EXPECTED)
-    runner: Runner | None = Field(
+    client: Client | None = _restarts(None, description='"claude", "codex" or "command"')
+    restart: Restart | None = _live(None, description='"always", "on-failure" or "never"')
+    tier_tools: bool | None = _restarts(None, description="true or false")
+    command: tuple[str, ...] | None = _restarts(None, description=_COMMAND_EXPECTED)
+    bundle: str | None = _restarts(None, description=BUNDLE_EXPECTED)
+    user: str | None = _restarts(None, description="a user name to run the agent as")
+    env: dict[str, str] | None = _restarts(None, description=_ENV_EXPECTED)
+    runner: Runner | None = _restarts(
         None,
         description='"auto", "process", "tmux" or "acp" (tmux: the agent runs in a tmux pane; acp: '
         "an Agent Client Protocol agent its bundle's relay drives; auto: tmux for claude or codex "
         "without a command, else process)",
     )
-    policy: str | None = Field(None, description=_POLICY_EXPECTED)
-    sandbox: Sandbox | None = Field(
+    policy: str | None = _restarts(None, description=_POLICY_EXPECTED)
+    sandbox: Sandbox | None = _restarts(
         None,
         description='"auto" (the fence: bubblewrap, with Landlock where the kernel has it) or '
         '"none" (no fence: the agent can read the token and reach the control socket)',
     )
-    tmp_size: int | None = Field(
+    tmp_size: int | None = _restarts(
         None,
         ge=1 << 20,
         le=1 << 40,
         description="a whole number of bytes, at least 1048576 (each private /tmp, /var/tmp, "
         "/dev/shm of a fenced agent)",
     )
-    restart_delay: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
-    restart_max_delay: float | None = Field(
+    restart_delay: float | None = _live(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
+    restart_max_delay: float | None = _live(
         None, gt=0, le=86400, description=_SECONDS + " (<= 86400)"
     )
-    max_restarts: int | None = Field(
-        None, ge=0, le=10000, description="a whole number of restarts, 0-10000"
+    max_restarts: int | None = _live(
+        None,
+        ge=0,
+        le=10000,
+        description="a whole number of restarts, 0-10000",
     )
-    restart_window: float | None = Field(None, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
-    stop_grace: float | None = Field(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
-    log_max_bytes: int | None = Field(
-        None, ge=4096, le=1 << 40, description="a whole number of bytes, at least 4096"
+    restart_window: float | None = _live(None, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
+    stop_grace: float | None = _live(None, gt=0, le=3600, description=_SECONDS + " (<= 3600)")
+    log_max_bytes: int | None = _live(
+        None,
+        ge=4096,
+        le=1 << 40,
+        description="a whole number of bytes, at least 4096",
     )
-    log_keep: int | None = Field(None, ge=0, le=1000, description="a whole number of files, 0-1000")
+    log_keep: int | None = _live(None, ge=0, le=1000, description="a whole number of files, 0-1000")
     # the agent's cgroup (cgroups.py; docs/concepts.md, "Limits"): None is the default
-    memory_max: int | str | None = Field(None, description=values.SIZE_EXPECTED)
-    pids_max: int | str | None = Field(None, description=values.COUNT_EXPECTED)
-    cpu_weight: int | None = Field(None, ge=1, le=10000, description=values.WEIGHT_EXPECTED)
+    memory_max: int | str | None = _restarts(None, description=values.SIZE_EXPECTED)
+    pids_max: int | str | None = _restarts(None, description=values.COUNT_EXPECTED)
+    cpu_weight: int | None = _restarts(None, ge=1, le=10000, description=values.WEIGHT_EXPECTED)
 
     @field_validator("memory_max", "pids_max", mode="before")
     @classmethod
@@ -285,26 +315,36 @@ class _Tunable(_Section):
 
 
 class AgentSection(_Tunable):
-    id: str = Field(description=AGENT_ID_EXPECTED)
+    id: str = Field(
+        json_schema_extra=_reload(values.Reload.STARTS_STOPS), description=AGENT_ID_EXPECTED
+    )
 
 
 class CenterSection(_Section):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)  # env gives strings
 
-    admin_url: str = Field(description=_TARGET_EXPECTED)
-    fingerprint: str | tuple[str, ...] | None = Field(None, description=_PIN_EXPECTED)
+    admin_url: str = Field(json_schema_extra=_REFENCES, description=_TARGET_EXPECTED)
+    fingerprint: str | tuple[str, ...] | None = _live(None, description=_PIN_EXPECTED)
     token_file: str = Field(
-        description="the absolute path of the worker token file (0600; read by the supervisor)"
+        json_schema_extra=_REFENCES,
+        description="the absolute path of the worker token file (0600; read by the supervisor)",
     )
-    runtime_socket: str | None = Field(None, description="an absolute socket path")
-    fleet: FleetSource = Field("file", description='"file" or "center"')
-    poll_seconds: float = Field(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
+    # set where none was at start, or taken out: sessions keep the runtime client they had
+    runtime_socket: str | None = Field(
+        None,
+        json_schema_extra=_reload(values.Reload.REFENCES, values.Reload.RESTART_SUPERVISOR),
+        description="an absolute socket path",
+    )
+    fleet: FleetSource = Field(
+        "file", json_schema_extra=_reload(values.Reload.REFUSED), description='"file" or "center"'
+    )
+    poll_seconds: float = _live(30.0, gt=0, le=86400, description=_SECONDS + " (<= 86400)")
 
 
 class _Listening(_Section):
     """A table whose `listen` is an operator's HTTP endpoint (`values.parse_listen`)."""
 
-    listen: str = Field(description=values.LISTEN_EXPECTED)
+    listen: str = _live(description=values.LISTEN_EXPECTED)
 
     @field_validator("listen", mode="before")
     @classmethod
@@ -329,7 +369,7 @@ class MetricsSection(_Listening):
 class IdentitySection(_Section):
     """`[identity]`: the uids a root supervisor gives its agents (uids.py)."""
 
-    uids: str = Field(str(uids.DEFAULT_RANGE), description=uids.RANGE_EXPECTED)
+    uids: str = _restarts(str(uids.DEFAULT_RANGE), description=uids.RANGE_EXPECTED)
 
     @field_validator("uids", mode="before")
     @classmethod
@@ -423,7 +463,7 @@ def _name(loc: tuple[str | int, ...]) -> str:
     return f"{path}: {_key(loc)}"
 
 
-_SECTIONS: dict[str, type[BaseModel]] = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "center": CenterSection,
     "defaults": _Tunable,
     "agent": AgentSection,
@@ -433,8 +473,29 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 }
 
 
+def table_of(section: str) -> str:
+    """How the operator writes `section`'s table: `[center]`, `[[agent]]`."""
+    return f"[[{section}]]" if section == "agent" else f"[{section}]"
+
+
+def reload_of(section: str, key: str, *, toggled: bool = False) -> values.Reload:
+    """What a reload does with a change of `key` of `section` (`center`, `defaults`, `agent`,
+    `page`, `metrics`, `identity`), as its field declares it; `toggled`: the key set where it was
+    not, or taken out."""
+    extra = SECTIONS[section].model_fields[key].json_schema_extra
+    assert isinstance(extra, dict), f"{section}.{key} declares no reload behaviour"
+    declared = extra.get("reload_toggled") if toggled else None
+    return values.Reload(str(declared or extra["reload"]))
+
+
+# The agent keys a running agent's runner applies in place (`plan.needs_restart`).
+IN_PLACE = frozenset(
+    k for k in _Tunable.model_fields if reload_of("defaults", k) == values.Reload.LIVE
+)
+
+
 def _expected(loc: tuple[str | int, ...], fallback: str) -> str:
-    section = _SECTIONS.get(str(loc[0])) if loc else None
+    section = SECTIONS.get(str(loc[0])) if loc else None
     fields = [part for part in loc[1:] if isinstance(part, str)]
     if section is not None and fields:
         info = section.model_fields.get(fields[0])
@@ -524,15 +585,8 @@ def _unseen(problems: list[SettingError], seen: list[SettingError]) -> list[Sett
 
 def _known_keys(loc: tuple[str | int, ...]) -> str:
     """`a known key of [[agent]] (the closest: 'restart'): id, client, ...`."""
-    tables = {
-        "center": "[center]",
-        "defaults": "[defaults]",
-        "agent": "[[agent]]",
-        "page": "[page]",
-        "metrics": "[metrics]",
-        "identity": "[identity]",
-    }
-    section = _SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
+    tables = {name: table_of(name) for name in SECTIONS}
+    section = SECTIONS.get(str(loc[0])) if len(loc) > 1 else None
     keys = list(section.model_fields) if section else list(tables)
     if section is AgentSection:
         keys.insert(0, keys.pop(keys.index("id")))

@@ -30,8 +30,9 @@ fleet against this machine (`check_sandbox`, `check_users`). The fleet file and 
 
 Equality is the reload contract: loading an unchanged file gives equal `Fleet`s, and an
 `AgentPlan` compares equal exactly when nothing about how its agent runs changed. Of a changed
-plan, only the fields outside `IN_PLACE` need a restart (`needs_restart`): the restart policy,
-its timings, `stop_grace` and the log limits are the runner's to apply to the running agent.
+plan, only the fields outside the ones the fleet model declares live (`fleet.IN_PLACE`, given to
+`needs_restart`) need a restart: the restart policy, its timings, `stop_grace` and the log limits
+are the runner's to apply to the running agent.
 
 `check_users` is the one check outside the file: every `user` must exist in this machine's user
 database, and be the supervisor's own or the supervisor must run as root (it switches in the
@@ -179,29 +180,13 @@ class AgentPlan:
     uid: int | None = None
 
 
-# The plan fields a running agent never sees: its runner applies them in place at a reload
-# (`runner.AgentRunner.update_policy`); every other field is how the agent runs (argv, env,
-# user, runner, fence, bundle, policy...) and a change of it restarts the agent.
-IN_PLACE = frozenset(
-    {
-        "restart",
-        "restart_delay",
-        "restart_max_delay",
-        "max_restarts",
-        "restart_window",
-        "stop_grace",
-        "log_max_bytes",
-        "log_keep",
-    }
-)
-
-
-def needs_restart(old: AgentPlan, new: AgentPlan) -> bool:
-    """Does going from `old` to `new` change how the agent runs (a field outside `IN_PLACE`)?"""
+def needs_restart(old: AgentPlan, new: AgentPlan, in_place: frozenset[str]) -> bool:
+    """Does going from `old` to `new` change how the agent runs (a field outside `in_place`:
+    the keys the fleet model declares a running agent's runner applies, `fleet.IN_PLACE`)?"""
     return any(
         getattr(old, field.name) != getattr(new, field.name)
         for field in dataclasses.fields(AgentPlan)
-        if field.name not in IN_PLACE
+        if field.name not in in_place
     )
 
 
@@ -209,7 +194,7 @@ def needs_restart(old: AgentPlan, new: AgentPlan) -> bool:
 class Fleet:
     """The fleet in force. `agents` are in file order; equality is the reload contract.
     `page`, `metrics`: where the fleet page and `/metrics` listen (None: off, the default;
-    `metrics` is read at start, a reload moves the page)."""
+    a reload moves, opens or closes either)."""
 
     path: str
     center: CenterConfig

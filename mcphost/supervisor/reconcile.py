@@ -11,7 +11,8 @@ policy, stop grace or log limit in place, leave the rest alone; every fallible
 write -- the relay's configuration, the homes -- before anything is stopped, so a failed relay
 write is `reload_failed` with nothing changed); `reload` (the fleet file and the token file
 again: `[center]` and the token apply to the next call of every session, through the
-supervisor's one link), the fleet the center assigns (`poll_center`), `refence` (a fence that a
+supervisor's one link; with every changed key named with what the reload did with it, as the
+fleet model declares: `key_changes`), the fleet the center assigns (`poll_center`), `refence` (a fence that a
 reload made stale) and the replacement of a generation the center fenced (`replace_fenced`).
 A slot's runner is built by the kind its plan names, from one table (`RUNNERS`: a new kind of
 runner is a class with `hosted` and one line there), with every collaborator given at
@@ -64,8 +65,9 @@ from mcphost.supervisor.agents.tmux import TmuxRunner
 from mcphost.supervisor.confine.fence import Fence
 from mcphost.supervisor.confine.probe import probe
 from mcphost.supervisor.control.protocol import ControlError
-from mcphost.supervisor.fleet import load_fleet
+from mcphost.supervisor.fleet import IN_PLACE, CenterSection, load_fleet, reload_of, table_of
 from mcphost.supervisor.plan import (
+    AgentDefaults,
     AgentPlan,
     Fleet,
     agent_uid,
@@ -75,6 +77,7 @@ from mcphost.supervisor.plan import (
     runs_apart,
     wants_own_uid,
 )
+from mcphost.supervisor.values import Reload
 
 if TYPE_CHECKING:
     from mcphost.supervisor.agents.relayhost import RelayHost
@@ -167,6 +170,7 @@ class Reconciler:
     def __init__(self, supervisor: Supervised, fleet: Fleet) -> None:
         self.supervisor = supervisor
         self.fleet = fleet
+        self.started = fleet  # what a key a reload cannot apply stays at (`key_changes`)
         self.slots: dict[str, Slot] = {}
         self.unstarted: dict[str, str] = {}  # agent -> why its home could not be prepared
         self.locks = AgentLocks()
@@ -181,10 +185,10 @@ class Reconciler:
     def _changes(self, fleet: Fleet) -> dict[str, list[str]]:
         """What reconciling with `fleet` would do, by agent: `removed` (stopped), `added`
         (started), `changed` (restarted: how it runs changed, `plan.needs_restart`), `updated`
-        (its runner's policy changed in place: `plan.IN_PLACE`) and `unchanged`."""
+        (its runner's policy changed in place: `fleet.IN_PLACE`) and `unchanged`."""
         wanted = {plan.agent_id: plan for plan in fleet.agents}
         kept = [a for a in wanted if a in self.slots]
-        changed = [a for a in kept if needs_restart(self.slots[a].plan, wanted[a])]
+        changed = [a for a in kept if needs_restart(self.slots[a].plan, wanted[a], IN_PLACE)]
         updated = [a for a in kept if a not in changed and self.slots[a].plan != wanted[a]]
         return {
             "removed": [a for a in self.slots if a not in wanted],
@@ -397,13 +401,14 @@ class Reconciler:
         cgroups = self.supervisor.cgroups
         return cgroups.group(plan.agent_id, cgroups.limits_of(plan))
 
-    def _fence(self, plan: AgentPlan, home: Home) -> Fence | None:
-        """The agent's fence (reach.py builds it as the load-time checks plan it), with the
-        sign-in of the supervisor's environment hidden and the agent's own cgroups shown."""
+    def _fence(self, plan: AgentPlan, home: Home, fleet: Fleet | None = None) -> Fence | None:
+        """The agent's fence (reach.py builds it as the load-time checks plan it) in `fleet`
+        (None: the one in force), with the sign-in of the supervisor's environment hidden and the
+        agent's own cgroups shown."""
         supervisor = self.supervisor
         group = self._group(plan)
         return reach.agent_fence(
-            self.fleet,
+            fleet or self.fleet,
             supervisor.state_dir,
             plan,
             home,
@@ -412,25 +417,41 @@ class Reconciler:
         )
 
     # -- reload ---------------------------------------------------------------------------
-    async def reload(self, dry_run: bool = False) -> dict[str, Any]:
+    async def reload(self, dry_run: bool = False) -> tuple[dict[str, Any], Fleet]:
         """Re-read the fleet file (and the token file); a file that fails validation changes
         nothing. A changed `[center]` or token applies to the next call of every session.
         `dry_run`: the file's checks, then what a reload would stop, start, restart and update
         (`_changes`; with `[center] fleet = "center"`, against the center's list), with nothing
-        applied."""
+        applied. Either way `keys`: every changed key with what the reload does (did) with it,
+        as the fleet model declares (`key_changes`); and the fleet file's fleet (its `[page]`
+        and `[metrics]` are the supervisor's listeners' to apply)."""
         async with self._reload_lock:
             fleet = self._checked_file()
+            before = self.fleet, {a: slot.plan for a, slot in self.slots.items()}
             if dry_run:
-                if fleet.center.fleet == "center":
-                    fleet = (await self._center_fleet())[0]
-                return {"dry_run": True, **self._changes(self._identified(fleet))}
+                wanted = fleet
+                if fleet.center.fleet == "center" and self.fleet.center.fleet == "center":
+                    wanted = (await self._center_fleet(fleet))[0]
+                wanted = self._identified(wanted)
+                plans = {plan.agent_id: plan for plan in wanted.agents}
+                keys = key_changes(self.started, *before, wanted, plans)
+                for key in keys:
+                    if key["reload"] == Reload.REFENCES:
+                        key["agents"] = self._refenced(wanted)
+                return {"dry_run": True, **self._changes(wanted), "keys": keys}, fleet
             await self._apply_center(fleet)
             if fleet.center.fleet == "center":
-                outcome = await self._reload_from_center()
+                outcome = await self._reload_from_center(base=fleet)
             else:
                 outcome = await self._reconcile(fleet)
-            await self._refence()
-            return outcome
+            plans = {a: slot.plan for a, slot in self.slots.items()}
+            keys = key_changes(self.started, *before, self.fleet, plans)
+            refenced = await self._refence()
+            for key in keys:
+                key["applied"] = key["reload"] != Reload.RESTART_SUPERVISOR
+                if key["reload"] == Reload.REFENCES:
+                    key["agents"] = refenced
+            return {**outcome, "keys": keys}, fleet
 
     def _checked_file(self) -> Fleet:
         """The fleet file as it is now, checked against this machine (`reload_failed` with
@@ -448,10 +469,24 @@ class Reconciler:
             ) from None
         return fleet
 
-    async def _refence(self) -> None:
-        """After a reload that moved `[center] token_file`, a fence planned with the old path
-        (and reused by restarts) would leave the new file readable: every fenced agent whose
-        plan differs now gets the new one, and a running one is restarted into it."""
+    def _refenced(self, fleet: Fleet) -> list[str]:
+        """The running fenced agents, kept as they run, whose fence under `fleet` differs (a
+        reload to `fleet` restarts them into it: `_refence`)."""
+        return sorted(
+            agent_id
+            for agent_id, slot in self.slots.items()
+            if slot.sandbox is not None
+            and not needs_restart(slot.plan, _planned(fleet, slot.plan), IN_PLACE)
+            and self._fence(slot.plan, slot.home, fleet) != slot.sandbox
+            and slot.runner.status().state in (AgentState.STARTING, AgentState.RUNNING)
+        )
+
+    async def _refence(self) -> list[str]:
+        """After a reload that moved `[center] token_file` (or another path the fence hides:
+        `reach.secrets`), a fence planned with the old path (and reused by restarts) would leave
+        the new one readable: every fenced agent whose plan differs now gets the new one, and a
+        running one is restarted into it. The agents restarted."""
+        restarted: list[str] = []
         for agent_id, slot in list(self.slots.items()):
             if slot.sandbox is None:
                 continue
@@ -466,7 +501,9 @@ class Reconciler:
                 running = slot.runner.status().state in (AgentState.STARTING, AgentState.RUNNING)
                 events.emit("supervisor.agent_refenced", agent_id=agent_id, restarted=running)
                 if running:
+                    restarted.append(agent_id)
                     await slot.runner.restart()
+        return sorted(restarted)
 
     async def _apply_center(self, fleet: Fleet) -> None:
         """Make `fleet.center` (and its token file's token) the one the next call of every
@@ -496,15 +533,18 @@ class Reconciler:
             events.emit("supervisor.center_changed", changed=changed)
 
     # -- the fleet the center assigns (`[center] fleet = "center"`) ------------------------
-    async def _center_fleet(self) -> tuple[Fleet, dict[str, int]]:
-        """The fleet of the center's list for this worker, and the generations it has seen."""
+    async def _center_fleet(self, base: Fleet | None = None) -> tuple[Fleet, dict[str, int]]:
+        """The fleet of the center's list for this worker, each agent planned from `base`'s
+        `[defaults]` (None: the fleet in force's; a reload gives the file's), and the
+        generations it has seen."""
         from mcphost.errors import ToolFailure
         from mcphost.supervisor.center.generations import fetch_fleet
         from mcphost.supervisor.plan import fleet_with_agents
 
         try:
             assigned = await fetch_fleet(self.supervisor.center.admin)
-            return fleet_with_agents(self.fleet, assigned.ids), dict(assigned.generations)
+            fleet = base or self.fleet
+            return fleet_with_agents(fleet, assigned.ids), dict(assigned.generations)
         except ToolFailure as exc:
             raise ControlError.row(
                 R.CENTER_LIST_UNREADABLE,
@@ -519,8 +559,10 @@ class Reconciler:
                 problem=exc.text(),
             ) from None
 
-    async def _reload_from_center(self, polled: bool = False) -> dict[str, Any]:
-        fleet, generations = await self._center_fleet()
+    async def _reload_from_center(
+        self, polled: bool = False, base: Fleet | None = None
+    ) -> dict[str, Any]:
+        fleet, generations = await self._center_fleet(base)
         for agent_id, generation in generations.items():
             self.supervisor.generations.saw(agent_id, generation)
         return await self._reconcile(fleet, quiet=polled)
@@ -563,6 +605,55 @@ class Reconciler:
                 slot.fenced["action"] = "stopped"
                 events.emit("supervisor.agent_fenced_stopped", level="error", agent_id=agent_id)
                 await slot.runner.stop()
+
+
+def _planned(fleet: Fleet, plan: AgentPlan) -> AgentPlan:
+    """The plan `fleet` has for `plan`'s agent (`plan` itself when `fleet` has none)."""
+    return next((p for p in fleet.agents if p.agent_id == plan.agent_id), plan)
+
+
+def key_changes(
+    started: Fleet,
+    before: Fleet,
+    plans: Mapping[str, AgentPlan],
+    after: Fleet,
+    planned: Mapping[str, AgentPlan],
+) -> list[dict[str, Any]]:
+    """Every key of `[center]`, `[identity]`, `[defaults]` and `[[agent]]` that differs from
+    `before` (the fleet in force, `plans` its agents') to `after` (`planned`), each with the
+    reload behaviour its field declares (`fleet.reload_of`): `{"key": "[center] admin_url",
+    "reload": "live", "agents": [...]}` (`agents`: those whose plan it changes). A key a reload
+    cannot apply (`restart_supervisor`) is compared with `started`, the fleet the supervisor
+    started with, so every reload names it until a restart. An agent key changed in
+    `[defaults]` is named there, else in `[[agent]]`. Pure. `[page]` and `[metrics]` are the
+    listeners' (supervisor.py)."""
+    found: list[dict[str, Any]] = []
+
+    def add(section: str, key: str, kind: Reload, agents: list[str] | None = None) -> None:
+        entry: dict[str, Any] = {"key": f"{table_of(section)} {key}", "reload": kind}
+        if agents is not None:
+            entry["agents"] = agents
+        found.append(entry)
+
+    for key in CenterSection.model_fields:
+        attr = "pins" if key == "fingerprint" else key
+        then, was, now = (getattr(f.center, attr) for f in (started, before, after))
+        kind = reload_of("center", key, toggled=(then is None) != (now is None))
+        if (then if kind == Reload.RESTART_SUPERVISOR else was) != now:
+            add("center", key, kind)
+    kept = sorted(a for a in plans if a in planned)
+    if before.uids != after.uids:
+        moved = [a for a in kept if plans[a].uid != planned[a].uid]
+        add("identity", "uids", reload_of("identity", "uids"), moved)
+    for key in AgentDefaults.__dataclass_fields__:
+        touched = [a for a in kept if getattr(plans[a], key) != getattr(planned[a], key)]
+        section = "defaults"
+        if getattr(before.defaults, key) == getattr(after.defaults, key):
+            if not touched:
+                continue
+            section = "agent"
+        add(section, key, reload_of(section, key), touched)
+    return found
 
 
 def _signed_out(operator: Operator, plans: list[AgentPlan]) -> None:

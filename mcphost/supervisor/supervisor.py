@@ -63,7 +63,7 @@ from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES, SessionHub
 from mcphost.supervisor.serving.surfaces import CENTER, RELAY, Surfaces
 
 if TYPE_CHECKING:
-    from mcphost.supervisor.operator.metrics import MetricsServer, RelayFigures
+    from mcphost.supervisor.operator.metrics import Metrics, MetricsServer, RelayFigures
     from mcphost.supervisor.operator.page import FleetPage
     from mcphost.supervisor.values import Listen
 
@@ -175,16 +175,16 @@ class Supervisor:
         return self.reconciler.locks.held(agent_ids)
 
     async def reload(self, dry_run: bool = False) -> dict[str, Any]:
-        """Re-read the fleet file and apply it (`Reconciler.reload`, `[page]` included;
-        `dry_run`: only say what applying it would do)."""
-        outcome = await self.reconciler.reload(dry_run=dry_run)
-        if dry_run:
-            return outcome
-        if self.fleet.page != self.listeners.page_config:
-            try:
-                await self.listeners.open_page(self.fleet.page)
-            except OSError as exc:
-                events.emit("supervisor.page_failed", level="error", error=str(exc))
+        """Re-read the fleet file and apply it (`Reconciler.reload`, then `[page]` and
+        `[metrics]`: `Listeners.reload`); `dry_run`: only say what applying it would do. Its
+        `keys` name every changed key and what was (would be) done with it; a reload that
+        applied is logged as `supervisor.reloaded` with them (SIGHUP's as ctl's)."""
+        outcome, wanted = await self.reconciler.reload(dry_run=dry_run)
+        # applied: the fleet in force now (a reload that ran meanwhile may have replaced it)
+        keys = await self.listeners.reload(wanted if dry_run else self.fleet, apply=not dry_run)
+        outcome["keys"] = outcome.get("keys", []) + keys
+        if not dry_run:
+            events.emit("supervisor.reloaded", keys=outcome["keys"])
         return outcome
 
     def agent_uids(self) -> frozenset[int]:
@@ -320,9 +320,9 @@ class Supervisor:
 
 class Listeners:
     """The operator's own listeners, each there only while the fleet asks for it: the metrics
-    endpoint of `[metrics]` (read at start: a reload keeps the endpoint it found) and the fleet
-    page at the `[page]` in force (a reload moves or closes it). metrics.py and page.py are
-    imported only then."""
+    endpoint of `[metrics]` and the fleet page of `[page]`, each at the address in force (a
+    reload opens, moves or closes either: `reload`; the metrics' counters outlive a move).
+    metrics.py and page.py are imported only then."""
 
     def __init__(
         self,
@@ -340,19 +340,75 @@ class Listeners:
         self._started_at = started_at
         self._agent_uids = agent_uids
         self.page: FleetPage | None = None  # None: no `[page]` (or not open yet)
-        self.metrics: MetricsServer | None = None  # None: no `[metrics]`
-        if metrics is not None:
-            from mcphost.supervisor.operator.metrics import Metrics, MetricsServer
+        self.metrics: MetricsServer | None = None  # None: no `[metrics]` (or none bound)
+        self._figures: Metrics | None = None  # the counters, kept across moves of `[metrics]`
+        self._moving = asyncio.Lock()  # one reload's moves at a time (SIGHUP beside ctl)
+        if metrics is not None:  # built here, served by `serve_metrics`
+            self.metrics = self._metrics_server(metrics)
 
-            self.metrics = MetricsServer(
-                Metrics(operations.snapshot, self._relay_figures), metrics, agent_uids
-            )
+    def on_center_call(self, agent_id: str, tool: str, outcome: str, seconds: float) -> None:
+        """What every center call's end is told to (surfaces.py hands it to each center
+        session): the metrics' counters, once `[metrics]` was asked for."""
+        if self._figures is not None:
+            self._figures.center_call(agent_id, tool, outcome, seconds)
 
     @property
-    def on_center_call(self) -> Callable[[str, str, str, float], None] | None:
-        """What every center call's end is told to (surfaces.py hands it to each center
-        session); None: nobody listens."""
-        return None if self.metrics is None else self.metrics.metrics.center_call
+    def metrics_config(self) -> Listen | None:
+        """The `[metrics]` the open endpoint serves (None: none is open)."""
+        return None if self.metrics is None else self.metrics.listen
+
+    def _metrics_server(self, config: Listen) -> MetricsServer:
+        """An endpoint at `config` (not bound) on the one set of counters; metrics.py is
+        imported only then."""
+        from mcphost.supervisor.operator.metrics import Metrics, MetricsServer
+
+        if self._figures is None:
+            self._figures = Metrics(self._operations.snapshot, self._relay_figures)
+        return MetricsServer(self._figures, config, self._agent_uids)
+
+    async def open_metrics(self, config: Listen | None) -> None:
+        """The metrics endpoint at `config` (None: none), in place of the one open, with the
+        counters kept. Raises `MetricsBindError`."""
+        if self.metrics is not None:
+            server, self.metrics = self.metrics, None
+            await server.aclose()
+        if config is None:
+            return
+        server = self._metrics_server(config)
+        await server.start()
+        self.metrics = server
+
+    async def reload(self, fleet: Fleet, *, apply: bool) -> list[dict[str, Any]]:
+        """Move, open or close the page and the metrics endpoint to `fleet`'s (`apply` False: a
+        dry run, nothing is bound); each listener whose address differs from the one served,
+        named as `Reconciler.reload` names a key (with `applied`, and the `problem` when its
+        address could not be bound: nothing is served there then, and the next reload tries
+        again)."""
+        async with self._moving:
+            return await self._move(fleet, apply)
+
+    async def _move(self, fleet: Fleet, apply: bool) -> list[dict[str, Any]]:
+        from mcphost.supervisor.fleet import reload_of
+
+        found: list[dict[str, Any]] = []
+        for name, served, opener in (
+            ("page", self.page_config, self.open_page),
+            ("metrics", self.metrics_config, self.open_metrics),
+        ):
+            wanted = getattr(fleet, name)
+            if wanted == served:
+                continue
+            entry: dict[str, Any] = {"key": f"[{name}] listen", "reload": reload_of(name, "listen")}
+            entry["listen"] = None if wanted is None else str(wanted)
+            if apply:
+                try:
+                    await opener(wanted)
+                    entry["applied"] = True
+                except OSError as exc:  # a page's bind, or `MetricsBindError`
+                    events.emit(f"supervisor.{name}_failed", level="error", error=str(exc))
+                    entry |= {"applied": False, "problem": str(exc)}
+            found.append(entry)
+        return found
 
     @property
     def page_config(self) -> Listen | None:
@@ -436,5 +492,4 @@ class Listeners:
     async def aclose(self) -> None:
         """Close the page, then the metrics endpoint (at shutdown)."""
         await self.open_page(None)
-        if self.metrics is not None:
-            await self.metrics.aclose()
+        await self.open_metrics(None)

@@ -17,6 +17,10 @@ loader shows and its model carries as the key's description).
   `parse_size` (bytes, or "512M", "2GiB": powers of 1024), `parse_count`, `UNLIMITED` ("max"),
   and `SIZE_EXPECTED`, `COUNT_EXPECTED`, `WEIGHT_EXPECTED`.
 
+- What a reload does with a changed key (`Reload`, with what each means, `RELOAD_MEANS`): every
+  key of the fleet model declares one (`fleet.reload_of`); the reload's reply, its dry run and
+  docs/fleet-keys.md all read that one declaration.
+
 The fleet's durations (`restart_window`, `poll_seconds`...) are numbers of seconds that the
 fleet file's model bounds itself; nothing here parses them.
 
@@ -28,6 +32,7 @@ that is not the listener's own on TCP.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from dataclasses import dataclass
@@ -141,3 +146,35 @@ def parse_count(raw: object) -> int | Literal["max"]:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 16:
         raise ValueError(COUNT_EXPECTED)
     return raw
+
+
+# -- what a reload does with a changed key -------------------------------------------------------
+
+
+class Reload(enum.StrEnum):
+    """What a reload does with a changed key of the fleet file (declared per key in the fleet
+    model: `fleet.reload_of`)."""
+
+    LIVE = "live"
+    REFENCES = "live_refences"
+    RESTARTS_AGENT = "restarts_agent"
+    STARTS_STOPS = "starts_stops"
+    RESTART_SUPERVISOR = "restart_supervisor"
+    REFUSED = "refused"
+
+
+RELOAD_MEANS: dict[Reload, str] = {
+    Reload.LIVE: "applied in place by the reload; no agent restarts",
+    Reload.REFENCES: (
+        "applied in place by the reload (the next center call uses it); when it moves a path "
+        "the fence hides, every running fenced agent restarts (a new generation) into a fence "
+        "that hides the new one"
+    ),
+    Reload.RESTARTS_AGENT: "applied by the reload: each agent whose plan it changes restarts "
+    "(a new generation); the others keep running",
+    Reload.STARTS_STOPS: "an agent added to the file starts, one taken out stops",
+    Reload.RESTART_SUPERVISOR: "not applied by a reload, which names it: restart the "
+    "supervisor to apply it",
+    Reload.REFUSED: "a reload that changes it is refused whole (`reload_failed`, nothing "
+    "applied): restart the supervisor to change it",
+}

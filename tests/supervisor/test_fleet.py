@@ -687,3 +687,27 @@ def test_a_uid_range_holding_a_user_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(SettingError, match=r"identity.uids is '1-70000', which holds user"):
         check_users(fleet)
+
+
+def test_every_key_declares_what_a_reload_does_with_it() -> None:
+    """Issue 34: one declaration per key (`fleet.reload_of`), read by the reload's reply and
+    docs/fleet-keys.md; the agent keys declared live are exactly the ones a running agent's
+    runner applies in place (`AgentRunner.update_policy`), and only a change outside them
+    restarts the agent (`plan.needs_restart`)."""
+    from mcphost.supervisor.fleet import IN_PLACE, SECTIONS, reload_of
+    from mcphost.supervisor.plan import AgentDefaults, apply_defaults, needs_restart
+    from mcphost.supervisor.values import Reload
+
+    for section, model in SECTIONS.items():
+        for key, field in model.model_fields.items():
+            assert isinstance(field.json_schema_extra, dict), (section, key)
+            assert reload_of(section, key) in Reload, (section, key)
+    assert {
+        "restart", "restart_delay", "restart_max_delay", "max_restarts", "restart_window",
+        "stop_grace", "log_max_bytes", "log_keep",
+    } == IN_PLACE  # fmt: skip
+    assert reload_of("center", "runtime_socket", toggled=True) == Reload.RESTART_SUPERVISOR
+    assert reload_of("center", "fleet") == Reload.REFUSED
+    plan = apply_defaults(AgentDefaults(client="command", command=("x",)), "a")
+    assert not needs_restart(plan, dataclasses.replace(plan, stop_grace=3.0), IN_PLACE)
+    assert needs_restart(plan, dataclasses.replace(plan, env=(("X", "1"),)), IN_PLACE)

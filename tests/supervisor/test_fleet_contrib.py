@@ -13,14 +13,17 @@ import pytest
 
 from mcphost.supervisor import plan
 from mcphost.supervisor.fleet import (
+    SECTIONS,
     AgentSection,
     CenterSection,
     IdentitySection,
     MetricsSection,
     PageSection,
     load_fleet,
+    reload_of,
 )
 from mcphost.supervisor.uids import DEFAULT_RANGE
+from mcphost.supervisor.values import Reload
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -88,6 +91,57 @@ def test_the_sample_fleet_file_lists_every_key_with_its_default() -> None:
             assert name not in uncommented["defaults"], f"{name} has no default: comment it out"
         else:
             assert uncommented["defaults"][name] == shown == default, name
+
+
+# How the sample's `# Reload:` lines say each behaviour the fleet model declares (values.Reload).
+PHRASES = {
+    Reload.LIVE: "applied live",
+    Reload.REFENCES: "applied live; running fenced agents restart when a path the fence hides moves",
+    Reload.RESTARTS_AGENT: "restarts the agents it changes",
+    Reload.STARTS_STOPS: "an added agent starts, a removed one stops",
+    Reload.RESTART_SUPERVISOR: "needs a supervisor restart",
+    Reload.REFUSED: "refused: restart the supervisor to change it",
+}
+
+
+def reload_lines(text: str) -> dict[str, dict[str, str]]:
+    """Per table, each key the sample's `# Reload: KEYS: WHAT` lines name, with WHAT
+    ("every other key": each key of the table the lines do not name)."""
+    out: dict[str, dict[str, str]] = {}
+    section = ""
+    for line in text.splitlines():
+        header = re.fullmatch(r"(?:# )?\[\[?([a-z]+)\]\]?\s*(#.*)?", line)
+        if header:
+            section = header.group(1)
+            continue
+        if line.startswith("# Reload: "):
+            keys, _, what = line.removeprefix("# Reload: ").partition(": ")
+            for key in keys.split(", "):
+                assert key not in out.setdefault(section, {}), (section, key)
+                out[section][key] = what
+    return out
+
+
+def test_the_sample_fleet_file_says_what_a_reload_does_as_the_model_declares() -> None:
+    """Issue 34: the sample once said a [center] change needs a restart (it applies live). Its
+    `# Reload:` lines name every key of every table with the behaviour its field declares."""
+    text = (CONTRIB / "fleet.toml").read_text()
+    assert "takes effect only at the next start" not in text
+    said = reload_lines(text)
+    assert set(said) == set(SECTIONS)
+    for section, model in SECTIONS.items():
+        lines = dict(said[section])
+        rest = lines.pop("every other key", None)
+        for key in model.model_fields:
+            if section == "agent" and key != "id":
+                continue  # the keys of [defaults], said there
+            what = lines.pop(key, rest)
+            declared, toggled = reload_of(section, key), reload_of(section, key, toggled=True)
+            expected = PHRASES[declared]
+            if toggled != declared:
+                expected += f" (set or taken out: {PHRASES[toggled]})"
+            assert what == expected, (section, key, what)
+        assert not lines, (section, lines)  # no key the table does not have
 
 
 def test_the_sample_fleet_file_loads() -> None:

@@ -5,7 +5,8 @@ behaviour changed (their command, environment, user, runner, fence, bundle, poli
 change of the restart policy's timings, `stop_grace` or the log limits applies in place to the
 running agent; a finished one-shot (`restart = "never"`, exited 0) is not run again by a reload
 that does not change it; `ctl reload --dry-run` says what a reload would stop, start and
-restart, and changes nothing.
+restart, and what it would do with each changed key, and changes nothing (the keys of
+`[center]`, `[page]` and `[metrics]`: test_supervise_reload_keys.py).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ def test_reload_dry_run_says_what_would_change_and_changes_nothing(
         "would start: agent-4",
         "would restart: agent-1",
         "would update in place: agent-2",
+        "[[agent]] env: would restart agent-1",
+        "[[agent]] stop_grace: would apply in place (agent-2)",
     ], done.stdout
     plan = json.loads(supervised.ctl("reload", "--dry-run", "--json").stdout)
     assert plan == {
@@ -121,6 +124,10 @@ def test_reload_dry_run_says_what_would_change_and_changes_nothing(
         "changed": ["agent-1"],
         "updated": ["agent-2"],
         "unchanged": [],
+        "keys": [
+            {"key": "[[agent]] env", "reload": "restarts_agent", "agents": ["agent-1"]},
+            {"key": "[[agent]] stop_grace", "reload": "live", "agents": ["agent-2"]},
+        ],
     }, plan
     now = supervised.status()
     assert sorted(now) == ["agent-1", "agent-2", "agent-3"], now

@@ -336,7 +336,7 @@ class AgentRunner:
 
     def update_policy(self, plan: Plan) -> None:
         """Apply `plan`, which differs from the runner's only in what the running agent never
-        sees (`plan.IN_PLACE`: the restart policy, its timings, `stop_grace`, the log limits):
+        sees (`fleet.IN_PLACE`: the restart policy, its timings, `stop_grace`, the log limits):
         from the next exit, stop and log write on, with the restarts already counted kept."""
         self.plan = plan
         self._intensity.max_restarts = plan.max_restarts

@@ -5,7 +5,8 @@ width by `FIT`) with its cells (the state with an ACP agent's protocol state and
 generation, the human uptime, bytes and CPU time, the fence level, the last exit), the order of
 `--sort` (`SORTS`), the center's and the limits' lines above it, `ctl top`'s frame
 (`watch_frame`: drawn over the previous one on a terminal), the one-line answers of start,
-stop, restart and reload (`describe_result`, `describe_dry_run`), and the escaping of an agent's
+stop, restart and reload (`describe_result`, `describe_dry_run`; a reload's line per changed fleet
+key: `describe_keys`), and the escaping of an agent's
 log text for a terminal (`escape_controls`, `escaped`: `cat -v` style).
 
 The command (its arguments, the socket, stdout/stderr and exit codes) is ctl.py, the only
@@ -22,6 +23,8 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+from mcphost.supervisor.values import Reload
 
 # RST: restarts; SESS: MCP sessions attached; MEM, PEAK: memory now and at its largest (of
 # this generation); CPU: CPU time; PROCS: processes; CALLS: center calls/those that failed;
@@ -295,13 +298,63 @@ DRY_RUN_LINES = (
 
 
 def describe_dry_run(result: Mapping[str, Any]) -> str:
-    """`ctl reload --dry-run`: one line per kind of change that a reload would make."""
+    """`ctl reload --dry-run`: one line per kind of change that a reload would make, then one
+    per changed fleet key (`describe_keys`)."""
     lines = []
     for key, verb in DRY_RUN_LINES:
         value = result.get(key)
         if isinstance(value, list) and value:
             lines.append(f"{verb}: " + ", ".join(clean(v) for v in value))
+    lines += describe_keys(result.get("keys"), dry_run=True)
     return "\n".join(lines) if lines else "would change nothing"
+
+
+# What a reload did (would do) with a changed key, by the behaviour its field declares
+# (values.Reload): (done, dry run), and the same when it touched agents ("{agents}": them).
+KEY_VERBS: dict[str, tuple[str, str]] = {
+    Reload.LIVE: ("applied", "would apply"),
+    Reload.REFENCES: ("applied", "would apply"),
+    Reload.RESTARTS_AGENT: ("applied, no agent restarted", "would apply, no agent would restart"),
+    Reload.STARTS_STOPS: ("applied", "would apply"),
+    Reload.RESTART_SUPERVISOR: (
+        "not applied: restart the supervisor to apply it",
+        "would not apply: restart the supervisor to apply it",
+    ),
+    Reload.REFUSED: (
+        "refused: restart the supervisor to change it",
+        "the reload would be refused (nothing applied): restart the supervisor to change it",
+    ),
+}
+AGENTS_VERBS: dict[str, tuple[str, str]] = {
+    Reload.LIVE: ("applied in place ({agents})", "would apply in place ({agents})"),
+    Reload.REFENCES: (
+        "applied; restarted into the new fence: {agents}",
+        "would apply; would restart into the new fence: {agents}",
+    ),
+    Reload.RESTARTS_AGENT: ("applied, restarted {agents}", "would restart {agents}"),
+}
+
+
+def describe_keys(keys: Any, *, dry_run: bool) -> list[str]:
+    """One line per changed fleet key of a reload's reply (`keys`): the key, then what the
+    reload did (`dry_run`: would do) with it, by the behaviour its field declares."""
+    lines: list[str] = []
+    for entry in keys if isinstance(keys, list) else ():
+        if not isinstance(entry, Mapping):
+            continue
+        kind = str(entry.get("reload"))
+        agents = entry.get("agents")
+        if isinstance(agents, list) and agents and kind in AGENTS_VERBS:
+            names = ", ".join(clean(a) for a in agents)
+            text = AGENTS_VERBS[kind][dry_run].format(agents=names)
+        else:
+            text = KEY_VERBS.get(kind, (clean(kind), clean(kind)))[dry_run]
+        if entry.get("applied") is False and entry.get("problem"):
+            text = f"not applied: {clean(entry['problem'])} (nothing is served there)"
+        elif "listen" in entry:
+            text += f" (now {clean(entry['listen']) if entry['listen'] else 'off'})"
+        lines.append(f"{clean(entry.get('key'))}: {text}")
+    return lines
 
 
 def describe_result(command: str, agent: str | None, result: Any) -> str:
@@ -315,7 +368,12 @@ def describe_result(command: str, agent: str | None, result: Any) -> str:
                     names = ", ".join(clean(v) for v in value)
                     parts.append(f"{len(value)} {key}" + (f" ({names})" if names else ""))
             if parts:
-                return "reloaded: " + "; ".join(parts)
+                return "\n".join(
+                    [
+                        "reloaded: " + "; ".join(parts),
+                        *describe_keys(result.get("keys"), dry_run=False),
+                    ]
+                )
         else:
             bits = [
                 f"{k} {clean(result[k])}" for k in ("state", "pid", "generation") if k in result

@@ -287,9 +287,9 @@ class Metrics:
         return body
 
 
-class MetricsBindError(Exception):
+class MetricsBindError(OSError):
     """`listen` cannot be served (in use, a missing directory, not a socket...): `line` says
-    what, for the operator, naming the fleet key."""
+    what, for the operator, naming the fleet key (an `OSError`, as a page's bind failure is)."""
 
     def __init__(self, listen: Listen, why: str) -> None:
         self.line = f"[metrics] listen = {str(listen)!r} cannot be served: {why}"

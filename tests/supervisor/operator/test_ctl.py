@@ -413,6 +413,7 @@ def test_ctl_loads_the_clients_side_of_the_control_socket_only(state: Path) -> N
         "mcphost.supervisor.operator.ctl",
         "mcphost.supervisor.operator.ctlview",  # what ctl prints (pure)
         "mcphost.supervisor.refusals",
+        "mcphost.supervisor.values",  # the reload behaviours a reply names (stdlib only)
     ]
     assert done.stdout == f"3 {loaded}\n", done.stderr
 
