@@ -1,10 +1,12 @@
-"""The generated reference pages: docs/ctl.md from `mcphost ctl`'s argparse parser and
-docs/metrics.md from the metrics module's declarations, so neither page can drift from the code.
+"""The generated reference pages: docs/ctl.md from `mcphost ctl`'s argparse parser,
+docs/metrics.md from the metrics module's declarations and docs/fleet-keys.md from the fleet
+model, so no page can drift from the code.
 
     python -m mcphost.docpages           # write every page
     python -m mcphost.docpages --check   # exit 1, naming each page that differs, writing nothing
 
-Owns: the text of those two pages (`ctl_page`, `metrics_page`) and where they are (`PAGES`).
+Owns: the text of those pages (`ctl_page`, `metrics_page`, `fleet_keys_page`) and where they
+are (`PAGES`).
 `ctl_page` walks the parser `mcphost.supervisor.operator.ctl` builds: every command, its usage,
 its arguments with their choices, defaults and help, and the exit codes of its epilog.
 `metrics_page` takes every family of `metrics.NAMES` with its help; its type and labels come from
@@ -24,8 +26,11 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import types
+import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 100  # the usage lines are wrapped at this width, whatever the terminal
@@ -218,11 +223,113 @@ def metrics_page() -> str:
     return "\n".join(lines)
 
 
+# -- docs/fleet-keys.md ----------------------------------------------------------------------------
+
+# The tables in the order an operator meets them (contrib/fleet.toml's).
+ORDER = ("center", "page", "metrics", "identity", "defaults", "agent")
+ABOUT = {
+    "center": "The worker's one binding to the center (each key may also come from "
+    "`MCPHOST_CENTER__<KEY>` or `--center-<key>`, which win).",
+    "page": "The read-only fleet page; off without the table.",
+    "metrics": "The Prometheus endpoint; off without the table.",
+    "identity": "Whom the agents of a root supervisor run as.",
+    "defaults": "Every agent's keys; each `[[agent]]` table may set any of them, and wins.",
+    "agent": "One table per agent: its `id`, and any key of `[defaults]` (the agent's value "
+    "wins; its `env` is merged over the defaults').",
+}
+_SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def type_of(annotation: Any) -> str:
+    """How the page writes a field's type: `"a" | "b"`, `string`, `list of string`..."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f'`"{a}"`' for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_of(a) for a in args)
+    if origin is tuple:
+        return f"list of {type_of(args[0])}"
+    if origin is dict:
+        return f"table of {type_of(args[1])}"
+    return _SCALARS.get(annotation, str(annotation))
+
+
+def default_of(section: str, key: str) -> str:
+    """The key's default as the page shows it (`[defaults]`: the built-in one, `plan`'s)."""
+    from pydantic_core import PydanticUndefined
+
+    from mcphost.supervisor.fleet import SECTIONS
+    from mcphost.supervisor.plan import AgentDefaults
+
+    field = SECTIONS[section].model_fields[key]
+    if field.is_required():
+        return "required"
+    if section in ("defaults", "agent"):
+        if section == "agent":
+            return "`[defaults]`'s"
+        value = getattr(AgentDefaults(), key)
+    else:
+        value = field.default
+    if value is None or value == () or value is PydanticUndefined:
+        return "none"
+    return f"`{value!r}`".replace("'", '"') if isinstance(value, str) else f"`{value}`"
+
+
+def reload_cell(section: str, key: str) -> str:
+    """What a reload does with the key, as declared (and when it is set or taken out)."""
+    from mcphost.supervisor.fleet import reload_of
+
+    declared, toggled = reload_of(section, key), reload_of(section, key, toggled=True)
+    cell = f"`{declared}`"
+    if toggled != declared:
+        cell += f" (set or taken out: `{toggled}`)"
+    return cell
+
+
+def fleet_keys_page() -> str:
+    """docs/fleet-keys.md: every key of every table of the fleet model."""
+    from mcphost.supervisor.fleet import SECTIONS, table_of
+    from mcphost.supervisor.values import RELOAD_MEANS, Reload
+
+    out = [
+        _banner("the fleet model of `mcphost/supervisor/fleet.py`"),
+        "# Fleet keys",
+        "",
+        "Every key of the fleet file (`mcphost supervise --fleet FILE`), table by table: its type, "
+        "its default, what a reload (`mcphost ctl reload`, SIGHUP) does with a change of it, and "
+        "what it takes. Generated from the fleet model (`mcphost/supervisor/fleet.py`) by "
+        f"`{REGENERATE}`; `tests/core/test_docpages.py::test_the_fleet_keys_page_is_the_models` "
+        "fails when they differ. A commented example of every key: `contrib/fleet.toml`.",
+        "",
+        "## What a reload does",
+        "",
+        "`ctl reload` and `ctl reload --dry-run` name every changed key with what was (would be) "
+        "done with it, and SIGHUP's reload writes the same to the journal (`supervisor.reloaded`) "
+        "(`tests/supervisor/test_supervise_reload_keys.py`). Each key declares one of:",
+        "",
+    ]
+    out += [f"- `{kind}`: {RELOAD_MEANS[kind]}." for kind in Reload]
+    for section in ORDER:
+        model = SECTIONS[section]
+        keys = [k for k in model.model_fields if section != "agent" or k == "id"]
+        out += ["", f"## `{table_of(section)}`", "", ABOUT[section], ""]
+        out += ["| key | type | default | reload | takes |", "|---|---|---|---|---|"]
+        for key in keys:
+            field = model.model_fields[key]
+            out.append(
+                f"| `{key}` | {type_of(field.annotation)} | {default_of(section, key)} | "
+                f"{reload_cell(section, key)} | {_cell(field.description or '')} |"
+            )
+    return "\n".join(out) + "\n"
+
+
 # -- the pages -----------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "docs/ctl.md": ctl_page,
     "docs/metrics.md": metrics_page,
+    "docs/fleet-keys.md": fleet_keys_page,
 }
 
 

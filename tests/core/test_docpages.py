@@ -1,5 +1,6 @@
-"""The generated pages (mcphost/docpages.py): docs/ctl.md is what `mcphost ctl`'s parser says and
-docs/metrics.md what the metrics module declares; a page that differs fails here, naming the
+"""The generated pages (mcphost/docpages.py): docs/ctl.md is what `mcphost ctl`'s parser says,
+docs/metrics.md what the metrics module declares and docs/fleet-keys.md what the fleet model
+declares (each key's type, default and reload behaviour); a page that differs fails here, naming the
 command that writes it again (`python -m mcphost.docpages`)."""
 
 from __future__ import annotations
@@ -7,8 +8,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from mcphost import docpages
+from mcphost.supervisor import fleet
 from mcphost.supervisor.operator import ctl, metrics
+from mcphost.supervisor.values import Reload
 
 ROOT = docpages.ROOT
 
@@ -54,3 +59,29 @@ def test_the_generator_stays_off_the_commands_start_up_path() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_fleet_keys_page_is_the_models() -> None:
+    page = (ROOT / "docs" / "fleet-keys.md").read_text()
+    assert page == docpages.fleet_keys_page(), f"docs/fleet-keys.md {AGAIN}"
+
+
+def test_every_key_of_every_table_is_on_the_fleet_keys_page_with_its_declaration() -> None:
+    text = docpages.fleet_keys_page()
+    for section, model in fleet.SECTIONS.items():
+        assert f"## `{fleet.table_of(section)}`" in text
+        for key in model.model_fields:
+            kind = fleet.reload_of(section, key)
+            assert kind in Reload
+            if section != "agent" or key == "id":
+                assert f"| `{key}` |" in text and f"`{kind}`" in text, (section, key)
+
+
+def test_a_changed_reload_declaration_changes_the_fleet_keys_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    field = fleet.MetricsSection.model_fields["listen"]
+    monkeypatch.setattr(field, "json_schema_extra", {"reload": "restart_supervisor"})
+    page = docpages.fleet_keys_page()
+    assert "| `listen` | string | required | `restart_supervisor` |" in page
+    assert page != (ROOT / "docs" / "fleet-keys.md").read_text()

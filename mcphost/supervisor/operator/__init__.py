@@ -8,8 +8,6 @@
 - `loopback`: the bounded HTTP listener both of them stand on (connections, deadlines, peers,
   the `Host` guard of `values.Listen`).
 - `journal`: the supervisor's own event sinks and the recent records the page shows.
-- `fleetdoc`: docs/fleet-keys.md generated from the fleet model (a command; the running
-  supervisor never imports it).
 
 It stands on top of the wings below (serving, the reconcile, agents, center, confine); nothing
 below imports it.
