@@ -1,7 +1,8 @@
 """`mcphost demo [host]` (`make demo-host`): a real MCP client drives a real host against a real center.
 
 `mcphost demo fleet` (`make demo-fleet`) is the supervisor's demo: mcphost/demofleet.py, which
-reuses this module's `Transcript`.
+reuses this module's `Transcript`; `mcphost demo model` serves the model stand-in
+(mcphost/demomodel.py).
 
 Owns: the guided transcript of the standalone host, the `Transcript` both demos print with, and
 the dispatch between the two. It starts the reference center in a temporary directory, launches
@@ -97,10 +98,11 @@ async def _drive(center: Any, out: Transcript) -> None:
     out.expect(ids == [center.agent_id], f"every request carried agent_id={center.agent_id}")
 
 
-USAGE = """usage: mcphost demo [fleet [--agents N] | host]
+USAGE = """usage: mcphost demo [fleet [--agents N] | model [--port N] | host]
 
   fleet   the main job: the devcenter, `mcphost supervise` with stand-in agents in a tmux
           bundle, `ctl status`, a kill and its restart, a relay send, a clean stop
+  model   the model stand-in for Claude Code and Codex, and the env lines for a fleet file
   host    the standalone host (`mcphost host`) driven by a real MCP client (the default)
 """
 
@@ -110,6 +112,10 @@ def main(argv: list[str]) -> int:
         from mcphost.demofleet import main as fleet
 
         return fleet(argv[1:])
+    if argv and argv[0] == "model":
+        from mcphost.demomodel import main as model
+
+        return model(argv[1:])
     if argv and argv[0] == "host":
         argv = argv[1:]
     if argv and argv[0] in ("-h", "--help"):

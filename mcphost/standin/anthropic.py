@@ -190,15 +190,7 @@ class ModelStandIn:
             turn: Turn = Say("ok")
         else:
             offered = offered_tools(body)
-            index = min(self._next, len(self.script) - 1)
-            turn = self.script[index]
-            served: int | None = index
-            waiting = isinstance(turn, ToolUse) and turn.once_offered and turn.name not in offered
-            if waiting and self.meanwhile is not None and self._waits < self.max_waits:
-                self._waits += 1
-                turn, served = self.meanwhile, None
-            else:
-                self._next += 1
+            turn, served = self.choose(body, offered)
             self.exchanges.append(
                 Exchange(
                     turn=served,
@@ -213,6 +205,19 @@ class ModelStandIn:
         if not streamed:
             return web.json_response(message)
         return await self._stream(request, message)
+
+    def choose(self, body: dict[str, Any], offered: set[str]) -> tuple[Turn, int | None]:
+        """The turn that answers a main-loop request, and its index in the script (None for
+        `meanwhile`): the script's next turn, unless it waits for a tool not yet offered.
+        A subclass may decide from the request instead (mcphost/standin/director.py)."""
+        index = min(self._next, len(self.script) - 1)
+        turn = self.script[index]
+        waiting = isinstance(turn, ToolUse) and turn.once_offered and turn.name not in offered
+        if waiting and self.meanwhile is not None and self._waits < self.max_waits:
+            self._waits += 1
+            return self.meanwhile, None
+        self._next += 1
+        return turn, index
 
     def _message(self, turn: Turn, model: str) -> dict[str, Any]:
         n = next(self._ids)
@@ -283,8 +288,8 @@ class ModelStandIn:
 
     # -- lifecycle --------------------------------------------------------------------------
     @contextmanager
-    def running(self) -> Iterator[ModelStandIn]:
-        """Serve in a background thread until the block ends."""
+    def running(self, port: int = 0) -> Iterator[ModelStandIn]:
+        """Serve in a background thread until the block ends, on `port` (0: a free one)."""
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()
@@ -292,7 +297,7 @@ class ModelStandIn:
         async def start() -> None:
             self._runner = web.AppRunner(self._app(), access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", port)
             await site.start()
             self.port = int(self._runner.addresses[0][1])
 
