@@ -43,6 +43,7 @@ LEAD, CODER, ACP = "claude-1", "codex-1", "acp-1"
 COMMAND = "echo ran > ran.txt"
 FIRST = f"send {CODER}: send {ACP}: run: {COMMAND}"
 SECOND = "choose"
+CLAUDE_PROMPT = "\u276f"  # the mark of Claude Code's input box (U+276F), then what is typed
 TURN_WAIT = 90.0  # seconds a real CLI's turn may take on a loaded machine before the step fails
 # The relay policies of the demo's operator layer: `lead` may also `choose`.
 POLICIES = """\
@@ -178,15 +179,22 @@ class AgentsDemo(FleetDemo):
         """The generations of `agent`'s get_my_work calls the center received."""
         return [generation for who, generation in self.calls() if who == agent]
 
+    def prompt_empty(self, agent: str) -> bool:
+        """Claude Code's input box is on `agent`'s pane, empty: a line that is only its mark."""
+        return any(row.strip() == CLAUDE_PROMPT for row in self.pane(agent).splitlines())
+
     def type_into(self, agent: str, line: str) -> None:
+        """Type `line` into Claude Code's input box on `agent`'s pane and press Enter, as an
+        operator attached to the pane would (once the box is there: keys typed before are lost)."""
         socket = self.state / "relay" / "bundles" / BUNDLE / "tmux.sock"
         self.out.say(f"$ tmux -S {socket} send-keys -t {agent} {shlex.quote(line)} Enter")
-        ready = wait_for(lambda: "\u276f" in self.pane(agent) or ">" in self.pane(agent))
-        self.check(bool(ready), f"{agent}'s prompt is on its pane")
+        ready = wait_for(partial(self.prompt_empty, agent), TURN_WAIT)
+        self.check(bool(ready), f"{agent}'s input box is on its pane")
         typed = self.tmux("send-keys", "-t", f"={agent}:", "-l", line)
-        wait_for(lambda: line in " ".join(self.pane(agent).split()))
+        shown = wait_for(lambda: line in " ".join(self.pane(agent).split()))
+        self.check(typed.returncode == 0 and bool(shown), f"the line shows in {agent}'s input box")
         entered = self.tmux("send-keys", "-t", f"={agent}:", "Enter")
-        self.check(typed.returncode == 0 and entered.returncode == 0, f"typed into {agent}'s pane")
+        self.check(entered.returncode == 0, f"Enter pressed in {agent}'s pane")
 
     def relay_chain(self) -> None:
         self.out.step(f"The operator gives {LEAD} a task; it relays, and so does {CODER}")

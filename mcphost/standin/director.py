@@ -42,6 +42,7 @@ from mcphost.standin.responses import Call, Code, CodexTurn, ResponsesStandIn
 CENTER_TOOL = "get_my_work"
 CENTER_SERVER = "agent-center"  # configgen.model.CENTER_NAME, as every client config names it
 RELAY_SERVER = "agentmux"  # configgen.model.RELAY_NAME
+RECORDS_KEPT = 64  # requests a director keeps on record: it serves for as long as it runs
 
 _SEND = re.compile(r"\bsend ([A-Za-z0-9_.@-]+):\s*(\S.*)")
 _RUN = re.compile(r"\brun:\s*(\S.*)")
@@ -198,6 +199,7 @@ class ClaudeDirector(ModelStandIn):
 
     def __init__(self) -> None:
         super().__init__([Say("Done.")])
+        self.keep = RECORDS_KEPT
 
     def choose(self, body: dict[str, Any], offered: set[str]) -> tuple[Turn, int | None]:
         return claude_turn(body, offered), None
@@ -285,6 +287,10 @@ def codex_turn(body: dict[str, Any]) -> CodexTurn:
 
 class CodexDirector(ResponsesStandIn):
     """The Responses API stand-in, following the demo script per conversation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keep = RECORDS_KEPT
 
     def next_turn(self, body: dict[str, Any]) -> CodexTurn:
         return codex_turn(body)

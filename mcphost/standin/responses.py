@@ -102,7 +102,7 @@ class ResponsesStandIn(ModelStandIn):
         """Codex first asks for the Responses API over a WebSocket (`GET /v1/responses`,
         `Upgrade: websocket`); 426 Upgrade Required makes it use HTTPS at once, where any
         other answer costs five reconnects (seconds) and an agent message saying it fell back."""
-        self.other_requests.append((request.method, request.path_qs))
+        self._record(self.other_requests, (request.method, request.path_qs))
         return web.Response(status=426, text="websocket transport not offered")
 
     def _item(self, turn: CodexTurn, n: int) -> dict[str, Any]:
@@ -147,7 +147,7 @@ class ResponsesStandIn(ModelStandIn):
         self._note_credential(request)
         body = await request.json()
         turn = self.next_turn(body)
-        self.responses.append(body)
+        self._record(self.responses, body)
         n = next(self._ids)
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -10,6 +10,7 @@ from typing import Any
 
 from mcphost.standin.anthropic import Say, ToolUse
 from mcphost.standin.director import (
+    RECORDS_KEPT,
     ClaudeDirector,
     CodexDirector,
     Done,
@@ -162,6 +163,11 @@ def test_both_directors_answer_over_http_from_the_conversation() -> None:
         )
         assert other["content"][0]["name"] == CENTER, other
         streamed = post(f"{codex.base_url}/responses", codex_body(user("choose"))).decode()
+        # a director serves for as long as it runs: it keeps only the last requests on record
+        for _ in range(RECORDS_KEPT):
+            post(f"{claude.base_url}/v1/messages", claude_body(prompt, tools=(CENTER,)))
+            post(f"{codex.base_url}/responses", codex_body(user("choose")))
+        assert len(claude.exchanges) == len(codex.responses) == RECORDS_KEPT
         assert (
             '"name": "get_my_work"' in streamed and '"namespace": "mcp__agent_center"' in streamed
         )
