@@ -277,10 +277,12 @@ class AgentsDemo(FleetDemo):
         groups = [group for found in self.groups.values() for group in found]
         for agent, found in self.groups.items():
             self.out.say(f"   {agent}'s cgroups while it ran: {', '.join(found)}")
+        if not groups:  # no writable cgroup for this supervisor: `ctl status` says so
+            self.out.say(
+                "   the supervisor made no cgroups here (see the limits line of ctl status)"
+            )
         left = [group for group in groups if Path(group).exists()]
-        self.check(
-            bool(groups) and not left, "no agent's cgroup is left (each was removed)", fatal=False
-        )
+        self.check(not left, "no agent's cgroup is left", fatal=False)
 
 
 def main(argv: list[str]) -> int:

@@ -94,7 +94,12 @@ def test_real_agents_call_the_center_relay_and_a_peer_chooses_a_permission() -> 
     assert "ok  acp-1's command ran once chosen" in out, out
     assert "ok  the supervisor exited with 0" in out, out
     assert "ok  no agent, pump or tmux server is left" in out, out
-    assert re.search(r"claude-1's cgroups while it ran: /sys/fs/cgroup/\S+agent-claude-1", out), out
+    # each agent's cgroups, where the supervisor makes them, are gone after the stop
+    grouped = re.search(r"claude-1's cgroups while it ran: /sys/fs/cgroup/\S+agent-claude-1", out)
+    if "limits: none" in out:  # ctl status: no writable cgroup for this supervisor
+        assert "the supervisor made no cgroups here" in out, out
+    else:
+        assert grouped, out
     assert "ok  no agent's cgroup is left" in out, out
     root = working_dir(out)
     assert not root.exists()
