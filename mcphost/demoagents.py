@@ -31,12 +31,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from mcphost.demofleet import BUNDLE, FleetDemo, _indent, wait_for, walk_guarded
+from mcphost.standin.director import ClaudeDirector, CodexDirector
 from mcphost.transcript import Transcript
 
 LEAD, CODER, ACP = "claude-1", "codex-1", "acp-1"
@@ -90,8 +90,20 @@ def find_clis(path: str) -> dict[str, str] | str:
 
 
 class AgentsDemo(FleetDemo):
-    def __init__(self, root: Path, out: Transcript, path: str, clis: dict[str, str]) -> None:
+    """The fleet demo's walk with the real CLIs: `claude` and `codex` the running stand-ins
+    (mcphost/standin/director.py), `path` the supervisor's PATH, `clis` where each CLI is."""
+
+    def __init__(
+        self,
+        root: Path,
+        out: Transcript,
+        path: str,
+        clis: dict[str, str],
+        claude: ClaudeDirector,
+        codex: CodexDirector,
+    ) -> None:
         super().__init__(root, 3, out)
+        self.models = (claude, codex)
         self.agents = [LEAD, CODER, ACP]
         self.clis = clis
         self.env["PATH"] = path  # the default commands are found on the supervisor's PATH
@@ -99,26 +111,19 @@ class AgentsDemo(FleetDemo):
         operator.mkdir()
         (operator / "policies.toml").write_text(POLICIES)
         self.env["AGENTMUX_CONFIGURATION_DIRECTORY"] = str(operator)
-        self.models: Any = None  # (ClaudeDirector, CodexDirector), running while the walk runs
         self.groups: dict[str, list[str]] = {}  # agent -> its cgroup directories, while it runs
 
     def walk(self) -> None:
-        from mcphost.standin.director import ClaudeDirector, CodexDirector
-
-        with ExitStack() as stack:
-            claude = stack.enter_context(ClaudeDirector().running())
-            codex = stack.enter_context(CodexDirector().running())
-            self.models = (claude, codex)
-            self.show_clis_and_model()
-            self.start_center()
-            self.write_fleet()
-            self.supervise()
-            self.show_status()
-            self.relay_chain()
-            self.permission_chosen()
-            self.note_groups()
-            self.stop()
-            self.check_groups()
+        self.show_clis_and_model()
+        self.start_center()
+        self.write_fleet()
+        self.supervise()
+        self.show_status()
+        self.relay_chain()
+        self.permission_chosen()
+        self.note_groups()
+        self.stop()
+        self.check_groups()
 
     def show_clis_and_model(self) -> None:
         from mcphost.demomodel import env_lines
@@ -302,7 +307,8 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     # not beneath /tmp: Codex refuses its sandbox's helper links in a CODEX_HOME there
     root = Path(tempfile.mkdtemp(prefix="mcphost-demo-agents-", dir="/var/tmp"))
-    walk_guarded(AgentsDemo(root, out, path, clis), out)
+    with ClaudeDirector().running() as claude, CodexDirector().running() as codex:
+        walk_guarded(AgentsDemo(root, out, path, clis, claude, codex), out)
     elapsed = time.monotonic() - started
     verdict = (
         "every step behaved as shown"

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -297,7 +297,7 @@ class ModelStandIn:
 
     # -- lifecycle --------------------------------------------------------------------------
     @contextmanager
-    def running(self, port: int = 0) -> Iterator[ModelStandIn]:
+    def running(self, port: int = 0) -> Iterator[Self]:
         """Serve in a background thread until the block ends, on `port` (0: a free one)."""
         ready = threading.Event()
         failure: list[BaseException] = []
