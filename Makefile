@@ -7,7 +7,7 @@ NODE_STAMP := tools/node_modules/.mcphost-installed
 
 PACKAGES ?= $(SYSTEM_PACKAGES)
 
-.PHONY: test-kernels demo-fleet demo-host demo test test-slow test-loaded lint bench clean venv node system
+.PHONY: test-kernels demo-fleet demo-agents demo-model demo-host demo test test-slow test-loaded lint bench clean venv node system
 
 # The fence's programs (docs/supervisor.md, "The fence"): bubblewrap, and socat for Claude Code's
 # own sandbox inside it; and chromium, the headless browser the fleet page's test drives
@@ -32,18 +32,30 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
-# The MCP Inspector CLI (the TypeScript SDK's client) for the interop test; skipped where npm is absent.
+# The node tools of tools/package.json: the MCP Inspector CLI (the interop test), and the Claude Code
+# and Codex CLIs and their ACP adapters (the real-agent tests, `make demo-agents`); skipped without npm.
 node: $(NODE_STAMP)
 
 $(NODE_STAMP): tools/package.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  cd tools && npm install --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.mcphost-installed; \
-	else echo "npm not found: the MCP Inspector interop test will be skipped" >&2; fi
+	else echo "npm not found: the MCP Inspector interop test will be skipped, and make demo-agents cannot run" >&2; fi
 
 # The main job in one command (~10 s): the devcenter, `mcphost supervise` with three stand-in
 # agents in a tmux bundle, ctl status, a kill -9 and its restart, a relay send, a clean stop.
 demo-fleet: $(STAMP) system
 	@$(VENV)/bin/mcphost demo fleet
+
+# Real agents (~15 s): the Claude Code and Codex CLIs and codex-acp, installed from npm by
+# `make node` (tools/package.json pins them), in a fleet under `mcphost supervise` against the
+# model stand-in and the devcenter, with their own sandboxes and approvals. One agent calls its
+# center tools and relays to a peer, a peer's permission waits for its `choose`; nothing is left.
+demo-agents: $(STAMP) node system
+	@$(VENV)/bin/mcphost demo agents
+
+# The model stand-in alone, for your own fleet: prints the env lines to paste; Ctrl-C stops it.
+demo-model: $(STAMP)
+	@$(VENV)/bin/mcphost demo model
 
 # The standalone host (~5 s): a real MCP client drives `mcphost host` against the devcenter.
 demo-host: $(STAMP)

@@ -28,7 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "control a running supervisor: status, restart, logs...",
     ),
     "devcenter": ("mcphost.devcenter.cli", "run the reference center (aiohttp + SQLite)"),
-    "demo": ("mcphost.demo", "demo fleet: supervise stand-in agents; demo host: one host"),
+    "demo": (
+        "mcphost.demo",
+        "demo fleet|host|agents: guided runs; demo model: a model stand-in for real CLIs",
+    ),
 }
 
 

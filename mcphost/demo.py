@@ -1,10 +1,12 @@
 """`mcphost demo [host]` (`make demo-host`): a real MCP client drives a real host against a real center.
 
 `mcphost demo fleet` (`make demo-fleet`) is the supervisor's demo: mcphost/demofleet.py, which
-reuses this module's `Transcript`.
+reuses this module's `Transcript`; `mcphost demo model` serves the model stand-in
+(mcphost/demomodel.py) and `mcphost demo agents` (`make demo-agents`) runs the real CLIs
+against it (mcphost/demoagents.py).
 
 Owns: the guided transcript of the standalone host, the `Transcript` both demos print with, and
-the dispatch between the two. It starts the reference center in a temporary directory, launches
+the dispatch between the demos. It starts the reference center in a temporary directory, launches
 `mcphost host` as a subprocess with the official MCP SDK client over stdio, walks a task through
 its life, shows a spoofed `agent_id` refused, prints what the center actually received, and
 cleans up. Exit 0 when every step behaved as shown, 1 otherwise.
@@ -97,10 +99,12 @@ async def _drive(center: Any, out: Transcript) -> None:
     out.expect(ids == [center.agent_id], f"every request carried agent_id={center.agent_id}")
 
 
-USAGE = """usage: mcphost demo [fleet [--agents N] | host]
+USAGE = """usage: mcphost demo [fleet [--agents N] | agents | model [--port N] | host]
 
   fleet   the main job: the devcenter, `mcphost supervise` with stand-in agents in a tmux
           bundle, `ctl status`, a kill and its restart, a relay send, a clean stop
+  agents  real Claude Code and Codex CLIs under `mcphost supervise` against the model stand-in
+  model   the model stand-in for Claude Code and Codex, and the env lines for a fleet file
   host    the standalone host (`mcphost host`) driven by a real MCP client (the default)
 """
 
@@ -110,6 +114,14 @@ def main(argv: list[str]) -> int:
         from mcphost.demofleet import main as fleet
 
         return fleet(argv[1:])
+    if argv and argv[0] == "model":
+        from mcphost.demomodel import main as model
+
+        return model(argv[1:])
+    if argv and argv[0] == "agents":
+        from mcphost.demoagents import main as agents
+
+        return agents(argv[1:])
     if argv and argv[0] == "host":
         argv = argv[1:]
     if argv and argv[0] in ("-h", "--help"):

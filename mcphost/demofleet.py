@@ -430,6 +430,33 @@ class FleetDemo:
             self.out.expect(False, "nothing was left running before the clean-up")
 
 
+def walk_guarded(demo: FleetDemo, out: Transcript) -> None:
+    """Walk `demo` in its root, with SIGINT, SIGTERM and SIGHUP stopping the walk (SIGINT even
+    when inherited ignored); report what stopped it, then clean up uninterrupted, whatever
+    happened, and show that the root is gone (`mcphost demo fleet` and `demo agents`)."""
+
+    def interrupted(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupted)
+    out.say(f"Working in {demo.root}")
+    try:
+        demo.walk()
+    except Abort:
+        pass
+    except KeyboardInterrupt:
+        out.expect(False, "interrupted: stopping everything")
+    except Exception as exc:  # a demo reports, it does not crash with things still running
+        out.expect(False, f"unexpected {type(exc).__name__}: {exc}")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # the clean-up itself is not interrupted
+        demo.cleanup()
+    out.step("Clean-up")
+    out.expect(not demo.root.exists(), f"{demo.root} removed")
+
+
 def _usage() -> str:
     return (
         f"usage: mcphost demo fleet [--agents N]   (N from 2 to {MAX_AGENTS}, default "
@@ -454,31 +481,11 @@ def main(argv: list[str]) -> int:
         print("mcphost demo fleet: tmux is not installed (the agents run in tmux)", file=sys.stderr)
         return 1
 
-    def interrupted(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT even when inherited ignored
-        signal.signal(sig, interrupted)
     out = Transcript()
     started = time.monotonic()
     short = len(tempfile.gettempdir()) <= 40  # Unix socket paths under the state must stay short
     root = Path(tempfile.mkdtemp(prefix="mcphost-demo-fleet-", dir=None if short else "/tmp"))
-    out.say(f"Working in {root}")
-    demo = FleetDemo(root, count, out)
-    try:
-        demo.walk()
-    except Abort:
-        pass
-    except KeyboardInterrupt:
-        out.expect(False, "interrupted: stopping everything")
-    except Exception as exc:  # a demo reports, it does not crash with things still running
-        out.expect(False, f"unexpected {type(exc).__name__}: {exc}")
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)  # the clean-up itself is not interrupted
-        demo.cleanup()
-    out.step("Clean-up")
-    out.expect(not root.exists(), f"{root} removed")
+    walk_guarded(FleetDemo(root, count, out), out)
     elapsed = time.monotonic() - started
     if out.failures:
         out.say(

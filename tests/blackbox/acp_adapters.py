@@ -77,10 +77,10 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
+from mcphost.standin.anthropic import ModelStandIn, Say, ToolUse, Turn
+from mcphost.standin.responses import Call, CodexTurn, ResponsesStandIn
 from mcphost.supervisor.agents.homes import npm_platform
-from tests.blackbox.codex_standin import Call, CodexTurn, ResponsesStandIn
 from tests.blackbox.conftest import QUIET, project_root
-from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse, Turn
 
 Client = Literal["claude", "codex"]
 TOOLS = project_root() / "tools" / "node_modules"

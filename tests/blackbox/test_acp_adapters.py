@@ -54,6 +54,8 @@ from typing import Any
 
 import pytest
 
+from mcphost.standin.anthropic import ModelStandIn, Say, ToolUse
+from mcphost.standin.responses import Call, ResponsesStandIn, tool_outputs
 from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
 from tests.blackbox import acp_adapters as acp
@@ -66,9 +68,7 @@ from tests.blackbox.acp_adapters import (
     Transcript,
     frames_text,
 )
-from tests.blackbox.codex_standin import Call, ResponsesStandIn, tool_outputs
 from tests.blackbox.conftest import HOLD, QUIET
-from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
 from tests.supervisor.supervise_harness import REPO, Supervised, center_heard
 
 pytestmark = [

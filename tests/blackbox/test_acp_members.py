@@ -37,15 +37,15 @@ from typing import Any
 import pytest
 
 from configgen.model import CENTER_NAME, RELAY_NAME
+from mcphost.standin.anthropic import ModelStandIn, ToolUse
+from mcphost.standin.responses import Call, ResponsesStandIn
 from mcphost.supervisor.agents.homes import ACP_ADAPTERS, codex_acp_native
 from mcphost.supervisor.confine import probe as machine
 from mcphost.testing.devcenter import DevCenter
 from mcphost.testing.fleet import left_running
 from tests.blackbox import acp_adapters as acp
 from tests.blackbox.acp_adapters import FINAL, Client, StdioServer
-from tests.blackbox.codex_standin import Call, ResponsesStandIn
 from tests.blackbox.conftest import QUIET
-from tests.blackbox.model_standin import ModelStandIn, ToolUse
 from tests.blackbox.test_acp_adapters import COMMAND, COMMAND_OPTIONS
 from tests.supervisor.agents.test_relayhost import ECHO_AGENT
 from tests.supervisor.supervise_harness import (

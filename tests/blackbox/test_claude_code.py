@@ -2,7 +2,7 @@
 
 Claude Code (`tools/node_modules`, installed by `make node`) is started exactly as a worker
 would: `claude -p --mcp-config FILE --strict-mcp-config`, with FILE written by `python -m
-configgen claude ...`. Its model API is a loopback stand-in (`model_standin.py`) that replays a
+configgen claude ...`. Its model API is a loopback stand-in (`mcphost/standin/anthropic.py`) that replays a
 fixed script of tool calls and records what every request offered and every tool result said.
 
 What these tests pin down (Claude Code 2.1):
@@ -35,9 +35,9 @@ from typing import Any
 import pytest
 
 from mcphost.catalog import CATALOG
+from mcphost.standin.anthropic import Exchange, ModelStandIn, Say, ToolUse, Turn
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import project_root
-from tests.blackbox.model_standin import Exchange, ModelStandIn, Say, ToolUse, Turn
 
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
 SERVER = "agent-center"  # configgen's default name for the center host

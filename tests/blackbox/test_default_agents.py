@@ -3,7 +3,7 @@
 
 A real `mcphost supervise` runs one default Claude Code agent and one default Codex agent
 (`runner` not given: "auto" puts each in a tmux pane of its own). Each agent's `env` points its
-client at a loopback model stand-in (`model_standin.py`, `codex_standin.py`) with a dummy key.
+client at a loopback model stand-in (`mcphost/standin/anthropic.py`, `mcphost/standin/responses.py`) with a dummy key.
 The Claude Code agent's `CLAUDE_CONFIG_DIR` is prepared as a worker's would be (onboarding done,
 the workspace trusted, the key approved); the Codex agent gets nothing but `OPENAI_API_KEY` in
 its `env`: the supervisor writes its sign-in (homes.py), so its pane must show Codex past the
@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
+from mcphost.standin.anthropic import ModelStandIn, Say
+from mcphost.standin.responses import ResponsesStandIn
 from mcphost.testing import DevCenter
-from tests.blackbox.codex_standin import ResponsesStandIn
 from tests.blackbox.conftest import QUIET, needs_clis, project_root
-from tests.blackbox.model_standin import ModelStandIn, Say
 from tests.supervisor.supervise_harness import Supervised, give_to
 from tests.waiting import until
 

@@ -4,7 +4,7 @@ One real supervisor with the default `sandbox = "auto"` runs one agent: Claude C
 mode (`claude -p`, a process agent) with its generated attach config and its sandbox enabled
 (`--settings`: `sandbox.enabled`, and `sandbox.failIfUnavailable`, so that a sandbox that cannot
 start stops Claude Code instead of letting it run commands unsandboxed), its model API a loopback
-stand-in (`model_standin.py`) whose script makes it write a file in the workspace with its Write
+stand-in (`mcphost/standin/anthropic.py`) whose script makes it write a file in the workspace with its Write
 tool, run a shell command with its Bash tool, load and call the center's `get_my_work` through
 its MCP server, then end the turn. The file and the command's output land in the workspace, the
 center hears the call as the agent (and answers it), Claude Code exits 0.
@@ -40,10 +40,10 @@ from pathlib import Path
 
 import pytest
 
+from mcphost.standin.anthropic import ModelStandIn, Say, ToolUse
 from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import listed_agents, project_root, sandbox_probe
-from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
 from tests.supervisor.confine.test_fence import AsUser
 from tests.supervisor.supervise_harness import REPO, Supervised, center_heard, fenced_turn
 

@@ -3,7 +3,7 @@
 One real supervisor with the default `sandbox = "auto"` runs one agent: Codex non-interactively
 (`codex exec`, a process agent) with the config the supervisor writes in its `CODEX_HOME` (the
 agent-center MCP server) and the sign-in it writes from `env`'s `OPENAI_API_KEY`, its model API
-a loopback stand-in (`codex_standin.py`), whose address the agent's `env` gives only as
+a loopback stand-in (`mcphost/standin/responses.py`), whose address the agent's `env` gives only as
 `OPENAI_BASE_URL`: Codex 0.171 ignores that variable, so this also shows the supervisor carry it
 into `config.toml` as Codex's `openai_base_url`. Codex 0.171 offers the model one `exec` tool
 ("code mode": JavaScript calling the nested tools), so the stand-in's one tool turn is a script
@@ -40,9 +40,9 @@ from typing import Any
 
 import pytest
 
+from mcphost.standin.responses import Code, ResponsesStandIn, Say, tool_outputs
 from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
-from tests.blackbox.codex_standin import Code, ResponsesStandIn, Say, tool_outputs
 from tests.blackbox.conftest import listed_agents, project_root, sandbox_probe
 from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_turn
 

@@ -6,7 +6,7 @@ supervisor's `HOME` is a fake operator's: Claude Code signed in there (`.claude.
 onboarding and account keys beside a history of the operator's own folders, and
 `.claude/.credentials.json` with a fake OAuth token beside an MCP server's token), and Codex
 signed in with an API key (`.codex/auth.json`). The model APIs are loopback stand-ins
-(`model_standin.py`, `codex_standin.py`) that record the credential of each request.
+(`mcphost/standin/anthropic.py`, `mcphost/standin/responses.py`) that record the credential of each request.
 
 - Signed in as the operator: two default claude agents start on Claude Code's prompt (no
   onboarding, no trust question, no sign-in screen); a line typed into one's pane reaches the
@@ -34,11 +34,11 @@ from typing import Any
 
 import pytest
 
+from mcphost.standin.anthropic import ModelStandIn, Say
+from mcphost.standin.responses import ResponsesStandIn
 from mcphost.supervisor.agents import signin
 from mcphost.testing import DevCenter
-from tests.blackbox.codex_standin import ResponsesStandIn
 from tests.blackbox.conftest import QUIET, needs_clis, project_root
-from tests.blackbox.model_standin import ModelStandIn, Say
 from tests.supervisor.supervise_harness import Supervised
 from tests.waiting import until
 

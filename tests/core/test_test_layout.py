@@ -98,6 +98,10 @@ NOT_NAMED = {
     "mcphost/supervisor/plan.py": "the fleet's plan: tests/supervisor/test_fleet.py",
     "mcphost/supervisor/records.py": "a crash's leftovers: tests/supervisor/test_supervise_state.py",
     "mcphost/supervisor/startup.py": "tests/supervisor/test_supervise_state.py",
+    "mcphost/standin/anthropic.py": "the Messages stand-in, served to the real Claude Code in "
+    "tests/blackbox/test_claude_code.py and to the demo script in tests/standin/test_director.py",
+    "mcphost/standin/responses.py": "the Responses stand-in, served to the real Codex in "
+    "tests/blackbox/test_fenced_codex.py and to the demo script in tests/standin/test_director.py",
     "mcphost/testing/": "the harnesses, run by the tests that use them (tests/README.md, Helpers)",
     "configgen/__init__.py": "generate and write_config: tests/configgen/test_launch_roundtrip.py",
     "configgen/files.py": "the private, atomic write: tests/configgen/test_cli.py",

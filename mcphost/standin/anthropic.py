@@ -3,7 +3,8 @@
 Owns: a real HTTP server (aiohttp, 127.0.0.1, its own thread and event loop) that answers what
 Claude Code asks of its model API — `POST /v1/messages` streamed as server-sent events or as one
 JSON body, `POST /v1/messages/count_tokens`, and anything else with an empty JSON object — and a
-record of every model request: the tools it offered and the tool results it carried.
+record of every model request (or of the last `keep`): the tools it offered and the tool
+results it carried.
 
 The script is a list of turns, served in order, one per model request; past the end, the last
 turn repeats. A turn may wait until the request offers a tool (`ToolUse.once_offered`): a
@@ -28,7 +29,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -150,6 +151,7 @@ class ModelStandIn:
         self.side_requests: list[dict[str, Any]] = []
         self.other_requests: list[tuple[str, str]] = []
         self.credentials: list[str] = []  # "Bearer ..." or "x-api-key ...", per model request
+        self.keep: int | None = None  # how many of each record to keep (None: every one)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -167,7 +169,7 @@ class ModelStandIn:
         return app
 
     async def _anything(self, request: web.Request) -> web.Response:
-        self.other_requests.append((request.method, request.path_qs))
+        self._record(self.other_requests, (request.method, request.path_qs))
         return web.json_response({})
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
@@ -176,9 +178,9 @@ class ModelStandIn:
 
     def _note_credential(self, request: web.Request) -> None:
         if "Authorization" in request.headers:
-            self.credentials.append(request.headers["Authorization"])
+            self._record(self.credentials, request.headers["Authorization"])
         elif "x-api-key" in request.headers:
-            self.credentials.append(f"x-api-key {request.headers['x-api-key']}")
+            self._record(self.credentials, f"x-api-key {request.headers['x-api-key']}")
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         self._note_credential(request)
@@ -186,20 +188,13 @@ class ModelStandIn:
         streamed = bool(body.get("stream"))
         tools = [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
         if not tools:
-            self.side_requests.append(body)
+            self._record(self.side_requests, body)
             turn: Turn = Say("ok")
         else:
             offered = offered_tools(body)
-            index = min(self._next, len(self.script) - 1)
-            turn = self.script[index]
-            served: int | None = index
-            waiting = isinstance(turn, ToolUse) and turn.once_offered and turn.name not in offered
-            if waiting and self.meanwhile is not None and self._waits < self.max_waits:
-                self._waits += 1
-                turn, served = self.meanwhile, None
-            else:
-                self._next += 1
-            self.exchanges.append(
+            turn, served = self.choose(body, offered)
+            self._record(
+                self.exchanges,
                 Exchange(
                     turn=served,
                     tools=tools,
@@ -207,12 +202,31 @@ class ModelStandIn:
                     tool_results=tool_results(body),
                     streamed=streamed,
                     body=body,
-                )
+                ),
             )
         message = self._message(turn, str(body.get("model", "stand-in")))
         if not streamed:
             return web.json_response(message)
         return await self._stream(request, message)
+
+    def _record(self, records: list[Any], item: Any) -> None:
+        """Keep `item` in `records`: all of them, or the last `keep` (a long-running stand-in)."""
+        records.append(item)
+        if self.keep is not None:
+            del records[: -self.keep]
+
+    def choose(self, body: dict[str, Any], offered: set[str]) -> tuple[Turn, int | None]:
+        """The turn that answers a main-loop request, and its index in the script (None for
+        `meanwhile`): the script's next turn, unless it waits for a tool not yet offered.
+        A subclass may decide from the request instead (mcphost/standin/director.py)."""
+        index = min(self._next, len(self.script) - 1)
+        turn = self.script[index]
+        waiting = isinstance(turn, ToolUse) and turn.once_offered and turn.name not in offered
+        if waiting and self.meanwhile is not None and self._waits < self.max_waits:
+            self._waits += 1
+            return self.meanwhile, None
+        self._next += 1
+        return turn, index
 
     def _message(self, turn: Turn, model: str) -> dict[str, Any]:
         n = next(self._ids)
@@ -283,8 +297,8 @@ class ModelStandIn:
 
     # -- lifecycle --------------------------------------------------------------------------
     @contextmanager
-    def running(self) -> Iterator[ModelStandIn]:
-        """Serve in a background thread until the block ends."""
+    def running(self, port: int = 0) -> Iterator[Self]:
+        """Serve in a background thread until the block ends, on `port` (0: a free one)."""
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()
@@ -292,7 +306,7 @@ class ModelStandIn:
         async def start() -> None:
             self._runner = web.AppRunner(self._app(), access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", port)
             await site.start()
             self.port = int(self._runner.addresses[0][1])
 

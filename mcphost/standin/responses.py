@@ -2,7 +2,7 @@
 Codex's `openai_base_url` setting, e.g. `-c openai_base_url=...`).
 
 Owns: a real HTTP server (aiohttp, 127.0.0.1; the thread, loop and lifecycle of
-`model_standin.ModelStandIn`, reused) that answers `POST /v1/responses` with server-sent events
+`anthropic.ModelStandIn`, reused) that answers `POST /v1/responses` with server-sent events
 (`response.created`, `response.output_item.done`, `response.completed`) and anything else with
 an empty JSON object; the script those answers follow; and a record of every request
 (`responses`: the bodies; `credentials`: their `Authorization` headers; `other_requests`:
@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.blackbox.model_standin import ModelStandIn, Say
+from mcphost.standin.anthropic import ModelStandIn, Say
 
 USAGE = {
     "input_tokens": 10,
@@ -102,7 +102,7 @@ class ResponsesStandIn(ModelStandIn):
         """Codex first asks for the Responses API over a WebSocket (`GET /v1/responses`,
         `Upgrade: websocket`); 426 Upgrade Required makes it use HTTPS at once, where any
         other answer costs five reconnects (seconds) and an agent message saying it fell back."""
-        self.other_requests.append((request.method, request.path_qs))
+        self._record(self.other_requests, (request.method, request.path_qs))
         return web.Response(status=426, text="websocket transport not offered")
 
     def _item(self, turn: CodexTurn, n: int) -> dict[str, Any]:
@@ -138,11 +138,16 @@ class ResponsesStandIn(ModelStandIn):
             "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
         }
 
+    def next_turn(self, body: dict[str, Any]) -> CodexTurn:
+        """The turn that answers `body`: the script's next (a subclass may decide from the
+        request instead: mcphost/standin/director.py)."""
+        return self.turns[min(len(self.responses), len(self.turns) - 1)]
+
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         self._note_credential(request)
         body = await request.json()
-        turn = self.turns[min(len(self.responses), len(self.turns) - 1)]
-        self.responses.append(body)
+        turn = self.next_turn(body)
+        self._record(self.responses, body)
         n = next(self._ids)
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
