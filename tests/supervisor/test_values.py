@@ -89,3 +89,15 @@ def test_counts() -> None:
     for bad in (3, "12", True, 0):
         with pytest.raises(ValueError, match="a whole number of processes"):
             values.parse_count(bad)
+
+
+@pytest.mark.parametrize(
+    ("size", "long", "short"),
+    [(0, "0 B", "0B"), (512, "512 B", "512B"), (1024, "1 KiB", "1K"),
+     (64 << 20, "64 MiB", "64M"), (67108864 * 32, "2 GiB", "2G"),
+     (3 << 29, "1.5 GiB", "1.5G"), (123_456_789, "117 MiB", "117M"), (5 << 40, "5 TiB", "5T")],
+)  # fmt: skip
+def test_format_size_reads_in_powers_of_1024(size: int, long: str, short: str) -> None:
+    """One formatter for every size a person reads (an exit reason, `ctl status`, the page)."""
+    assert values.format_size(size) == long
+    assert values.format_size(size, short=True) == short

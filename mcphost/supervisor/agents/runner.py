@@ -65,6 +65,7 @@ from mcphost.supervisor.confine.kernel import (
     resolve_user,
 )
 from mcphost.supervisor.state import GenerationExhausted, StateStore, generation_after
+from mcphost.supervisor.values import format_size
 
 if TYPE_CHECKING:
     from mcphost.relay.members import Endpoint
@@ -605,7 +606,7 @@ class AgentRunner:
         from mcphost.supervisor.confine.cgroups import OOM_REASON
 
         limit = self.cgroup.limits.memory_max if self.cgroup is not None else None
-        return OOM_REASON if limit is None else f"{OOM_REASON} (memory_max = {limit} bytes)"
+        return OOM_REASON if limit is None else f"{OOM_REASON} (memory_max = {format_size(limit)})"
 
     def _given_up(self) -> str | None:
         """A reason the agent must not be restarted whatever the policy (None: the policy
