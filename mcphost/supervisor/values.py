@@ -161,5 +161,13 @@ def format_size(value: int | float, *, short: bool = False) -> str:
     if unit == "B" or number == int(number) or abs(number) >= 10:
         shown = str(int(number))
     else:
-        shown = f"{number:.1f}"
+        shown = one_decimal(number)
     return f"{shown}{unit[0]}" if short else f"{shown} {unit}"
+
+
+def one_decimal(number: float) -> str:
+    """`number` with one decimal, as JavaScript's `toFixed(1)` writes it (the exact binary value
+    rounded, a tie away from zero), so the fleet page's server and its script agree."""
+    from decimal import ROUND_HALF_UP, Decimal  # here: only a size that is shown pays for it
+
+    return str(Decimal(number).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))

@@ -101,3 +101,13 @@ def test_format_size_reads_in_powers_of_1024(size: int, long: str, short: str) -
     """One formatter for every size a person reads (an exit reason, `ctl status`, the page)."""
     assert values.format_size(size) == long
     assert values.format_size(size, short=True) == short
+
+
+@pytest.mark.parametrize(
+    ("number", "shown"),
+    [(1.25, "1.3"), (1.15, "1.1"), (1.05, "1.1"), (0.25, "0.3"), (2.0, "2.0"), (-0.05, "-0.1")],
+)  # fmt: skip
+def test_one_decimal_rounds_as_javascripts_to_fixed(number: float, shown: str) -> None:
+    """The fleet page's server and its script write the same figure (node printed these for
+    `(n).toFixed(1)`: the exact binary value rounded, a tie away from zero)."""
+    assert values.one_decimal(number) == shown
