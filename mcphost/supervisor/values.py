@@ -15,7 +15,9 @@ loader shows and its model carries as the key's description).
   `localhost` at its port; on a Unix socket any (no browser reaches one).
 - Sizes and counts (an agent's cgroup limits, `memory_max`, `pids_max`, `cpu_weight`):
   `parse_size` (bytes, or "512M", "2GiB": powers of 1024), `parse_count`, `UNLIMITED` ("max"),
-  and `SIZE_EXPECTED`, `COUNT_EXPECTED`, `WEIGHT_EXPECTED`.
+  and `SIZE_EXPECTED`, `COUNT_EXPECTED`, `WEIGHT_EXPECTED`; and the one way a size is shown to a
+  person (`format_size`: "64 MiB", or "64M" in a table's narrow cell), wherever one is: an exit
+  reason, `ctl status`, the fleet page.
 
 - What a reload does with a changed key (`Reload`, with what each means, `RELOAD_MEANS`): every
   key of the fleet model declares one (`fleet.reload_of`); the reload's reply, its dry run and
@@ -146,6 +148,34 @@ def parse_count(raw: object) -> int | Literal["max"]:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 16:
         raise ValueError(COUNT_EXPECTED)
     return raw
+
+
+_SHOWN_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_size(value: int | float, *, short: bool = False) -> str:
+    """A number of bytes for a person, in powers of 1024: "64 MiB", "1.5 GiB", "512 B"; one
+    decimal below 10 units unless whole ("2 GiB"), none above. `short`: a table's cell, the
+    unit's letter alone ("64M", "1.5G", "512B"). The JSON keeps bytes: this is for reading."""
+    number = float(value)
+    unit = _SHOWN_UNITS[0]
+    for unit in _SHOWN_UNITS:
+        if abs(number) < 1024 or unit == _SHOWN_UNITS[-1]:
+            break
+        number /= 1024
+    if unit == "B" or number == int(number) or abs(number) >= 10:
+        shown = str(int(number))
+    else:
+        shown = one_decimal(number)
+    return f"{shown}{unit[0]}" if short else f"{shown} {unit}"
+
+
+def one_decimal(number: float) -> str:
+    """`number` with one decimal, as JavaScript's `toFixed(1)` writes it (the exact binary value
+    rounded, a tie away from zero), so the fleet page's server and its script agree."""
+    from decimal import ROUND_HALF_UP, Decimal  # here: only a size that is shown pays for it
+
+    return str(Decimal(number).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
 
 
 # -- what a reload does with a changed key -------------------------------------------------------

@@ -89,3 +89,25 @@ def test_counts() -> None:
     for bad in (3, "12", True, 0):
         with pytest.raises(ValueError, match="a whole number of processes"):
             values.parse_count(bad)
+
+
+@pytest.mark.parametrize(
+    ("size", "long", "short"),
+    [(0, "0 B", "0B"), (512, "512 B", "512B"), (1024, "1 KiB", "1K"),
+     (64 << 20, "64 MiB", "64M"), (67108864 * 32, "2 GiB", "2G"),
+     (3 << 29, "1.5 GiB", "1.5G"), (123_456_789, "117 MiB", "117M"), (5 << 40, "5 TiB", "5T")],
+)  # fmt: skip
+def test_format_size_reads_in_powers_of_1024(size: int, long: str, short: str) -> None:
+    """One formatter for every size a person reads (an exit reason, `ctl status`, the page)."""
+    assert values.format_size(size) == long
+    assert values.format_size(size, short=True) == short
+
+
+@pytest.mark.parametrize(
+    ("number", "shown"),
+    [(1.25, "1.3"), (1.15, "1.1"), (1.05, "1.1"), (0.25, "0.3"), (2.0, "2.0"), (-0.05, "-0.1")],
+)  # fmt: skip
+def test_one_decimal_rounds_as_javascripts_to_fixed(number: float, shown: str) -> None:
+    """The fleet page's server and its script write the same figure (node printed these for
+    `(n).toFixed(1)`: the exact binary value rounded, a tie away from zero)."""
+    assert values.one_decimal(number) == shown

@@ -15,7 +15,11 @@ policy: `always` | `on-failure` (a non-zero exit, a signal we did not send, or a
 failed) | `never`; exponential backoff `restart_delay * 2**k` capped at `restart_max_delay`
 (k back to 0 once a run lasted longer than `restart_window`); more than `max_restarts` restarts
 after a failure within `restart_window` s -> `failed` until `start()`/`restart()` (an `always`
-agent's clean exit is restarted with the backoff and never counted). When the policy ends the
+agent's clean exit is restarted with the backoff and never counted). The window is measured on
+the agent's own clock, the time it ran and was being spawned, without the backoff waits: on the
+wall clock the doubling delays (1, 2, 4 ... 60 s by default) spread a crash loop so thin that no
+60 s ever held 6 restarts, and an agent OOM-killed or crashing in a loop was restarted forever
+(issue #34). The backoff still paces the restarts; the intensity says when to stop. When the policy ends the
 runner (no restart), the state is `failed` after a failure and `stopped` after a clean exit (as
 systemd does). There is no readiness signal: `running` means the process exists.
 The pure policy parts (`should_restart`, `backoff_delay`, `Intensity`) are unit-tested alone.
@@ -65,6 +69,7 @@ from mcphost.supervisor.confine.kernel import (
     resolve_user,
 )
 from mcphost.supervisor.state import GenerationExhausted, StateStore, generation_after
+from mcphost.supervisor.values import format_size
 
 if TYPE_CHECKING:
     from mcphost.relay.members import Endpoint
@@ -282,6 +287,7 @@ class AgentRunner:
         self._started_at: float | None = None
         self._k = 0
         self._intensity = Intensity(plan.max_restarts, plan.restart_window)
+        self._waited = 0.0  # seconds of backoff so far: the intensity's clock leaves them out
         self._log: RotatingLog | None = None
         self._pipes: set[asyncio.BaseTransport] = set()
         previous = store.last_exit(plan.agent_id)
@@ -605,7 +611,7 @@ class AgentRunner:
         from mcphost.supervisor.confine.cgroups import OOM_REASON
 
         limit = self.cgroup.limits.memory_max if self.cgroup is not None else None
-        return OOM_REASON if limit is None else f"{OOM_REASON} (memory_max = {limit} bytes)"
+        return OOM_REASON if limit is None else f"{OOM_REASON} (memory_max = {format_size(limit)})"
 
     def _given_up(self) -> str | None:
         """A reason the agent must not be restarted whatever the policy (None: the policy
@@ -659,7 +665,7 @@ class AgentRunner:
                 self._k = 0
             # The intensity limit counts failures: an `always` agent's clean exit is a run that
             # ended, restarted with the backoff however often it comes (never `failed`).
-            if is_failure(code) and not self._intensity.allow(loop.time()):
+            if is_failure(code) and not self._intensity.allow(loop.time() - self._waited):
                 self._fail(
                     f"{self._last_reason}; more than {self.plan.max_restarts} restarts "
                     f"within {self.plan.restart_window:g} s"
@@ -669,10 +675,12 @@ class AgentRunner:
             self._k += 1
             self._state = AgentState.BACKOFF
             emit("supervisor.agent_backoff", agent_id=self.agent_id, delay=delay, attempt=self._k)
+            began = loop.time()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
+            self._waited += loop.time() - began
             if not self._want or self._closed:
                 return
             self._restarts += 1

@@ -4,9 +4,16 @@ Owns: the planning (pure: the fleet keys `memory_max`, `pids_max`, `cpu_weight` 
 as values.py's sizes and counts; "max", `UNLIMITED`, is no limit), the documented defaults derived
 from what the supervisor's own group may use, the files each backend writes, the files each
 backend's usage is read from (`usage_files`: usage.py reads them), the parsing of
-`/proc/self/cgroup`, `/proc/self/mountinfo` and the OOM counters) and a thin writer (`Cgroups`,
-`AgentGroup`): detect the backend at start, make the groups, write the limits, read the OOM
-counter, and remove a group once nothing of it runs.
+`/proc/self/cgroup`, `/proc/self/mountinfo` and the kernel's counts of the limits met
+(`LimitEvents`: OOM kills from `memory.events` on v2, `memory.oom_control` on v1; forks refused
+at `pids_max` from `pids.events`, both)) and a thin writer (`Cgroups`, `AgentGroup`): detect the
+backend at start, make the groups, write the limits, read the counts, and remove a group once
+nothing of it runs.
+
+The counts are the agent's since its runner was made (`AgentGroup.events`): the kernel's count of
+the group now, plus what its earlier groups counted (a group removed when its runner stops
+running the agent, `ctl restart` and `ctl stop` then `start` among them, folds its count in
+first), so a counter never goes back while the fleet keeps the agent's plan.
 
 Layout: `<base>/mcphost-<instance>/agent-<id>`, where `<base>` is the supervisor's own cgroup
 (per controller on v1) and `<instance>` a digest of the state directory, so the next supervisor
@@ -198,17 +205,69 @@ def usage_files(kind: Kind, dirs: Mapping[str, str]) -> CgroupFiles | None:
     )
 
 
-def oom_kills(text: str) -> int:
-    """`oom_kill N` of a `memory.events` (v2) or `memory.oom_control` (v1) file; 0 without."""
+def event_count(text: str, key: str) -> int:
+    """`<key> N` of a flat-keyed cgroup file (`memory.events`, `memory.oom_control`,
+    `pids.events`); 0 without."""
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
             return int(value)
     return 0
 
 
+def oom_kills(text: str) -> int:
+    """`oom_kill N` of a `memory.events` (v2) or `memory.oom_control` (v1) file: the processes
+    of the group the OOM killer ended (v2 with `memory.oom.group`: every process of a group kill
+    counts); 0 without."""
+    return event_count(text, "oom_kill")
+
+
+def pids_limit_hits(text: str) -> int:
+    """`max N` of a `pids.events` file (v1 and v2): the forks and clones refused because the
+    group was at its `pids.max`; 0 without."""
+    return event_count(text, "max")
+
+
 def oom_file(kind: Kind) -> tuple[str, str]:
     return ("", "memory.events") if kind == "v2" else ("memory", "memory.oom_control")
+
+
+def pids_events_file(kind: Kind) -> tuple[str, str]:
+    return ("" if kind == "v2" else "pids", "pids.events")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitEvents:
+    """How often an agent met its limits: `oom_kills` (processes the kernel's OOM killer ended),
+    `pids_limit_hits` (forks refused at `pids_max`), `oom_group_kills` (v2 with
+    `memory.oom.group`, kernel 5.19 and later: the times the whole group was ended at once)."""
+
+    oom_kills: int = 0
+    pids_limit_hits: int = 0
+    oom_group_kills: int = 0
+
+    def __add__(self, other: LimitEvents) -> LimitEvents:
+        return LimitEvents(
+            self.oom_kills + other.oom_kills,
+            self.pids_limit_hits + other.pids_limit_hits,
+            self.oom_group_kills + other.oom_group_kills,
+        )
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "oom_kills": self.oom_kills,
+            "pids_limit_hits": self.pids_limit_hits,
+            "oom_group_kills": self.oom_group_kills,
+        }
+
+
+def limit_events(memory_events: str, pids_events: str) -> LimitEvents:
+    """The counts of a group's memory events file (`oom_file`) and its `pids.events`."""
+    return LimitEvents(
+        oom_kills(memory_events),
+        pids_limit_hits(pids_events),
+        event_count(memory_events, "oom_group_kill"),
+    )
 
 
 def entry_file(kind: Kind) -> str:
@@ -467,6 +526,8 @@ class AgentGroup:
         # each directory once (v1's cpu and cpuacct may be one hierarchy: one directory)
         self.unique_dirs = tuple(dict.fromkeys(self.dirs.values()))
         self.usage_files = usage_files(kind, self.dirs)  # None: the agent's usage from /proc
+        self._earlier = LimitEvents()  # what the agent's removed groups counted (`events`)
+        self._folded = False  # this group's counts are in `_earlier` (it is being removed)
 
     @property
     def path(self) -> str:
@@ -485,6 +546,7 @@ class AgentGroup:
         for directory in self.unique_dirs:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(directory, 0o755)
+                self._folded = False  # a new group: the kernel counts from 0
         for controller, name, value in writes(self.kind, self.limits):
             path = os.path.join(self.dirs[controller], name)
             try:
@@ -500,17 +562,36 @@ class AgentGroup:
         return tuple(os.path.join(d, entry_file(self.kind)) for d in self.unique_dirs)
 
     def oom_kills(self) -> int:
-        controller, name = oom_file(self.kind)
-        try:
-            return oom_kills(_read(os.path.join(self.dirs[controller], name)))
-        except OSError:
-            return 0
+        """The OOM kills of the group now (not its earlier groups': `events` adds those)."""
+        return self._current().oom_kills
+
+    def _current(self) -> LimitEvents:
+        """The kernel's counts of the group as it is now (none when it is not there)."""
+        texts = []
+        for controller, name in (oom_file(self.kind), pids_events_file(self.kind)):
+            try:
+                texts.append(_read(os.path.join(self.dirs[controller], name)))
+            except (OSError, KeyError):
+                texts.append("")
+        return limit_events(*texts)
+
+    def events(self) -> LimitEvents:
+        """How often the agent met its limits since its runner was made: this group's counts
+        and those of the groups it had before (module doc)."""
+        return self._earlier if self._folded else self._earlier + self._current()
+
+    def _fold(self) -> None:
+        """Before the group is removed: its counts kept (`events`), once per group made."""
+        if not self._folded:
+            self._earlier = self._earlier + self._current()
+            self._folded = True
 
     async def remove(self, timeout: float = 10.0) -> bool:
         """Kill what is left in the group, wait until it is empty, remove it; False when it
         could not be (an unkillable process: left, and said)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        self._fold()
         for directory in self.unique_dirs:
             while os.path.isdir(directory) and not _rmdir_quietly(directory):
                 if loop.time() >= deadline:
@@ -528,6 +609,7 @@ class AgentGroup:
     def remove_now(self, timeout: float = 10.0) -> bool:
         """`remove`, blocking (at start, before the event loop serves anything)."""
         deadline = time.monotonic() + timeout
+        self._fold()
         for directory in self.unique_dirs:
             while os.path.isdir(directory) and not _rmdir_quietly(directory):
                 if time.monotonic() >= deadline:

@@ -1,8 +1,10 @@
 """What `mcphost ctl` prints, from the supervisor's replies (pure: no socket, no clock of its own).
 
 Owns: the status table (`status_table`: one row per agent, `COLUMNS`, fitted to a terminal's
-width by `FIT`) with its cells (the state with an ACP agent's protocol state and a fenced
-generation, the human uptime, bytes and CPU time, the fence level, the last exit), the order of
+width by `FIT`, the columns that repeat on every row said once below it) with its cells (the
+state with an ACP agent's protocol state and a fenced generation, the human uptime, sizes
+(values.py `format_size`) and CPU time, the agent's limits and how often it met them, the fence
+level, the last exit), the order of
 `--sort` (`SORTS`), the center's and the limits' lines above it, `ctl top`'s frame
 (`watch_frame`: drawn over the previous one on a terminal), the one-line answers of start,
 stop, restart and reload (`describe_result`, `describe_dry_run`; a reload's line per changed fleet
@@ -24,25 +26,36 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from mcphost.supervisor.values import Reload
+from mcphost.supervisor.values import Reload, format_size
 
 # RST: restarts; SESS: MCP sessions attached; MEM, PEAK: memory now and at its largest (of
 # this generation); CPU: CPU time; PROCS: processes; CALLS: center calls/those that failed;
 # FENCE ends " (shared uid)" for an agent that runs as the supervisor's own uid (an unprivileged
 # supervisor's, or `user = "root"`): the kernel's permissions are then no wall between them.
 SHARED_UID = {"shared": " (shared uid)"}
-# QUEUE: items waiting in the relay's delivery queue to the agent; FENCE: the agent's fence level
+# QUEUE: items waiting in the relay's delivery queue to the agent; MEMMAX, PIDMAX: the agent's
+# cgroup limits (`max`: none; `-`: no cgroup backend); OOM: processes of the agent the kernel's
+# OOM killer ended, PIDHIT: forks its `pids_max` refused (both since its runner was made, across
+# restarts: cgroups.py `LimitEvents`); FENCE: the agent's fence level
 # (`sandbox` in --json: probe.py's `Support.level()`, or `none`); EXIT: the last exit and its
 # reason, free text, last. Given a width (a terminal's), `status_table` fits it (`FIT`).
 COLUMNS = (
     "AGENT", "STATE", "PID", "GEN", "RST", "UPTIME", "SESS", "MEM", "PEAK", "CPU", "PROCS",
-    "CALLS", "QUEUE", "FENCE", "EXIT",
+    "CALLS", "QUEUE", "MEMMAX", "PIDMAX", "OOM", "PIDHIT", "FENCE", "EXIT",
 )  # fmt: skip
-# How a table is fitted to a width: columns with nothing in them go first; then, step by step
-# until the columns before EXIT leave it `EXIT_MIN` characters: ("shrink", column, to) cuts a
-# column's cells to that many characters (a cut cell ends in `~`), ("drop", column) leaves it
-# out. AGENT, STATE, MEM, CPU and PROCS stay; EXIT gets what is left of the width.
+# How a table is fitted to a width: columns with nothing in them go first; then, one at a time in
+# the order of `REPEATS` while it is still too wide, the columns whose cell is the same on every
+# row (of two rows or more: the fence level, a limit every agent has by default, `0` hits), said
+# once below the table (`same on every row: FENCE bwrap, MEMMAX 2G`, wrapped to the width); then, step by step until the columns before EXIT
+# leave it `EXIT_MIN` characters: ("shrink", column, to) cuts a column's cells to that many
+# characters (a cut cell ends in `~`), ("drop", column) leaves it out. AGENT, STATE, MEM, CPU
+# and PROCS stay, and STATE is cut only when nothing else is left to drop; EXIT gets what is
+# left of the width.
 EXIT_MIN = 8
+REPEATS = (
+    "FENCE", "MEMMAX", "PIDMAX", "OOM", "PIDHIT", "GEN", "RST", "SESS", "QUEUE", "CALLS", "PEAK",
+    "UPTIME", "PID",
+)  # fmt: skip
 FIT: tuple[tuple[Any, ...], ...] = (
     ("shrink", "AGENT", 16),
     ("shrink", "FENCE", 12),
@@ -52,10 +65,14 @@ FIT: tuple[tuple[Any, ...], ...] = (
     ("drop", "GEN"),
     ("drop", "RST"),
     ("drop", "SESS"),
-    ("shrink", "STATE", 10),
+    ("drop", "PIDMAX"),
+    ("drop", "MEMMAX"),
     ("drop", "PID"),
     ("drop", "FENCE"),
     ("drop", "UPTIME"),
+    ("drop", "PIDHIT"),
+    ("drop", "OOM"),
+    ("shrink", "STATE", 10),
     ("shrink", "AGENT", 10),
 )
 SORTS = {"cpu": "cpu_seconds", "mem": "memory_current_bytes"}
@@ -116,17 +133,9 @@ def _number(value: Any) -> float | None:
 
 
 def human_bytes(value: Any) -> str:
-    """512K, 120M, 1.5G (binary units, at most 5 characters); `-` when unknown."""
+    """512K, 120M, 1.5G (values.py `format_size`, short); `-` when unknown."""
     number = _number(value)
-    if number is None:
-        return "-"
-    for unit in ("B", "K", "M", "G", "T"):
-        if number < 1024 or unit == "T":
-            break
-        number /= 1024
-    if unit == "B":
-        return f"{int(number)}B"
-    return f"{number:.1f}{unit}" if number < 10 else f"{int(number)}{unit}"
+    return "-" if number is None else format_size(number, short=True)
 
 
 def human_cpu(value: Any) -> str:
@@ -135,6 +144,22 @@ def human_cpu(value: Any) -> str:
     if seconds is None:
         return "-"
     return f"{seconds:.1f}s" if seconds < 10 else human_duration(seconds)
+
+
+def _limit_cells(agent: Mapping[str, Any]) -> tuple[str, ...]:
+    """MEMMAX, PIDMAX, OOM, PIDHIT: the agent's limits (`max`: none) and the times it met them
+    (all `-` without a cgroup: no limits, nothing counted)."""
+    limits, usage = agent.get("limits"), agent.get("usage")
+    cells = ["-", "-"]
+    if isinstance(limits, Mapping):
+        memory, pids = limits.get("memory_max"), limits.get("pids_max")
+        cells = [
+            "max" if memory is None else human_bytes(memory),
+            "max" if pids is None else clean(pids),
+        ]
+    if not isinstance(usage, Mapping):
+        return (*cells, "-", "-")
+    return (*cells, clean(usage.get("oom_kills")), clean(usage.get("pids_limit_hits")))
 
 
 def _usage_cells(usage: Any) -> tuple[str, ...]:
@@ -190,6 +215,7 @@ def status_rows(agents: Sequence[Mapping[str, Any]], now: float) -> list[tuple[s
                 up,
                 clean(agent.get("sessions")),
                 *_usage_cells(agent.get("usage")),
+                *_limit_cells(agent),
                 clean(agent.get("sandbox")) + SHARED_UID.get(str(agent.get("identity")), ""),
                 _exit_cell(agent),
             )
@@ -224,7 +250,7 @@ def limits_line(limits: Any) -> str:
     shown = ""
     if isinstance(defaults, Mapping):
         memory = defaults.get("memory_max")
-        mib = f"{memory >> 20} MiB" if isinstance(memory, int) else "no limit"
+        mib = format_size(memory) if isinstance(memory, int) else "no limit"
         shown = (
             f"; per agent by default: memory {mib}, {clean(defaults.get('pids_max'))} "
             f"processes, cpu weight {clean(defaults.get('cpu_weight'))}"
@@ -236,12 +262,16 @@ def _cut(cell: str, width: int) -> str:
     return cell if len(cell) <= width else cell[: max(width - 1, 0)] + "~"
 
 
-def fit_columns(rows: list[tuple[str, ...]], width: int | None) -> list[list[str]]:
-    """`rows` (the header first) fitted to `width` (`FIT`), as lists of cells."""
+def fit_columns(
+    rows: list[tuple[str, ...]], width: int | None
+) -> tuple[list[list[str]], list[tuple[str, str]]]:
+    """`rows` (the header first) fitted to `width` (`FIT`), as lists of cells; and the columns
+    left out because every row has the same cell, with that cell (said below the table)."""
     columns = list(COLUMNS)
     table = [list(row) for row in rows]
+    repeated: list[tuple[str, str]] = []
     if width is None:
-        return table
+        return table, repeated
 
     def drop(name: str) -> None:
         at = columns.index(name)
@@ -256,6 +286,13 @@ def fit_columns(rows: list[tuple[str, ...]], width: int | None) -> list[list[str
         if len(table) > 1 and all(row[at] == "-" for row in table[1:]):
             drop(columns[at])
     exit_width = max(len(row[-1]) for row in table)
+    for name in REPEATS:
+        if len(table) < 3 or before_exit() + min(exit_width, EXIT_MIN) <= width:
+            break
+        cells = {row[columns.index(name)] for row in table[1:]} if name in columns else set()
+        if len(cells) == 1:
+            repeated.append((name, cells.pop()))
+            drop(name)
     for step in FIT:
         if before_exit() + min(exit_width, EXIT_MIN) <= width:
             break
@@ -270,18 +307,38 @@ def fit_columns(rows: list[tuple[str, ...]], width: int | None) -> list[list[str
     room = max(width - before_exit(), 4)
     for row in table[1:]:
         row[-1] = _cut(row[-1], room)
-    return table
+    return table, repeated
+
+
+def _packed(head: str, items: Sequence[str], width: int | None) -> list[str]:
+    """`head` and `items` joined by ", ", in lines of at most `width` characters broken between
+    items (the next lines indented by two), an item longer than a line cut."""
+    lines = [head]
+    for n, item in enumerate(items):
+        piece = item + ("," if n < len(items) - 1 else "")
+        if (
+            width is not None
+            and lines[-1] not in (head, "  ")
+            and len(lines[-1]) + 1 + len(piece) > width
+        ):
+            lines.append("  ")
+        joined = lines[-1] + ("" if lines[-1] in (head, "  ") else " ") + piece
+        lines[-1] = joined if width is None else _cut(joined, width)
+    return lines
 
 
 def status_table(agents: Sequence[Mapping[str, Any]], now: float, width: int | None = None) -> str:
-    """The table, every line at most `width` characters when given (`FIT`)."""
-    rows = fit_columns([COLUMNS, *status_rows(agents, now)], width)
+    """The table, every line at most `width` characters when given (`FIT`; the columns that
+    repeat on every row, left out, in one line below it)."""
+    rows, repeated = fit_columns([COLUMNS, *status_rows(agents, now)], width)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
         line = "  ".join(cells).rstrip()
         out.append(line if width is None else line[:width])
+    if repeated:
+        out += _packed("same on every row: ", [f"{name} {cell}" for name, cell in repeated], width)
     return "\n".join(out) + "\n"
 
 

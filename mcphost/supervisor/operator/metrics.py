@@ -4,9 +4,11 @@ Owns: what is exposed and under which names (`NAMES`, docs/operations.md "Metric
 `CollectorRegistry` of its own (never prometheus_client's global one) and the fleet's text:
 - per agent, from `Operations.snapshot()`'s rows taken as the scrape arrives (so an agent that
   left is gone from the next scrape): state (one series per `AgentState`, 1 for the current
-  one), restarts, generation, sessions, fence level, and the usage figures a row carries
-  (`row["usage"]`: memory, CPU, processes; a figure that is None or absent is left out, never
-  shown as 0);
+  one), restarts, generation, sessions, fence level, the usage figures a row carries
+  (`row["usage"]`: memory, CPU, processes, and the times the agent met its limits: OOM kills
+  and forks refused at `pids_max`, counted across its restarts), and its limits
+  (`row["limits"]`: `memory_max`, `pids_max`); a figure that is None or absent (no cgroup
+  backend; a limit of `max`) is left out, never shown as 0;
 - the center's health (`mcphost_center_up`) from the same status;
   these fleet families are written in the text format by `FleetText` (prometheus_client's
   `floatToGoString` for values; label values escaped as its exposition does): once per version
@@ -73,6 +75,10 @@ NAMES: dict[str, str] = {
     "mcphost_agent_memory_peak_bytes": "The most memory the agent's processes have used",
     "mcphost_agent_cpu_seconds_total": "CPU time the agent's processes have used",
     "mcphost_agent_processes": "The agent's processes now",
+    "mcphost_agent_oom_kills_total": "Processes of the agent the kernel's OOM killer ended",
+    "mcphost_agent_pids_limit_hits_total": "Forks of the agent refused at its pids_max",
+    "mcphost_agent_memory_max_bytes": "The agent's memory_max (absent: no limit)",
+    "mcphost_agent_pids_max": "The agent's pids_max, processes and threads (absent: no limit)",
     "mcphost_center_up": "1 when the center's last health probe succeeded, else 0",
     "mcphost_center_calls_total": "Center tool calls by tool and outcome (ok or the error code)",
     "mcphost_center_call_duration_seconds": "Center tool call latency by tool",
@@ -99,8 +105,8 @@ class RelayFigures:
     queued: int
 
 
-# The per-agent families in the order exposed (the name as scraped, its type), and the usage
-# figure each of the last four shows.
+# The per-agent families in the order exposed (the name as scraped, its type); from the sixth on,
+# the usage figure each shows (`USAGE_FIGURES`), then the limit (`LIMIT_FIGURES`).
 AGENT_FAMILIES = (
     ("mcphost_agent_state", "gauge"),
     ("mcphost_agent_restarts_total", "counter"),
@@ -111,8 +117,17 @@ AGENT_FAMILIES = (
     ("mcphost_agent_memory_peak_bytes", "gauge"),
     ("mcphost_agent_cpu_seconds_total", "counter"),
     ("mcphost_agent_processes", "gauge"),
+    ("mcphost_agent_oom_kills_total", "counter"),
+    ("mcphost_agent_pids_limit_hits_total", "counter"),
+    ("mcphost_agent_memory_max_bytes", "gauge"),
+    ("mcphost_agent_pids_max", "gauge"),
 )
-USAGE_FIGURES = ("memory_current_bytes", "memory_peak_bytes", "cpu_seconds", "processes")
+USAGE_FIGURES = (
+    "memory_current_bytes", "memory_peak_bytes", "cpu_seconds", "processes", "oom_kills",
+    "pids_limit_hits",
+)  # fmt: skip
+LIMIT_FIGURES = ("memory_max", "pids_max")
+FIGURES_AT = 5  # AGENT_FAMILIES[FIGURES_AT:]: the usage figures, then the limits
 
 
 def _label(value: str) -> str:
@@ -135,12 +150,18 @@ def _number(value: Any) -> float | None:
 
 def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     """What an agent's series are made of: the same key, the same lines."""
-    usage = row.get("usage")
-    figures = tuple(usage.get(k) for k in USAGE_FIGURES) if isinstance(usage, Mapping) else ()
     return (
         row.get("state"), row.get("restarts"), row.get("generation"), row.get("sessions"),
-        row.get("sandbox"), figures,
+        row.get("sandbox"), _figures(row),
     )  # fmt: skip
+
+
+def _figures(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The usage figures then the limits of a row, in `AGENT_FAMILIES`' order (None: absent)."""
+    usage, limits = row.get("usage"), row.get("limits")
+    usage = usage if isinstance(usage, Mapping) else {}
+    limits = limits if isinstance(limits, Mapping) else {}
+    return (*(usage.get(k) for k in USAGE_FIGURES), *(limits.get(k) for k in LIMIT_FIGURES))
 
 
 def agent_lines(row: Mapping[str, Any]) -> tuple[str, ...]:
@@ -158,8 +179,6 @@ def agent_lines(row: Mapping[str, Any]) -> tuple[str, ...]:
     )
     generation = row.get("generation")
     sandbox = row.get("sandbox")
-    usage = row.get("usage")
-    usage = usage if isinstance(usage, Mapping) else {}
     return (
         states,
         line("mcphost_agent_restarts_total", float(row.get("restarts") or 0)),
@@ -171,8 +190,8 @@ def agent_lines(row: Mapping[str, Any]) -> tuple[str, ...]:
         if isinstance(sandbox, str)
         else "",
         *(
-            line(name, _number(usage.get(key)))
-            for (name, _), key in zip(AGENT_FAMILIES[5:], USAGE_FIGURES, strict=True)
+            line(name, _number(value))
+            for (name, _), value in zip(AGENT_FAMILIES[FIGURES_AT:], _figures(row), strict=True)
         ),
     )
 

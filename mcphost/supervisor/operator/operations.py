@@ -9,7 +9,8 @@ lacks: `unknown_agent`, built by `control.protocol.unknown_agents`; one it could
 the `ctl exec` commands running (ended with their agent's generation: `end_execs`); each status
 row's `usage` (usage.py's figures from one sample shared by every status, page poll and scrape
 within `USAGE_SAMPLE_SECONDS`, with the center calls the surfaces counted and the relay's queue
-depth, both read live) and the sampling between statuses where a peak needs it
+depth, both read live; and the counts of the limits the agent met, cgroups.py's
+`LimitEvents`, read with the figures) and the sampling between statuses where a peak needs it
 (`sample_usage_forever`); the status as a versioned `Snapshot` (a new version only when
 something in it changed: what the page and the metrics build from it is built once per
 version); and the event of a reload that applied nothing (`reload_failed`, for ctl and SIGHUP
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 # bench/usage.py), and where a peak is the supervisor's own (`Usage.sampled_peak`) a sample is
 # taken at least this often.
 USAGE_SAMPLE_SECONDS = 5.0
+LIMIT_EVENTS = ("oom_kills", "pids_limit_hits", "oom_group_kills")  # cgroups.LimitEvents
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +268,11 @@ class Operations:
             peaks=self.peaks,
             cgroup=group.usage_files if group is not None else None,
         )
-        return _Figures(status.pid, status.generation, sessions, usage, usage.as_json())
+        # how often it met its limits (cgroups.py `LimitEvents`; None: no group, none counted)
+        events = group.events().as_json() if group is not None else dict.fromkeys(LIMIT_EVENTS)
+        return _Figures(
+            status.pid, status.generation, sessions, usage, {**usage.as_json(), **events}
+        )
 
     def _needs_sampling(self) -> bool:
         """Whether a peak is the supervisor's own (`Usage.sampled_peak`): an agent running

@@ -3,9 +3,13 @@
 Owns: `FleetPage`, an aiohttp server on the `[page] listen` address (a loopback address or a Unix
 socket, held to that by `values.parse_listen`) with two resources: `/`, one HTML document whose
 style and script are inline (no external asset, no CDN; a Content-Security-Policy that allows
-exactly those two by hash, and `connect-src 'self'`), and `/api/fleet`, the snapshot that script
+exactly those two by hash, and `connect-src 'self'`), its agents' table and the bar above it
+already filled from the snapshot of the moment (`render_page`: the first paint is the fleet, not an
+empty "connecting" table; the cells are the script's, `agent_cells` writing what its `agentRow`
+writes), and `/api/fleet`, the snapshot that script
 polls every `POLL_MS` (so the page follows restarts without a reload): the center's health, and per
-agent its state, generation, restarts, fence, usage, sessions, last exit and reason
+agent its state, generation, restarts, fence, usage (the times it met its limits among them), its
+limits, sessions, last exit and reason
 (`Operations.snapshot()`'s rows, read with `.get`, every field passed through an allow-list), and
 the supervisor's recent events (the newest `supervisor.*` records of the journal's ring,
 journal.py, each cut to `safe_event`'s allow-list of fields). The JSON is built once per change of
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import json
 import re
 import time
@@ -42,6 +47,7 @@ from aiohttp import web
 
 from mcphost import events
 from mcphost.supervisor.operator.loopback import AgentUids, LoopbackServer, no_agents
+from mcphost.supervisor.values import format_size, one_decimal
 
 if TYPE_CHECKING:
     from mcphost.supervisor.operator.operations import Snapshot
@@ -59,6 +65,7 @@ AGENT_KEYS = (
     "identity",
 )  # fmt: skip
 FENCED_KEYS = ("code", "generation", "center_generation", "at", "action")
+LIMIT_KEYS = ("memory_max", "pids_max", "cpu_weight")
 CENTER_KEYS = ("state", "checked_at", "fleet_key")
 # The fields of a supervisor event the page shows (the rest, `message`, `error`, `path`, `fleet`,
 # `argv0`, `user`... are left out: free text or paths); `state` only as one word (a center's
@@ -113,6 +120,8 @@ def safe_row(row: Mapping[str, Any]) -> dict[str, Any]:
     fenced = row.get("fenced")
     out["fenced"] = _picked(fenced, FENCED_KEYS) if isinstance(fenced, Mapping) else None
     out["usage"] = _figures(row.get("usage"))
+    limits = row.get("limits")
+    out["limits"] = _picked(limits, LIMIT_KEYS) if isinstance(limits, Mapping) else None
     return out
 
 
@@ -170,17 +179,18 @@ def _json(value: Any) -> str:
 
 _STYLE = """
 :root { color-scheme: light dark; --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; --dim: #6e7781; }
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.2em 2em; }
+body { font: 13px/1.35 system-ui, sans-serif; margin: 1em 1.2em; }
 h1 { font-size: 1.3em; margin: 0 0 .3em; }
 h2 { font-size: 1.05em; margin: 1.4em 0 .4em; }
 #bar { display: flex; gap: 2em; flex-wrap: wrap; color: var(--dim); }
 #bar b { color: CanvasText; }
 table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: .25em .7em .25em 0; border-bottom: 1px solid #8884;
-  white-space: nowrap; }
-th { font-weight: 600; color: var(--dim); }
+th, td { text-align: left; padding: .25em .6em .25em 0; border-bottom: 1px solid #8884;
+  white-space: nowrap; vertical-align: top; }
+th { font-weight: 600; color: var(--dim); white-space: normal; vertical-align: bottom; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.wrap { white-space: normal; }
+td.soft { white-space: normal; min-width: 6em; }
+td.wrap { white-space: normal; overflow-wrap: break-word; min-width: 16em; }
 .running, .ok { color: var(--ok); font-weight: 600; }
 .starting, .backoff, .stopping, .degraded, .unknown, .warning { color: var(--warn); font-weight: 600; }
 .failed, .down, .error, .refused, .fenced { color: var(--bad); font-weight: 600; }
@@ -197,9 +207,11 @@ function bytes(n) {
   if (typeof n !== "number") return "-";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  const whole = i === 0 || n === Math.trunc(n) || Math.abs(n) >= 10;
+  return (whole ? String(Math.trunc(n)) : n.toFixed(1)) + " " + units[i];
 }
+function limit(v, show) { return (v === null) ? "max" : (v === undefined ? "-" : show(v)); }
 function ago(seconds) {
   if (typeof seconds !== "number" || seconds < 0) return "-";
   seconds = Math.floor(seconds);
@@ -224,21 +236,24 @@ function stateText(a) {
   if (a.fenced && a.fenced.generation === a.generation) text += ", fenced (" + a.fenced.code + ")";
   return text;
 }
-function agentRow(a, now) {
+function agentRow(a, now) {  // page.py's agent_cells writes the same cells on the server
   const u = a.usage || {};
+  const l = a.limits || {};
   const tr = document.createElement("tr");
   tr.dataset.agent = a.agent_id;
   const up = (a.state === "running" && typeof a.started_at === "number") ? ago(now - a.started_at) : "-";
   td(tr, "agent", dash(a.agent_id));
-  td(tr, "state", stateText(a), (a.fenced && a.fenced.generation === a.generation) ? "fenced" : a.state);
+  td(tr, "state", stateText(a), ((a.fenced && a.fenced.generation === a.generation) ? "fenced" : a.state) + " soft");
   td(tr, "generation", dash(a.generation), "num");
   td(tr, "restarts", dash(a.restarts), "num");
-  td(tr, "fence", dash(a.sandbox) + (a.identity === "shared" ? " (shared uid)" : ""));
+  td(tr, "fence", dash(a.sandbox) + (a.identity === "shared" ? " (shared uid)" : ""), "soft");
   td(tr, "pid", dash(a.pid), "num");
   td(tr, "up", up, "num");
   td(tr, "memory", bytes(u.memory_current_bytes) + " / " + bytes(u.memory_peak_bytes), "num");
   td(tr, "cpu", typeof u.cpu_seconds === "number" ? u.cpu_seconds.toFixed(1) + " s" : "-", "num");
   td(tr, "processes", dash(u.processes), "num");
+  td(tr, "limits", a.limits ? limit(l.memory_max, bytes) + " / " + limit(l.pids_max, String) : "-", "num");
+  td(tr, "hits", dash(u.oom_kills) + " / " + dash(u.pids_limit_hits), "num");
   td(tr, "sessions", dash(a.sessions), "num");
   td(tr, "center", dash(u.center_calls) + " / " + dash(u.center_errors), "num");
   td(tr, "queue", dash(u.relay_queue_depth), "num");
@@ -292,8 +307,126 @@ tick();
 
 _HEAD = (
     "agent", "state", "gen", "restarts", "fence", "pid", "up", "memory (now / peak)", "cpu",
-    "procs", "sessions", "center calls / errors", "relay queue", "last exit",
+    "procs", "limits (memory / procs)", "OOM kills / forks refused", "sessions",
+    "center calls / errors", "relay queue", "last exit",
 )  # fmt: skip
+
+
+# -- the first paint: the script's cells, written by the server --------------------------------
+
+
+def _dash(value: Any) -> str:
+    """The script's `dash`: `-` for nothing, the value's text otherwise."""
+    return "-" if value is None or value == "" else str(value)
+
+
+def _ago(seconds: Any) -> str:
+    """The script's `ago`: 45s, 3m12s, 2h5m, 3d4h."""
+    if not isinstance(seconds, int | float) or seconds < 0:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600}h"
+
+
+def _bytes(value: Any) -> str:
+    return format_size(value) if isinstance(value, int | float) else "-"
+
+
+def _state_text(a: Mapping[str, Any]) -> str:
+    """The script's `stateText`."""
+    text = _dash(a.get("state"))
+    if a.get("protocol_state") and a.get("state") in ("running", "starting"):
+        text += f", {a.get('runner')} {a.get('protocol_state')}"
+        if a.get("state_reason_code"):
+            text += f" ({a.get('state_reason_code')})"
+    fenced = a.get("fenced")
+    if fenced and fenced.get("generation") == a.get("generation"):
+        text += f", fenced ({fenced.get('code')})"
+    return text
+
+
+def agent_cells(a: Mapping[str, Any], now: float) -> list[tuple[str, str, str]]:
+    """(column, text, class) of one agent's row as the script's `agentRow` writes them, from the
+    same `safe_row` it polls: the page's first paint (`render_page`)."""
+    u = a.get("usage") or {}
+    limits = a.get("limits")
+    fenced = a.get("fenced")
+    started = a.get("started_at")
+    up = (
+        _ago(now - started)
+        if a.get("state") == "running" and isinstance(started, int | float)
+        else "-"
+    )
+    state_class = "fenced" if fenced and fenced.get("generation") == a.get("generation") else None
+    cpu = u.get("cpu_seconds")
+    shown_limits = "-"
+    if limits:
+        memory, pids = limits.get("memory_max"), limits.get("pids_max")
+        shown_limits = (
+            ("max" if memory is None else _bytes(memory))
+            + " / "
+            + ("max" if pids is None else _dash(pids))
+        )
+    exit_text = ": ".join(str(x) for x in (a.get("last_exit"), a.get("last_reason")) if x)
+    return [
+        ("agent", _dash(a.get("agent_id")), ""),
+        ("state", _state_text(a), f"{state_class or a.get('state')} soft"),
+        ("generation", _dash(a.get("generation")), "num"),
+        ("restarts", _dash(a.get("restarts")), "num"),
+        ("fence", _dash(a.get("sandbox")) + (" (shared uid)" if a.get("identity") == "shared" else ""), "soft"),
+        ("pid", _dash(a.get("pid")), "num"),
+        ("up", up, "num"),
+        ("memory", f"{_bytes(u.get('memory_current_bytes'))} / {_bytes(u.get('memory_peak_bytes'))}", "num"),
+        ("cpu", f"{one_decimal(cpu)} s" if isinstance(cpu, int | float) else "-", "num"),
+        ("processes", _dash(u.get("processes")), "num"),
+        ("limits", shown_limits, "num"),
+        ("hits", f"{_dash(u.get('oom_kills'))} / {_dash(u.get('pids_limit_hits'))}", "num"),
+        ("sessions", _dash(a.get("sessions")), "num"),
+        ("center", f"{_dash(u.get('center_calls'))} / {_dash(u.get('center_errors'))}", "num"),
+        ("queue", _dash(u.get("relay_queue_depth")), "num"),
+        ("exit", _dash(exit_text), "wrap"),
+    ]  # fmt: skip
+
+
+def _row_html(a: Mapping[str, Any], now: float) -> str:
+    cells = "".join(
+        f'<td data-col="{col}"' + (f' class="{html.escape(cls)}"' if cls else "") + f">{html.escape(text)}</td>"
+        for col, text, cls in agent_cells(a, now)
+    )  # fmt: skip
+    return f'<tr data-agent="{html.escape(str(a.get("agent_id")))}">{cells}</tr>'
+
+
+def first_paint(snap: Mapping[str, Any]) -> dict[str, str]:
+    """What `render_page` fills in, from an `/api/fleet` snapshot: the bar's texts (as the
+    script's `render` writes them; `updated`, the server's clock in UTC) and the agents' rows."""
+    now = float(snap["now"])
+    center = snap.get("center")
+    agents = snap.get("agents") or []
+    counts: dict[str, int] = {}
+    for a in agents:
+        counts[str(a.get("state"))] = counts.get(str(a.get("state")), 0) + 1
+    checked = center.get("checked_at") if center else None
+    return {
+        "center": (
+            _dash(center.get("state"))
+            + (f" ({center['fleet_key']})" if center.get("fleet_key") else "")
+            if center
+            else "not known yet"
+        ),
+        "center_class": str(center.get("state")) if center else "unknown",
+        "checked": f"{_ago(now - checked)} ago" if isinstance(checked, int | float) else "-",
+        "counts": ", ".join(f"{n} {state}" for state, n in counts.items()) or "no agents",
+        "uptime": _ago(now - snap["supervisor"]["started_at"]),
+        "updated": time.strftime("%H:%M:%S UTC", time.gmtime(now)),
+        "agents": "".join(_row_html(a, now) for a in agents),
+    }
+
 
 PAGE = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -303,20 +436,33 @@ PAGE = f"""<!doctype html>
 <body>
 <h1>mcphost fleet</h1>
 <div id="bar">
-<span>center: <b id="center">-</b> (checked <span id="checked">-</span>)</span>
-<span>agents: <b id="counts">-</b></span>
-<span>supervisor up <b id="uptime">-</b></span>
-<span>updated <b id="updated">-</b>, <span id="live" class="warning">connecting</span></span>
+<span>center: <b id="center" class="@center_class@">@center@</b> (checked <span id="checked">@checked@</span>)</span>
+<span>agents: <b id="counts">@counts@</b></span>
+<span>supervisor up <b id="uptime">@uptime@</b></span>
+<span>updated <b id="updated">@updated@</b>, <span id="live" class="warning">served; live updates connecting</span></span>
 </div>
 <h2>Agents</h2>
 <table><thead><tr>{"".join(f"<th>{name}</th>" for name in _HEAD)}</tr></thead>
-<tbody id="agents"></tbody></table>
+<tbody id="agents">@agents@</tbody></table>
 <h2>Recent supervisor events</h2>
 <table><thead><tr><th>time</th><th>level</th><th>event</th><th>fields</th></tr></thead>
 <tbody id="events"></tbody></table>
 <script>{_SCRIPT}</script>
 </body></html>
 """
+
+
+_SLOT = re.compile(r"@(center_class|center|checked|counts|uptime|updated|agents)@")
+
+
+def render_page(snap: Mapping[str, Any]) -> str:
+    """`PAGE` with its bar and agents' table filled from the snapshot `snap` (`/api/fleet`'s),
+    every text escaped; the script then updates it as it polls."""
+    filled = first_paint(snap)
+    return _SLOT.sub(
+        lambda m: filled[m.group(1)] if m.group(1) == "agents" else html.escape(filled[m.group(1)]),
+        PAGE,
+    )
 
 
 def _hash(source: str) -> str:
@@ -441,7 +587,9 @@ class FleetPage:
         return await handler(request)
 
     async def _page(self, request: web.Request) -> web.Response:
-        return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+        """The page, its first table the snapshot's of now (the same bytes a poll gets)."""
+        page = render_page(json.loads(self.body()))
+        return web.Response(text=page, content_type="text/html", charset="utf-8")
 
     async def _fleet(self, request: web.Request) -> web.Response:
         return web.Response(body=self.body(), content_type="application/json", charset="utf-8")

@@ -283,6 +283,41 @@ def test_restart_intensity_fails_the_agent_until_an_explicit_restart(tmp_path: A
     }
 
 
+async def _crash_loop_under_doubling_backoff(directory: str) -> dict[str, Any]:
+    # runs of 0.5 s, delays doubling from 0.05 s: six runs take 3 s of the agent's own time and
+    # 4.55 s of the wall clock's (the delays 0.05 + 0.1 + 0.2 + 0.4 + 0.8 between them)
+    plan = StubPlan(restart_delay=0.05, restart_max_delay=3.0, max_restarts=5, restart_window=3.4)
+    rig = Rig(directory, plan, sh("sleep 0.5; exit 1"))
+    await rig.runner.start()
+    await until_async(
+        lambda: rig.runner.status().state == AgentState.FAILED or len(rig.spawns) > 8,
+        "failed, or restarted past the intensity",
+    )
+    status = rig.runner.status()
+    await rig.close()
+    return {
+        "state": status.state,
+        "spawns": len(rig.spawns),
+        "reason": status.last_reason,
+        "delays": [f["delay"] for f in rig.named("supervisor.agent_backoff")],
+    }
+
+
+def test_a_crash_loop_fails_although_the_backoff_spreads_it_past_the_window(
+    tmp_path: Any,
+) -> None:
+    """Issue #34: an agent OOM-killed in a loop never reached `failed`: each run took a while
+    to fill its memory, and with the doubling delays between runs no `restart_window` of the
+    wall clock held a sixth failure (under the defaults, runs of 5 s: exits at 5, 11, 18, 27,
+    40, 61 s ...), so it was restarted forever. The window counts the agent's own time, not the
+    backoff's: the sixth failure within it fails the agent."""
+    out = isolated(_crash_loop_under_doubling_backoff, str(tmp_path))
+    assert out["state"] == "failed", out
+    assert out["spawns"] == 6, out  # the first run and 5 restarts; the sixth is refused
+    assert "more than 5 restarts within 3.4 s" in out["reason"], out
+    assert out["delays"] == [0.05, 0.1, 0.2, 0.4, 0.8], out  # the backoff paced them all
+
+
 # The agent: a grandchild in the same process group that ignores SIGTERM; both print their pid.
 GROUP_AGENT = textwrap.dedent(
     """

@@ -1,6 +1,8 @@
 """Per-agent cgroups (cgroups.py): the pure planning (keys, defaults, writes, detection, v1's
-cpuacct apart or with cpu, the files each backend's usage is read from), and, where this machine
-has a usable backend, a child's entry into a real group."""
+cpuacct apart or with cpu, the files each backend's usage is read from, the counts of the limits
+met), and, where this machine has a usable backend, a child's entry into a real group and the
+kernel's counts of a real fork loop and a real memory hog in it, kept across the group's
+removal."""
 
 from __future__ import annotations
 
@@ -70,6 +72,83 @@ def test_oom_counters() -> None:
     assert cg.oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n") == 2
     assert cg.oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n") == 1
     assert cg.oom_kills("oom_kill_disable 0\nunder_oom 0\n") == 0
+
+
+def test_limit_events_of_each_backends_files() -> None:
+    v2 = cg.limit_events(
+        "low 0\nhigh 0\nmax 9\noom 4\noom_kill 3\noom_group_kill 1\n", "max 819\n"
+    )  # memory.events' `max` is not the pids limit: only pids.events' is
+    assert v2 == cg.LimitEvents(oom_kills=3, pids_limit_hits=819, oom_group_kills=1)
+    v1 = cg.limit_events("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", "max 5\n")
+    assert v1 == cg.LimitEvents(2, 5, 0)
+    assert cg.limit_events("", "") == cg.LimitEvents()
+    assert v1 + v2 == cg.LimitEvents(5, 824, 1)
+    assert cg.pids_events_file("v1") == ("pids", "pids.events")
+    assert cg.pids_events_file("v2") == ("", "pids.events")
+
+
+# Forks until refused (children that wait), says how many were refused, ends them.
+FORKS = (
+    "import os, signal\n"
+    "kids, refused = [], 0\n"
+    "for _ in range(40):\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError:\n"
+    "        refused += 1\n"
+    "        continue\n"
+    "    if pid == 0:\n"
+    "        signal.pause()\n"
+    "    kids.append(pid)\n"
+    "for pid in kids:\n"
+    "    os.kill(pid, signal.SIGKILL)\n"
+    "    os.waitpid(pid, 0)\n"
+    "print(refused)\n"
+)
+HOG = "x = []\nwhile True:\n    x.append(bytearray(4 << 20))\n"
+
+
+def _run_in(entry: tuple[str, ...], code: str) -> subprocess.CompletedProcess[str]:
+    setup = child_setup(["python3", "-c", code], cwd="/", env=dict(os.environ), creds=None,
+                        fence=None, cgroup=entry)  # fmt: skip
+    return subprocess.run(
+        setup.argv, cwd=setup.cwd, preexec_fn=setup.preexec, capture_output=True, text=True,
+        timeout=120, env=dict(os.environ),
+    )  # fmt: skip
+
+
+def test_a_groups_limit_events_are_the_kernels_and_outlive_the_group() -> None:
+    """Issue #34: a fork loop that survives showed PROCS 32 while the kernel counted 819 refused
+    forks, and nothing counted OOM kills. A real group at `pids_max = 16` and `memory_max =
+    48 MiB`: the refused forks and the OOM kill are the kernel's counts, and they are kept when
+    the group is removed and made anew (the agent's next run)."""
+    backend = cg.detect()
+    if backend.kind == "none":
+        pytest.skip(f"no usable cgroup backend here: {backend.reason}")
+    limits = cg.Limits(48 << 20, 16, 100)
+    with tempfile.TemporaryDirectory(prefix="mcphost-test-cg-") as state:
+        groups = cg.Cgroups(backend, state, limits)
+        groups.prepare()
+        group = groups.group("limited", limits)
+        assert group is not None
+        try:
+            first = _run_in(group.ensure(new_run=True), FORKS)
+            refused = int(first.stdout)
+            assert refused > 0, first
+            assert group.events() == cg.LimitEvents(pids_limit_hits=refused)
+            hog = _run_in(group.ensure(new_run=True), HOG)
+            assert hog.returncode == -9, hog  # SIGKILL: the OOM killer's
+            assert group.events().oom_kills >= 1
+            assert group.oom_kills() == group.events().oom_kills
+            before = group.events()
+            assert groups_removed(group)
+            assert group.events() == before  # folded in when the group went
+            again = int(_run_in(group.ensure(new_run=True), FORKS).stdout)
+            assert group.oom_kills() == 0  # the new group's own count starts at 0
+            assert group.events() == before + cg.LimitEvents(pids_limit_hits=again)
+        finally:
+            assert groups_removed(group)
+            groups.close()
 
 
 def test_proc_cgroup_and_mounts() -> None:

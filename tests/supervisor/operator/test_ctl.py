@@ -191,13 +191,13 @@ def test_status_table(running: Running) -> None:
     assert blank == ""
     assert lines[0].split() == list(COLUMNS)  # a pipe: every column, whatever the width
     first = lines[1].split()
-    assert [*first[:5], first[6], *first[13:15]] == [
+    assert [*first[:5], first[6], *first[17:19]] == [
         "agent-1", "running", "4242", "7", "2", "2", "bwrap+landlock7", "signal"
     ]  # fmt: skip
     # started 192 s before this module was imported, however long ago that was (3m12s or more)
     assert re.fullmatch(r"([3-9]|\d\d+)m\d\ds|\d+h\d\dm", first[5]), first[5]
     assert lines[1].endswith("signal 9: killed by an operator")
-    assert lines[2].split()[:14] == [
+    assert lines[2].split()[:18] == [
         "agent-2",
         "failed",
         "-",
@@ -206,6 +206,7 @@ def test_status_table(running: Running) -> None:
         "-",
         "0",
         *"------",
+        *"----",  # no limits: the fake supervisor has no cgroup backend
         "none",
     ]
     assert "\x1b" not in done.stdout and lines[2].endswith("exit 1: 5 restarts in 60 s?[31m")
@@ -413,7 +414,7 @@ def test_ctl_loads_the_clients_side_of_the_control_socket_only(state: Path) -> N
         "mcphost.supervisor.operator.ctl",
         "mcphost.supervisor.operator.ctlview",  # what ctl prints (pure)
         "mcphost.supervisor.refusals",
-        "mcphost.supervisor.values",  # the reload behaviours a reply names (stdlib only)
+        "mcphost.supervisor.values",  # reload behaviours a reply names, the one size formatter (stdlib)
     ]
     assert done.stdout == f"3 {loaded}\n", done.stderr
 

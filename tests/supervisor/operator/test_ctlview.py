@@ -35,7 +35,7 @@ def test_human_duration(seconds: float, text: str) -> None:
 def test_status_table_of_nothing_and_of_odd_values() -> None:
     assert status_table([], 0).splitlines() == ["  ".join(COLUMNS)]
     row = status_table([{"agent_id": "a", "state": "stopped", "started_at": 5}], 100)
-    assert row.splitlines()[1].split() == ["a", "stopped", *["-"] * 13]
+    assert row.splitlines()[1].split() == ["a", "stopped", *["-"] * (len(COLUMNS) - 2)]
     reason_only = status_table([{"agent_id": "a", "last_reason": "its home could not be"}], 0)
     assert reason_only.splitlines()[1].split()[:8] == ["a", *["-"] * 7]
     assert reason_only.splitlines()[1].endswith("  its home could not be")
@@ -94,6 +94,52 @@ def test_status_table_with_usage_fits_80_columns_and_keeps_mem_cpu_procs() -> No
     wider = status_table(rows, 7500.0, width=120).splitlines()
     assert max(len(line) for line in wider) <= 120
     assert len(wider[0].split()) > len(header)
+
+
+def _fleet_row(n: int, state: str, **usage: object) -> dict[str, object]:
+    """A row as a supervisor with cgroup limits sends it: the default limits on every agent,
+    the same fence, the limit hits counted (`ctl status --json`)."""
+    row = _usage_row(n, (50 + n) << 20, 3.0 * n, state=state, sandbox="bwrap+landlock7", pid=n)
+    row["limits"] = {"memory_max": 64 << 20, "pids_max": 512, "cpu_weight": 100}
+    row["usage"] = {**row["usage"], "oom_kills": 0, "pids_limit_hits": 0, **usage}  # type: ignore[dict-item]
+    return row
+
+
+def test_narrow_table_drops_the_columns_that_repeat_before_it_cuts_state() -> None:
+    """Issue #34: at 80 columns the table cut STATE (`running, ~`) and kept FENCE, the same on
+    every row. Now the columns whose cell repeats on every row go first, said once below the
+    table; STATE is whole at 80 columns; at 200 every column is there."""
+    rows = [
+        _fleet_row(1, "running, acp busy"),
+        _fleet_row(2, "backoff", oom_kills=7),
+        _fleet_row(3, "running", pids_limit_hits=819),
+    ]
+    lines = status_table(rows, 100.0, width=80).splitlines()
+    assert max(len(line) for line in lines) <= 80, lines
+    header = lines[0].split()
+    assert "FENCE" not in header and "MEMMAX" not in header and "PIDMAX" not in header, lines
+    assert [line[lines[0].index("STATE") :].split("  ")[0] for line in lines[1:4]] == [
+        "running, acp busy",
+        "backoff",
+        "running",
+    ], lines  # STATE whole: nothing cut
+    assert all("~" not in line.split("signal")[0] for line in lines[1:4]), lines
+    oom, hits = lines[0].index("OOM"), lines[0].index("PIDHIT")
+    assert [line[oom:].split()[0] for line in lines[1:4]] == ["0", "7", "0"], lines
+    assert [line[hits:].split()[0] for line in lines[1:4]] == ["0", "0", "819"], lines
+    below = " ".join(lines[4:])
+    assert below.startswith("same on every row: "), lines
+    assert "FENCE bwrap+landlock7" in below and "MEMMAX 64M" in below, lines
+    assert "PIDMAX 512" in below, lines
+    # at 200 columns: every column, the limits on each row, nothing said below
+    wide = status_table(rows, 100.0, width=200).splitlines()
+    assert wide[0].split() == list(COLUMNS) and len(wide) == 4, wide
+    row = dict(zip(COLUMNS, wide[2].split(), strict=False))
+    assert (row["MEMMAX"], row["PIDMAX"], row["OOM"], row["PIDHIT"]) == ("64M", "512", "7", "0")
+    # one row: nothing repeats (there is nothing to compare), and no limits: `max`
+    alone = {**_fleet_row(1, "running"), "limits": {"memory_max": None, "pids_max": None}}
+    one = status_table([alone], 100.0, width=200).splitlines()
+    assert dict(zip(COLUMNS, one[1].split(), strict=False))["MEMMAX"] == "max", one
 
 
 def test_sort_by_cpu_or_mem_puts_the_largest_first_and_the_unknown_last() -> None:

@@ -1,7 +1,7 @@
 """The metrics module: the families of a status, the center calls, the server, and its cost.
 
 - `FleetText` of a status (the rows `Operations.snapshot()` gives, with and without the usage
-  figures another module adds) and `relay_families` of the relay's figures, read back with
+  figures another module adds, the limits and the times they were met) and `relay_families` of the relay's figures, read back with
   prometheus_client's parser: names, labels, values; a figure that is None or absent is left
   out, never shown as 0; an agent that left is gone from the next scrape; the text is what
   prometheus_client's `generate_latest` writes for the same families, and a scrape formats
@@ -93,8 +93,11 @@ def values(family: Any) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 def test_an_agents_row_becomes_its_series() -> None:
-    usage = {"memory_current_bytes": 1 << 20, "memory_peak_bytes": 2 << 20, "cpu_seconds": 1.5}
-    status = {"center": {"state": "ok"}, "agents": [row("a1", usage={**usage, "processes": 3})]}
+    usage = {"memory_current_bytes": 1 << 20, "memory_peak_bytes": 2 << 20, "cpu_seconds": 1.5,
+             "oom_kills": 4, "pids_limit_hits": 819}  # fmt: skip
+    limits = {"memory_max": 64 << 20, "pids_max": 512, "cpu_weight": 100}
+    agent = row("a1", usage={**usage, "processes": 3}, limits=limits)
+    status = {"center": {"state": "ok"}, "agents": [agent]}
     got = by_name(status, RelayFigures(outcomes={"delivered": 5, "failed": 1}, queued=2))
     state = values(got["mcphost_agent_state"])
     assert state[(("agent", "a1"), ("state", "running"))] == 1
@@ -110,6 +113,13 @@ def test_an_agents_row_becomes_its_series() -> None:
     assert values(got["mcphost_agent_memory_peak_bytes"]) == {(("agent", "a1"),): 2 << 20}
     assert values(got["mcphost_agent_cpu_seconds"]) == {(("agent", "a1"),): 1.5}
     assert values(got["mcphost_agent_processes"]) == {(("agent", "a1"),): 3}
+    # the limits and the times the agent met them (issue #34: nothing to alert on before)
+    assert got["mcphost_agent_oom_kills"].type == "counter"
+    assert values(got["mcphost_agent_oom_kills"]) == {(("agent", "a1"),): 4}
+    assert got["mcphost_agent_pids_limit_hits"].type == "counter"
+    assert values(got["mcphost_agent_pids_limit_hits"]) == {(("agent", "a1"),): 819}
+    assert values(got["mcphost_agent_memory_max_bytes"]) == {(("agent", "a1"),): 64 << 20}
+    assert values(got["mcphost_agent_pids_max"]) == {(("agent", "a1"),): 512}
     assert values(got["mcphost_center_up"]) == {(): 1}
     assert values(got["mcphost_relay_deliveries"]) == {
         (("outcome", "delivered"),): 5,
@@ -128,13 +138,20 @@ def test_an_agents_row_becomes_its_series() -> None:
 def test_unknown_figures_are_left_out_never_zero() -> None:
     unstarted = row("gone", state="failed", generation=None, sandbox=None, sessions=0)
     no_usage = row("a1")  # before the usage figures exist (another module adds them)
-    partial = row("a2", usage={"memory_current_bytes": None, "cpu_seconds": 0.25})
+    partial = row(
+        "a2",
+        usage={"memory_current_bytes": None, "cpu_seconds": 0.25, "oom_kills": None},
+        limits={"memory_max": None, "pids_max": 64, "cpu_weight": 100},  # no memory limit
+    )
     status = {"center": {"state": "admin_unreachable"}, "agents": [unstarted, no_usage, partial]}
     got = by_name(status, None)
     assert (("agent", "gone"),) not in values(got["mcphost_agent_generation"])
     assert not any(dict(k)["agent"] == "gone" for k in values(got["mcphost_agent_fence_info"]))
     assert values(got["mcphost_agent_memory_bytes"]) == {}
     assert values(got["mcphost_agent_cpu_seconds"]) == {(("agent", "a2"),): 0.25}
+    assert values(got["mcphost_agent_oom_kills"]) == {}  # no group: nothing counted, not 0
+    assert values(got["mcphost_agent_memory_max_bytes"]) == {}  # `max`: no limit, no series
+    assert values(got["mcphost_agent_pids_max"]) == {(("agent", "a2"),): 64}
     assert values(got["mcphost_center_up"]) == {(): 0}
     assert values(got["mcphost_relay_deliveries"]) == {}  # no relay served
     assert values(got["mcphost_relay_queue_depth"]) == {(): 0}
@@ -152,8 +169,13 @@ def test_outcome_labels_are_codes_or_other(code: str, label: str) -> None:
 
 def test_the_fleets_text_is_what_prometheus_client_writes_for_the_same_families() -> None:
     odd = 'we"ird\\ id\n'  # every character the text format escapes in a label value
-    usage = {"memory_current_bytes": 123456789012, "memory_peak_bytes": None, "cpu_seconds": 1.25}
-    rows = [row(odd, usage=usage), row("a2", state="failed", generation=None, sandbox=None)]
+    usage = {"memory_current_bytes": 123456789012, "memory_peak_bytes": None, "cpu_seconds": 1.25,
+             "oom_kills": 2, "pids_limit_hits": 0}  # fmt: skip
+    limits = {"memory_max": 1 << 30, "pids_max": 512, "cpu_weight": 100}
+    rows = [
+        row(odd, usage=usage, limits=limits),
+        row("a2", state="failed", generation=None, sandbox=None),
+    ]
     status = {"center": {"state": "ok"}, "agents": rows}
     names = [
         ("mcphost_agent_state", "gauge", ["agent", "state"]),
@@ -165,6 +187,10 @@ def test_the_fleets_text_is_what_prometheus_client_writes_for_the_same_families(
         ("mcphost_agent_memory_peak_bytes", "gauge", ["agent"]),
         ("mcphost_agent_cpu_seconds", "counter", ["agent"]),
         ("mcphost_agent_processes", "gauge", ["agent"]),
+        ("mcphost_agent_oom_kills", "counter", ["agent"]),
+        ("mcphost_agent_pids_limit_hits", "counter", ["agent"]),
+        ("mcphost_agent_memory_max_bytes", "gauge", ["agent"]),
+        ("mcphost_agent_pids_max", "gauge", ["agent"]),
         ("mcphost_center_up", "gauge", []),
     ]
     made: dict[str, Any] = {}
@@ -184,6 +210,10 @@ def test_the_fleets_text_is_what_prometheus_client_writes_for_the_same_families(
             made["mcphost_agent_fence_info"].add_metric([agent, r["sandbox"]], 1)
     made["mcphost_agent_memory_bytes"].add_metric([odd], 123456789012)
     made["mcphost_agent_cpu_seconds"].add_metric([odd], 1.25)
+    made["mcphost_agent_oom_kills"].add_metric([odd], 2)
+    made["mcphost_agent_pids_limit_hits"].add_metric([odd], 0)
+    made["mcphost_agent_memory_max_bytes"].add_metric([odd], 1 << 30)
+    made["mcphost_agent_pids_max"].add_metric([odd], 512)
     made["mcphost_center_up"].add_metric([], 1)
     expected = generate_latest(Families(list(made.values()))).decode()
     assert FleetText().text(status) == expected

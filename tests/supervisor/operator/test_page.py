@@ -21,7 +21,16 @@ import aiohttp
 
 from mcphost import events
 from mcphost.supervisor.operator import journal
-from mcphost.supervisor.operator.page import CSP, PAGE, FleetPage, safe_event, safe_record, safe_row
+from mcphost.supervisor.operator.page import (
+    CSP,
+    PAGE,
+    FleetPage,
+    agent_cells,
+    render_page,
+    safe_event,
+    safe_record,
+    safe_row,
+)
 from mcphost.supervisor.values import Listen
 
 SECRET = "tok-3b9f"
@@ -49,7 +58,10 @@ class Source:
                  "command": [SECRET], "fenced": {"code": "stale_generation", "generation": 3,
                                                  "note": SECRET},
                  "usage": {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5,
-                           "processes": None, "label": SECRET}},
+                           "processes": None, "label": SECRET, "oom_kills": 3,
+                           "pids_limit_hits": 819},
+                 "limits": {"memory_max": 64 << 20, "pids_max": None, "cpu_weight": 100,
+                            "note": SECRET}},
             ],
         }  # fmt: skip
 
@@ -90,7 +102,7 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     out = asyncio.run(_exercise(tmp_path))
     assert out["refused"] == {405} and out["allow"] == {"GET,HEAD"}
     assert out["head"] == 200 and out["rebound"] == 403
-    assert out["html"] == PAGE and out["headers"]["Content-Security-Policy"] == CSP
+    assert out["headers"]["Content-Security-Policy"] == CSP
     assert "http" not in CSP and "'unsafe-inline'" not in CSP and "default-src 'none'" in CSP
     assert "src=" not in PAGE and "href=" not in PAGE  # nothing loaded from anywhere
     snapshot = out["snapshot"]
@@ -99,7 +111,17 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     assert row["generation"] == 3 and row["last_reason"] == "killed by SIGKILL"
     assert row["identity"] == "shared" and "uid" not in row  # whose uid, not which
     assert '" (shared uid)"' in PAGE  # the fence cell says so (ctl status too)
-    assert row["usage"] == {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5, "processes": None}
+    assert row["usage"] == {"memory_current_bytes": 1 << 20, "cpu_seconds": 1.5, "processes": None,
+                            "oom_kills": 3, "pids_limit_hits": 819}  # fmt: skip
+    assert row["limits"] == {"memory_max": 64 << 20, "pids_max": None, "cpu_weight": 100}
+    # the first paint: the agents' table already in the HTML, the cells the script writes
+    page = out["html"]
+    assert SECRET not in page and "src=" not in page and "href=" not in page
+    assert '<tr data-agent="a1"><td data-col="agent">a1</td>' in page, page
+    assert '<td data-col="limits" class="num">64 MiB / max</td>' in page
+    assert '<td data-col="hits" class="num">3 / 819</td>' in page
+    assert '<td data-col="exit" class="wrap">signal 9: killed by SIGKILL</td>' in page
+    assert '<b id="counts">1 running</b>' in page and "@" not in page.split("<script>")[0]
     assert row["fenced"]["code"] == "stale_generation" and "note" not in row["fenced"]
     assert snapshot["center"] == {"state": "ok", "checked_at": 1.0, "fleet_key": None}
     names = [e["event"] for e in snapshot["events"]]
@@ -107,6 +129,30 @@ def test_the_page_is_read_only_answers_its_own_host_and_shows_only_allowed_field
     assert names[-1] == "supervisor.reloaded" and snapshot["events"][-1]["added"] == ["a1"]
     assert "relay.delivered" not in names  # the supervisor's own events only
     assert "state" not in snapshot["events"][0]  # a directory, not a state word
+
+
+def test_the_first_paint_escapes_what_it_shows_and_writes_the_scripts_cells() -> None:
+    """An agent's texts reach the HTML escaped; the cells are those of the script's `agentRow`
+    (the browser test compares the two on a real fleet: test_supervise_page.py)."""
+    snap = {
+        "now": 1000.0, "supervisor": {"started_at": 0.0}, "center": None, "events": [],
+        "agents": [
+            {"agent_id": "<b>x</b>", "state": "running", "started_at": 808.0, "generation": 2,
+             "last_reason": '"quoted" & <tagged>', "fenced": {"code": "stale", "generation": 2},
+             "usage": {"cpu_seconds": 1.25, "memory_current_bytes": 3 << 29},
+             "limits": None},
+        ],
+    }  # fmt: skip
+    page = render_page(snap)
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "&quot;quoted&quot; &amp; &lt;tagged&gt;" in page
+    assert '<b id="center" class="unknown">not known yet</b>' in page
+    cells = {col: (text, cls) for col, text, cls in agent_cells(snap["agents"][0], 1000.0)}
+    assert cells["state"] == ("running, fenced (stale)", "fenced soft")
+    assert cells["up"] == ("3m12s", "num")
+    assert cells["cpu"] == ("1.3 s", "num")  # as toFixed(1) rounds a tie: away from zero
+    assert cells["memory"] == ("1.5 GiB / -", "num")
+    assert cells["limits"] == ("-", "num") and cells["hits"] == ("- / -", "num")
 
 
 def test_the_page_on_a_unix_socket_is_served_with_any_host_and_says_where(
