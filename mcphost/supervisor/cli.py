@@ -145,6 +145,7 @@ def main(argv: list[str]) -> int:
 def _limits() -> str:
     """The cgroup backend the supervisor would use here, or why there is none (cgroups.py)."""
     from mcphost.supervisor.confine import cgroups
+    from mcphost.supervisor.values import format_size
 
     backend = cgroups.detect()
     if backend.kind == "none":
@@ -152,7 +153,7 @@ def _limits() -> str:
     memory, pids = cgroups.ceilings(backend)
     defaults = cgroups.default_limits(memory, pids)
     return (
-        f"{backend.reason}; per agent by default: memory_max {defaults.memory_max}, "
+        f"{backend.reason}; per agent by default: memory_max {format_size(defaults.memory_max)}, "
         f"pids_max {defaults.pids_max}, cpu_weight {defaults.cpu_weight}"
     )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -336,6 +337,8 @@ def test_check_names_the_backend(supervised: Supervised) -> None:
         timeout=60,
     )
     assert f"--check: limits: cgroup {BACKEND.kind}" in done.stderr, done.stderr
+    # the default memory_max read as a person reads a size, not a count of bytes
+    assert re.search(r"memory_max \d+(\.\d)? [MG]iB, pids_max", done.stderr), done.stderr
 
 
 # Takes memory until the kernel ends it, every run: an agent OOM-killed in a loop.
