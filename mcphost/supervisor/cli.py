@@ -152,8 +152,9 @@ def _limits() -> str:
         return f"none: {backend.reason} (agents would run without limits)"
     memory, pids = cgroups.ceilings(backend)
     defaults = cgroups.default_limits(memory, pids)
+    memory_max = "max" if defaults.memory_max is None else format_size(defaults.memory_max)
     return (
-        f"{backend.reason}; per agent by default: memory_max {format_size(defaults.memory_max)}, "
+        f"{backend.reason}; per agent by default: memory_max {memory_max}, "
         f"pids_max {defaults.pids_max}, cpu_weight {defaults.cpu_weight}"
     )
 
