@@ -21,6 +21,11 @@ Owns:
   agent that will not, naming the key, the agent, the program and what the fence hides. At
   start and reload the agent is still started: its spawn fails with the same words in
   `ctl status` (`Fence.wrap` refuses it), and succeeds once the program is where it can see it.
+  It prints one line too per argument that names a path the host has and the fence hides
+  (`fence.hidden_arguments`: a script beside the fleet file, the token's or an admin socket's,
+  under the operator's home), with the code `argument_hidden_by_fence`, the argument's
+  position, what hides it and where to put it instead; the spawn is not refused (an argument
+  may be data that only looks like a path), the agent's own program then says it cannot open it.
 - `check_reach`: each `user =` agent's user can run what its MCP client starts for the attach
   entries (the supervisor's interpreter, its standard library, the pump `mcphost/attach.py`)
   and pass the state directory's parent to the attach sockets: a checkout or virtualenv in a
@@ -194,17 +199,54 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
         assert fence is not None
         program = agent_argv(plan, home)[0]
         path = agent_env(env, plan, home).get("PATH", os.defpath)
+        own = plan.command != fleet.defaults.command
+        key = f"agent[{index}].command" if own else "defaults.command"
         try:
             fences.resolve(fence.plan, program, path)
         except FileNotFoundError as exc:
-            own = plan.command != fleet.defaults.command
-            key = f"agent[{index}].command" if own else "defaults.command"
             lines.append(
                 f"{key} ({plan.agent_id}): {exc.strerror}: install it where the fence shows "
                 "it (not under /tmp, /run or the state directory) or name it by a path the "
                 "agent can see"
             )
+        for position, argument, cover in fences.hidden_arguments(
+            fence.plan, agent_argv(plan, home)
+        ):
+            lines.append(
+                f"{key} ({plan.agent_id}): {ARGUMENT_HIDDEN}: argument {position} {argument} "
+                f"is hidden by the fence (under {cover}, {_what_hides(cover, fleet, state_dir)}"
+                "), so the agent cannot open it: move it where the agent can see it (outside "
+                "that directory, /tmp, /run and the operator's home, e.g. under /opt or /srv "
+                "in a directory of its own) and name it there"
+            )
     return lines
+
+
+ARGUMENT_HIDDEN = "argument_hidden_by_fence"  # --check's code for an argument the fence hides
+
+
+def _what_hides(cover: str, fleet: Fleet, state_dir: str) -> str:
+    """What the fence's `cover` is, for the operator: the directory of which secret, the state
+    directory, the operator's home, a runtime or private directory."""
+    center = fleet.center
+    named = [
+        (fleet.path, "the fleet file's directory"),
+        (center.token_file, "the token file's directory"),
+        (center.runtime_socket, "the center's runtime socket's directory"),
+        (center.admin_url.path if center.admin_url.kind == "unix" else None, ""),
+    ]
+    found = [
+        what or "the unix: admin socket's directory"
+        for path, what in named
+        if path and os.path.dirname(os.path.abspath(path)) == cover
+    ]
+    if found:
+        return " and ".join(dict.fromkeys(found)) + ", which no agent sees"
+    if cover in fences.PRIVATE:
+        return "each agent has a private, empty one"
+    if fences.beneath(cover, os.path.abspath(state_dir)):
+        return "the supervisor's state directory, which no agent sees"
+    return "a directory no agent sees (the operator's home and sign-in, /run, the cgroups)"
 
 
 # -- what a user can reach --------------------------------------------------------------------

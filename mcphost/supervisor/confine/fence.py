@@ -3,7 +3,8 @@
 Owns: the pure plan of one agent's fence (`plan`: which directories are hidden, which paths
 beneath them come back, which are private and how large, where the tree starts), its
 translation into a bubblewrap command line (`FencePlan.argv`, pure), where the fenced agent
-finds its program (`resolve`) and the check of what is bound (`check_sources`), and `Fence`, that
+finds its program (`resolve`), which of its arguments name a path it hides (`hidden_arguments`,
+for `--check`), and the check of what is bound (`check_sources`), and `Fence`, that
 plan ready to run on this machine (`for_agent`: as the supervisor fills it for one agent, with
 what the probe found, confine/probe.py). Not here: the steps bubblewrap does not take, run in
 the child before it execs bubblewrap (a fresh session keyring, `PR_SET_NO_NEW_PRIVS`, Landlock's
@@ -439,6 +440,26 @@ def resolve(planned: FencePlan, program: str, path: str) -> str:
     raise FileNotFoundError(
         2, f"{program} is not on the agent's PATH inside its fence (PATH={path}{where})", program
     )
+
+
+def hidden_arguments(planned: FencePlan, argv: list[str]) -> list[tuple[int, str, str]]:
+    """The arguments of `argv` (after its program) that name a path the host has and the fence
+    hides, as (position, the path, the cover or private directory that hides it): an argument
+    that is an absolute path, or the value of an `--option=/path`. A script beside the fleet
+    file (`python3 /srv/fleet/agent.py`) is there for the operator and not for the agent."""
+    found = []
+    for position, argument in enumerate(argv[1:], start=1):
+        value = argument
+        if argument.startswith("-"):
+            if "=" not in argument:
+                continue
+            value = argument.split("=", 1)[1]
+        if not os.path.isabs(value) or "\0" in value or not os.path.lexists(value):
+            continue
+        cover = planned.hidden_by(os.path.normpath(value))
+        if cover is not None:
+            found.append((position, value, cover))
+    return found
 
 
 def check_sources(planned: FencePlan) -> None:
