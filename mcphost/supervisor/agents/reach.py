@@ -143,7 +143,9 @@ def agent_fence(
     and fleet files, the runtime directories, the cgroups but `cgroups` (the agent's own, read
     only) and every directory the operator's sign-in is read from in `env` (the supervisor's
     environment, default this process's: `signin.sources`, as `read_operator` reads it)
-    hidden; None with `sandbox = "none"`. `home`: its layout (`home_paths` when not given).
+    hidden; the install tree of its program, found on the `PATH` it is spawned with, back
+    read-only where the operator's home hides it (`fence.install_trees`, `vendor_trees`);
+    None with `sandbox = "none"`. `home`: its layout (`home_paths` when not given).
     `check_sandbox` refused "auto" at load where it cannot be built; `check_users`, a user it
     cannot switch to."""
     if plan.sandbox == "none":
@@ -153,6 +155,9 @@ def agent_fence(
         home = home_paths(state, plan.agent_id, plan.client)
     attach = attach_points(state)
     switch = switch_of(resolve_user(plan.user, own_uid(fleet, plan)))
+    supervisor_env = os.environ if env is None else env
+    program = agent_argv(plan, home)[0]
+    path = agent_env(supervisor_env, plan, home).get("PATH", os.defpath)
     return fences.for_agent(
         state_dir=state,
         home=home.root,
@@ -165,8 +170,10 @@ def agent_fence(
         tmp_size=plan.tmp_size,
         support=support,
         reaches=None if switch is None else lambda folder: passes(folder, switch),
-        signin=signin.sources(os.environ if env is None else env).directories(),
+        signin=signin.sources(supervisor_env).directories(),
         cgroups=cgroups,
+        programs=fences.install_trees(program, path),
+        homes=fences.operator_homes(supervisor_env),
     )
 
 
@@ -207,7 +214,7 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
             lines.append(
                 f"{key} ({plan.agent_id}): {exc.strerror}: install it where the fence shows "
                 "it (not under /tmp, /run or the state directory) or name it by a path the "
-                "agent can see"
+                f"agent can see{_one_line_fix(program, path)}"
             )
         for position, argument, cover in fences.hidden_arguments(
             fence.plan, agent_argv(plan, home)
@@ -220,6 +227,21 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
                 "in a directory of its own) and name it there"
             )
     return lines
+
+
+def _one_line_fix(program: str, path: str) -> str:
+    """For a program the host has where the fence will not bring it back (in a sign-in
+    directory, beside a secret, under /tmp): the one command that puts it where every agent
+    sees it, as the end of `program_problems`' line ("" when the host has it nowhere)."""
+    trees = fences.install_trees(program, path, depth=0)
+    if not trees:
+        return ""
+    tree = trees[0]
+    if os.path.isdir(tree) and "/node_modules/" in tree:  # an npm package: the global install
+        package = tree.split("/node_modules/", 1)[1]
+        return f"; e.g. as root: npm install -g {package} (it goes to /usr/local)"
+    name = os.path.basename(program)
+    return f"; e.g. as root: install -m 0755 {tree} /usr/local/bin/{name}"
 
 
 ARGUMENT_HIDDEN = "argument_hidden_by_fence"  # --check's code for an argument the fence hides

@@ -177,6 +177,31 @@ def test_the_supervisor_s_sign_in_and_the_agent_s_own_groups_reach_its_fence() -
         assert not got.plan.visible(hidden)
 
 
+def test_a_vendor_s_install_under_the_operator_s_home_is_found_and_one_in_its_sign_in_is_named(
+    tmp_path: Path,
+) -> None:
+    """Claude Code's native install under the operator's home comes back into the fence (no
+    line); Codex's binary put in `~/.codex` (its sign-in directory) never does, and `--check`'s
+    line ends with the one command that puts it where every agent sees it."""
+    home = tmp_path / "operator"
+    versions = home / ".local" / "share" / "claude" / "versions"
+    version = executable(versions, "2.1.0")
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "claude").symlink_to(version)
+    codex = executable(home / ".codex" / "bin", "codex")
+    env = {"HOME": str(home), "PATH": f"{home}/.local/bin:{home}/.codex/bin:/usr/bin:/bin"}
+    fleet = a_fleet(
+        {"id": "claude", "command": ("claude",)}, {"id": "codex", "command": ("codex",)}
+    )
+    lines = reach.program_problems(fleet, STATE, env)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("agent[1].command (codex): codex is not on the agent's PATH")
+    assert lines[0].endswith(f"e.g. as root: install -m 0755 {codex} /usr/local/bin/codex"), lines
+    got = reach.agent_fence(fleet, STATE, fleet.agents[0], env=env)
+    assert got is not None and str(version) in got.plan.readonly
+    assert fence.resolve(got.plan, "claude", env["PATH"]) == str(version)
+
+
 # -- what a user can reach ------------------------------------------------------------------------
 
 OTHER = 65534  # a uid that owns nothing here (nobody's)

@@ -1,0 +1,135 @@
+"""Issue 34: a Claude Code installed by its vendor's native installer, under the operator's home,
+runs fenced, and the rest of that home stays hidden while it runs.
+
+The operator's home is a temporary one (the supervisor's `HOME`) laid out as Claude Code's
+native installer lays it out: `~/.local/bin/claude`, a symlink to
+`~/.local/share/claude/versions/<version>`, the real Claude Code CLI (tools/node_modules' native
+binary, linked in), with an older version file beside it, a key in `~/.ssh`, a file in
+`~/.claude` (its sign-in directory) and one in the home itself. The supervisor's `PATH` starts
+with `~/.local/bin`, and a default-fenced agent runs plain `claude -p` against the model
+stand-in, whose script has it run a Bash command that looks for each of those and then call the
+center's `get_my_work` through its MCP server.
+
+Shown: the agent runs (the fence hid all of `~/.local` before: its spawn failed "hidden by the
+fence"); Claude Code calls the center as the agent; the command finds the version file it runs
+and nothing else of the home: not the older version, not the link, not the key, not the
+sign-in directory, not the home's own file (fence.py `install_trees`, `vendor_trees`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mcphost.supervisor.confine import probe as machine
+from mcphost.testing import DevCenter
+from tests.blackbox.conftest import project_root
+from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
+from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_turn
+
+CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
+GET_MY_WORK = "mcp__agent-center__get_my_work"
+VERSION = "2.1.332"
+
+# deep (make test-slow): the real Claude Code, in the fence, from the operator's home.
+pytestmark = [
+    pytest.mark.deep,
+    pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed"),
+    pytest.mark.skipif(
+        machine.probe().missing() is not None, reason=f"no fence here: {machine.probe().missing()}"
+    ),
+]
+
+
+def vendor_home(base: Path) -> Path:
+    """An operator's home with Claude Code where its native installer puts it."""
+    home = base / "operator"
+    versions = home / ".local" / "share" / "claude" / "versions"
+    versions.mkdir(parents=True)
+    binary = versions / VERSION
+    real = CLAUDE.resolve()
+    try:
+        os.link(real, binary)  # 400 MB: a link where the file system allows it
+    except OSError:
+        shutil.copy2(real, binary)
+    (versions / "2.0.0").write_text("an older version\n")
+    (home / ".local" / "bin").mkdir()
+    (home / ".local" / "bin" / "claude").symlink_to(binary)
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "id_ed25519").write_text("operator-ssh-key\n")
+    (home / ".claude").mkdir()
+    (home / ".claude" / "notes.md").write_text("operator-claude-dir\n")
+    (home / "diary.txt").write_text("operator-home-file\n")
+    return home
+
+
+def probe(home: Path) -> str:
+    """The Bash command: what of the operator's home it finds."""
+    versions = home / ".local" / "share" / "claude" / "versions"
+    checks = {
+        "own-version": versions / VERSION,
+        "old-version": versions / "2.0.0",
+        "link": home / ".local" / "bin" / "claude",
+        "ssh-key": home / ".ssh" / "id_ed25519",
+        "claude-dir": home / ".claude" / "notes.md",
+        "home-file": home / "diary.txt",
+    }
+    return "; ".join(
+        f"if [ -e {path} ] || [ -L {path} ]; then echo {name}-seen; else echo {name}-hidden; fi"
+        for name, path in checks.items()
+    )
+
+
+def test_claude_code_from_its_native_installer_runs_fenced_and_the_home_stays_hidden(
+    tmp_path: Path, own_center: DevCenter
+) -> None:
+    center = own_center
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} missing: run `make node` (make test does it)")
+    home = vendor_home(tmp_path)
+    (tmp_path / "sv").mkdir()
+    sv = Supervised(tmp_path / "sv", center)
+    sv.extra_env["HOME"] = str(home)
+    sv.extra_env["PATH"] = f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin"
+    agent = center.agent_id
+    script = [
+        ToolUse("Bash", {"command": probe(home), "description": "look around"}),
+        ToolUse("ToolSearch", {"query": f"select:{GET_MY_WORK}"}),
+        ToolUse(GET_MY_WORK, {}),
+        Say("done"),
+    ]
+    with ModelStandIn(script).running() as model:
+        env = {
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-standin-not-a-key",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+        command = [
+            "claude", "-p", "Do the task.", "--mcp-config", "{mcp_config}",
+            "--strict-mcp-config", "--allowedTools", "Bash,mcp__agent-center",
+            "--output-format", "json",
+        ]  # fmt: skip
+        entry = {"id": agent, "client": "claude", "runner": "process", "command": command}
+        sv.write_fleet([entry], restart="never", env=env)
+        try:
+            log = fenced_turn(sv, agent)
+            results = [r for e in model.exchanges for r in e.tool_results]
+            assert len(results) == 3, (log, sv.status()[agent], results)
+            bash, _, work = results
+            out = bash["text"]
+            assert not bash["is_error"], bash
+            assert "own-version-seen" in out, out
+            for hidden in ("old-version", "link", "ssh-key", "claude-dir", "home-file"):
+                assert f"{hidden}-hidden" in out, out
+            assert "operator-ssh-key" not in repr(model.exchanges)
+            assert center_heard(center, agent, "get_my_work"), log
+            assert not work["is_error"] and '"tasks"' in work["text"], work
+        finally:
+            sv.close()
+            shutil.rmtree(sv.state, ignore_errors=True)
