@@ -549,12 +549,13 @@ def hidden_arguments(planned: FencePlan, argv: list[str]) -> list[tuple[int, str
 
 def _brought_back(planned: FencePlan, hidden: str) -> str | None:
     """The file a hidden `hidden` leads to through its symlinks, when the fence brings that back
-    (an install tree of `vendor_trees`: `~/.local/bin/claude` is hidden, its version file is
-    not): the agent execs it there."""
+    read-only from beneath a cover (an install tree of `vendor_trees`: `~/.local/bin/claude` is
+    hidden, its version file is not): the agent execs it there. Not a link to a file visible
+    anyway: a virtualenv's `python` under a hidden home would run as the bare system one."""
     real = os.path.realpath(hidden)
-    if real != os.path.normpath(hidden) and planned.visible(real) and os.access(real, os.X_OK):
-        return real
-    return None
+    if real == os.path.normpath(hidden) or not os.access(real, os.X_OK):
+        return None
+    return real if any(beneath(real, tree) for tree in planned.readonly) else None
 
 
 def check_sources(planned: FencePlan) -> None:

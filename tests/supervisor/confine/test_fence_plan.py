@@ -356,6 +356,11 @@ def test_an_install_tree_comes_back_read_only_from_the_operator_s_home_and_nothi
     # the agent execs the version file the hidden link leads to
     assert fence.resolve(got, "claude", f"{home}/.local/bin:/usr/bin") == native
     assert fence.resolve(got, str(home / ".local/bin/claude"), "/usr/bin") == native
+    # a hidden link to a file visible anyway is not followed (a virtualenv's python would run
+    # as the bare system one)
+    (home / "venv-python").symlink_to("/bin/sh")
+    with pytest.raises(FileNotFoundError):
+        fence.resolve(got, str(home / "venv-python"), "/usr/bin")
     # outside an operator's home, a hidden place stays hidden (here: beside a secret)
     elsewhere = planned(secrets=("/srv/ops/token",), programs=("/srv/ops/claude",))
     assert not elsewhere.visible("/srv/ops/claude")
