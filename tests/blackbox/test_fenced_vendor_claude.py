@@ -1,19 +1,22 @@
-"""Issue 34: a Claude Code installed by its vendor's native installer, under the operator's home,
-runs fenced, and the rest of that home stays hidden while it runs.
+"""Issue 34: a Claude Code installed by its vendor's ways under the operator's home runs fenced,
+and the rest of that home stays hidden while it runs.
 
 The operator's home is a temporary one (the supervisor's `HOME`) laid out as Claude Code's
-native installer lays it out: `~/.local/bin/claude`, a symlink to
-`~/.local/share/claude/versions/<version>`, the real Claude Code CLI (tools/node_modules' native
-binary, linked in), with an older version file beside it, a key in `~/.ssh`, a file in
-`~/.claude` (its sign-in directory) and one in the home itself. The supervisor's `PATH` starts
-with `~/.local/bin`, and a default-fenced agent runs plain `claude -p` against the model
-stand-in, whose script has it run a Bash command that looks for each of those and then call the
-center's `get_my_work` through its MCP server.
+native installer lays it out (`native`: `~/.local/bin/claude`, a symlink to
+`~/.local/share/claude/versions/<version>`, with an older version file beside it) or as
+`npm install -g` with a user prefix does (`npm-prefix`: `~/.npm-global/bin/claude`, a symlink
+into `~/.npm-global/lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe`, with another
+package beside it); the program is the real Claude Code CLI (tools/node_modules' native binary,
+linked in). The home also holds a key in `~/.ssh`, a file in `~/.claude` (the sign-in
+directory) and one of its own. The supervisor's `PATH` starts with the link's directory, and a
+default-fenced agent runs plain `claude -p` against the model stand-in, whose script has it run a
+Bash command that looks for each of those and then call the center's `get_my_work` through its
+MCP server.
 
-Shown: the agent runs (the fence hid all of `~/.local` before: its spawn failed "hidden by the
-fence"); Claude Code calls the center as the agent; the command finds the version file it runs
-and nothing else of the home: not the older version, not the link, not the key, not the
-sign-in directory, not the home's own file (fence.py `install_trees`, `vendor_trees`).
+Shown: the agent runs (the fence hid the whole home before: its spawn failed "hidden by the
+fence"); Claude Code calls the center as the agent; the command finds the program it runs and
+nothing else of the home: not the version or package beside it, not the link, not the key, not
+the sign-in directory, not the home's own file (fence.py `install_trees`, `vendor_trees`).
 """
 
 from __future__ import annotations
@@ -44,59 +47,75 @@ pytestmark = [
 ]
 
 
-def vendor_home(base: Path) -> Path:
-    """An operator's home with Claude Code where its native installer puts it."""
-    home = base / "operator"
-    versions = home / ".local" / "share" / "claude" / "versions"
-    versions.mkdir(parents=True)
-    binary = versions / VERSION
-    real = CLAUDE.resolve()
+def link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.link(real, binary)  # 400 MB: a link where the file system allows it
+        os.link(source, target)  # 400 MB: a link where the file system allows it
     except OSError:
-        shutil.copy2(real, binary)
-    (versions / "2.0.0").write_text("an older version\n")
-    (home / ".local" / "bin").mkdir()
-    (home / ".local" / "bin" / "claude").symlink_to(binary)
+        shutil.copy2(source, target)
+
+
+def vendor_home(base: Path, layout: str) -> tuple[Path, dict[str, Path]]:
+    """An operator's home with Claude Code where one of its vendor's ways puts it (`native`:
+    its installer; `npm-prefix`: `npm install -g` with a user prefix), and what the agent's
+    Bash command looks for: its own program (`own-program`, which it must see), and what it
+    must not (the link on PATH, another version or package beside it, a key, the sign-in
+    directory, a file of the home)."""
+    home = base / "operator"
+    if layout == "native":
+        versions = home / ".local" / "share" / "claude" / "versions"
+        program, beside = versions / VERSION, versions / "2.0.0"
+        link = home / ".local" / "bin" / "claude"
+    else:
+        modules = home / ".npm-global" / "lib" / "node_modules"
+        package = modules / "@anthropic-ai" / "claude-code"
+        program, beside = package / "bin" / "claude.exe", modules / "other-package" / "index.js"
+        (package / "package.json").parent.mkdir(parents=True)
+        (package / "package.json").write_text('{"name": "@anthropic-ai/claude-code"}\n')
+        link = home / ".npm-global" / "bin" / "claude"
+    link_or_copy(CLAUDE.resolve(), program)
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    beside.write_text("beside\n")
+    link.parent.mkdir(parents=True)
+    link.symlink_to(program)
     (home / ".ssh").mkdir(mode=0o700)
     (home / ".ssh" / "id_ed25519").write_text("operator-ssh-key\n")
     (home / ".claude").mkdir()
     (home / ".claude" / "notes.md").write_text("operator-claude-dir\n")
     (home / "diary.txt").write_text("operator-home-file\n")
-    return home
-
-
-def probe(home: Path) -> str:
-    """The Bash command: what of the operator's home it finds."""
-    versions = home / ".local" / "share" / "claude" / "versions"
-    checks = {
-        "own-version": versions / VERSION,
-        "old-version": versions / "2.0.0",
-        "link": home / ".local" / "bin" / "claude",
+    return home, {
+        "own-program": program,
+        "beside": beside,
+        "link": link,
         "ssh-key": home / ".ssh" / "id_ed25519",
         "claude-dir": home / ".claude" / "notes.md",
         "home-file": home / "diary.txt",
     }
+
+
+def probe(checks: dict[str, Path]) -> str:
+    """The Bash command: which of `checks` it finds."""
     return "; ".join(
         f"if [ -e {path} ] || [ -L {path} ]; then echo {name}-seen; else echo {name}-hidden; fi"
         for name, path in checks.items()
     )
 
 
+@pytest.mark.parametrize("layout", ["native", "npm-prefix"])
 def test_claude_code_from_its_native_installer_runs_fenced_and_the_home_stays_hidden(
-    tmp_path: Path, own_center: DevCenter
+    tmp_path: Path, own_center: DevCenter, layout: str
 ) -> None:
     center = own_center
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} missing: run `make node` (make test does it)")
-    home = vendor_home(tmp_path)
+    home, checks = vendor_home(tmp_path, layout)
     (tmp_path / "sv").mkdir()
     sv = Supervised(tmp_path / "sv", center)
     sv.extra_env["HOME"] = str(home)
-    sv.extra_env["PATH"] = f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin"
+    sv.extra_env["PATH"] = f"{checks['link'].parent}:/usr/local/bin:/usr/bin:/bin"
     agent = center.agent_id
     script = [
-        ToolUse("Bash", {"command": probe(home), "description": "look around"}),
+        ToolUse("Bash", {"command": probe(checks), "description": "look around"}),
         ToolUse("ToolSearch", {"query": f"select:{GET_MY_WORK}"}),
         ToolUse(GET_MY_WORK, {}),
         Say("done"),
@@ -124,8 +143,8 @@ def test_claude_code_from_its_native_installer_runs_fenced_and_the_home_stays_hi
             bash, _, work = results
             out = bash["text"]
             assert not bash["is_error"], bash
-            assert "own-version-seen" in out, out
-            for hidden in ("old-version", "link", "ssh-key", "claude-dir", "home-file"):
+            assert "own-program-seen" in out, out
+            for hidden in ("beside", "link", "ssh-key", "claude-dir", "home-file"):
                 assert f"{hidden}-hidden" in out, out
             assert "operator-ssh-key" not in repr(model.exchanges)
             assert center_heard(center, agent, "get_my_work"), log
