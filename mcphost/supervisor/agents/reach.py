@@ -15,10 +15,12 @@ Owns:
 - the fence the supervisor gives an agent (`agent_fence`, with `secrets`: what no agent may
   reach): `Supervisor` spawns with it, and the checks here plan with the very same call, so the
   check and the spawn never disagree.
-- `program_problems`: each fenced agent with a `command` finds its program as the fenced agent
-  will (`fence.resolve` over that very fence, with the `PATH` of the environment it is spawned
-  with, `homes.agent_env`: its `env`'s, else the supervisor's): `--check` prints one line per
-  agent that will not, naming the key, the agent, the program and what the fence hides. At
+- `program_problems`: each fenced agent with a `command` (and each without one whose client's
+  program the host has) finds its program as the fenced agent will (`fence.resolve` over that
+  very fence, with the `PATH` of the environment it is spawned with, `homes.agent_env`: its
+  `env`'s, else the supervisor's): `--check` prints one line per agent that will not, naming
+  the key, the agent, the program, what the fence hides and, where the host has the program,
+  the one command that puts it where every agent sees it (`_one_line_fix`). At
   start and reload the agent is still started: its spawn fails with the same words in
   `ctl status` (`Fence.wrap` refuses it), and succeeds once the program is where it can see it.
   It prints one line too per argument that names a path the host has and the fence hides
@@ -196,18 +198,27 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
     """One line per fenced agent with a `command` that will not find its program inside its
     fence (`env`: the supervisor's environment, which the agent's is made from): the key that
     gives the command, the agent, and `fence.resolve`'s words (the program, the agent's PATH,
-    what the fence hides of it)."""
+    what the fence hides of it). An agent without a `command` runs its client's program
+    (`agent_argv`): it is named (by its `client` key) only when the host has that program and
+    the fence hides it (Claude Code's old local install in `~/.claude/local`, a sign-in
+    directory); a client not installed at all is the spawn's to name."""
     lines = []
     for index, plan in enumerate(fleet.agents):
-        if plan.command is None or plan.sandbox == "none":
+        if plan.sandbox == "none":
             continue
         home = home_paths(state_dir, plan.agent_id, plan.client)
-        fence = agent_fence(fleet, state_dir, plan, home, env=env)
-        assert fence is not None
         program = agent_argv(plan, home)[0]
         path = agent_env(env, plan, home).get("PATH", os.defpath)
-        own = plan.command != fleet.defaults.command
-        key = f"agent[{index}].command" if own else "defaults.command"
+        if plan.command is None:
+            if not fences.install_trees(program, path, depth=0):
+                continue
+            own = plan.client != fleet.defaults.client
+            key = f"agent[{index}].client" if own else "defaults.client"
+        else:
+            own = plan.command != fleet.defaults.command
+            key = f"agent[{index}].command" if own else "defaults.command"
+        fence = agent_fence(fleet, state_dir, plan, home, env=env)
+        assert fence is not None
         try:
             fences.resolve(fence.plan, program, path)
         except FileNotFoundError as exc:

@@ -202,6 +202,32 @@ def test_a_vendor_s_install_under_the_operator_s_home_is_found_and_one_in_its_si
     assert fence.resolve(got.plan, "claude", env["PATH"]) == str(version)
 
 
+def test_a_default_agent_s_client_program_in_a_sign_in_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Code's old local install (`~/.claude/local/claude`) lies in its sign-in
+    directory, which no agent sees: a default claude agent (no `command`) is named by its
+    `client` key, with the fix; the native install is not; no claude at all is the spawn's."""
+    home = tmp_path / "operator"
+    local = executable(home / ".claude" / "local", "claude")
+    native = executable(home / ".local" / "share" / "claude" / "versions", "2.1.0")
+    env = {"HOME": str(home), "PATH": f"{local.parent}:/usr/bin:/bin"}
+    monkeypatch.setenv("PATH", env["PATH"])  # a default agent's program: the supervisor's PATH
+    fleet = a_fleet({"id": "a1", "client": "claude"})
+    lines = reach.program_problems(fleet, STATE, env)
+    assert len(lines) == 1 and lines[0].startswith("agent[0].client (a1): "), lines
+    assert f"{local} is not there inside the agent's fence" in lines[0], lines
+    assert lines[0].endswith(f"install -m 0755 {local} /usr/local/bin/claude"), lines
+    (home / ".local" / "bin").mkdir()
+    (home / ".local" / "bin" / "claude").symlink_to(native)
+    env["PATH"] = f"{home}/.local/bin:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert reach.program_problems(fleet, STATE, env) == []
+    env["PATH"] = "/nonexistent"
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert reach.program_problems(fleet, STATE, env) == []
+
+
 # -- what a user can reach ------------------------------------------------------------------------
 
 OTHER = 65534  # a uid that owns nothing here (nobody's)
