@@ -174,9 +174,19 @@ def agent_fence(
         reaches=None if switch is None else lambda folder: passes(folder, switch),
         signin=signin.sources(supervisor_env).directories(),
         cgroups=cgroups,
-        programs=fences.install_trees(program, path),
+        programs=fences.install_trees(program, path, untrusted=agent_written(state, plan)),
         homes=fences.operator_homes(supervisor_env),
     )
+
+
+def agent_written(state_dir: str, plan: AgentPlan) -> tuple[str, ...]:
+    """Where fenced agents write on the host, so where the supervisor follows no link when it
+    looks for an agent's program (`fence.install_trees`): the state directory (every home) and
+    the agent's fleet-given `HOME`/`CLAUDE_CONFIG_DIR`. (A fenced agent's `/tmp` is its own
+    tmpfs; a link another user plants in the host's `/tmp` is followed only where the
+    operator's `PATH` or command points there, and then only to an executable regular file.)"""
+    given = (dict(plan.env).get(k, "") for k in ("HOME", "CLAUDE_CONFIG_DIR"))
+    return (os.path.abspath(state_dir), *(os.path.normpath(g) for g in given if os.path.isabs(g)))
 
 
 def own_uid(fleet: Fleet, plan: AgentPlan) -> int | None:
@@ -210,7 +220,7 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
         program = agent_argv(plan, home)[0]
         path = agent_env(env, plan, home).get("PATH", os.defpath)
         if plan.command is None:
-            if not fences.install_trees(program, path, depth=0):
+            if not fences.install_trees(program, path, depth=0):  # not there: the spawn's
                 continue
             own = plan.client != fleet.defaults.client
             key = f"agent[{index}].client" if own else "defaults.client"

@@ -444,32 +444,61 @@ def vendor_trees(
     return kept
 
 
-def install_trees(program: str, path: str, *, depth: int = 2) -> tuple[str, ...]:
+def install_trees(
+    program: str, path: str, *, untrusted: tuple[str, ...] = (), depth: int = 2
+) -> tuple[str, ...]:
     """What of the host makes up `program` (a path, or a name searched in `path` as an exec
     would, on the host): its file once every symlink is followed, or, when that file lies in
     an npm package, the package's directory (the `node_modules/<name>` or
-    `node_modules/@scope/<name>` outermost on its path, which holds its own dependencies); then
-    the same for the interpreter its `#!` line names (`/usr/bin/env node`: `node` in `path`).
-    Claude Code's native installer (`~/.local/bin/claude` -> `~/.local/share/claude/versions/
-    <v>`, one file), an npm global or user-prefix install (`<prefix>/bin/claude` -> `<prefix>/
-    lib/node_modules/@anthropic-ai/claude-code/...`) and Codex's standalone binary (one file)
-    each come to one tree. Empty when it is not found. Reads the filesystem only."""
+    `node_modules/@scope/<name>` outermost on its path, holding a `package.json` and its own
+    dependencies); then the same for the interpreter its `#!` line names (`/usr/bin/env node`:
+    `node` in `path`). Claude Code's native installer (`~/.local/bin/claude` ->
+    `~/.local/share/claude/versions/<v>`, one file), an npm global or user-prefix install
+    (`<prefix>/bin/claude` -> `<prefix>/lib/node_modules/@anthropic-ai/claude-code/...`) and
+    Codex's standalone binary (one file) each come to one tree.
+
+    Never follows a path an agent controls: where the program is found, or any symlink on the
+    way to it, lies beneath `untrusted` (what agents write: the state directory with their
+    homes, their fleet-given paths, the world-writable temporary directories), nothing is
+    returned, so a link an agent plants (`<home>/bin/claude` -> `~/.ssh/id_ed25519`) exposes
+    nothing; and the file must be a regular, executable one. Empty when it is not found.
+    Reads the filesystem only."""
     found = program if "/" in program else shutil.which(program, path=path)
-    if not found or not os.path.isabs(found) or not os.path.isfile(found):
+    if not found or not os.path.isabs(found):
         return ()
+    hop, hops = os.path.normpath(found), 0
+    while True:
+        where = os.path.join(os.path.realpath(os.path.dirname(hop)), os.path.basename(hop))
+        if any(beneath(where, u) for u in untrusted):
+            return ()
+        if not os.path.islink(where) or hops > 40:
+            break
+        hop, hops = (
+            os.path.normpath(os.path.join(os.path.dirname(where), os.readlink(where))),
+            hops + 1,
+        )
     real = os.path.realpath(found)
+    try:
+        info = os.stat(real)
+    except OSError:
+        return ()
+    if any(beneath(real, u) for u in untrusted) or not stat.S_ISREG(info.st_mode):
+        return ()
+    if not os.access(real, os.X_OK):
+        return ()
     parts = real.split("/")
     tree = real
     if "node_modules" in parts[:-1]:
         at = parts.index("node_modules")
         size = 3 if at + 2 < len(parts) and parts[at + 1].startswith("@") else 2
-        tree = "/".join(parts[: at + size])
+        package = "/".join(parts[: at + size])
+        if os.path.isfile(os.path.join(package, "package.json")):
+            tree = package
     trees = [tree]
     if depth > 0:
         for interpreter in _shebang(real):
-            trees += [
-                t for t in install_trees(interpreter, path, depth=depth - 1) if t not in trees
-            ]
+            more = install_trees(interpreter, path, untrusted=untrusted, depth=depth - 1)
+            trees += [t for t in more if t not in trees]
     return tuple(trees)
 
 

@@ -202,6 +202,31 @@ def test_a_vendor_s_install_under_the_operator_s_home_is_found_and_one_in_its_si
     assert fence.resolve(got.plan, "claude", env["PATH"]) == str(version)
 
 
+def test_a_link_the_agent_plants_in_its_home_brings_nothing_of_the_operator_s_home(
+    tmp_path: Path,
+) -> None:
+    """The agent writes its home (and its fleet-given HOME): a `claude` it links there to an
+    executable of the operator's home, found first on its PATH, is not followed; the operator's
+    own install, found by a PATH of the operator's, is."""
+    home = tmp_path / "operator"
+    tool = executable(home / "tools", "secret-tool")
+    state = tmp_path / "state"
+    given = tmp_path / "given-home"
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    for bin_dir in (state / "agents" / "a1" / "bin", given / "bin"):
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "claude").symlink_to(tool)
+        agent_env = {"PATH": f"{bin_dir}:/usr/bin", "HOME": str(given)}
+        fleet = a_fleet({"id": "a1", "command": ("claude",), "env": agent_env})
+        got = reach.agent_fence(fleet, str(state), fleet.agents[0], env=env)
+        assert got is not None and not got.plan.visible(str(tool)), bin_dir
+    (home / "bin").mkdir()
+    (home / "bin" / "claude").symlink_to(tool)
+    fleet = a_fleet({"id": "a1", "command": ("claude",), "env": {"PATH": f"{home}/bin:/usr/bin"}})
+    got = reach.agent_fence(fleet, str(state), fleet.agents[0], env=env)
+    assert got is not None and got.plan.visible(str(tool))
+
+
 def test_a_default_agent_s_client_program_in_a_sign_in_directory_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -300,6 +300,7 @@ def vendor_home(root: Path) -> Path:
     (package / "bin").mkdir(parents=True)
     (package / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
     (package / "bin" / "codex.js").chmod(0o755)
+    (package / "package.json").write_text('{"name": "@openai/codex"}\n')
     (home / ".npm-global" / "bin").mkdir()
     (home / ".npm-global" / "bin" / "codex").symlink_to(
         "../lib/node_modules/@openai/codex/bin/codex.js"
@@ -331,6 +332,28 @@ def test_each_vendor_s_install_comes_to_one_tree(tmp_path: Path) -> None:
     assert fence.install_trees("codex", path) == (str(package), env, str(node_bin / "node"))
     assert fence.install_trees(str(home / "bin" / "codex"), "") == (str(home / "bin" / "codex"),)
     assert fence.install_trees("no-such-program", path) == ()
+
+
+def test_no_link_an_agent_could_plant_is_followed_to_an_install_tree(tmp_path: Path) -> None:
+    """A link found where agents write (the state directory, a fleet-given path, /tmp), or
+    passed on the way, leads nowhere: `<agent home>/bin/claude` -> `~/.ssh/id_ed25519` must
+    not bring the key into the fence; nor does a link to a file that is not executable."""
+    home = vendor_home(tmp_path)
+    state = tmp_path / "state"
+    planted = state / "agents" / "a1" / "bin"
+    planted.mkdir(parents=True)
+    (planted / "claude").symlink_to(home / ".ssh" / "id_ed25519")
+    (planted / "codex").symlink_to(home / "bin" / "codex")  # executable: still the agent's link
+    untrusted = (str(state),)
+    for name in ("claude", "codex"):
+        assert fence.install_trees(name, str(planted), untrusted=untrusted) == ()
+        assert fence.install_trees(str(planted / name), "", untrusted=untrusted) == ()
+    # an operator's link that passes through an agent's directory: not followed either
+    (home / ".local" / "bin" / "via-agent").symlink_to(planted / "codex")
+    assert fence.install_trees(str(home / ".local/bin/via-agent"), "", untrusted=untrusted) == ()
+    # the operator's own link to a file that is not executable (a key): nothing
+    (home / ".local" / "bin" / "key").symlink_to(home / ".ssh" / "id_ed25519")
+    assert fence.install_trees(str(home / ".local/bin/key"), "") == ()
 
 
 def test_an_install_tree_comes_back_read_only_from_the_operator_s_home_and_nothing_else(
