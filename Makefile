@@ -14,14 +14,21 @@ PACKAGES ?= $(SYSTEM_PACKAGES)
 # (tests/supervisor/test_supervise_page.py). Installed with apt-get where they are missing and we
 # are root; elsewhere the line says what to install (the fence then refuses to start, naming the
 # package; the page's browser test skips, saying so). `make test-kernels` also needs QEMU.
+# Another apt holding the dpkg lock (unattended-upgrades on a fresh VM) is waited for, up to
+# LOCK_WAIT seconds, saying so once (tools/dpkg_lock_wait.py; tests/core/test_install.py).
 SYSTEM_PACKAGES := bubblewrap:bwrap socat:socat chromium:chromium
 KERNEL_PACKAGES := qemu-system-x86:qemu-system-x86_64
+DPKG_LOCK ?= /var/lib/dpkg/lock-frontend
+LOCK_WAIT ?= 300
+APT_GET ?= apt-get
+APT := $(APT_GET) -o DPkg::Lock::Timeout=$(LOCK_WAIT)
 system:
 	@for pair in $(PACKAGES); do pkg=$${pair%%:*}; bin=$${pair##*:}; \
 	  command -v $$bin >/dev/null 2>&1 && continue; \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v $(APT_GET) >/dev/null 2>&1; then \
+	    python3 tools/dpkg_lock_wait.py --lock '$(DPKG_LOCK)' --wait '$(LOCK_WAIT)' || exit 1; \
 	    echo "installing $$pkg (apt-get)" >&2; \
-	    { apt-get install -y -qq $$pkg >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$pkg >/dev/null; }; } || exit 1; \
+	    { $(APT) install -y -qq $$pkg >/dev/null 2>&1 || { $(APT) update -qq >/dev/null 2>&1 && $(APT) install -y -qq $$pkg >/dev/null; }; } || exit 1; \
 	  else echo "$$bin not found: install the $$pkg package (the fence, the page's test or make test-kernels needs it)" >&2; fi; \
 	done
 
@@ -67,8 +74,8 @@ demo: demo-fleet demo-host
 # ruff, mypy, and the import rules (import-linter's contracts in pyproject.toml: the floors and
 # every "must never import" a module docstring states; a forbidden import fails `make test`).
 lint: $(STAMP)
-	@$(VENV)/bin/ruff check mcphost configgen tests bench tools/loaded_runs.py
-	@$(VENV)/bin/ruff format --check mcphost configgen tests bench tools/loaded_runs.py
+	@$(VENV)/bin/ruff check mcphost configgen tests bench tools/loaded_runs.py tools/dpkg_lock_wait.py
+	@$(VENV)/bin/ruff format --check mcphost configgen tests bench tools/loaded_runs.py tools/dpkg_lock_wait.py
 	@$(VENV)/bin/mypy
 	@out=$$($(VENV)/bin/lint-imports --no-cache --no-logo 2>&1) || { echo "$$out"; exit 1; }
 

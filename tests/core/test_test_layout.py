@@ -47,6 +47,7 @@ PROJECT = {
     "core/test_doc_citations.py": "the tests, files and modules the docs name",
     "core/test_house.py": "the house's shape: file lengths, package widths",
     "core/test_skips.py": "the suite's environment skips (tests/skips.py)",
+    "core/test_install.py": "README's install path, the unit's ExecStart, make system's lock wait",
 }
 
 # Source modules with logic and no test file of their name: where they are tested instead. A key

@@ -8,6 +8,10 @@ fleet's agents will reach (mcphost/supervisor/agents/reach.py), through the real
   `--check` line per agent naming its key, its id, the program and what hides it (exit 1);
   `supervise` still runs the fleet, and each such agent's spawn fails with the same words as
   one clean line in `ctl status` (a process agent and a tmux pane alike), while the others run.
+- An agent whose arguments name paths the fence hides (a script beside the fleet file, an
+  `--option=` value under /tmp): one `--check` line per argument with the code
+  `argument_hidden_by_fence`, its position, the path and what hides it (exit 1); a visible
+  path and a path the host does not have are not named.
 - A `user =` agent whose user cannot start its attach entries (the pump in a 0700 directory):
   `--check` and `supervise` refuse the fleet (exit 2, one line naming the key, the agent, the
   user and the directory), and a reload that adds it changes nothing; once the directory lets
@@ -27,6 +31,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from collections.abc import Iterator
@@ -163,6 +168,48 @@ def test_an_agent_that_will_not_find_its_program_is_named_by_check_and_by_its_sp
         assert reason.startswith(f"cannot run {program}: "), reason
         assert "hidden by the fence: " in reason and "[ENOENT]" in reason, reason
     assert rows["fine"]["state"] == "running"
+
+
+@pytest.fixture
+def fleet_dir() -> Iterator[Path]:
+    """A directory for the fleet file outside /tmp (which the fence makes private whole), as an
+    operator's /srv/fleet is."""
+    if not os.access("/srv", os.W_OK):
+        pytest.skip("/srv is not writable here")
+    base = Path(tempfile.mkdtemp(prefix="mcphost-fleet-", dir="/srv"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+def test_check_names_each_argument_that_is_a_path_the_fence_hides(
+    supervised: Supervised, fleet_dir: Path
+) -> None:
+    supervised.fleet = fleet_dir / "fleet.toml"
+    script = fleet_dir / "agent.py"  # beside the fleet file: the issue's "can't open file"
+    script.write_text("print('hello')\n")
+    data = supervised.base / "notes.json"  # beside the token, under /tmp
+    data.write_text("{}")
+    python = sys.executable  # the supervisor's own environment, which the fence shows
+    agents = [
+        {"id": "beside", "command": [python, str(script)]},
+        {"id": "option", "command": [python, "-c", "pass", f"--data={data}", "/usr/bin/env"]},
+        {"id": "absent", "command": [python, "-c", "pass", str(fleet_dir / "not-there.py")]},
+    ]
+    supervised.write_fleet(agents)
+
+    done = check(supervised)
+    assert done.returncode == 1, done.stderr
+    problems = [line for line in done.stderr.splitlines() if "--check:" not in line]
+    assert len(problems) == 2, done.stderr
+    beside, option = problems
+    assert beside.startswith(
+        f"mcphost supervise: agent[0].command (beside): argument_hidden_by_fence: argument 1 "
+        f"{script} is hidden by the fence (under {fleet_dir}, the fleet file's directory"
+    ), beside
+    assert "move it where the agent can see it" in beside
+    assert f"argument 3 {data} is hidden by the fence (under /tmp, each agent has a" in option
+    assert "/usr/bin/env" not in option  # visible inside: not named
 
 
 ROOT = os.geteuid() == 0

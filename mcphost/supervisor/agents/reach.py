@@ -15,12 +15,19 @@ Owns:
 - the fence the supervisor gives an agent (`agent_fence`, with `secrets`: what no agent may
   reach): `Supervisor` spawns with it, and the checks here plan with the very same call, so the
   check and the spawn never disagree.
-- `program_problems`: each fenced agent with a `command` finds its program as the fenced agent
-  will (`fence.resolve` over that very fence, with the `PATH` of the environment it is spawned
-  with, `homes.agent_env`: its `env`'s, else the supervisor's): `--check` prints one line per
-  agent that will not, naming the key, the agent, the program and what the fence hides. At
+- `program_problems`: each fenced agent with a `command` (and each without one whose client's
+  program the host has) finds its program as the fenced agent will (`fence.resolve` over that
+  very fence, with the `PATH` of the environment it is spawned with, `homes.agent_env`: its
+  `env`'s, else the supervisor's): `--check` prints one line per agent that will not, naming
+  the key, the agent, the program, what the fence hides and, where the host has the program,
+  the one command that puts it where every agent sees it (`_one_line_fix`). At
   start and reload the agent is still started: its spawn fails with the same words in
   `ctl status` (`Fence.wrap` refuses it), and succeeds once the program is where it can see it.
+  It prints one line too per argument that names a path the host has and the fence hides
+  (`fence.hidden_arguments`: a script beside the fleet file, the token's or an admin socket's,
+  under the operator's home), with the code `argument_hidden_by_fence`, the argument's
+  position, what hides it and where to put it instead; the spawn is not refused (an argument
+  may be data that only looks like a path), the agent's own program then says it cannot open it.
 - `check_reach`: each `user =` agent's user can run what its MCP client starts for the attach
   entries (the supervisor's interpreter, its standard library, the pump `mcphost/attach.py`)
   and pass the state directory's parent to the attach sockets: a checkout or virtualenv in a
@@ -138,7 +145,9 @@ def agent_fence(
     and fleet files, the runtime directories, the cgroups but `cgroups` (the agent's own, read
     only) and every directory the operator's sign-in is read from in `env` (the supervisor's
     environment, default this process's: `signin.sources`, as `read_operator` reads it)
-    hidden; None with `sandbox = "none"`. `home`: its layout (`home_paths` when not given).
+    hidden; the install tree of its program, found on the `PATH` it is spawned with, back
+    read-only where the operator's home hides it (`fence.install_trees`, `vendor_trees`);
+    None with `sandbox = "none"`. `home`: its layout (`home_paths` when not given).
     `check_sandbox` refused "auto" at load where it cannot be built; `check_users`, a user it
     cannot switch to."""
     if plan.sandbox == "none":
@@ -148,6 +157,9 @@ def agent_fence(
         home = home_paths(state, plan.agent_id, plan.client)
     attach = attach_points(state)
     switch = switch_of(resolve_user(plan.user, own_uid(fleet, plan)))
+    supervisor_env = os.environ if env is None else env
+    program = agent_argv(plan, home)[0]
+    path = agent_env(supervisor_env, plan, home).get("PATH", os.defpath)
     return fences.for_agent(
         state_dir=state,
         home=home.root,
@@ -160,9 +172,21 @@ def agent_fence(
         tmp_size=plan.tmp_size,
         support=support,
         reaches=None if switch is None else lambda folder: passes(folder, switch),
-        signin=signin.sources(os.environ if env is None else env).directories(),
+        signin=signin.sources(supervisor_env).directories(),
         cgroups=cgroups,
+        programs=fences.install_trees(program, path, untrusted=agent_written(state, plan)),
+        homes=fences.operator_homes(supervisor_env),
     )
+
+
+def agent_written(state_dir: str, plan: AgentPlan) -> tuple[str, ...]:
+    """Where fenced agents write on the host, so where the supervisor follows no link when it
+    looks for an agent's program (`fence.install_trees`): the state directory (every home) and
+    the agent's fleet-given `HOME`/`CLAUDE_CONFIG_DIR`. (A fenced agent's `/tmp` is its own
+    tmpfs; a link another user plants in the host's `/tmp` is followed only where the
+    operator's `PATH` or command points there, and then only to an executable regular file.)"""
+    given = (dict(plan.env).get(k, "") for k in ("HOME", "CLAUDE_CONFIG_DIR"))
+    return (os.path.abspath(state_dir), *(os.path.normpath(g) for g in given if os.path.isabs(g)))
 
 
 def own_uid(fleet: Fleet, plan: AgentPlan) -> int | None:
@@ -184,27 +208,88 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
     """One line per fenced agent with a `command` that will not find its program inside its
     fence (`env`: the supervisor's environment, which the agent's is made from): the key that
     gives the command, the agent, and `fence.resolve`'s words (the program, the agent's PATH,
-    what the fence hides of it)."""
+    what the fence hides of it). An agent without a `command` runs its client's program
+    (`agent_argv`): it is named (by its `client` key) only when the host has that program and
+    the fence hides it (Claude Code's old local install in `~/.claude/local`, a sign-in
+    directory); a client not installed at all is the spawn's to name."""
     lines = []
     for index, plan in enumerate(fleet.agents):
-        if plan.command is None or plan.sandbox == "none":
+        if plan.sandbox == "none":
             continue
         home = home_paths(state_dir, plan.agent_id, plan.client)
-        fence = agent_fence(fleet, state_dir, plan, home, env=env)
-        assert fence is not None
         program = agent_argv(plan, home)[0]
         path = agent_env(env, plan, home).get("PATH", os.defpath)
+        if plan.command is None:
+            if not fences.install_trees(program, path, depth=0):  # not there: the spawn's
+                continue
+            own = plan.client != fleet.defaults.client
+            key = f"agent[{index}].client" if own else "defaults.client"
+        else:
+            own = plan.command != fleet.defaults.command
+            key = f"agent[{index}].command" if own else "defaults.command"
+        fence = agent_fence(fleet, state_dir, plan, home, env=env)
+        assert fence is not None
         try:
             fences.resolve(fence.plan, program, path)
         except FileNotFoundError as exc:
-            own = plan.command != fleet.defaults.command
-            key = f"agent[{index}].command" if own else "defaults.command"
             lines.append(
                 f"{key} ({plan.agent_id}): {exc.strerror}: install it where the fence shows "
                 "it (not under /tmp, /run or the state directory) or name it by a path the "
-                "agent can see"
+                f"agent can see{_one_line_fix(program, path)}"
+            )
+        for position, argument, cover in fences.hidden_arguments(
+            fence.plan, agent_argv(plan, home)
+        ):
+            lines.append(
+                f"{key} ({plan.agent_id}): {ARGUMENT_HIDDEN}: argument {position} {argument} "
+                f"is hidden by the fence (under {cover}, {_what_hides(cover, fleet, state_dir)}"
+                "), so the agent cannot open it: move it where the agent can see it (outside "
+                "that directory, /tmp, /run and the operator's home, e.g. under /opt or /srv "
+                "in a directory of its own) and name it there"
             )
     return lines
+
+
+def _one_line_fix(program: str, path: str) -> str:
+    """For a program the host has where the fence will not bring it back (in a sign-in
+    directory, beside a secret, under /tmp): the one command that puts it where every agent
+    sees it, as the end of `program_problems`' line ("" when the host has it nowhere)."""
+    trees = fences.install_trees(program, path, depth=0)
+    if not trees:
+        return ""
+    tree = trees[0]
+    if os.path.isdir(tree) and "/node_modules/" in tree:  # an npm package: the global install
+        package = tree.split("/node_modules/", 1)[1]
+        return f"; e.g. as root: npm install -g {package} (it goes to /usr/local)"
+    name = os.path.basename(program)
+    return f"; e.g. as root: install -m 0755 {tree} /usr/local/bin/{name}"
+
+
+ARGUMENT_HIDDEN = "argument_hidden_by_fence"  # --check's code for an argument the fence hides
+
+
+def _what_hides(cover: str, fleet: Fleet, state_dir: str) -> str:
+    """What the fence's `cover` is, for the operator: the directory of which secret, the state
+    directory, the operator's home, a runtime or private directory."""
+    center = fleet.center
+    named = [
+        (fleet.path, "the fleet file's directory"),
+        (center.token_file, "the token file's directory"),
+        (center.runtime_socket, "the center's runtime socket's directory"),
+        (center.admin_url.path if center.admin_url.kind == "unix" else None, ""),
+    ]
+    found = [
+        what or "the unix: admin socket's directory"
+        for path, what in named
+        if path and os.path.dirname(os.path.abspath(path)) == cover
+    ]
+    if found:
+        return " and ".join(dict.fromkeys(found)) + ", which no agent sees"
+    if cover in fences.PRIVATE:
+        return "each agent has a private, empty one"
+    if fences.beneath(cover, os.path.abspath(state_dir)):
+        return "the supervisor's state directory, which no agent sees"
+    return "a directory no agent sees (the operator's home and sign-in, /run, the cgroups)"
 
 
 # -- what a user can reach --------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Owns: the pure plan of one agent's fence (`plan`: which directories are hidden, which paths
 beneath them come back, which are private and how large, where the tree starts), its
 translation into a bubblewrap command line (`FencePlan.argv`, pure), where the fenced agent
-finds its program (`resolve`) and the check of what is bound (`check_sources`), and `Fence`, that
+finds its program (`resolve`), which of its arguments name a path it hides (`hidden_arguments`,
+for `--check`), and the check of what is bound (`check_sources`), and `Fence`, that
 plan ready to run on this machine (`for_agent`: as the supervisor fills it for one agent, with
 what the probe found, confine/probe.py). Not here: the steps bubblewrap does not take, run in
 the child before it execs bubblewrap (a fresh session keyring, `PR_SET_NO_NEW_PRIVS`, Landlock's
@@ -93,7 +94,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from mcphost.gate import FORWARDED, Switch, enter, fenced_message
@@ -317,10 +318,11 @@ def plan(
     map_uid: int | None = None,
     switch: Switch | None = None,
     root_agent: bool = False,
-    operator_home: str | None = None,
+    operator_home: str | tuple[str, ...] | None = None,
     root_only: tuple[str, ...] = (),
     signin: tuple[str, ...] = (),
     cgroups: tuple[str, ...] = (),
+    programs: tuple[str, ...] = (),
 ) -> FencePlan:
     """The fence of the agent whose home is `home` (beneath `state_dir`), starting in
     `workspace`, reaching `sockets` (its attach sockets), never `secrets` (the token and fleet
@@ -336,7 +338,10 @@ def plan(
     system directory; what the agent needs from it comes back like any kept path, and so is
     each of `signin` (the directories the operator's sign-in is read from: signin.py's
     `Sources.directories`). `CGROUPS` is hidden, and of it only `cgroups` (the agent's own
-    groups, beneath it) comes back, read-only. Pure."""
+    groups, beneath it) comes back, read-only. `programs` (the agent's program's install
+    trees, `install_trees`) come back read-only where an operator's home hides them, and only
+    there: never one beneath or holding a sign-in directory, a secret's directory or the state
+    directory (`vendor_trees`). Pure."""
     norm = os.path.normpath
     state = norm(state_dir)
     home = norm(home)
@@ -348,8 +353,9 @@ def plan(
         folder = os.path.dirname(secret)
         if folder not in SYSTEM_DIRS:
             hidden_dirs.append(folder)
-    if operator_home is not None and norm(operator_home) not in SYSTEM_DIRS:
-        hidden_dirs.append(norm(operator_home))
+    homes = (operator_home,) if isinstance(operator_home, str) else operator_home or ()
+    homes = tuple(norm(h) for h in homes if os.path.isabs(h) and norm(h) not in SYSTEM_DIRS)
+    hidden_dirs += homes
     hidden_dirs += [norm(d) for d in signin if os.path.isabs(d) and norm(d) not in SYSTEM_DIRS]
     private = PRIVATE
     covers = [
@@ -381,12 +387,15 @@ def plan(
     outside = [
         p for p in own if not hides(p) and not any(beneath(c, p) for c in (*covers, *private))
     ]
-    programs = [
+    programs_kept = [
         norm(p)
         for p in runtime
         if os.path.isabs(p) and not beneath(norm(p), state) and not beneath(state, norm(p))
     ]
-    extra = [*programs, *back, *(norm(g) for g in cgroups if beneath(norm(g), CGROUPS))]
+    fenced_off = (state, *(norm(d) for d in hidden_dirs if d not in homes))
+    vendor = vendor_trees(programs, homes, fenced_off, tuple(secret_set))
+    extra = [*programs_kept, *vendor, *back]
+    extra += [norm(g) for g in cgroups if beneath(norm(g), CGROUPS)]
     if resolver is not None and beneath(norm(resolver), RUN):
         extra.append(norm(resolver))
     readonly = [
@@ -411,6 +420,106 @@ def plan(
     )
 
 
+def vendor_trees(
+    programs: tuple[str, ...],
+    homes: tuple[str, ...],
+    fenced_off: tuple[str, ...],
+    secrets: tuple[str, ...],
+) -> list[str]:
+    """Of `programs` (install trees, absolute), those the fence may bring back read-only: each
+    strictly beneath one of `homes` (the operator's), and neither beneath nor holding any of
+    `fenced_off` (the state directory, the secrets' and sign-in directories) nor holding a
+    secret (pure). What lies elsewhere is either visible already or hidden for a reason of its
+    own (`/tmp`, `/run`, the state directory), and stays so."""
+    norm = os.path.normpath
+    kept = []
+    for tree in (norm(p) for p in programs if os.path.isabs(p)):
+        if not any(beneath(tree, h) and tree != h for h in homes):
+            continue
+        if any(beneath(tree, d) or beneath(d, tree) for d in fenced_off):
+            continue
+        if any(beneath(secret, tree) for secret in secrets):
+            continue
+        kept.append(tree)
+    return kept
+
+
+def install_trees(
+    program: str, path: str, *, untrusted: tuple[str, ...] = (), depth: int = 2
+) -> tuple[str, ...]:
+    """What of the host makes up `program` (a path, or a name searched in `path` as an exec
+    would, on the host): its file once every symlink is followed, or, when that file lies in
+    an npm package, the package's directory (the `node_modules/<name>` or
+    `node_modules/@scope/<name>` outermost on its path, holding a `package.json` and its own
+    dependencies); then the same for the interpreter its `#!` line names (`/usr/bin/env node`:
+    `node` in `path`). Claude Code's native installer (`~/.local/bin/claude` ->
+    `~/.local/share/claude/versions/<v>`, one file), an npm global or user-prefix install
+    (`<prefix>/bin/claude` -> `<prefix>/lib/node_modules/@anthropic-ai/claude-code/...`) and
+    Codex's standalone binary (one file) each come to one tree.
+
+    Never follows a path an agent controls: where the program is found, or any symlink on the
+    way to it, lies beneath `untrusted` (what agents write: the state directory with their
+    homes, their fleet-given paths, the world-writable temporary directories), nothing is
+    returned, so a link an agent plants (`<home>/bin/claude` -> `~/.ssh/id_ed25519`) exposes
+    nothing; and the file must be a regular, executable one. Empty when it is not found.
+    Reads the filesystem only."""
+    found = program if "/" in program else shutil.which(program, path=path)
+    if not found or not os.path.isabs(found):
+        return ()
+    hop, hops = os.path.normpath(found), 0
+    while True:
+        where = os.path.join(os.path.realpath(os.path.dirname(hop)), os.path.basename(hop))
+        if any(beneath(where, u) for u in untrusted):
+            return ()
+        if not os.path.islink(where) or hops > 40:
+            break
+        hop, hops = (
+            os.path.normpath(os.path.join(os.path.dirname(where), os.readlink(where))),
+            hops + 1,
+        )
+    real = os.path.realpath(found)
+    try:
+        info = os.stat(real)
+    except OSError:
+        return ()
+    if any(beneath(real, u) for u in untrusted) or not stat.S_ISREG(info.st_mode):
+        return ()
+    if not os.access(real, os.X_OK):
+        return ()
+    parts = real.split("/")
+    tree = real
+    if "node_modules" in parts[:-1]:
+        at = parts.index("node_modules")
+        size = 3 if at + 2 < len(parts) and parts[at + 1].startswith("@") else 2
+        package = "/".join(parts[: at + size])
+        if os.path.isfile(os.path.join(package, "package.json")):
+            tree = package
+    trees = [tree]
+    if depth > 0:
+        for interpreter in _shebang(real):
+            more = install_trees(interpreter, path, untrusted=untrusted, depth=depth - 1)
+            trees += [t for t in more if t not in trees]
+    return tuple(trees)
+
+
+def _shebang(path: str) -> list[str]:
+    """The programs a script's `#!` line runs: the interpreter, and for `env` its program."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    words = os.fsdecode(head[2:].split(b"\n", 1)[0]).split()
+    if not words:
+        return []
+    if os.path.basename(words[0]) == "env":
+        names = [w for w in words[1:] if not w.startswith("-")]
+        return [words[0], *names[:1]]
+    return words[:1]
+
+
 def resolve(planned: FencePlan, program: str, path: str) -> str:
     """`program` as the fenced agent's exec will find it: a path with a slash as it is (made
     absolute against the working directory inside), a bare name searched in `path` (the
@@ -422,6 +531,9 @@ def resolve(planned: FencePlan, program: str, path: str) -> str:
             return program  # relative to the workspace: the agent's own, found inside
         if planned.visible(full) and os.access(full, os.X_OK):
             return program
+        real = _brought_back(planned, full)
+        if real is not None:
+            return real
         cover = planned.hidden_by(full)
         where = f" (hidden by the fence: {cover})" if cover else ""
         raise FileNotFoundError(2, f"{full} is not there inside the agent's fence{where}", program)
@@ -434,11 +546,45 @@ def resolve(planned: FencePlan, program: str, path: str) -> str:
             continue
         if planned.visible(os.path.normpath(candidate)):
             return candidate
+        real = _brought_back(planned, candidate)
+        if real is not None:
+            return real
         hidden.append(entry)
     where = f"; hidden by the fence: {', '.join(hidden)}" if hidden else ""
     raise FileNotFoundError(
         2, f"{program} is not on the agent's PATH inside its fence (PATH={path}{where})", program
     )
+
+
+def hidden_arguments(planned: FencePlan, argv: list[str]) -> list[tuple[int, str, str]]:
+    """The arguments of `argv` (after its program) that name a path the host has and the fence
+    hides, as (position, the path, the cover or private directory that hides it): an argument
+    that is an absolute path, or the value of an `--option=/path`. A script beside the fleet
+    file (`python3 /srv/fleet/agent.py`) is there for the operator and not for the agent."""
+    found = []
+    for position, argument in enumerate(argv[1:], start=1):
+        value = argument
+        if argument.startswith("-"):
+            if "=" not in argument:
+                continue
+            value = argument.split("=", 1)[1]
+        if not os.path.isabs(value) or "\0" in value or not os.path.lexists(value):
+            continue
+        cover = planned.hidden_by(os.path.normpath(value))
+        if cover is not None:
+            found.append((position, value, cover))
+    return found
+
+
+def _brought_back(planned: FencePlan, hidden: str) -> str | None:
+    """The file a hidden `hidden` leads to through its symlinks, when the fence brings that back
+    read-only from beneath a cover (an install tree of `vendor_trees`: `~/.local/bin/claude` is
+    hidden, its version file is not): the agent execs it there. Not a link to a file visible
+    anyway: a virtualenv's `python` under a hidden home would run as the bare system one."""
+    real = os.path.realpath(hidden)
+    if real == os.path.normpath(hidden) or not os.access(real, os.X_OK):
+        return None
+    return real if any(beneath(real, tree) for tree in planned.readonly) else None
 
 
 def check_sources(planned: FencePlan) -> None:
@@ -511,6 +657,8 @@ def for_agent(
     reaches: Callable[[str], bool] | None = None,
     signin: tuple[str, ...] = (),
     cgroups: tuple[str, ...] = (),
+    programs: tuple[str, ...] = (),
+    homes: tuple[str, ...] | None = None,
 ) -> Fence:
     """The fence the supervisor gives one agent: `plan` with what the fleet's `env` gives it
     as `HOME`/`CLAUDE_CONFIG_DIR` writable, the supervisor's own programs kept (this
@@ -518,7 +666,9 @@ def for_agent(
     system directory holding a secret listed (read now, at plan time), the resolver's
     directory, and this machine's `Support` (a uid-0 agent mapped to `nobody` where a user
     namespace can be made); `signin` and `cgroups` as `plan` takes them (the caller knows the
-    operator's sign-in and the agent's groups: this module imports neither)."""
+    operator's sign-in and the agent's groups: this module imports neither), and `programs`
+    too (the agent's program's `install_trees`, which the caller finds with its `PATH`), and
+    `homes` (the operator's, default `operator_homes` of this process's environment)."""
     support = support or probe()
     siblings = {}
     for secret in secrets:
@@ -550,10 +700,11 @@ def for_agent(
         map_uid=support.agent_map_uid(switch),
         switch=None if outside else switch,
         root_agent=switch is None and support.root,
-        operator_home=_operator_home(),
+        operator_home=operator_homes(os.environ) if homes is None else homes,
         root_only=tuple(p for pattern in ROOT_ONLY for p in sorted(glob.glob(pattern))),
         signin=signin,
         cgroups=cgroups,
+        programs=programs,
     )
     if outside and reaches is not None:
         sources = {os.path.dirname(path) for path in planned.sources()}
@@ -571,9 +722,10 @@ def for_agent(
     )
 
 
-def _operator_home() -> str | None:
-    """The supervisor's user's home directory (its passwd entry's, and `$HOME` when that is
-    another absolute path, the first that is a directory)."""
+def operator_homes(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The supervisor's user's home directories: its passwd entry's, and `env`'s `HOME` when
+    that is another (where the agents' vendors' installers, which follow `$HOME`, put their
+    programs); each that is a directory, resolved."""
     import pwd
 
     found = []
@@ -581,8 +733,6 @@ def _operator_home() -> str | None:
         found.append(pwd.getpwuid(os.geteuid()).pw_dir)
     except KeyError:
         pass
-    found.append(os.environ.get("HOME", ""))
-    for path in found:
-        if os.path.isabs(path) and os.path.isdir(path):
-            return os.path.realpath(path)
-    return None
+    found.append(env.get("HOME", ""))
+    homes = (os.path.realpath(p) for p in found if os.path.isabs(p) and os.path.isdir(p))
+    return tuple(dict.fromkeys(homes))

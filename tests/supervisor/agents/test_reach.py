@@ -177,6 +177,82 @@ def test_the_supervisor_s_sign_in_and_the_agent_s_own_groups_reach_its_fence() -
         assert not got.plan.visible(hidden)
 
 
+def test_a_vendor_s_install_under_the_operator_s_home_is_found_and_one_in_its_sign_in_is_named(
+    tmp_path: Path,
+) -> None:
+    """Claude Code's native install under the operator's home comes back into the fence (no
+    line); Codex's binary put in `~/.codex` (its sign-in directory) never does, and `--check`'s
+    line ends with the one command that puts it where every agent sees it."""
+    home = tmp_path / "operator"
+    versions = home / ".local" / "share" / "claude" / "versions"
+    version = executable(versions, "2.1.0")
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "claude").symlink_to(version)
+    codex = executable(home / ".codex" / "bin", "codex")
+    env = {"HOME": str(home), "PATH": f"{home}/.local/bin:{home}/.codex/bin:/usr/bin:/bin"}
+    fleet = a_fleet(
+        {"id": "claude", "command": ("claude",)}, {"id": "codex", "command": ("codex",)}
+    )
+    lines = reach.program_problems(fleet, STATE, env)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("agent[1].command (codex): codex is not on the agent's PATH")
+    assert lines[0].endswith(f"e.g. as root: install -m 0755 {codex} /usr/local/bin/codex"), lines
+    got = reach.agent_fence(fleet, STATE, fleet.agents[0], env=env)
+    assert got is not None and str(version) in got.plan.readonly
+    assert fence.resolve(got.plan, "claude", env["PATH"]) == str(version)
+
+
+def test_a_link_the_agent_plants_in_its_home_brings_nothing_of_the_operator_s_home(
+    tmp_path: Path,
+) -> None:
+    """The agent writes its home (and its fleet-given HOME): a `claude` it links there to an
+    executable of the operator's home, found first on its PATH, is not followed; the operator's
+    own install, found by a PATH of the operator's, is."""
+    home = tmp_path / "operator"
+    tool = executable(home / "tools", "secret-tool")
+    state = tmp_path / "state"
+    given = tmp_path / "given-home"
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    for bin_dir in (state / "agents" / "a1" / "bin", given / "bin"):
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "claude").symlink_to(tool)
+        agent_env = {"PATH": f"{bin_dir}:/usr/bin", "HOME": str(given)}
+        fleet = a_fleet({"id": "a1", "command": ("claude",), "env": agent_env})
+        got = reach.agent_fence(fleet, str(state), fleet.agents[0], env=env)
+        assert got is not None and not got.plan.visible(str(tool)), bin_dir
+    (home / "bin").mkdir()
+    (home / "bin" / "claude").symlink_to(tool)
+    fleet = a_fleet({"id": "a1", "command": ("claude",), "env": {"PATH": f"{home}/bin:/usr/bin"}})
+    got = reach.agent_fence(fleet, str(state), fleet.agents[0], env=env)
+    assert got is not None and got.plan.visible(str(tool))
+
+
+def test_a_default_agent_s_client_program_in_a_sign_in_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Code's old local install (`~/.claude/local/claude`) lies in its sign-in
+    directory, which no agent sees: a default claude agent (no `command`) is named by its
+    `client` key, with the fix; the native install is not; no claude at all is the spawn's."""
+    home = tmp_path / "operator"
+    local = executable(home / ".claude" / "local", "claude")
+    native = executable(home / ".local" / "share" / "claude" / "versions", "2.1.0")
+    env = {"HOME": str(home), "PATH": f"{local.parent}:/usr/bin:/bin"}
+    monkeypatch.setenv("PATH", env["PATH"])  # a default agent's program: the supervisor's PATH
+    fleet = a_fleet({"id": "a1", "client": "claude"})
+    lines = reach.program_problems(fleet, STATE, env)
+    assert len(lines) == 1 and lines[0].startswith("agent[0].client (a1): "), lines
+    assert f"{local} is not there inside the agent's fence" in lines[0], lines
+    assert lines[0].endswith(f"install -m 0755 {local} /usr/local/bin/claude"), lines
+    (home / ".local" / "bin").mkdir()
+    (home / ".local" / "bin" / "claude").symlink_to(native)
+    env["PATH"] = f"{home}/.local/bin:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert reach.program_problems(fleet, STATE, env) == []
+    env["PATH"] = "/nonexistent"
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert reach.program_problems(fleet, STATE, env) == []
+
+
 # -- what a user can reach ------------------------------------------------------------------------
 
 OTHER = 65534  # a uid that owns nothing here (nobody's)

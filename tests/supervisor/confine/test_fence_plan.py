@@ -282,3 +282,108 @@ def test_a_uid0_agent_gets_a_user_namespace_of_its_own_only_where_one_can_be_mad
     assert got.switch_outside is (switch is not None and support.unprivileged_userns())
     assert got.level == got.name == support.level() and got.abi == support.landlock_abi
     assert {state, "/etc/mcphost", "/run"} <= set(got.plan.covers), got.plan.covers
+
+
+def vendor_home(root: Path) -> Path:
+    """An operator's home with the agents' programs where their vendors put them: Claude Code's
+    native installer (`~/.local/bin/claude` -> a version file), an npm user prefix holding
+    Codex's package (a node script whose `#!` asks for `node` on PATH, nvm's node under the
+    home), Codex's standalone binary, and one copied into the Codex sign-in directory."""
+    home = root / "home"
+    versions = home / ".local" / "share" / "claude" / "versions"
+    versions.mkdir(parents=True)
+    (versions / "2.1.0").write_text("ELF")
+    (versions / "2.1.0").chmod(0o755)
+    (home / ".local" / "bin").mkdir()
+    (home / ".local" / "bin" / "claude").symlink_to(versions / "2.1.0")
+    package = home / ".npm-global" / "lib" / "node_modules" / "@openai" / "codex"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
+    (package / "bin" / "codex.js").chmod(0o755)
+    (package / "package.json").write_text('{"name": "@openai/codex"}\n')
+    (home / ".npm-global" / "bin").mkdir()
+    (home / ".npm-global" / "bin" / "codex").symlink_to(
+        "../lib/node_modules/@openai/codex/bin/codex.js"
+    )
+    node = home / ".nvm" / "versions" / "node" / "v22" / "bin"
+    node.mkdir(parents=True)
+    (node / "node").write_text("ELF")
+    (node / "node").chmod(0o755)
+    (home / "bin").mkdir()
+    (home / "bin" / "codex").write_text("ELF")
+    (home / "bin" / "codex").chmod(0o755)
+    (home / ".codex" / "bin").mkdir(parents=True)
+    (home / ".codex" / "bin" / "codex").write_text("ELF")
+    (home / ".codex" / "bin" / "codex").chmod(0o755)
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text("key")
+    return home
+
+
+def test_each_vendor_s_install_comes_to_one_tree(tmp_path: Path) -> None:
+    home = vendor_home(tmp_path)
+    node_bin = home / ".nvm" / "versions" / "node" / "v22" / "bin"
+    path = f"{home}/.local/bin:{home}/.npm-global/bin:{node_bin}:/usr/bin:/bin"
+    native = home / ".local" / "share" / "claude" / "versions" / "2.1.0"
+    assert fence.install_trees("claude", path) == (str(native),)
+    assert fence.install_trees(str(home / ".local/bin/claude"), "") == (str(native),)
+    package = home / ".npm-global" / "lib" / "node_modules" / "@openai" / "codex"
+    env = "/usr/bin/env" if os.path.exists("/usr/bin/env") else "/bin/env"
+    assert fence.install_trees("codex", path) == (str(package), env, str(node_bin / "node"))
+    assert fence.install_trees(str(home / "bin" / "codex"), "") == (str(home / "bin" / "codex"),)
+    assert fence.install_trees("no-such-program", path) == ()
+
+
+def test_no_link_an_agent_could_plant_is_followed_to_an_install_tree(tmp_path: Path) -> None:
+    """A link found where agents write (the state directory, a fleet-given path, /tmp), or
+    passed on the way, leads nowhere: `<agent home>/bin/claude` -> `~/.ssh/id_ed25519` must
+    not bring the key into the fence; nor does a link to a file that is not executable."""
+    home = vendor_home(tmp_path)
+    state = tmp_path / "state"
+    planted = state / "agents" / "a1" / "bin"
+    planted.mkdir(parents=True)
+    (planted / "claude").symlink_to(home / ".ssh" / "id_ed25519")
+    (planted / "codex").symlink_to(home / "bin" / "codex")  # executable: still the agent's link
+    untrusted = (str(state),)
+    for name in ("claude", "codex"):
+        assert fence.install_trees(name, str(planted), untrusted=untrusted) == ()
+        assert fence.install_trees(str(planted / name), "", untrusted=untrusted) == ()
+    # an operator's link that passes through an agent's directory: not followed either
+    (home / ".local" / "bin" / "via-agent").symlink_to(planted / "codex")
+    assert fence.install_trees(str(home / ".local/bin/via-agent"), "", untrusted=untrusted) == ()
+    # the operator's own link to a file that is not executable (a key): nothing
+    (home / ".local" / "bin" / "key").symlink_to(home / ".ssh" / "id_ed25519")
+    assert fence.install_trees(str(home / ".local/bin/key"), "") == ()
+
+
+def test_an_install_tree_comes_back_read_only_from_the_operator_s_home_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    home = vendor_home(tmp_path)
+    native = str(home / ".local" / "share" / "claude" / "versions" / "2.1.0")
+    package = str(home / ".npm-global" / "lib" / "node_modules" / "@openai" / "codex")
+    inside_signin = str(home / ".codex" / "bin" / "codex")
+    got = planned(
+        operator_home=str(home),
+        signin=(str(home), str(home / ".claude"), str(home / ".codex")),
+        secrets=(str(home / "fleet" / "token"),),
+        programs=(native, package, inside_signin, str(home), str(home / "fleet"), "/usr/bin/env"),
+    )
+    assert {native, package} == set(got.readonly) - {p for p in got.readonly if "home" not in p}
+    assert not set(got.keeps) & {native, package}  # read-only, never writable
+    for hidden in (".ssh/id_ed25519", ".claude/.credentials.json", ".codex/auth.json", ".bashrc"):
+        assert not got.visible(str(home / hidden)), hidden
+    assert not got.visible(inside_signin)  # within a sign-in directory: never
+    assert not got.visible(str(home / "fleet" / "token"))
+    assert not got.visible(str(home / ".local/share/claude/versions/2.0.9"))  # not its version
+    # the agent execs the version file the hidden link leads to
+    assert fence.resolve(got, "claude", f"{home}/.local/bin:/usr/bin") == native
+    assert fence.resolve(got, str(home / ".local/bin/claude"), "/usr/bin") == native
+    # a hidden link to a file visible anyway is not followed (a virtualenv's python would run
+    # as the bare system one)
+    (home / "venv-python").symlink_to("/bin/sh")
+    with pytest.raises(FileNotFoundError):
+        fence.resolve(got, str(home / "venv-python"), "/usr/bin")
+    # outside an operator's home, a hidden place stays hidden (here: beside a secret)
+    elsewhere = planned(secrets=("/srv/ops/token",), programs=("/srv/ops/claude",))
+    assert not elsewhere.visible("/srv/ops/claude")
