@@ -159,14 +159,19 @@ def growth_rows(results: Mapping[str, Mapping[int, Figures]]) -> list[str]:
     """Each arm's figures at its largest N ÷ at its smallest."""
     keys = ("wall", "rate", "serving_pss", "supervisor_pss", "per_agent", "idle_cpu")
     rows = [
-        "| arm | from N | to N | " + " | ".join(keys) + " |",
-        "|---|---|---|" + "---|" * len(keys),
+        "| arm | from N | to N | " + " | ".join(keys) + " | supervisor PSS per added agent |",
+        "|---|---|---|" + "---|" * (len(keys) + 1),
     ]
     for arm, seen in results.items():
         if len(seen) < 2:
             continue
         low, high = seen[min(seen)], seen[max(seen)]
         cells = [f"{high[k] / low[k]:.2f}×" if low.get(k) and k in high else "–" for k in keys]
+        if "supervisor_pss" in low and "supervisor_pss" in high:
+            added = (high["supervisor_pss"] - low["supervisor_pss"]) / (max(seen) - min(seen))
+            cells.append(f"{added * 1024:.0f} KiB")
+        else:
+            cells.append("–")
         rows.append(f"| {arm} | {min(seen)} | {max(seen)} | " + " | ".join(cells) + " |")
     return rows if len(rows) > 2 else ["(One N only: no growth to show.)"]
 

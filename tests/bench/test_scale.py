@@ -35,8 +35,10 @@ def test_the_baseline_is_extrapolated_linearly_from_its_n() -> None:
 
 RESULTS = {
     "pumps": {
-        100: {"wall": 6.0, "serving_pss": 400.0, "per_agent": 0.85, "idle_cpu": 30.0},
-        1000: {"wall": 70.5, "serving_pss": 3300.0, "per_agent": 0.9, "idle_cpu": 300.0},
+        100: {"wall": 6.0, "serving_pss": 400.0, "supervisor_pss": 85.0, "per_agent": 0.85}
+        | {"idle_cpu": 30.0},
+        1000: {"wall": 70.5, "serving_pss": 3300.0, "supervisor_pss": 134.0, "per_agent": 0.9}
+        | {"idle_cpu": 300.0},
     },
     "bare": {100: {"rate": 37.0, "idle_cpu": 30.0}, 1000: {"rate": 51.0, "idle_cpu": 33.0}},
 }
@@ -81,7 +83,7 @@ def test_each_target_is_printed_beside_its_figure_with_pass_or_fail() -> None:
 def test_growth_is_the_largest_n_over_the_smallest() -> None:
     rows = scale.growth_rows(RESULTS)
     pumps = next(r for r in rows if r.startswith("| pumps |"))
-    assert "| 100 | 1000 | 11.75× |" in pumps and pumps.endswith("| 10.00× |")
+    assert "| 100 | 1000 | 11.75× |" in pumps and pumps.endswith("| 10.00× | 56 KiB |")
     assert scale.growth_rows({"bare": {100: {"rate": 1.0}}}) == ["(One N only: no growth to show.)"]
 
 
