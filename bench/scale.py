@@ -275,6 +275,9 @@ def run_baseline(center: Any, base: Path, n: int) -> Figures:
 # -- the report -----------------------------------------------------------------------------------
 
 
+WITH_BASELINE = (("wall", "wall"), ("serving_pss", "pss"))  # an arm's figure, the hosts' figure
+
+
 def arm_rows(results: Mapping[str, Mapping[int, Figures]], baseline: Figures | None) -> list[str]:
     rows = [
         "| arm | N | wall to every first answer (bare: to `running`) | spawn rate from start "
@@ -289,14 +292,11 @@ def arm_rows(results: Mapping[str, Mapping[int, Figures]], baseline: Figures | N
         )
     for arm, seen in results.items():
         for n, f in sorted(seen.items()):
-            ratios = ["–", "–"]
-            if baseline is not None:
+            ratios = ["–", "–"]  # bare agents have no session to compare with a host's
+            if baseline is not None and arm != "bare":
                 base = baseline_at(baseline, n)
                 mark = " (extrap.)" if base["extrapolated"] else ""
-                ratios = [f"{f['wall'] / base['wall']:.3f}×{mark}"] if arm != "bare" else ["–"]
-                ratios.append(
-                    f"{f['serving_pss'] / base['pss']:.3f}×{mark}" if arm != "bare" else "–"
-                )
+                ratios = [f"{f[k] / base[b]:.3f}×{mark}" for k, b in WITH_BASELINE]
             rows.append(
                 f"| {arm} | {n} | {f['wall']:.2f} s | {f['rate']:.1f}/s ({f['rate_spawning']:.1f}/s) "
                 f"| {f['serving_pss']:.0f} MB ({f['supervisor_pss']:.0f} + {f['pumps']:.0f} pumps "

@@ -159,3 +159,15 @@ def test_a_tiny_run_goes_end_to_end() -> None:
     else:
         assert "Arm `http` skipped" in report
     assert "| target (issue 35) |" in report
+
+
+def test_each_arm_is_printed_against_the_hosts_at_its_n() -> None:
+    fleet_of = {"wall": 6.0, "rate": 20.0, "rate_spawning": 25.0, "serving_pss": 400.0}
+    fleet_of |= {"supervisor_pss": 80.0, "pumps": 100.0, "per_agent": 0.8, "idle_cpu": 2.0}
+    results = {"pumps": {100: fleet_of, 1000: fleet_of}, "bare": {100: fleet_of}}
+    rows = scale.arm_rows(results, BASELINE)
+    assert rows[2].startswith("| per-process hosts (baseline) | 100 | 60.00 s |")
+    assert rows[3].startswith("| pumps | 100 | 6.00 s | 20.0/s (25.0/s) | 400 MB (80 + 100 pumps")
+    assert rows[3].endswith("| 0.100× | 0.074× |")
+    assert rows[4].endswith("| 0.010× (extrap.) | 0.007× (extrap.) |")
+    assert rows[5].endswith("| – | – |")  # bare agents have no session to compare
