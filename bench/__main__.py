@@ -11,6 +11,10 @@ start-up and per-call (Unix, TLS), the supervised relay tools' `send` / `look` a
 and the supervisor's memory with N agents, each tree by turns in the same run; and adds that
 tree's supervisor as a third arm to section 13 (bench/operations.py: metrics and the fleet page
 on and off at N = 100, the scrape, spawn time with cgroups against without).
+
+Section 14 (bench/scale.py) runs N = 100 and 1000 fenced agents under one supervisor (bare, over
+pumps, over HTTP where the installed mcphost has it) against per-process hosts at N = 100,
+extrapolated; BENCH_SCALE_* (its docstring) narrow it.
 """
 
 from __future__ import annotations
@@ -295,6 +299,7 @@ async def main() -> None:
         "bench.fence",
         "bench.operations",  # section 13, bench/cgroups.py's figure included
         "bench.before_after",
+        "bench.scale",  # section 14: N = 1000 fenced agents (issue 35), the longest section
     ):
         try:
             module = __import__(extra, fromlist=["section"])

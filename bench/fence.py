@@ -165,6 +165,7 @@ class Supervisor:
         from mcphost.testing.fleet import fleet_toml
 
         self.work = Path(tempfile.mkdtemp(prefix=f"fence-{label}-", dir=base))
+        self.work.chmod(0o755)  # a worker's /var/lib/mcphost: the agents' own uids pass through
         self.state = self.work / "state"  # apart from the token and fleet (etc/), as on a
         etc = self.work / "etc"  # worker: /var/lib/mcphost and /etc/mcphost, two covers
         etc.mkdir()

@@ -25,6 +25,7 @@ PACKAGES = {
     "core": "mcphost",  # the top-level modules, mcphost/*.py (one folder, as each subpackage has)
     "configgen": "configgen",  # the generator is a top-level package of its own
     "host/files": "mcphost/host",  # the file tools (files, transfer, workspace): own fixtures
+    "bench": "bench",  # the benchmarks' pure parts and smoke runs (bench/ is no product package)
 }
 
 # The process-level tiers: tests that cross packages through real processes, named after what
