@@ -298,6 +298,8 @@ class Reconciler:
             if slot.fences is not None:
                 slot.fences = Intensity(slot.plan.max_restarts, slot.plan.restart_window)
         self.unstarted = {a: r for a, r in self.unstarted.items() if a in wanted}
+        prepared = [a for a, home in zip(starting, homes, strict=True) if isinstance(home, tuple)]
+        firsts = await self._first_generations(prepared)
         for agent_id, home in zip(starting, homes, strict=True):
             if isinstance(home, BaseException):
                 # One unsafe home (e.g. a symlink the agent planted) fails that agent only.
@@ -308,7 +310,7 @@ class Reconciler:
                 continue
             self.unstarted.pop(agent_id, None)
             self.slots[agent_id] = slot = self._slot(wanted[agent_id], *home)
-            await slot.runner.start()
+            await slot.runner.start(firsts.get(agent_id))
         busy = added or removed or changed or changes["updated"]
         events.emit(
             "supervisor.reconciled",
@@ -320,6 +322,31 @@ class Reconciler:
             unchanged=len(changes["unchanged"]),
         )
         return changes
+
+    async def _first_generations(self, agent_ids: list[str]) -> dict[str, int]:
+        """The first spawn's generation of each agent that starts now (more than one: a fleet's
+        start-up, a reload that adds several), reserved at the center all at once and committed
+        in one transaction (`StateStore.next_generations`: one fsync, not one per spawn); empty
+        for one agent, or when one of them has none left (each runner then takes its own, and
+        says so as it always did)."""
+        from mcphost.supervisor.state import GenerationExhausted, generation_after
+
+        if len(agent_ids) < 2:
+            return {}
+        supervisor = self.supervisor
+        store = supervisor.store
+        try:
+            local = {a: generation_after(store.generation(a)) for a in agent_ids}
+        except GenerationExhausted:
+            return {}
+        admin = supervisor.center.admin
+        reserved = await asyncio.gather(
+            *(supervisor.generations.next(admin, a, local[a]) for a in agent_ids)
+        )
+        try:
+            return store.next_generations(dict(zip(agent_ids, reserved, strict=True)))
+        except GenerationExhausted:
+            return {}
 
     async def _reclaim(self, agent_id: str) -> None:
         """The agent's home back to the supervisor (`homes.reclaim_home`, in a thread); a

@@ -4,7 +4,10 @@ Owns: `ProcessRecords` over the `StateStore`: ending what a crashed supervisor l
 (`end_leftovers`, at start-up, before anything is spawned: `kernel.end_leftovers`), recording
 every process started (agents, `ctl exec` commands: `started`) or adopted (escapees reparented to
 us, the child subreaper, looked for every `ADOPTION_SCAN_SECONDS`: `watch_adopted`) while it
-runs, and forgetting those gone with their whole process group (`prune`).
+runs, and forgetting those gone with their whole process group (`prune`). A start prunes only
+once the records doubled since the last prune (`PRUNE_FLOOR` at least): pruning reads every
+record's /proc entry, and doing so at each of a fleet's N spawns read N²/2 of them
+(tests/supervisor/test_records.py::test_a_fleet_s_spawns_prune_a_linear_number_of_times).
 
 Must never: end a process that is not recorded (the record's start time and process group must
 still match: `kernel.end_leftovers`), or let a failed write stop a spawn (the process runs
@@ -24,6 +27,8 @@ from mcphost.supervisor.state import ProcessRecord, StateStore
 # How often the supervisor looks for children it did not spawn (escapees reparented to it) to
 # record them: a crash within this long after an escape leaves that escapee unrecorded.
 ADOPTION_SCAN_SECONDS = 1.0
+# A start prunes the records once they number at least twice what the last prune left, and this.
+PRUNE_FLOOR = 64
 
 
 class ProcessRecords:
@@ -32,6 +37,7 @@ class ProcessRecords:
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self._recorded: set[tuple[int, int]] = set()  # (pid, starttime) in the state file
+        self._prune_at = PRUNE_FLOOR  # records that make a start prune (`started`)
 
     async def end_leftovers(self, grace: float) -> None:
         """End every recorded process still running (SIGTERM, SIGKILL after the fleet's longest
@@ -62,7 +68,8 @@ class ProcessRecords:
         stat = procfs.read_stat(pid)
         if stat is not None and stat.starttime == starttime:
             self.record(stat, agent_id, kind)
-            self.prune()
+            if len(self._recorded) >= self._prune_at:
+                self.prune()
 
     def prune(self) -> None:
         """Forget the recorded processes that are gone with their whole process group."""
@@ -75,6 +82,7 @@ class ProcessRecords:
             events.emit("supervisor.record_failed", level="error", error=str(exc))
             return
         self._recorded.difference_update(gone)
+        self._prune_at = max(PRUNE_FLOOR, 2 * len(self._recorded))
 
     async def watch_adopted(self) -> None:
         """Record every child we did not spawn (an escapee reparented to us, the subreaper)."""

@@ -7,7 +7,9 @@ docs/concepts.md "Restarts and generations"), by the one rule of the next genera
 applies it inside one `BEGIN IMMEDIATE` transaction (so two
 processes on the same file serialise) and commits (synchronous=FULL, write-ahead log) before it
 returns, so a generation once handed to an agent is never handed out again, even if the
-supervisor is killed right after. Also the last exit of every agent (`record_exit`), so
+supervisor is killed right after or the machine loses power; `next_generations` does the same
+for many agents in one transaction (one fsync: the start-up of a fleet,
+test_state.py::test_a_start_up_s_generations_are_one_durable_commit). Also the last exit of every agent (`record_exit`), so
 `ctl status` can show it after a supervisor restart; a generation handed out with no exit
 recorded after it was running when the supervisor died (`kill -9`, a crash): the next
 supervisor records that as its exit (`record_lost_runs`, before any runner reads an exit). And every process the supervisor started
@@ -15,7 +17,10 @@ or adopted (`record_process`: pid, /proc start time, process group, session; age
 commands, and escapees reparented to it as subreaper), committed before the call returns, so a
 supervisor started after a crash (`kill -9`) can end what the dead one left running before it
 spawns anything (`kernel.end_leftovers`); a row is dropped (`forget_processes`) once its process
-and its group are gone. And each agent's own uid (`uids`, `keep_uids`: uids.py decides, this
+and its group are gone. Those rows, and the exits, are committed with synchronous=NORMAL (in
+the write-ahead log, no fsync of their own): durable across the supervisor's death, which is all
+they are for (a machine that lost power has no process left to end), and one fsync fewer per
+spawn (test_state.py::test_process_records_cost_no_fsync_and_generations_one_each). And each agent's own uid (`uids`, `keep_uids`: uids.py decides, this
 keeps), so an agent's home keeps its owner across supervisor restarts; a uid whose agent left
 the fleet is dropped, free for another.
 Must never: store a secret (no token, no environment), or hand out a generation that is not
@@ -27,7 +32,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -122,29 +131,53 @@ class StateStore:
         finally:
             os.close(fd)
         self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        # WAL: a commit is one append and one fsync of the log (the rollback journal took
-        # several), still durable before `next_generation` returns.
+        # WAL: a commit is one append, and with synchronous=FULL one fsync of the log (the
+        # rollback journal took several). NORMAL (no fsync) by default: process records and
+        # exits need only survive this process; generations and uids commit FULL (`_durable`).
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+
+    def _durable(self, write: Callable[[sqlite3.Connection], T]) -> T:
+        """`write` in one `BEGIN IMMEDIATE` transaction committed with synchronous=FULL: on
+        disk (the log fsynced, with every NORMAL commit before it) when this returns."""
+        db = self._db
+        db.execute("PRAGMA synchronous=FULL")
+        try:
+            db.execute("BEGIN IMMEDIATE")  # the read and the write in one writer's transaction
+            try:
+                result = write(db)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        finally:
+            db.execute("PRAGMA synchronous=NORMAL")
+        return result
 
     def next_generation(self, agent_id: str, at_least: int = 1) -> int:
         """Allocate the agent's next generation, `generation_after` the last here (1 for the
         first spawn) and at least `at_least` (what the center reserved); committed on return."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")  # the read and the write in one writer's transaction
-        try:
-            generation = generation_after(self.generation(agent_id), at_least=at_least)
-            db.execute(
+        return self.next_generations({agent_id: at_least})[agent_id]
+
+    def next_generations(self, at_least: Mapping[str, int]) -> dict[str, int]:
+        """`next_generation` of each agent in `at_least` (agent id -> its floor), in one
+        transaction and one fsync: all are committed on return, or none (GenerationExhausted
+        for any leaves every one as it was)."""
+
+        def write(db: sqlite3.Connection) -> dict[str, int]:
+            given = {
+                agent_id: generation_after(self.generation(agent_id), at_least=floor)
+                for agent_id, floor in at_least.items()
+            }
+            db.executemany(
                 "INSERT INTO generations (agent_id, generation) VALUES (?, ?) "
                 "ON CONFLICT(agent_id) DO UPDATE SET generation = excluded.generation",
-                (agent_id, generation),
+                given.items(),
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return generation
+            return given
+
+        return self._durable(write)
 
     def generation(self, agent_id: str) -> int | None:
         """The last generation handed out for the agent; None if it never had one."""
@@ -205,7 +238,7 @@ class StateStore:
         return lost
 
     def record_process(self, record: ProcessRecord) -> None:
-        """Remember a process (committed on return: synchronous=FULL)."""
+        """Remember a process (committed on return, synchronous=NORMAL: see the module)."""
         self._db.execute(
             "INSERT OR REPLACE INTO processes (pid, starttime, pgid, sid, agent_id, kind) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -248,15 +281,12 @@ class StateStore:
         transaction, committed on return."""
         if assigned == self.uids():
             return
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+
+        def write(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM uids")
             db.executemany("INSERT INTO uids (agent_id, uid) VALUES (?, ?)", assigned.items())
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+
+        self._durable(write)
 
     def close(self) -> None:
         self._db.close()

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,71 @@ def test_no_generation_follows_the_top_of_the_range() -> None:
     assert caught.value.code == "generation_exhausted"
     with pytest.raises(GenerationExhausted):
         generation_after(None, at_least=MAX_GENERATION + 1)
+
+
+def _fsyncs_per_phase(tmp_path: object, phases: str) -> list[int]:
+    """Run `phases` (Python; `store` is an open StateStore, `mark()` ends a phase: a syscall
+    nothing else here makes) in a child under strace: how many fsync/fdatasync calls each phase
+    made."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    path = os.path.join(str(tmp_path), "state.sqlite3")
+    trace = os.path.join(str(tmp_path), "trace")
+    script = "import os\nfrom mcphost.supervisor.state import *\n"
+    script += f"store = StateStore({path!r})\n"
+    script += "def mark():\n    os.getpriority(os.PRIO_PROCESS, 0)\nmark()\n"
+    script += textwrap.dedent(phases) + "\nmark()\n"
+    argv = [strace, "-qq", "-e", "trace=fsync,fdatasync,getpriority", "-o", trace, sys.executable]
+    done = subprocess.run([*argv, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    counts: list[int] = []
+    for line in Path(trace).read_text().splitlines():
+        if line.startswith("getpriority("):
+            counts.append(0)
+        elif counts and ("fsync(" in line or "fdatasync(" in line):
+            counts[-1] += 1
+    return counts[:-1]  # the phases after the opening one (the last mark ends the last)
+
+
+def test_process_records_cost_no_fsync_and_generations_one_each(tmp_path: object) -> None:
+    """A spawn's process record and an exit are in the log with no fsync of their own (they
+    need only outlive the supervisor); each generation is fsynced before it is returned."""
+    counts = _fsyncs_per_phase(
+        tmp_path,
+        """
+        for pid in range(100, 110):
+            store.record_process(ProcessRecord(pid, 7, pid, pid, "a", "agent"))
+            store.record_exit("a", 1, "exit 0", "exited")
+        mark()
+        for _ in range(3):
+            store.next_generation("a")
+        mark()
+        store.keep_uids({"a": 70000})
+        """,
+    )
+    assert counts == [0, 3, 1]
+
+
+def test_a_start_up_s_generations_are_one_durable_commit(tmp_path: object) -> None:
+    """`next_generations`: each agent's next generation (at least its floor), in one
+    transaction and one fsync; one that cannot be given leaves every one as it was."""
+    counts = _fsyncs_per_phase(
+        tmp_path,
+        """
+        store.next_generation("b")
+        mark()
+        given = store.next_generations({"a": 1, "b": 1, "c": 7})
+        assert given == {"a": 1, "b": 2, "c": 7}, given
+        assert [store.generation(x) for x in "abc"] == [1, 2, 7]
+        mark()
+        try:
+            store.next_generations({"a": 1, "d": MAX_GENERATION + 1})
+        except GenerationExhausted:
+            pass
+        assert store.generation("a") == 1 and store.generation("d") is None
+        """,
+    )
+    assert counts == [1, 1, 0]  # one for one agent, one for three, none for a refusal

@@ -237,3 +237,40 @@ def test_after_kill_9_the_next_supervisor_shows_the_crash_as_the_last_exit(
         assert lost["agents"] == {"agent-1": lost_generation}, lost
     finally:
         supervised.close()
+
+
+def test_a_fleet_s_start_up_commits_its_generations_in_one_fsync(
+    supervised: Supervised, tmp_path: Path
+) -> None:
+    """Four agents start: their generations are reserved at the center together and committed
+    in one transaction (one fsync of the state's log, not one per spawn), their process records
+    in the log with no fsync of their own; each runs at a generation of its own. Counted on the
+    real supervisor under strace (its `fsync`s on the state file's log, by path)."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "fsyncs"
+    plain = supervised.argv
+    traced = [strace, "-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o", str(trace)]
+    supervised.argv = lambda: [*traced, *plain()]  # type: ignore[method-assign]
+    ids = ("agent-1", "agent-2", "agent-x", "agent-y")
+    hold = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    supervised.write_fleet([{"id": a, "command": hold} for a in ids], **UNFENCED)
+    try:
+        supervised.start()  # ready: every agent of the fleet was started
+        rows = {a: supervised.wait_running(a) for a in ids}
+        assert all(row["generation"] >= 1 for row in rows.values()), rows
+        log = str(supervised.state / "state.sqlite3-wal")
+        synced = [line for line in trace.read_text().splitlines() if f"<{log}>" in line]
+        # the generations' commit, and the agents' own uids kept (a root supervisor's)
+        assert 1 <= len(synced) <= 2, synced
+    finally:
+        if supervised.proc is not None:  # strace: stop the supervisor it runs, strace follows
+            pid = supervised.proc.pid
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                for child in handle.read().split():
+                    os.kill(int(child), signal.SIGTERM)
+            supervised.proc.wait(timeout=60)
+        supervised.close()

@@ -460,6 +460,7 @@ def check_reach(
     naming the agents, the uid and the path that stops it."""
     state = os.path.abspath(state_dir)
     problems = []
+    needed: dict[bool, tuple[Need, ...]] = {}  # the same for every agent: asked once per kind
     for key, shown, who, creds, plans in _switched(fleet):
         gids = frozenset((creds.gid, *creds.groups))
         agents = plans or (apply_defaults(fleet.defaults, "any-agent"),)
@@ -468,7 +469,10 @@ def check_reach(
         for plan in agents:
             fence = agent_fence(fleet, state, plan)
             view = fence.plan if fence is not None else None
-            for what, path, need in needs(state, view is not None):
+            fenced = view is not None
+            if fenced not in needed:
+                needed[fenced] = needs(state, fenced)
+            for what, path, need in needed[fenced]:
                 stop = unreachable(path, creds.uid, gids, need, view)
                 if stop is None:
                     continue

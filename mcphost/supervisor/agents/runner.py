@@ -1,7 +1,8 @@
 """One `AgentRunner` per agent: spawn, output, exit, restart policy, backoff, intensity, stop.
 
 Owns: the agent's process. Each spawn takes a new generation from the StateStore (committed
-first; at least the one the supervisor's `reserve` got from the center, awaited before), starts
+first; at least the one the supervisor's `reserve` got from the center, awaited before; or the
+one `start` was given, reserved and committed with a whole start-up's by reconcile.py), starts
 the agent in its own session and process group (`start_new_session`) with its output piped
 into the agent's `RotatingLog` (after a `--- <id>, generation <n>, spawned (<UTC>) ---`
 line), arms the parent-death signal (after switching user when the plan names one, and
@@ -283,6 +284,7 @@ class AgentRunner:
         self._generation = store.generation(plan.agent_id)
         self._reserve = given.reserve
         self._reserved = 1
+        self._committed: int | None = None  # the next spawn's generation, committed (`start`)
         self._restarts = 0
         self._started_at: float | None = None
         self._k = 0
@@ -361,15 +363,18 @@ class AgentRunner:
         """`aclose()` was called: the runner will never spawn again."""
         return self._closed
 
-    async def start(self) -> None:
+    async def start(self, generation: int | None = None) -> None:
         """Spawn now (unless already running or in backoff) and keep the agent up per policy.
 
         From `failed` or `stopped` this starts afresh: backoff and intensity are reset. Waits
-        for a `stop()` in progress; does nothing once the runner is closed.
+        for a `stop()` in progress; does nothing once the runner is closed. `generation`: one
+        already reserved and committed for this start's first spawn (a fleet's start-up commits
+        all of them at once: reconcile.py, `StateStore.next_generations`); None: its own.
         """
         async with self._ops:
             if self._closed or (self._task is not None and not self._task.done()):
                 return
+            self._committed = generation
             self._want = True
             self._wake = asyncio.Event()
             self._exhausted = None
@@ -458,13 +463,15 @@ class AgentRunner:
         """Before `_new_generation`: the generation the center hands out for this spawn (above
         every one it has seen), when the supervisor gave a way to ask (`reserve`)."""
         self._reserved = 1
-        if self._reserve is not None:
+        if self._reserve is not None and self._committed is None:
             local = generation_after(self._store.generation(self.agent_id))
             self._reserved = await self._reserve(self.agent_id, local)
 
     def _new_generation(self) -> int:
         self._state = AgentState.STARTING
-        generation = self._store.next_generation(self.agent_id, at_least=self._reserved)
+        generation, self._committed = self._committed, None
+        if generation is None:
+            generation = self._store.next_generation(self.agent_id, at_least=self._reserved)
         self._generation = generation
         self._ensure_log()
         return generation

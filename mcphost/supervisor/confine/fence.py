@@ -88,6 +88,7 @@ fenced (every failure before exec exits the child: fail closed).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -236,24 +237,12 @@ class FencePlan:
             args += [reset, f"--default-signal={','.join(FORWARDED)}"]
         return args + program
 
-    def _ancestors(self) -> list[str]:
+    def _ancestors(self) -> tuple[str, ...]:
         """The directories between a cover or private tmpfs and what comes back beneath it,
-        outermost first: the fence makes them (`argv`'s `--dir`; `made` reads the same list)."""
-        roots = (*self.private, *self.covers)
-        found: list[str] = []
-        for path in (*self.readonly, *self.keeps):
-            root = next((r for r in roots if beneath(path, r) and path != r), None)
-            if root is None:
-                continue
-            parts = os.path.relpath(os.path.dirname(path), root).split("/")
-            current = root
-            for part in parts:
-                if part in ("", "."):
-                    continue
-                current = os.path.join(current, part)
-                if current not in found:
-                    found.append(current)
-        return found
+        outermost first: the fence makes them (`argv`'s `--dir`; `made` reads the same list).
+        Worked out once per plan (`_ancestors_of`): the load-time reach check asks `made` of
+        every step of every path it walks, for every agent."""
+        return _ancestors_of(self.private, self.covers, self.readonly, self.keeps)
 
     def made(self, path: str) -> int | None:
         """The mode of `path` (absolute) when it is a directory the fence makes itself, owned
@@ -288,6 +277,31 @@ class FencePlan:
         if not any(beneath(path, c) for c in (*self.covers, *self.private)):
             return True
         return any(beneath(path, k) for k in (*self.keeps, *self.readonly))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ancestors_of(
+    private: tuple[str, ...],
+    covers: tuple[str, ...],
+    readonly: tuple[str, ...],
+    keeps: tuple[str, ...],
+) -> tuple[str, ...]:
+    """`FencePlan._ancestors` of a plan with these paths (pure, so cached)."""
+    roots = (*private, *covers)
+    found: list[str] = []
+    for path in (*readonly, *keeps):
+        root = next((r for r in roots if beneath(path, r) and path != r), None)
+        if root is None:
+            continue
+        parts = os.path.relpath(os.path.dirname(path), root).split("/")
+        current = root
+        for part in parts:
+            if part in ("", "."):
+                continue
+            current = os.path.join(current, part)
+            if current not in found:
+                found.append(current)
+    return tuple(found)
 
 
 def beneath(path: str, root: str) -> bool:

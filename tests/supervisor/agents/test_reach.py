@@ -420,3 +420,28 @@ def test_check_reach_names_each_key_its_agents_the_user_and_the_path(tree: Path)
         *({"id": f"a{i}", "command": ("env",)} for i in (2, 3)), defaults=fleet.defaults
     )
     reach.check_reach(fleet, STATE, needs)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a user = agent needs a root supervisor")
+def test_check_reach_asks_what_the_attach_entries_need_once_per_kind_not_per_agent() -> None:
+    """The needs (the interpreter, its standard library, the pump, the sockets) are the same for
+    every fenced agent and for every unfenced one: asked once each, however many agents."""
+    import pwd
+
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody on this machine")
+    asked: list[bool] = []
+
+    def needs(state: str, fenced: bool) -> tuple[reach.Need, ...]:
+        asked.append(fenced)
+        return (("the root", "/", reach.SEARCH),)
+
+    fleet = a_fleet(
+        *({"id": f"a{i}", "command": ("env",)} for i in range(20)),
+        *({"id": f"f{i}", "command": ("env",), "sandbox": "auto"} for i in range(20)),
+        defaults=AgentDefaults(client="command", sandbox="none", user="nobody"),
+    )
+    reach.check_reach(fleet, STATE, needs)
+    assert sorted(asked) == [False, True], asked
