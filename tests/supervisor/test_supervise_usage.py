@@ -164,7 +164,8 @@ def test_usage_figures_are_the_agents_groups_own(supervised: Supervised, center:
     assert usage["source"] == "cgroup", usage
     assert usage["processes"] >= 1 + KIDS  # tasks: the hog, its children (one thread each)
     assert usage["memory_current_bytes"] >= HOLD * MIB, usage
-    assert 1.0 <= usage["cpu_seconds"] < 1.0 + 10 * SLOWDOWN, usage  # the busy child, and the starts
+    # the busy child, and the starts (CPU time too stretches under a kernel test's emulation)
+    assert 1.0 <= usage["cpu_seconds"] < 1.0 + 10 * SLOWDOWN, usage
     assert usage["relay_queue_depth"] is None  # no bundle
     assert (usage["center_calls"], usage["center_errors"]) == (0, 0)
     # memory freed: the current figure falls, the peak stays the kernel's
@@ -210,7 +211,8 @@ def test_usage_figures_without_cgroups_match_ps(supervised: Supervised, center: 
     assert usage["source"] == "proc", usage
     assert usage["processes"] >= 1 + KIDS
     assert usage["memory_current_bytes"] >= HOLD * MIB, usage
-    assert 1.0 <= usage["cpu_seconds"] < 1.0 + 10 * SLOWDOWN, usage  # the busy child, and the starts
+    # the busy child, and the starts (CPU time too stretches under a kernel test's emulation)
+    assert 1.0 <= usage["cpu_seconds"] < 1.0 + 10 * SLOWDOWN, usage
     assert usage["memory_peak_bytes"] >= usage["memory_current_bytes"]
     # memory freed: the current figure falls, the peak stays what the supervisor saw
     after = _freed(supervised, usage)
