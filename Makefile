@@ -13,11 +13,12 @@ PACKAGES ?= $(SYSTEM_PACKAGES)
 # own sandbox inside it; and chromium, the headless browser the fleet page's test drives
 # (tests/supervisor/test_supervise_page.py). Installed with apt-get where they are missing and we
 # are root; elsewhere the line says what to install (the fence then refuses to start, naming the
-# package; the page's browser test skips, saying so). `make test-kernels` also needs QEMU.
+# package; the page's browser test skips, saying so). `make test-kernels` also needs QEMU, and
+# systemd (booted as the guest's init to run the contrib unit: tests/kernels/test_systemd_unit.py).
 # Another apt holding the dpkg lock (unattended-upgrades on a fresh VM) is waited for, up to
 # LOCK_WAIT seconds, saying so once (tools/dpkg_lock_wait.py; tests/core/test_install.py).
 SYSTEM_PACKAGES := bubblewrap:bwrap socat:socat chromium:chromium
-KERNEL_PACKAGES := qemu-system-x86:qemu-system-x86_64
+KERNEL_PACKAGES := qemu-system-x86:qemu-system-x86_64 systemd:systemctl
 DPKG_LOCK ?= /var/lib/dpkg/lock-frontend
 LOCK_WAIT ?= 300
 APT_GET ?= apt-get
@@ -98,7 +99,8 @@ test-slow: $(STAMP) node system
 
 # The fence's and the limits' black-box tests on the kernels workers run (tests/kernels/): each
 # Debian release's own kernel (11: 5.10, 12: 6.1, 13: 6.12) booted under QEMU over this machine's
-# files, with cgroup v2 (tests/kernelvm.py; kernels cached in ~/.cache/mcphost/kernels). CI runs it
+# files, with cgroup v2 (tests/kernelvm.py; kernels cached in ~/.cache/mcphost/kernels), and the
+# contrib systemd unit under this machine's systemd booted as init on Debian 12's kernel. CI runs it
 # after test-slow; 10 to 13 minutes a kernel under QEMU's software emulation. The guests run with
 # this environment, so they read the bytecode the suites kept (BYTECODE) instead of compiling
 # every module again in each process at a quarter of the speed.

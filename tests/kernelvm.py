@@ -3,6 +3,7 @@
     .venv/bin/python tests/kernelvm.py list
     .venv/bin/python tests/kernelvm.py fetch debian-12
     .venv/bin/python tests/kernelvm.py run debian-12 [--cgroup root|delegated] -- COMMAND [ARG ...]
+    .venv/bin/python tests/kernelvm.py run debian-12 --init systemd -- COMMAND [ARG ...]
 
 The fence and the per-agent limits depend on the kernel (Landlock's ABI, user namespaces,
 cgroup v2 and its controllers), and the machine the suite runs on has one kernel. This boots the
@@ -21,6 +22,15 @@ host), fresh `/proc`, `/sys`, `/dev`, `/dev/pts` and `/dev/shm`, and a cgroup2 h
 controllers are enabled for its children: what systemd's `Delegate=yes` hands a unit. Its output
 and exit status come back through a second, writable 9p share; the exit status is this
 program's.
+
+With `--init systemd` the same root is built, then this machine's own systemd
+(`/lib/systemd/systemd`) becomes PID 1 on it, as on a booted worker: it mounts the cgroup2
+hierarchy itself (unified, the only one systemd 252 mounts by default), `/run` and the rest, and
+boots `kernelvm.target` instead of the default target, so none of the machine's own
+enabled services (a database, avahi, timers) start. The target wants one service,
+`kernelvm.service` (`systemd_units()`, put in the overlay's `/etc/systemd/system`), which
+mounts the out share and runs COMMAND as above, from its own cgroup under `system.slice`, with journald running beside it;
+`tests/kernels/test_systemd_unit.py` uses this to run the contrib unit under a real systemd.
 
 Why by hand: virtme-ng (PyPI) boots a kernel over the host's root the same way, but takes a
 distribution kernel's modules only from an installed package (`/lib/modules/<release>`, made by
@@ -59,6 +69,9 @@ GUEST_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
 OUT_TAG = "kvmout"
 ROOT_TAG = "hostroot"
 GUEST_OUT = "/run/kernelvm"
+INITS = ("busybox", "systemd")
+SYSTEMD = "/lib/systemd/systemd"
+OUT_MOUNT = f"mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 {OUT_TAG}"
 DELEGATED_GROUP = "/sys/fs/cgroup/mcphost.service"
 NOT_PASSED = re.compile(r"^(TMUX|TMUX_PANE|PYTEST_.*|COV_.*|SSH_.*|DISPLAY|WAYLAND_.*)$")
 
@@ -254,15 +267,21 @@ def cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
     return out.getvalue()
 
 
-def init_script(modules: list[str]) -> str:
-    """PID 1 in the initramfs: load the modules, build the root, hand over to the command. The
-    first `/proc`, `/sys` and `/dev` are moved, not mounted again: a proc mount left behind on
-    the initramfs would be a fully visible proc, which lets a user namespace mount a new one
-    where the fence's covered `/proc` must not (confine/test_fence_nesting.py)."""
+def init_script(modules: list[str], init: str = "busybox") -> str:
+    """PID 1 in the initramfs: load the modules, build the root, hand over to the command, or
+    (`init="systemd"`) to systemd. The first `/proc`, `/sys` and `/dev` are moved, not mounted
+    again: a proc mount left behind on the initramfs would be a fully visible proc, which lets a
+    user namespace mount a new one where the fence's covered `/proc` must not
+    (confine/test_fence_nesting.py). systemd leaves those three as they are and mounts the rest
+    itself, as on a booted machine (`/run`, `/dev/shm`, `/dev/pts`, the cgroup2 hierarchy): a
+    `/run` mounted here would not propagate mounts as systemd's does, and `LoadCredential`'s
+    directories would stay empty. So would they if systemd took the guest for a container (it
+    then leaves `/` private): this machine's `/.dockerenv` is removed from the overlay. Its
+    units go in the overlay's `/etc/systemd/system`, and its service mounts the out share."""
     loads = "\n".join(
         f"insmod /modules/{name} || echo 'kernelvm: insmod {name} failed'" for name in modules
     )
-    return f"""#!/bin/busybox sh
+    common = f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc && mount -t sysfs sys /sys && mount -t devtmpfs dev /dev
@@ -273,13 +292,45 @@ mount -t tmpfs -o size=75% upper /upper && mkdir /upper/data /upper/work
 mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work root /root || fail "no overlay"
 ip link set lo up
 mount --move /proc /root/proc && mount --move /sys /root/sys && mount --move /dev /root/dev
-mkdir -p /root/dev/pts /root/dev/shm
+"""
+    if init == "systemd":
+        return common + (
+            "rm -f /root/.dockerenv /root/run/.containerenv\n"
+            "mkdir -p /root/etc/systemd/system && cp /units/* /root/etc/systemd/system/\n"
+            f"exec switch_root /root {SYSTEMD} --unit=kernelvm.target\n"
+        )
+    return (
+        common
+        + f"""mkdir -p /root/dev/pts /root/dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /root/dev/pts && ln -sf pts/ptmx /root/dev/ptmx
 mount -t tmpfs shm /root/dev/shm && mount -t cgroup2 cgroup2 /root/sys/fs/cgroup
 mount -t tmpfs run /root/run && mkdir -p /root{GUEST_OUT}
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 {OUT_TAG} /root{GUEST_OUT} || fail "no out share"
+{OUT_MOUNT} /root{GUEST_OUT} || fail "no out share"
 exec switch_root /root /bin/sh {GUEST_OUT}/guest.sh
 """
+    )
+
+
+def systemd_units() -> dict[str, str]:
+    """The units of `--init systemd`: a target that wants only the command's service, and that
+    service, which needs nothing of the default boot but journald (its socket is started with
+    it), mounts the out share and runs the guest script. The script ends the machine itself
+    (sysrq), so the service has no time limit."""
+    return {
+        "kernelvm.target": (
+            "[Unit]\nDescription=kernelvm: the command and nothing else\n"
+            "Wants=kernelvm.service\nAllowIsolate=yes\n"
+        ),
+        "kernelvm.service": (
+            "[Unit]\nDescription=kernelvm: the command, its output and status to the out share\n"
+            "DefaultDependencies=no\n"
+            "Wants=systemd-journald.socket\nAfter=systemd-journald.socket\n"
+            "[Service]\nType=simple\nTimeoutStartSec=infinity\n"
+            f"ExecStartPre=/bin/mkdir -p {GUEST_OUT}\n"
+            f"ExecStartPre=/bin/{OUT_MOUNT} {GUEST_OUT}\n"
+            f"ExecStart=/bin/sh {GUEST_OUT}/guest.sh\n"
+        ),
+    }
 
 
 def guest_script(command: list[str], cwd: str, env: dict[str, str], cgroup: str) -> str:
@@ -301,17 +352,21 @@ def guest_script(command: list[str], cwd: str, env: dict[str, str], cgroup: str)
     return "\n".join(lines) + "\n"
 
 
-def initramfs(home: Path) -> bytes:
+def initramfs(home: Path, init: str = "busybox") -> bytes:
     modules = sorted(path.name for path in (home / "modules").iterdir())
     entries: list[tuple[str, int, bytes]] = [
         (folder, 0o40755, b"")
-        for folder in ("bin", "dev", "proc", "sys", "modules", "lower", "upper", "root")
+        for folder in ("bin", "dev", "proc", "sys", "modules", "lower", "upper", "root", "units")
     ]
+    if init == "systemd":
+        entries += [
+            (f"units/{name}", 0o100644, text.encode()) for name, text in systemd_units().items()
+        ]
     entries.append(("bin/busybox", 0o100755, (home / "busybox").read_bytes()))
     entries += [
         (f"modules/{name}", 0o100644, (home / "modules" / name).read_bytes()) for name in modules
     ]
-    entries.append(("init", 0o100755, init_script(modules).encode()))
+    entries.append(("init", 0o100755, init_script(modules, init).encode()))
     return cpio_newc(entries)
 
 
@@ -346,11 +401,16 @@ def run(
     command: list[str],
     *,
     cgroup: str = "root",
+    init: str = "busybox",
     cpus: int = 2,
     memory_mb: int = 4096,
     stream: bool = True,
 ) -> tuple[int, str]:
     """Run `command` on `kernel`; returns its exit status and output."""
+    if init == "systemd" and cgroup != "root":
+        raise KernelVmError("--init systemd: systemd owns the cgroup tree (no --cgroup delegated)")
+    if init == "systemd" and not Path(SYSTEMD).exists():
+        raise KernelVmError(f"--init systemd: no {SYSTEMD} here: install the systemd package")
     if shutil.which("qemu-system-x86_64") is None:
         raise KernelVmError("qemu-system-x86_64 not found: install the qemu-system-x86 package")
     home = fetch_kernel(kernel)
@@ -358,7 +418,7 @@ def run(
         out = Path(scratch) / "out"
         out.mkdir()
         initrd = Path(scratch) / "initrd.cpio"
-        initrd.write_bytes(initramfs(home))
+        initrd.write_bytes(initramfs(home, init))
         (out / "guest.sh").write_text(
             guest_script(command, os.getcwd(), passed_environment(), cgroup)
         )
@@ -411,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = verbs.add_parser("run", help="run a command on a kernel")
     runner.add_argument("kernel", choices=sorted(KERNELS))
     runner.add_argument("--cgroup", choices=("root", "delegated"), default="root")
+    runner.add_argument("--init", choices=INITS, default="busybox")
     runner.add_argument("--cpus", type=int, default=2)
     runner.add_argument("--memory", type=int, default=4096, help="MiB")
     argv = sys.argv[1:] if argv is None else argv
@@ -428,7 +489,12 @@ def main(argv: list[str] | None = None) -> int:
         if not command:
             parser.error("run: give the command after --")
         status, _ = run(
-            KERNELS[args.kernel], command, cgroup=args.cgroup, cpus=args.cpus, memory_mb=args.memory
+            KERNELS[args.kernel],
+            command,
+            cgroup=args.cgroup,
+            init=args.init,
+            cpus=args.cpus,
+            memory_mb=args.memory,
         )
         return status
     except KernelVmError as error:

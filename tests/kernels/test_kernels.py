@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import lzma
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -194,3 +195,54 @@ def test_the_guest_runs_the_command_as_given_in_its_folder_and_group(tmp_path: P
     assert (out / "output").read_text() == f"{tmp_path} ['a b', '$HOME'] it's $x\n"
     delegated = kernelvm.guest_script(["true"], "/", {}, "delegated")
     assert f"echo $$ > {kernelvm.DELEGATED_GROUP}/cgroup.procs" in delegated
+
+
+def test_with_systemd_as_init_the_root_is_built_the_same_and_systemd_mounts_the_rest() -> None:
+    """`--init systemd`: the same overlaid root, then systemd as PID 1 on the command's own
+    target; nothing pre-mounted that systemd mounts on a booted machine (the cgroup2
+    hierarchy, `/run`), no container marker left for systemd to find, the units in the
+    overlay's unit directory."""
+    busybox = kernelvm.init_script(["00-overlay.ko"])
+    systemd = kernelvm.init_script(["00-overlay.ko"], "systemd")
+    for step in ("mount -t cgroup2", "mount -t tmpfs run", kernelvm.OUT_TAG):
+        assert step in busybox and step not in systemd
+    assert systemd.rstrip().endswith(
+        "exec switch_root /root /lib/systemd/systemd --unit=kernelvm.target"
+    )
+    assert "rm -f /root/.dockerenv" in systemd and "/.dockerenv" not in busybox
+    assert "cp /units/* /root/etc/systemd/system/" in systemd
+    for step in ("mount -t overlay", "mount --move /proc /root/proc"):
+        assert step in busybox and step in systemd
+    with pytest.raises(kernelvm.KernelVmError, match="systemd owns the cgroup tree"):
+        kernelvm.run(KERNELS["debian-12"], ["true"], init="systemd", cgroup="delegated")
+
+
+def test_the_systemd_units_run_the_guest_script_and_nothing_of_the_default_boot(
+    tmp_path: Path,
+) -> None:
+    """The units as systemd itself reads them (`systemd-analyze verify`, this machine's
+    systemd, the guest's): the target wants the service alone, the service has no default
+    dependencies (sysinit.target would start the machine's own services) and runs the guest
+    script from the out share it mounts, with journald beside it."""
+    units = kernelvm.systemd_units()
+    assert set(units) == {"kernelvm.target", "kernelvm.service"}
+    assert "Wants=kernelvm.service" in units["kernelvm.target"]
+    service = units["kernelvm.service"]
+    assert "DefaultDependencies=no" in service and "Wants=systemd-journald.socket" in service
+    assert f"ExecStart=/bin/sh {kernelvm.GUEST_OUT}/guest.sh" in service
+    assert f"ExecStartPre=/bin/{kernelvm.OUT_MOUNT} {kernelvm.GUEST_OUT}" in service
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze not found: install systemd to verify the units")
+    for name, text in units.items():
+        (tmp_path / name).write_text(text)
+    verify = [analyze, "verify", *(str(tmp_path / name) for name in units)]
+    done = subprocess.run(verify, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    home = tmp_path / "kernel"
+    (home / "modules").mkdir(parents=True)
+    (home / "modules" / "00-overlay.ko").write_bytes(b"\x7fELF")
+    (home / "busybox").write_bytes(b"\x7fELF")
+    archive = read_newc(kernelvm.initramfs(home, "systemd"))
+    assert archive["units/kernelvm.service"] == (0o100644, service.encode())
+    assert "units/kernelvm.service" not in read_newc(kernelvm.initramfs(home))
