@@ -98,7 +98,6 @@ NOT_NAMED = {
     "tests/supervisor/control/test_server.py",
     "mcphost/supervisor/operator/operations.py": "what `mcphost ctl` asks: tests/supervisor/test_supervise.py",
     "mcphost/supervisor/plan.py": "the fleet's plan: tests/supervisor/test_fleet.py",
-    "mcphost/supervisor/records.py": "a crash's leftovers: tests/supervisor/test_supervise_state.py",
     "mcphost/supervisor/startup.py": "tests/supervisor/test_supervise_state.py",
     "mcphost/standin/anthropic.py": "the Messages stand-in, served to the real Claude Code in "
     "tests/blackbox/test_claude_code.py and to the demo script in tests/standin/test_director.py",

@@ -157,7 +157,7 @@ def test_the_sample_fleet_file_loads() -> None:
 def test_the_unit_runs_the_supervisor_as_documented() -> None:
     unit = directives(UNIT.read_text())
     assert unit["ExecStart"] == [
-        "/usr/local/bin/mcphost supervise --fleet /etc/mcphost/fleet.toml --state /var/lib/mcphost"
+        "/opt/mcphost/bin/mcphost supervise --fleet /etc/mcphost/fleet.toml --state /var/lib/mcphost"
     ]
     assert unit["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     assert unit["KillMode"] == ["mixed"]
@@ -182,7 +182,7 @@ def test_systemd_accepts_the_unit_with_a_venv_exec_start(tmp_path: Path) -> None
     if not script.exists():
         pytest.skip("the mcphost script is not installed next to this python")
     unit = tmp_path / "mcphost-supervisor.service"
-    unit.write_text(UNIT.read_text().replace("/usr/local/bin/mcphost", str(script)))
+    unit.write_text(UNIT.read_text().replace("/opt/mcphost/bin/mcphost", str(script)))
     done = subprocess.run(
         ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
     )
