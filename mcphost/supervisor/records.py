@@ -6,6 +6,16 @@ every process started (agents, `ctl exec` commands: `started`) or adopted (escap
 us, the child subreaper, looked for every `ADOPTION_SCAN_SECONDS`: `watch_adopted`) while it
 runs, and forgetting those gone with their whole process group (`prune`).
 
+The look for escapees costs what there is to find, not the fleet: our children are listed from
+`/proc/self/task/*/children` (one small file per thread of ours), and a child's stat is read only
+when the Reaper (kernel.py) does not watch it already, that is never for an agent, a `ctl exec`
+command or a tmux client we spawned (each watched from its spawn), nor for an escapee once
+adopted: an adopted process is watched by the Reaper from then on (it is our child: `waitpid` on
+SIGCHLD, no /proc read), and its exit forgets its record at once (`supervisor.adopted_exited`).
+Why a period at all: nothing tells a subreaper that a process was reparented to it (a deeper
+descendant's parent died), so the list is looked at; the period bounds how long an escapee
+goes unrecorded (a crash in that window leaves it behind).
+
 Must never: end a process that is not recorded (the record's start time and process group must
 still match: `kernel.end_leftovers`), or let a failed write stop a spawn (the process runs
 anyway; the failure is an event).
@@ -14,6 +24,7 @@ anyway; the failure is an event).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 
@@ -76,26 +87,48 @@ class ProcessRecords:
             return
         self._recorded.difference_update(gone)
 
-    async def watch_adopted(self) -> None:
-        """Record every child we did not spawn (an escapee reparented to us, the subreaper)."""
-        own_session = os.getsid(0)
+    async def watch_adopted(self, reaper: kernel.Reaper) -> None:
+        """Adopt every child we did not spawn, every `ADOPTION_SCAN_SECONDS` (module doc)."""
         while True:
             await asyncio.sleep(ADOPTION_SCAN_SECONDS)
-            adopted = False
             try:
-                children = procfs.own_children()
+                self.adopt(reaper)
             except OSError as exc:  # /proc unreadable for a moment: look again next time
                 events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+
+    def adopt(self, reaper: kernel.Reaper) -> list[int]:
+        """Record, and have `reaper` watch, each child of ours nobody watches (an escapee
+        reparented to us, the subreaper); the pids adopted. Raises `OSError` when /proc
+        cannot be read."""
+        own_session = os.getsid(0)
+        adopted = []
+        for pid in procfs.own_children():
+            if reaper.watching(pid):  # spawned by us, or adopted already: nothing to read
                 continue
-            for pid in children:
-                stat = procfs.read_stat(pid)
-                # Our own session: a helper we run (the tmux CLI); agents and what escaped
-                # them are always in another session.
-                if stat is None or stat.session == own_session:
-                    continue
-                if (stat.pid, stat.starttime) not in self._recorded:
-                    self.record(stat, None, "adopted")
-                    events.emit("supervisor.process_adopted", pid=pid, session=stat.session)
-                    adopted = True
-            if adopted:
-                self.prune()
+            stat = procfs.read_stat(pid)
+            # Our own session: a helper we run (the tmux CLI); agents and what escaped
+            # them are always in another session.
+            if stat is None or stat.session == own_session:
+                continue
+            try:
+                exit_status = reaper.watch(pid)
+            except ChildProcessError:  # it exited and was reaped since the list was read
+                continue
+            self.record(stat, None, "adopted")
+            events.emit("supervisor.process_adopted", pid=pid, session=stat.session)
+            exit_status.add_done_callback(functools.partial(self._adopted_exited, pid))
+            adopted.append(pid)
+        if adopted:
+            self.prune()
+        return adopted
+
+    def _adopted_exited(self, pid: int, exit_status: asyncio.Future[int]) -> None:
+        """An adopted process was reaped: say so, and forget what is gone with it."""
+        if exit_status.cancelled():
+            return
+        events.emit(
+            "supervisor.adopted_exited",
+            pid=pid,
+            exit=kernel.describe_status(exit_status.result()),
+        )
+        self.prune()

@@ -238,7 +238,7 @@ class Supervisor:
             return 2
         if self.fleet.center.fleet == "center":
             self.spawn(self.reconciler.poll_center())
-        self.spawn(self.records.watch_adopted())
+        self.spawn(self.records.watch_adopted(self.reaper))
         self.spawn(self.operations.sample_usage_forever())  # the agents' memory peaks
         events.emit("supervisor.ready", agents=sorted(self.slots))
         await self.stopping.wait()

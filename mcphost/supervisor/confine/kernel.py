@@ -415,6 +415,10 @@ class Reaper:
         self._watched[pid] = future
         return future
 
+    def watching(self, pid: int) -> bool:
+        """Whether `pid` is watched (a child we spawned or adopted, not reaped yet)."""
+        return pid in self._watched
+
     def reap(self) -> None:
         """Collect every exited child (loops: SIGCHLDs coalesce)."""
         while True:
