@@ -12,9 +12,15 @@ when the Reaper (kernel.py) does not watch it already, that is never for an agen
 command or a tmux client we spawned (each watched from its spawn), nor for an escapee once
 adopted: an adopted process is watched by the Reaper from then on (it is our child: `waitpid` on
 SIGCHLD, no /proc read), and its exit forgets its record at once (`supervisor.adopted_exited`).
-Why a period at all: nothing tells a subreaper that a process was reparented to it (a deeper
-descendant's parent died), so the list is looked at; the period bounds how long an escapee
-goes unrecorded (a crash in that window leaves it behind).
+When to look: at once after the Reaper reaped a child (`Reaper.on_reap`: an agent's leader or a
+tmux client that exited leaves its orphans with us at that moment), and every
+`ADOPTION_SCAN_SECONDS` without a cgroup backend, `CONTAINED_SCAN_SECONDS` with one. Why a
+period at all: nothing tells a subreaper that a process was reparented to it (a deeper
+descendant's parent died), so the list is looked at; the period bounds how long such an escapee
+goes unrecorded (a crash in that window leaves it behind, unless its agent's cgroup holds it:
+with a backend every agent's tree is in its group, which the next start-up empties,
+cgroups.py `prepare`, so the record only adds the SIGTERM before the SIGKILL, and the period
+can be long).
 
 Must never: end a process that is not recorded (the record's start time and process group must
 still match: `kernel.end_leftovers`), or let a failed write stop a spawn (the process runs
@@ -24,6 +30,7 @@ anyway; the failure is an event).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sqlite3
@@ -35,6 +42,8 @@ from mcphost.supervisor.state import ProcessRecord, StateStore
 # How often the supervisor looks for children it did not spawn (escapees reparented to it) to
 # record them: a crash within this long after an escape leaves that escapee unrecorded.
 ADOPTION_SCAN_SECONDS = 1.0
+# ... when every agent is in a cgroup of its own (its group holds its escapees meanwhile).
+CONTAINED_SCAN_SECONDS = 10.0
 
 
 class ProcessRecords:
@@ -87,14 +96,22 @@ class ProcessRecords:
             return
         self._recorded.difference_update(gone)
 
-    async def watch_adopted(self, reaper: kernel.Reaper) -> None:
-        """Adopt every child we did not spawn, every `ADOPTION_SCAN_SECONDS` (module doc)."""
-        while True:
-            await asyncio.sleep(ADOPTION_SCAN_SECONDS)
-            try:
-                self.adopt(reaper)
-            except OSError as exc:  # /proc unreadable for a moment: look again next time
-                events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+    async def watch_adopted(self, reaper: kernel.Reaper, every: float) -> None:
+        """Adopt every child we did not spawn, after each reap and every `every` seconds
+        (module doc)."""
+        wake = asyncio.Event()
+        reaper.on_reap = wake.set
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), every)
+                wake.clear()
+                try:
+                    self.adopt(reaper)
+                except OSError as exc:  # /proc unreadable for a moment: look again next time
+                    events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+        finally:
+            reaper.on_reap = None
 
     def adopt(self, reaper: kernel.Reaper) -> list[int]:
         """Record, and have `reaper` watch, each child of ours nobody watches (an escapee

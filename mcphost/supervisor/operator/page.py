@@ -19,8 +19,9 @@ of the answer (`now`) put in front.
 
 Pushed, not polled: while at least one stream is open, one task (`_publish`) looks again when the
 journal keeps a record (`Journal.on_record`: a state change is an event) and at the latest every
-`STREAM_REFRESH_SECONDS` (the usage figures' age, operations.py: sessions and figures change
-without an event), and sends to every stream only when what it shows changed; with no stream open
+`STREAM_REFRESH_SECONDS` (sessions and usage figures change without an event; the figures it
+shows are at most that old, the sample a status or a scrape took serving it too), and sends to
+every stream only when what it shows changed; with no stream open
 nothing runs. The script counts the times shown ("up", "checked ... ago") on from the last message
 itself. Streams are loopback.py's `stream`: bounded per listener and per owner uid (429 past
 either), let off the reply deadline, and dropped when their connection ends.
@@ -63,9 +64,10 @@ if TYPE_CHECKING:
     from mcphost.supervisor.operator.operations import Snapshot
     from mcphost.supervisor.values import Listen
 
-# At the latest, how often an open stream's snapshot is looked at again (operations.py's
-# USAGE_SAMPLE_SECONDS, the usage figures' age: a look within it reads no group file anew).
-STREAM_REFRESH_SECONDS = 5.0
+# At the latest, how often an open stream's snapshot is looked at again, and how old the usage
+# figures it shows may be (a look takes the sample a status or a scrape took within this: a
+# Prometheus scrape every 15 s serves the page too, so an open tab samples nothing of its own).
+STREAM_REFRESH_SECONDS = 15.0
 RETRY_MS = 2000  # how soon the browser's EventSource connects again after its stream ended
 EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
 TEXT_MAX = 300  # characters of any string value shown
@@ -173,9 +175,10 @@ def safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StatusSource(Protocol):
-    """What the page reads of the supervisor: `Operations.snapshot()` (operations.py)."""
+    """What the page reads of the supervisor: `Operations.snapshot()` (operations.py), its
+    usage figures at most `max_age` seconds old (its own default when None)."""
 
-    def snapshot(self) -> Snapshot: ...
+    def snapshot(self, max_age: float = ...) -> Snapshot: ...
 
 
 class EventSource(Protocol):
@@ -596,7 +599,7 @@ class FleetPage:
         sent = self._tail
         while self._streams:
             changed.clear()
-            body = self.body()
+            body = self.body(STREAM_REFRESH_SECONDS)
             if self._tail != sent:  # what it shows changed (not only a record it leaves out)
                 sent = self._tail
                 for stream in self._streams:
@@ -636,11 +639,13 @@ class FleetPage:
                 self._streams.pop(stream, None)
         return response
 
-    def body(self) -> bytes:
+    def body(self, max_age: float | None = None) -> bytes:
         """`/api/fleet`: what the page shows, nothing more (module doc): `now`, then what was
         built for the current versions of the status and the journal (built anew only when
-        one of them changed)."""
-        snapshot = self._source.snapshot()
+        one of them changed); usage figures at most `max_age` seconds old (None: the status's
+        own age)."""
+        source = self._source
+        snapshot = source.snapshot() if max_age is None else source.snapshot(max_age)
         versions = (snapshot.version, self._journal.version)
         if versions != self._built:
             built = self._built or (-1, -1)

@@ -44,7 +44,7 @@ class Source:
 
     version = 1
 
-    def snapshot(self) -> Source:
+    def snapshot(self, max_age: float = 5.0) -> Source:
         return self
 
     @property
