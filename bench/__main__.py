@@ -1,5 +1,6 @@
 """`make bench`: start-up, per-call latency (Unix and TLS), peers, concurrency, files, relay
-(tools, real relay, an ACP member against a tmux member), lifecycle, attach, supervisor, fence.
+(tools, real relay, an ACP member against a tmux member), lifecycle, attach, supervisor, fence,
+operations, and the supervisor idle and watched (bench/idle.py).
 
 Prints one markdown report and writes it to bench/results/latest.md. Every figure is a median
 with its interquartile range, next to a baseline measured in the same run, and a ratio.
@@ -298,6 +299,7 @@ async def main() -> None:
         "bench.supervisor",
         "bench.fence",
         "bench.operations",  # section 13, bench/cgroups.py's figure included
+        "bench.idle",  # section 14: the supervisor idle and watched at N = 100 and 500
         "bench.before_after",
         "bench.scale",  # section 14: N = 1000 fenced agents (issue 35), the longest section
     ):

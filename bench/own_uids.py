@@ -20,7 +20,8 @@ baseline's bench/fence.py has the same wrapper), each against its own reference 
    tree (bubblewrap, its init, the agent, its pump) ÷ N, and the supervisor's own PSS.
 3. The supervisor's CPU in the same rounds, `[metrics]` (Unix socket) and `[page]` (loopback)
    on in both: BENCH_UIDS_WINDOW seconds left alone (idle), then as long watched (`GET
-   /api/fleet` every `page.POLL_MS` after one `GET /`, a `/metrics` scrape every 15 s), CPU as
+   /api/fleet` every 2 s after one `GET /`, a `/metrics` scrape every 15 s: the page before its
+   stream, issue 35), CPU as
    the sum of its threads' `schedstat` run time over each window.
 
 Ratios are current / baseline per pair or per round, then median (min-max).
@@ -54,9 +55,8 @@ from typing import Any
 from bench import fence
 from bench.fence import Events, bench_dir, descendants, machine_line, tree_pss
 from bench.metrics import scrape
-from bench.operations import SCRAPE_EVERY, free_port, get, run_time
+from bench.operations import POLL_EVERY, SCRAPE_EVERY, free_port, get, run_time
 from bench.supervisor import pss_mb
-from mcphost.supervisor.operator.page import POLL_MS
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = os.environ.get("BENCH_BASELINE", "")
@@ -217,7 +217,7 @@ def fleet_round(center: Any, base: Path, side: str) -> dict[str, Any]:
             if now >= scrapes * SCRAPE_EVERY:
                 scrape(sv.sock)
                 scrapes += 1
-            if now >= polls * POLL_MS / 1000:
+            if now >= polls * POLL_EVERY:
                 get(sv.port, "/api/fleet")
                 polls += 1
             time.sleep(0.02)
@@ -238,7 +238,7 @@ def section_fleets(centers: dict[str, Any], base: Path, out: list[str]) -> dict[
         f"round): PSS per agent, and the supervisor's CPU over {WINDOW:.0f} s idle, then "
         f"{WINDOW:.0f} s watched",
         "",
-        f"Watched: `GET /` once, `GET /api/fleet` every {POLL_MS} ms "
+        f"Watched: `GET /` once, `GET /api/fleet` every {POLL_EVERY:g} s "
         f"({got['cur'][0]['polls']} polls), `/metrics` every {SCRAPE_EVERY:.0f} s "
         f"({got['cur'][0]['scrapes']} scrapes).",
         "",

@@ -9,6 +9,22 @@ once the records doubled since the last prune (`PRUNE_FLOOR` at least): pruning 
 record's /proc entry, and doing so at each of a fleet's N spawns read N²/2 of them
 (tests/supervisor/test_records.py::test_a_fleet_s_spawns_prune_a_linear_number_of_times).
 
+The look for escapees costs what there is to find, not the fleet: our children are listed from
+`/proc/self/task/*/children` (one small file per thread of ours), and a child's stat is read only
+when the Reaper (kernel.py) does not watch it already, that is never for an agent, a `ctl exec`
+command or a tmux client we spawned (each watched from its spawn), nor for an escapee once
+adopted: an adopted process is watched by the Reaper from then on (it is our child: `waitpid` on
+SIGCHLD, no /proc read), and its exit forgets its record at once (`supervisor.adopted_exited`).
+When to look: at once after the Reaper reaped a child (`Reaper.on_reap`: an agent's leader or a
+tmux client that exited leaves its orphans with us at that moment), and every
+`ADOPTION_SCAN_SECONDS` without a cgroup backend, `CONTAINED_SCAN_SECONDS` with one. Why a
+period at all: nothing tells a subreaper that a process was reparented to it (a deeper
+descendant's parent died), so the list is looked at; the period bounds how long such an escapee
+goes unrecorded (a crash in that window leaves it behind, unless its agent's cgroup holds it:
+with a backend every agent's tree is in its group, which the next start-up empties,
+cgroups.py `prepare`, so the record only adds the SIGTERM before the SIGKILL, and the period
+can be long).
+
 Must never: end a process that is not recorded (the record's start time and process group must
 still match: `kernel.end_leftovers`), or let a failed write stop a spawn (the process runs
 anyway; the failure is an event).
@@ -17,6 +33,8 @@ anyway; the failure is an event).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import sqlite3
 
@@ -29,6 +47,8 @@ from mcphost.supervisor.state import ProcessRecord, StateStore
 ADOPTION_SCAN_SECONDS = 1.0
 # A start prunes the records once they number at least twice what the last prune left, and this.
 PRUNE_FLOOR = 64
+# ... when every agent is in a cgroup of its own (its group holds its escapees meanwhile).
+CONTAINED_SCAN_SECONDS = 10.0
 
 
 class ProcessRecords:
@@ -84,26 +104,56 @@ class ProcessRecords:
         self._recorded.difference_update(gone)
         self._prune_at = max(PRUNE_FLOOR, 2 * len(self._recorded))
 
-    async def watch_adopted(self) -> None:
-        """Record every child we did not spawn (an escapee reparented to us, the subreaper)."""
+    async def watch_adopted(self, reaper: kernel.Reaper, every: float) -> None:
+        """Adopt every child we did not spawn, after each reap and every `every` seconds
+        (module doc)."""
+        wake = asyncio.Event()
+        reaper.on_reap = wake.set
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), every)
+                wake.clear()
+                try:
+                    self.adopt(reaper)
+                except OSError as exc:  # /proc unreadable for a moment: look again next time
+                    events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+        finally:
+            reaper.on_reap = None
+
+    def adopt(self, reaper: kernel.Reaper) -> list[int]:
+        """Record, and have `reaper` watch, each child of ours nobody watches (an escapee
+        reparented to us, the subreaper); the pids adopted. Raises `OSError` when /proc
+        cannot be read."""
         own_session = os.getsid(0)
-        while True:
-            await asyncio.sleep(ADOPTION_SCAN_SECONDS)
-            adopted = False
-            try:
-                children = procfs.own_children()
-            except OSError as exc:  # /proc unreadable for a moment: look again next time
-                events.emit("supervisor.adoption_scan_failed", level="warning", error=str(exc))
+        adopted = []
+        for pid in procfs.own_children():
+            if reaper.watching(pid):  # spawned by us, or adopted already: nothing to read
                 continue
-            for pid in children:
-                stat = procfs.read_stat(pid)
-                # Our own session: a helper we run (the tmux CLI); agents and what escaped
-                # them are always in another session.
-                if stat is None or stat.session == own_session:
-                    continue
-                if (stat.pid, stat.starttime) not in self._recorded:
-                    self.record(stat, None, "adopted")
-                    events.emit("supervisor.process_adopted", pid=pid, session=stat.session)
-                    adopted = True
-            if adopted:
-                self.prune()
+            stat = procfs.read_stat(pid)
+            # Our own session: a helper we run (the tmux CLI); agents and what escaped
+            # them are always in another session.
+            if stat is None or stat.session == own_session:
+                continue
+            try:
+                exit_status = reaper.watch(pid)
+            except ChildProcessError:  # it exited and was reaped since the list was read
+                continue
+            self.record(stat, None, "adopted")
+            events.emit("supervisor.process_adopted", pid=pid, session=stat.session)
+            exit_status.add_done_callback(functools.partial(self._adopted_exited, pid))
+            adopted.append(pid)
+        if adopted:
+            self.prune()
+        return adopted
+
+    def _adopted_exited(self, pid: int, exit_status: asyncio.Future[int]) -> None:
+        """An adopted process was reaped: say so, and forget what is gone with it."""
+        if exit_status.cancelled():
+            return
+        events.emit(
+            "supervisor.adopted_exited",
+            pid=pid,
+            exit=kernel.describe_status(exit_status.result()),
+        )
+        self.prune()

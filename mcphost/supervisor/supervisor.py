@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcphost import events
 from mcphost.mcpserve.budget import Budgets
-from mcphost.supervisor import startup
+from mcphost.supervisor import records, startup
 from mcphost.supervisor.agents import reach
 from mcphost.supervisor.agents.homes import LOGS
 from mcphost.supervisor.agents.relayhost import RelayHost
@@ -238,7 +238,9 @@ class Supervisor:
             return 2
         if self.fleet.center.fleet == "center":
             self.spawn(self.reconciler.poll_center())
-        self.spawn(self.records.watch_adopted())
+        contained = self.cgroups.kind != "none"  # every agent's escapees in its group
+        every = records.CONTAINED_SCAN_SECONDS if contained else records.ADOPTION_SCAN_SECONDS
+        self.spawn(self.records.watch_adopted(self.reaper, every))
         self.spawn(self.operations.sample_usage_forever())  # the agents' memory peaks
         events.emit("supervisor.ready", agents=sorted(self.slots))
         await self.stopping.wait()

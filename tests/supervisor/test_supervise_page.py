@@ -5,8 +5,9 @@ The HTML itself holds the first table (the agents' rows, rendered by the server:
 "connecting" table first), with the very cells the page's script writes for the same snapshot.
 The page is opened once, at 1280 px wide; it fits (no horizontal overflow, "last exit" a readable
 column, not a letter per line); an agent is killed (SIGKILL) and the page, never reloaded, shows it
-restarted with a new generation and its last exit. Neither the page's DOM nor any response it
-received holds the worker token, a fleet-file secret (an agent's `env` value, the token file's
+restarted with a new generation and its last exit, pushed over its server-sent event stream
+(`/api/stream`: the page never polls `/api/fleet`). Neither the page's DOM nor any response or
+stream message it received holds the worker token, a fleet-file secret (an agent's `env` value, the token file's
 path) or what the agent printed (its log, a pane's contents). The screenshot is docs/operations.md's
 (bench/results/fleet-page.png). Skipped, saying why, where Debian's chromium is not installed.
 """
@@ -140,7 +141,18 @@ def test_the_page_follows_a_kill_and_restart_live_and_shows_no_secret(
 
         dom = browser.evaluate("document.documentElement.outerHTML")
         bodies = browser.bodies()
-        assert any(u.endswith("/api/fleet") for u, _ in bodies), [u for u, _ in bodies]
+        # the page's updates came over its stream, pushed; its one fetch of /api/fleet is ours
+        pushed = [
+            e["params"]["data"] for e in browser.events_named("Network.eventSourceMessageReceived")
+        ]
+        assert any('"signal 9"' in data for data in pushed), pushed
+        bodies += [("api/stream", data) for data in pushed]
+        fetched = [
+            e["params"]["request"]["url"]
+            for e in browser.events_named("Network.requestWillBeSent")
+        ]  # fmt: skip
+        assert sum(u.endswith("/api/fleet") for u in fetched) == 1, fetched
+        assert sum(u.endswith("/api/stream") for u in fetched) == 1, fetched
         log = (supervised.state / "logs" / "builder").glob("*")
         assert any(PANE_MARKER in p.read_text(errors="replace") for p in log if p.is_file())
         for secret in (center.token, FLEET_SECRET, PANE_MARKER, str(supervised.token_file)):

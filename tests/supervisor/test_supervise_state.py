@@ -11,12 +11,17 @@ crash, through real `mcphost supervise` processes.
   and an escapee that left its agent's session with a double fork and `setsid` keep running;
   the supervisor started again on the same state directory ends them (from what the dead one
   recorded in the state file) before it spawns, and exactly one copy of each agent runs.
+- An adopted escapee is watched from then on as the supervisor's child (no /proc read): when it
+  dies, the supervisor says so (`supervisor.adopted_exited`) and its record leaves the state
+  file, without waiting for anything else to happen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import stat
 import sys
 import uuid
@@ -274,3 +279,44 @@ def test_a_fleet_s_start_up_commits_its_generations_in_one_fsync(
                     os.kill(int(child), signal.SIGTERM)
             supervised.proc.wait(timeout=60)
         supervised.close()
+
+
+def recorded_pids(supervised: Supervised) -> set[int]:
+    """The pids the supervisor's state file records as run or adopted (read only, beside the
+    writer: the file is in WAL mode)."""
+    path = supervised.state / "state.sqlite3"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return {int(row[0]) for row in db.execute("SELECT pid FROM processes")}
+
+
+def test_an_adopted_escapees_death_is_noticed_and_its_record_forgotten_at_once(
+    supervised: Supervised,
+) -> None:
+    tag = f"mcphost-adopted-{uuid.uuid4().hex}"
+    supervised.write_fleet(
+        [{"id": "escaper", "command": [sys.executable, "-c", ESCAPER, f"{tag}-escaper"]}],
+        **UNFENCED,
+    )
+    try:
+        supervised.start()
+        supervised.wait_running("escaper")
+        escapees = supervised.workspace("escaper") / "escapee.pids"
+        escapee = until(lambda: pids_in(escapees), 60, "the escapee")[0]
+        until(lambda: escapee in recorded_pids(supervised), 60, "the escapee recorded")
+        os.kill(escapee, signal.SIGKILL)
+        exited = until(
+            lambda: [
+                e
+                for e in supervised.events()
+                if e.get("event") == "supervisor.adopted_exited" and e.get("pid") == escapee
+            ],
+            60,
+            "the supervisor to notice the adopted escapee's death",
+        )
+        assert exited[0]["exit"] == "signal 9", exited
+        until(lambda: escapee not in recorded_pids(supervised), 60, "the record forgotten")
+        assert supervised.status()["escaper"]["state"] == "running"  # the agent is untouched
+    finally:
+        supervised.close()
+        for pid in tagged(tag):
+            os.kill(pid, signal.SIGKILL)

@@ -636,6 +636,18 @@ class Cgroups:
     def as_json(self) -> dict[str, object]:
         return {**self.backend.as_json(), "defaults": self.defaults.as_json()}
 
+    def keeps_peaks(self) -> bool:
+        """Whether the kernel keeps every agent group's memory peak and CPU account (usage.py
+        reads them when asked): v1 with its cpuacct hierarchy (`memory.max_usage_in_bytes`),
+        v2 with `memory.peak` (Linux 5.19 and later; looked for in the instance's own group,
+        after `prepare`). Then nothing need be sampled between readers."""
+        dirs = self._instance_dirs()
+        if self.kind == "v1":
+            return {"memory", "cpuacct", "pids"} <= set(dirs)
+        if self.kind == "v2" and "" in dirs:
+            return os.path.exists(os.path.join(dirs[""], "memory.peak"))
+        return False
+
     def _instance_dirs(self) -> dict[str, str]:
         return {c: os.path.join(base, self.instance) for c, base in self.backend.bases.items()}
 

@@ -388,6 +388,8 @@ class Reaper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched: dict[int, asyncio.Future[int]] = {}
         self.orphans_reaped = 0
+        # run after a reap that collected a child (records.py looks for orphans it left us)
+        self.on_reap: Callable[[], None] | None = None
 
     def install(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop or asyncio.get_running_loop()
@@ -415,17 +417,23 @@ class Reaper:
         self._watched[pid] = future
         return future
 
+    def watching(self, pid: int) -> bool:
+        """Whether `pid` is watched (a child we spawned or adopted, not reaped yet)."""
+        return pid in self._watched
+
     def reap(self) -> None:
-        """Collect every exited child (loops: SIGCHLDs coalesce)."""
+        """Collect every exited child (loops: SIGCHLDs coalesce); then `on_reap`, if any was."""
+        reaped = False
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             except InterruptedError:
                 continue
             if pid == 0:
-                return
+                break
+            reaped = True
             future = self._watched.pop(pid, None)
             if future is not None:
                 if not future.done():
@@ -433,6 +441,8 @@ class Reaper:
             else:
                 self.orphans_reaped += 1
                 emit("supervisor.orphan_reaped", pid=pid, exit=describe_status(status))
+        if reaped and self.on_reap is not None:
+            self.on_reap()
 
     async def kill_strays(self, grace: float, *, rounds: int = 8) -> list[int]:
         """End every remaining child: SIGTERM, up to `grace` s, then SIGKILL; return their pids.

@@ -9,7 +9,8 @@ warning and above), formatted by the sink's own `JsonFormatter`, is appended to 
 `KEEP` old files) and kept in the ring (`RING` lines; `recent()` gives them as records, oldest
 first; `newest()` the newest of one family of events, newest first: the fleet page's list;
 `version` counts the records kept, so a reader rebuilds what it made of the ring only when it
-grew).
+grew; `on_record`, a callable run after each record is kept: the page's streams wake on it
+instead of polling the version).
 
 An agent's logs live in `<state>/logs/<id>/`; an agent named `supervisor.log` is the one
 that cannot have them (its home fails, that agent only).
@@ -25,6 +26,7 @@ import json
 import logging
 import os
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from mcphost import events
@@ -45,6 +47,8 @@ class Journal(logging.Handler):
         self.directory = directory
         self.ring: deque[str] = deque(maxlen=RING)
         self.version = 0  # records kept in the ring, ever
+        # run after each record kept (any thread: a record may be logged from one); must not raise
+        self.on_record: Callable[[], None] | None = None
         self.problem: str | None = None
         self.log: RotatingLog | None = None
         try:
@@ -59,6 +63,8 @@ class Journal(logging.Handler):
             return
         self.ring.append(line)
         self.version += 1
+        if self.on_record is not None:
+            self.on_record()
         if self.log is None:
             return
         try:

@@ -12,6 +12,10 @@ address or a Unix socket, bound through `mcphost.unixsock`; the one form `[page]
 - how long: the request head must arrive within `HEAD_SECONDS` and the reply be taken within
   `REPLY_SECONDS`, or the connection is aborted; every response closes its connection (no
   keep-alive: nothing idles);
+- streams: a handler that holds its response open (the page's server-sent events: `stream`)
+  is let off `REPLY_SECONDS` only within its own bounds, `STREAMS_PER_LISTENER` and
+  `STREAMS_PER_PEER` per owner uid (past one: 429, `stream_listener_full` / `stream_peer_full`),
+  and learns when its connection ended (a future) without writing to it;
 - which `Host`: the one guard against DNS rebinding, `Listen.answers` of the address bound (on
   TCP its own address or `localhost` at its port, 403 otherwise: a web page elsewhere that
   rebinds its name to 127.0.0.1 gets nothing; on a Unix socket any, no browser reaches one);
@@ -31,7 +35,7 @@ import contextlib
 import errno
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
 
 CONNECTIONS_PER_LISTENER = 64  # open at once on one listener; more are closed at once
 CONNECTIONS_PER_PEER = 16  # open at once by one owner uid on one listener
+STREAMS_PER_LISTENER = 16  # responses held open at once on one listener (`stream`)
+STREAMS_PER_PEER = 4  # held open at once by one owner uid on one listener
 HEAD_SECONDS = 5.0  # from accept to a complete request head
 REPLY_SECONDS = 30.0  # from the head to the reply taken (a client that does not read)
 BACKLOG = 128
@@ -57,6 +63,9 @@ AGENT_PEER = "agent_peer"
 PEER_UNKNOWN = "peer_unknown"
 LISTENER_FULL = "listener_full"
 PEER_FULL = "peer_full"
+STREAM_LISTENER_FULL = "stream_listener_full"
+STREAM_PEER_FULL = "stream_peer_full"
+_STREAM_REASONS = {LISTENER_FULL: STREAM_LISTENER_FULL, PEER_FULL: STREAM_PEER_FULL}
 
 AgentUids = Callable[[], frozenset[int]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -116,6 +125,7 @@ class _Conn:
     timer: asyncio.TimerHandle | None = None
     head: bool = False
     ended: bool = False
+    gone: asyncio.Future[None] | None = None  # set when the connection ends, for a stream
 
 
 class _Counted(asyncio.Protocol):
@@ -160,6 +170,7 @@ class LoopbackServer:
     agent_uids: AgentUids = no_agents
     unix_mode: int = 0o660
     bounds: Bounds = field(default_factory=Bounds)
+    streams: Bounds = field(default_factory=lambda: Bounds(STREAMS_PER_LISTENER, STREAMS_PER_PEER))
     bound: Listen | None = None  # set by `start`: `listen`, with the port bound on TCP
     refused: dict[str, int] = field(default_factory=dict)  # refusals by reason (tests)
     _runner: web.AppRunner | None = None
@@ -264,6 +275,8 @@ class LoopbackServer:
             record.ended = True
             if record.timer is not None:
                 record.timer.cancel()
+            if record.gone is not None and not record.gone.done():
+                record.gone.set_result(None)
             self._open.pop(transport, None)
             self.bounds.release(uid)
 
@@ -283,6 +296,34 @@ class LoopbackServer:
     def _log(self, kind: str, event: str, **fields: Any) -> None:
         limit = self._logs.setdefault(kind, RateLimit(1, LOG_EVERY_SECONDS))
         events.emit_limited(limit, event, "warning", listener=self.name, **fields)
+
+    # -- a response held open ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def stream(self, request: web.Request) -> Iterator[asyncio.Future[None]]:
+        """Hold `request`'s connection open past `REPLY_SECONDS`, counted in `streams`; yields
+        a future resolved when the connection ends (the client left: nothing need be written
+        to learn it). Raises 429 (`Retry-After`) past `STREAMS_PER_LISTENER` or
+        `STREAMS_PER_PEER`: the connection is closed then, as every refused one."""
+        record = self._open.get(request.transport)
+        if record is None or record.ended:  # it ended between the head and here
+            raise web.HTTPServiceUnavailable(text="the connection ended\n")
+        reason = self.streams.admit(record.uid)
+        if reason is not None:
+            reason = _STREAM_REASONS[reason]
+            self.refused[reason] = self.refused.get(reason, 0) + 1
+            self._log(reason, "supervisor.listener_refused", reason=reason, uid=record.uid)
+            raise web.HTTPTooManyRequests(
+                text=f"too many streams open ({reason}): close another tab\n",
+                headers={"Retry-After": "30"},
+            )
+        if record.timer is not None:
+            record.timer.cancel()
+            record.timer = None
+        record.gone = asyncio.get_running_loop().create_future()
+        try:
+            yield record.gone
+        finally:
+            self.streams.release(record.uid)
 
     # -- each request ----------------------------------------------------------------------
     @web.middleware

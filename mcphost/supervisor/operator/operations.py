@@ -7,7 +7,7 @@ removed one, never half), every name checked before anything is done to any (an 
 lacks: `unknown_agent`, built by `control.protocol.unknown_agents`; one it could not set up:
 `agent_not_running`), and mapping every failure to a row of `mcphost.supervisor.refusals`;
 the `ctl exec` commands running (ended with their agent's generation: `end_execs`); each status
-row's `usage` (usage.py's figures from one sample shared by every status, page poll and scrape
+row's `usage` (usage.py's figures from one sample shared by every status, page update and scrape
 within `USAGE_SAMPLE_SECONDS`, with the center calls the surfaces counted and the relay's queue
 depth, both read live; and the counts of the limits the agent met, cgroups.py's
 `LimitEvents`, read with the figures) and the sampling between statuses where a peak needs it
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.records import ProcessRecords
     from mcphost.supervisor.serving.sessions import SessionHub
 
-# How old the usage figures of a status may be, in seconds: every status, page poll, scrape and
+# How old the usage figures of a status may be, in seconds: every status, page update, scrape and
 # `ctl top` refresh within this age reads the same sample (each agent's group files, about 10 us
 # an agent; or one scan of /proc for the agents without a group, ~12 ms for a fleet of 100:
 # bench/usage.py), and where a peak is the supervisor's own (`Usage.sampled_peak`) a sample is
@@ -289,8 +289,11 @@ class Operations:
 
     async def sample_usage_forever(self, every: float = USAGE_SAMPLE_SECONDS) -> None:
         """A usage sample at least every `every` seconds where a peak needs it (`Peaks`: the
-        agents read from /proc); nothing otherwise: the kernel keeps a group's peak. A task of
-        the supervisor's."""
+        agents read from /proc); nothing otherwise: where the kernel keeps every group's peak
+        (`Cgroups.keeps_peaks`) the task ends at once, so an idle supervisor reads no usage
+        and wakes for none. A task of the supervisor's."""
+        if self.supervisor.cgroups.keeps_peaks():
+            return
         while True:
             await asyncio.sleep(every)
             if self._needs_sampling():

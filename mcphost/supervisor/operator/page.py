@@ -6,16 +6,25 @@ style and script are inline (no external asset, no CDN; a Content-Security-Polic
 exactly those two by hash, and `connect-src 'self'`), its agents' table and the bar above it
 already filled from the snapshot of the moment (`render_page`: the first paint is the fleet, not an
 empty "connecting" table; the cells are the script's, `agent_cells` writing what its `agentRow`
-writes), and `/api/fleet`, the snapshot that script
-polls every `POLL_MS` (so the page follows restarts without a reload): the center's health, and per
-agent its state, generation, restarts, fence, usage (the times it met its limits among them), its
-limits, sessions, last exit and reason
-(`Operations.snapshot()`'s rows, read with `.get`, every field passed through an allow-list), and
-the supervisor's recent events (the newest `supervisor.*` records of the journal's ring,
-journal.py, each cut to `safe_event`'s allow-list of fields). The JSON is built once per change of
-what it shows (the snapshot's version, the journal's) and served as the same bytes to every poll
-until the next change, with the time of the answer (`now`) put in front: a poll between two changes
-costs the server's own work and a comparison of the agents' states, nothing more.
+writes), `/api/fleet`, the snapshot, and `/api/stream`, the same snapshot pushed as server-sent
+events (`text/event-stream`, one `data:` line per message) to the script's `EventSource` whenever
+what it shows changed (so the page follows restarts without a reload and without polling): the
+center's health, and per agent its state, generation, restarts, fence, usage (the times it met its
+limits among them), its limits, sessions, last exit and reason (`Operations.snapshot()`'s rows,
+read with `.get`, every field passed through an allow-list), and the supervisor's recent events
+(the newest `supervisor.*` records of the journal's ring, journal.py, each cut to `safe_event`'s
+allow-list of fields). The JSON is built once per change of what it shows (the snapshot's version,
+the journal's) and served as the same bytes to every reader until the next change, with the time
+of the answer (`now`) put in front.
+
+Pushed, not polled: while at least one stream is open, one task (`_publish`) looks again when the
+journal keeps a record (`Journal.on_record`: a state change is an event) and at the latest every
+`STREAM_REFRESH_SECONDS` (sessions and usage figures change without an event; the figures it
+shows are at most that old, the sample a status or a scrape took serving it too), and sends to
+every stream only when what it shows changed; with no stream open
+nothing runs. The script counts the times shown ("up", "checked ... ago") on from the last message
+itself. Streams are loopback.py's `stream`: bounded per listener and per owner uid (429 past
+either), let off the reply deadline, and dropped when their connection ends.
 
 Who can reach it: whoever can connect to that loopback port, except the agents: every local user of
 the machine, or on a Unix socket (mode 0660) the supervisor's user and group (no authentication;
@@ -34,7 +43,9 @@ elsewhere; nor be imported unless `[page]` is set (supervisor.py imports it then
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import html
 import json
@@ -53,7 +64,11 @@ if TYPE_CHECKING:
     from mcphost.supervisor.operator.operations import Snapshot
     from mcphost.supervisor.values import Listen
 
-POLL_MS = 2000  # how often the page asks for a snapshot (the usage figures' age: operations.py)
+# At the latest, how often an open stream's snapshot is looked at again, and how old the usage
+# figures it shows may be (a look takes the sample a status or a scrape took within this: a
+# Prometheus scrape every 15 s serves the page too, so an open tab samples nothing of its own).
+STREAM_REFRESH_SECONDS = 15.0
+RETRY_MS = 2000  # how soon the browser's EventSource connects again after its stream ended
 EVENTS_SHOWN = 60  # the newest supervisor events the snapshot carries
 TEXT_MAX = 300  # characters of any string value shown
 
@@ -160,9 +175,10 @@ def safe_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StatusSource(Protocol):
-    """What the page reads of the supervisor: `Operations.snapshot()` (operations.py)."""
+    """What the page reads of the supervisor: `Operations.snapshot()` (operations.py), its
+    usage figures at most `max_age` seconds old (its own default when None)."""
 
-    def snapshot(self) -> Snapshot: ...
+    def snapshot(self, max_age: float = ...) -> Snapshot: ...
 
 
 class EventSource(Protocol):
@@ -171,6 +187,8 @@ class EventSource(Protocol):
     @property
     def version(self) -> int: ...
     def newest(self, limit: int, prefix: str = "") -> list[dict[str, Any]]: ...
+
+    on_record: Callable[[], None] | None  # run after each record kept, from any thread
 
 
 def _json(value: Any) -> str:
@@ -200,7 +218,6 @@ td.wrap { white-space: normal; overflow-wrap: break-word; min-width: 16em; }
 
 _SCRIPT = """
 "use strict";
-const POLL_MS = @POLL_MS@;
 const $ = (id) => document.getElementById(id);
 const dash = (v) => (v === null || v === undefined || v === "") ? "-" : String(v);
 function bytes(n) {
@@ -273,8 +290,7 @@ function eventRow(e) {
   td(tr, "fields", parts.join("  "), "wrap");
   return tr;
 }
-function render(snap) {
-  const now = snap.now;
+function render(snap, now) {
   const c = snap.center;
   const health = $("center");
   health.textContent = c ? dash(c.state) + (c.fleet_key ? " (" + c.fleet_key + ")" : "") : "not known yet";
@@ -286,24 +302,25 @@ function render(snap) {
   $("counts").textContent = Object.entries(counts).map(([s, n]) => n + " " + s).join(", ") || "no agents";
   $("agents").replaceChildren(...snap.agents.map((a) => agentRow(a, now)));
   $("events").replaceChildren(...snap.events.map(eventRow));
-  $("updated").textContent = new Date(now * 1000).toLocaleTimeString();
+  $("updated").textContent = new Date(snap.now * 1000).toLocaleTimeString();
 }
-async function tick() {
-  try {
-    const reply = await fetch("api/fleet", {cache: "no-store", headers: {"Accept": "application/json"}});
-    if (!reply.ok) throw new Error("HTTP " + reply.status);
-    render(await reply.json());
-    $("live").textContent = "live";
-    $("live").className = "ok";
-  } catch (err) {
-    $("live").textContent = "not reachable, retrying (" + err.message + ")";
-    $("live").className = "error";
-  } finally {
-    setTimeout(tick, POLL_MS);
-  }
-}
-tick();
-""".replace("@POLL_MS@", str(POLL_MS))
+let last = null;  // [the last snapshot pushed, the browser's clock when it came]
+function clock() { if (last) render(last[0], last[0].now + (Date.now() / 1000 - last[1])); }
+const stream = new EventSource("api/stream");
+stream.onmessage = (message) => {
+  const snap = JSON.parse(message.data);
+  last = [snap, Date.now() / 1000];
+  render(snap, snap.now);
+  $("live").textContent = "live";
+  $("live").className = "ok";
+};
+stream.onerror = () => {
+  const closed = stream.readyState === EventSource.CLOSED;
+  $("live").textContent = closed ? "not reachable (reload the page to retry)" : "not reachable, retrying";
+  $("live").className = "error";
+};
+setInterval(clock, 1000);  // the times shown go on between pushes (the browser's work only)
+"""
 
 _HEAD = (
     "agent", "state", "gen", "restarts", "fence", "pid", "up", "memory (now / peak)", "cpu",
@@ -457,7 +474,7 @@ _SLOT = re.compile(r"@(center_class|center|checked|counts|uptime|updated|agents)
 
 def render_page(snap: Mapping[str, Any]) -> str:
     """`PAGE` with its bar and agents' table filled from the snapshot `snap` (`/api/fleet`'s),
-    every text escaped; the script then updates it as it polls."""
+    every text escaped; the script then updates it from its stream."""
     filled = first_paint(snap)
     return _SLOT.sub(
         lambda m: filled[m.group(1)] if m.group(1) == "agents" else html.escape(filled[m.group(1)]),
@@ -517,6 +534,12 @@ class FleetPage:
         self._events_part = ""  # the events, of the journal version built
         self._tail = b""
         self.builds = 0  # times the JSON was built (tests, bench)
+        # the open streams, each with the body it has yet to send (None: nothing new)
+        self._streams: dict[_Stream, None] = {}
+        self._publisher: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None  # set when the journal kept a record
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.pushes = 0  # messages sent on streams (tests, bench)
 
     async def start(self, level: str = "info") -> str | None:
         """Bind and serve; the page's URL (None on a Unix socket: `supervisor.page_listening`,
@@ -525,10 +548,14 @@ class FleetPage:
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._page)
         app.router.add_get("/api/fleet", self._fleet)
+        app.router.add_get("/api/stream", self._stream)
         app.on_response_prepare.append(_headers)
         server = LoopbackServer(app, self.config, "page", agent_uids=self._agent_uids)
         await server.start()
         self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self._journal.on_record = self._journal_grew
         bound = server.bound
         assert bound is not None
         self.url = f"http://{bound}/" if bound.path is None else None
@@ -536,15 +563,89 @@ class FleetPage:
         return self.url
 
     async def aclose(self) -> None:
-        if self._server is not None:
-            server, self._server = self._server, None
+        if self._journal.on_record == self._journal_grew:
+            self._journal.on_record = None
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publisher
+        server, self._server = self._server, None
+        for stream in self._streams:
+            stream.wake()  # each handler ends: its connection is ended by the server's close
+        if server is not None:
             await server.aclose()
 
-    def body(self) -> bytes:
+    # -- the streams -----------------------------------------------------------------------
+    def _journal_grew(self) -> None:
+        """`Journal.on_record`: wake the publisher (from any thread), if a stream is open."""
+        loop, changed = self._loop, self._changed
+        if not self._streams or loop is None or changed is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            changed.set()
+        else:
+            loop.call_soon_threadsafe(changed.set)
+
+    async def _publish(self) -> None:
+        """While a stream is open: look again when the journal grew or every
+        `STREAM_REFRESH_SECONDS`, and hand the body to every stream when it changed."""
+        changed = self._changed
+        assert changed is not None
+        sent = self._tail
+        while self._streams:
+            changed.clear()
+            body = self.body(STREAM_REFRESH_SECONDS)
+            if self._tail != sent:  # what it shows changed (not only a record it leaves out)
+                sent = self._tail
+                for stream in self._streams:
+                    stream.offer(body)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), STREAM_REFRESH_SECONDS)
+
+    def _publishing(self) -> None:
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.get_running_loop().create_task(self._publish())
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        """`/api/stream`: the body now, then the body each time it changes, until the client
+        leaves (module doc)."""
+        server = self._server
+        if server is None:
+            raise web.HTTPServiceUnavailable(text="the page is closing\n")
+        with server.stream(request) as gone:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            if request.method == "HEAD":
+                return response
+            stream = _Stream()
+            gone.add_done_callback(lambda _: stream.wake())
+            self._streams[stream] = None
+            try:
+                await response.write(f"retry: {RETRY_MS}\n\n".encode() + _event(self.body()))
+                self._publishing()
+                while not gone.done() and self._server is server:
+                    body = await stream.next()
+                    if body is not None and not gone.done():
+                        await response.write(_event(body))
+                        self.pushes += 1
+            except (ConnectionError, RuntimeError):  # the client left mid-write
+                pass
+            finally:
+                self._streams.pop(stream, None)
+        return response
+
+    def body(self, max_age: float | None = None) -> bytes:
         """`/api/fleet`: what the page shows, nothing more (module doc): `now`, then what was
         built for the current versions of the status and the journal (built anew only when
-        one of them changed)."""
-        snapshot = self._source.snapshot()
+        one of them changed); usage figures at most `max_age` seconds old (None: the status's
+        own age)."""
+        source = self._source
+        snapshot = source.snapshot() if max_age is None else source.snapshot(max_age)
         versions = (snapshot.version, self._journal.version)
         if versions != self._built:
             built = self._built or (-1, -1)
@@ -593,6 +694,34 @@ class FleetPage:
 
     async def _fleet(self, request: web.Request) -> web.Response:
         return web.Response(body=self.body(), content_type="application/json", charset="utf-8")
+
+
+class _Stream:
+    """One open stream: the newest body it has yet to send (older ones are skipped: a slow
+    reader gets the latest, never a queue)."""
+
+    def __init__(self) -> None:
+        self._body: bytes | None = None
+        self._ready = asyncio.Event()
+
+    def offer(self, body: bytes) -> None:
+        self._body = body
+        self._ready.set()
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    async def next(self) -> bytes | None:
+        """The newest body offered (None: woken to end)."""
+        await self._ready.wait()
+        self._ready.clear()
+        body, self._body = self._body, None
+        return body
+
+
+def _event(body: bytes) -> bytes:
+    """One server-sent event of `body` (JSON: one line, no newline in it)."""
+    return b"data: " + body + b"\n\n"
 
 
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:

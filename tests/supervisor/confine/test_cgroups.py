@@ -298,3 +298,23 @@ def test_usage_files_of_v2() -> None:
         "memory.current", "memory.peak", "cpu.stat", "pids.current",
     ]  # fmt: skip
     assert cg.usage_files("none", {}) is None
+
+
+def test_the_kernel_keeps_the_peaks_only_where_every_group_has_a_peak_and_a_cpu_account(
+    tmp_path: Path,
+) -> None:
+    """`Cgroups.keeps_peaks`: where it holds, the supervisor samples no usage between readers
+    (operations.py `sample_usage_forever` ends at once: nothing wakes an idle supervisor)."""
+    state = str(tmp_path / "state")
+    limits = cg.Limits(None, None, 100)
+    v1 = {c: str(tmp_path / c) for c in ("memory", "pids", "cpu", "cpuacct")}
+    assert cg.Cgroups(cg.Backend("v1", "", v1), state, limits).keeps_peaks()
+    without_cpuacct = {c: p for c, p in v1.items() if c != "cpuacct"}
+    assert not cg.Cgroups(cg.Backend("v1", "", without_cpuacct), state, limits).keeps_peaks()
+    v2 = cg.Cgroups(cg.Backend("v2", "", {"": str(tmp_path / "v2")}), state, limits)
+    assert not v2.keeps_peaks()  # no memory.peak (before Linux 5.19)
+    instance = tmp_path / "v2" / cg.instance_name(state)
+    instance.mkdir(parents=True)
+    (instance / "memory.peak").write_text("0\n")
+    assert v2.keeps_peaks()
+    assert not cg.Cgroups(cg.Backend("none", "no backend"), state, limits).keeps_peaks()

@@ -21,6 +21,7 @@ import aiohttp
 
 from mcphost import events
 from mcphost.supervisor.operator import journal
+from mcphost.supervisor.operator.loopback import STREAM_PEER_FULL, STREAMS_PER_PEER
 from mcphost.supervisor.operator.page import (
     CSP,
     PAGE,
@@ -32,6 +33,7 @@ from mcphost.supervisor.operator.page import (
     safe_row,
 )
 from mcphost.supervisor.values import Listen
+from tests.waiting import eventually
 
 SECRET = "tok-3b9f"
 
@@ -42,7 +44,7 @@ class Source:
 
     version = 1
 
-    def snapshot(self) -> Source:
+    def snapshot(self, max_age: float = 5.0) -> Source:
         return self
 
     @property
@@ -242,3 +244,97 @@ def test_the_supervisor_imports_the_page_only_when_it_is_set() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+async def _next_event(reply: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The next `data:` message of a server-sent event stream, parsed."""
+    while True:
+        line = await asyncio.wait_for(reply.content.readline(), 30)
+        assert line, "the stream ended"
+        if line.startswith(b"data: "):
+            return dict(json.loads(line[len(b"data: ") :]))
+
+
+def test_the_stream_pushes_a_change_when_the_journal_grows_and_only_then(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        kept = journal.install(str(tmp_path))
+        source = Source()
+        page = FleetPage(source, Listen("127.0.0.1", 0), started_at=0.0, journal=kept)
+        url = await page.start()
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{url}api/stream") as reply,
+            ):
+                assert reply.status == 200
+                assert reply.headers["Content-Type"].startswith("text/event-stream")
+                assert reply.headers["Content-Security-Policy"] == CSP
+                first = await _next_event(reply)  # the fleet now, at once
+                assert first["agents"][0]["generation"] == 3
+                # a state change: a new snapshot and its event; pushed without a poll
+                source.version = 2
+                events.emit("supervisor.agent_exited", agent_id="a1", exit="signal 9")
+                pushed = await _next_event(reply)
+                assert pushed["events"][0]["event"] == "supervisor.agent_exited"
+                assert SECRET not in json.dumps(pushed)
+                # a record that changes nothing shown (not a supervisor event, same
+                # snapshot) is not sent again
+                pushes, builds = page.pushes, page.builds
+                events.emit("relay.delivered", agent_id="a1")
+                await eventually(lambda: page.builds > builds, "the stream looked again")
+                assert page.pushes == pushes
+                events.emit("supervisor.reloaded", added=[])
+                again = await _next_event(reply)
+                assert again["events"][0]["event"] == "supervisor.reloaded"
+                assert page.pushes == pushes + 1
+            await eventually(lambda: not page._streams, "the stream dropped when it left")
+        finally:
+            await page.aclose()
+            kept.close()
+
+    asyncio.run(run())
+
+
+def test_a_client_holding_many_streams_is_bounded_and_the_page_still_answers(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        kept = journal.install(str(tmp_path))
+        page = FleetPage(Source(), Listen("127.0.0.1", 0), started_at=0.0, journal=kept)
+        url = await page.start()
+        server = page._server
+        assert server is not None
+        try:
+            async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True)
+            ) as http:
+                held = []
+                for _ in range(STREAMS_PER_PEER):
+                    reply = await http.get(f"{url}api/stream")
+                    assert reply.status == 200
+                    await _next_event(reply)
+                    held.append(reply)
+                refused = []
+                for _ in range(3):  # one uid asks for more: refused at once, nothing held
+                    async with http.get(f"{url}api/stream") as reply:
+                        refused.append(reply.status)
+                        assert reply.headers.get("Retry-After") == "30"
+                assert refused == [429, 429, 429]
+                assert server.refused.get(STREAM_PEER_FULL) == 3
+                assert server.streams.open == STREAMS_PER_PEER
+                async with http.get(f"{url}api/fleet") as reply:  # the page still answers
+                    assert reply.status == 200
+                for reply in held:  # the streams leave: their places are free again
+                    reply.close()
+                await eventually(lambda: server.streams.open == 0, "the streams released")
+                await eventually(lambda: not page._streams, "the page's streams dropped")
+                async with http.get(f"{url}api/stream") as reply:
+                    assert reply.status == 200
+                    await _next_event(reply)
+        finally:
+            await page.aclose()
+            kept.close()
+
+    asyncio.run(run())
