@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -65,6 +66,7 @@ from mcphost.supervisor.serving.surfaces import CENTER, RELAY, Surfaces
 if TYPE_CHECKING:
     from mcphost.supervisor.operator.metrics import Metrics, MetricsServer, RelayFigures
     from mcphost.supervisor.operator.page import FleetPage
+    from mcphost.supervisor.serving.streamable import HttpHub
     from mcphost.supervisor.values import Listen
 
 
@@ -153,6 +155,8 @@ class Supervisor:
             )
             for name in (CENTER, RELAY)
         }
+        self.budgets = budgets
+        self.http: HttpHub | None = None  # the HTTP listener, once an agent asks for it
         self.control = ControlServer(
             self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
         )
@@ -198,6 +202,26 @@ class Supervisor:
                     uids.add(agent_uid(agent))
             self._agent_uids = (fleet, frozenset(uids - {os.geteuid()}))
         return self._agent_uids[1]
+
+    async def attach_points(self, fleet: Fleet) -> reach.AttachPoints:
+        """What `fleet`'s agents' configs name: the pump and its sockets, and the HTTP listener,
+        started here when the first agent asks for it (`mcp_transport = "http"`: the module
+        that serves it, and uvicorn, load only then) and kept until shutdown."""
+        attach = reach.attach_points(self.state_dir)
+        if self.http is None and any(a.mcp_transport == "http" for a in fleet.agents):
+            from mcphost.supervisor.serving.streamable import HttpHub
+
+            hub = HttpHub(
+                identify=self.surfaces.identify_http,
+                surface_for=self.surfaces.http_factory,
+                serves=self.surfaces.serves_http,
+                budgets=self.budgets,
+            )
+            await hub.start()
+            self.http = hub
+        if self.http is None:
+            return attach
+        return dataclasses.replace(attach, http_base=self.http.url(""))
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -263,6 +287,8 @@ class Supervisor:
         await self.relay.aclose()
         for hub in self.hubs.values():
             await hub.aclose()
+        if self.http is not None:
+            await self.http.aclose()
         await self.surfaces.aclose()
         await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
         self.cgroups.close()

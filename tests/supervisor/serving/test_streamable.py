@@ -1,0 +1,187 @@
+"""HttpHub in process: a real listener on the loopback, the SDK's real streamable-HTTP client.
+
+The hub is given hooks that stand for the supervisor's (surfaces.py): the test's own uid is the
+agent's, at a generation the test moves; the surface answers one tool, `whoami`, with the
+identity the hub handed it. The supervisor as a whole (agents of their own uids, the center)
+is tests/supervisor/test_supervise_http.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from mcphost.mcpserve.budget import Budgets
+from mcphost.supervisor.refusals import Refused
+from mcphost.supervisor.serving import streamable
+from mcphost.supervisor.serving.sessions import Attached
+from mcphost.supervisor.serving.streamable import HttpHub
+from mcphost.surface import CallContext, ToolResult, ToolSpec
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.anyio
+
+
+class Whoami:
+    """A surface of one tool that names the session's agent and generation."""
+
+    name = "whoami"
+    version = "0"
+    instructions = None
+    list_changed = False
+
+    def __init__(self, attached: Attached) -> None:
+        self.attached = attached
+        self.closed = False
+
+    def list_tools(self) -> Sequence[ToolSpec]:
+        return [ToolSpec("whoami", "who this session is", {"type": "object"})]
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any], ctx: CallContext
+    ) -> ToolResult:
+        who = {"agent": self.attached.agent_id, "generation": self.attached.generation}
+        return ToolResult(json.dumps(who))
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class Agent:
+    """The hooks: the test's uid is agent `a` at `generation` (when `serves`)."""
+
+    def __init__(self) -> None:
+        self.generation = 1
+        self.serves = True
+        self.surfaces: list[Whoami] = []
+
+    def identify(self, surface: str, uid: int) -> Attached:
+        assert uid == os.geteuid()
+        return Attached("a", self.generation)
+
+    def surface_for(self, surface: str, attached: Attached) -> Whoami:
+        if surface == "relay":
+            raise Refused("surface_unavailable", "no relay here")
+        self.surfaces.append(Whoami(attached))
+        return self.surfaces[-1]
+
+
+@asynccontextmanager
+async def running(agent: Agent) -> AsyncIterator[HttpHub]:
+    hub = HttpHub(
+        identify=agent.identify,
+        surface_for=agent.surface_for,
+        serves=lambda uid: agent.serves and uid == os.geteuid(),
+        budgets=Budgets(1 << 20),
+    )
+    await hub.start()
+    try:
+        yield hub
+    finally:
+        await hub.aclose()
+
+
+async def whoami(session: ClientSession) -> dict[str, Any]:
+    result = await session.call_tool("whoami", {})
+    return dict(json.loads(result.content[0].text))  # type: ignore[union-attr]
+
+
+@asynccontextmanager
+async def client(url: str) -> AsyncIterator[ClientSession]:
+    """The SDK's own streamable-HTTP client, initialized."""
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def test_a_session_is_the_agents_at_its_generation_and_ends_with_it() -> None:
+    agent = Agent()
+    async with running(agent) as hub:
+        async with client(hub.url("center")) as session:
+            assert await whoami(session) == {"agent": "a", "generation": 1}
+            assert hub.count("a", "center") == 1
+            agent.generation = 2  # a respawn: the supervisor closes what is older
+            assert hub.close_where(lambda a: a.generation < 2) == 1
+            with pytest.raises(Exception):  # noqa: B017 (the SDK's error for a 404)
+                await whoami(session)
+        await eventually(lambda: agent.surfaces[0].closed, "the old surface closed")
+        async with client(hub.url("center")) as session:
+            assert await whoami(session) == {"agent": "a", "generation": 2}
+
+
+async def test_a_session_of_an_older_generation_is_refused_even_unclosed() -> None:
+    agent = Agent()
+    async with running(agent) as hub, httpx2.AsyncClient() as http:
+        opened = await http.post(hub.url("center"), json=initialize(), headers=HEADERS)
+        sid = opened.headers["mcp-session-id"]
+        agent.generation = 2  # the kernel's word now names generation 2
+        again = await http.post(
+            hub.url("center"), json=tools_list(), headers={**HEADERS, "mcp-session-id": sid}
+        )
+        assert again.status_code == 404
+        assert again.json()["error"]["code"] == "session_closed"
+
+
+async def test_a_connection_the_hub_does_not_serve_is_reset_unread() -> None:
+    agent = Agent()
+    agent.serves = False
+    async with running(agent) as hub:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", hub.port)
+            writer.write(b"GET /mcp/center HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = await reader.read(100)
+            writer.close()
+        except ConnectionResetError:
+            data = b""
+        assert data == b""
+        assert hub.refused == {streamable.NOT_AN_AGENT: 1}
+
+
+async def test_an_oversized_body_a_wrong_path_and_a_refused_surface_get_their_codes() -> None:
+    async with running(Agent()) as hub, httpx2.AsyncClient() as http:
+        reader, writer = await asyncio.open_connection("127.0.0.1", hub.port)
+        claimed = streamable.BODY_MAX + 1  # claimed, never sent: refused on the head
+        writer.write(
+            f"POST /mcp/center HTTP/1.1\r\nHost: x\r\nContent-Length: {claimed}\r\n\r\n{{}}".encode()
+        )
+        big = await reader.read(4096)
+        writer.close()
+        assert big.startswith(b"HTTP/1.1 413") and b"request_too_large" in big
+        base = hub.url("center").removesuffix("/mcp/center")
+        lost = await http.post(base + "/elsewhere", json=initialize(), headers=HEADERS)
+        assert (lost.status_code, lost.json()["error"]["code"]) == (404, "not_found")
+        relay = await http.post(hub.url("relay"), json=initialize(), headers=HEADERS)
+        assert relay.status_code == 403
+        assert relay.json()["error"]["code"] == "surface_unavailable"
+
+
+HEADERS = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
+
+
+def initialize() -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+
+
+def tools_list() -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
