@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -185,3 +187,13 @@ def initialize() -> dict[str, Any]:
 
 def tools_list() -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+
+
+def test_a_supervisor_loads_the_http_listener_only_when_an_agent_asks_for_it() -> None:
+    """The module (and uvicorn) load at the first HTTP agent (`Supervisor.attach_points`)."""
+    code = (
+        "import sys, mcphost.supervisor.supervisor\n"
+        "print(sorted({'uvicorn', 'mcphost.supervisor.serving.streamable'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
