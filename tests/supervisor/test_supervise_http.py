@@ -202,8 +202,10 @@ def test_a_connection_from_a_uid_of_no_agent_is_reset_before_http(sv: Supervised
 
 
 def test_a_session_id_another_agent_opened_is_refused(sv: Supervised) -> None:
+    sessions = sv.status()["agent-1"]["sessions"]
     opened = run_in(sv, "agent-1", RAW, "", "")
     assert opened["status"] == 200 and opened["sid"], opened
+    assert sv.status()["agent-1"]["sessions"] == sessions + 1  # `ctl status` counts it
     used = run_in(sv, "agent-1", RAW, opened["sid"], "")
     assert used["status"] == 200, used  # its owner may use it
     stolen = run_in(sv, "agent-2", RAW, opened["sid"], "")

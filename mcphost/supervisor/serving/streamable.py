@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 HOST = "127.0.0.1"
 PATH_PREFIX = "/mcp/"
-CONNECTIONS_PER_LISTENER = 1024  # open at once on the listener; more are reset at once
+CONNECTIONS_PER_LISTENER = 8192  # open at once (a thousand agents, a few each); more are reset
 CONNECTIONS_PER_PEER = 16  # open at once by one owner uid (a client holds two or three)
 REQUESTS_PER_AGENT = 64  # HTTP requests of one agent being served at once (the pumps' calls)
 BODY_MAX = 16 * 1024 * 1024  # one request body (a pump session holds 16 MiB of lines)
