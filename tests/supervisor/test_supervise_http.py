@@ -7,7 +7,8 @@ the center hears its calls with its agent_id and its generation. A connection fr
 no agent's (the test, root) is reset before the HTTP layer reads a byte; a session id another
 agent opened is refused (the kernel's word on the connection names the agent, never the session
 id); after `ctl restart` the old generation's session is gone and a new one is served at the new
-generation; a hostile agent's flood of connections and an oversized body meet their bounds.
+generation; a hostile agent's flood of connections and an oversized body meet their bounds. A
+fleet of pumps reloaded to HTTP gets the listener then, and its restarted agent is served there.
 """
 
 from __future__ import annotations
@@ -242,3 +243,28 @@ def test_a_restart_ends_the_old_session_and_the_new_one_has_the_new_generation(
     assert seen["is_error"] is False
     new = center_heard(sv.center, "agent-1", "get_my_work")[heard:]
     assert generations_heard_in(new) == {str(before + 1)}
+
+
+def test_a_reload_to_http_restarts_the_agent_with_http_entries(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A fleet of pumps gets its HTTP listener at the reload that first asks for it."""
+    base = tmp_path_factory.mktemp("http-reload")
+    with DevCenter.start(base / "center") as center:
+        other = Supervised(base, center, state_parent=REPO)
+        other.write_fleet([{"id": "agent-1", "command": HOLD}])
+        try:
+            other.start()
+            first = other.wait_running("agent-1")
+            config = json.loads(Path(config_of(other, "agent-1")).read_text())
+            assert "command" in config["mcpServers"]["agent-center"]  # the pump
+            other.write_fleet([{"id": "agent-1", "command": HOLD}], mcp_transport="http")
+            other.ctl("reload")
+            other.wait_running("agent-1", generation=first["generation"] + 1)
+            config = json.loads(Path(config_of(other, "agent-1")).read_text())
+            assert config["mcpServers"]["agent-center"]["type"] == "http", config
+            assert run_in(other, "agent-1", SDK_CLIENT, "get_my_work")["is_error"] is False
+            heard = center_heard(center, "agent-1", "get_my_work")
+            assert generations_heard_in(heard) == {str(first["generation"] + 1)}
+        finally:
+            other.close()
