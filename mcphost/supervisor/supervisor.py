@@ -61,12 +61,12 @@ from mcphost.supervisor.operator.operations import Operations, reload_failed
 from mcphost.supervisor.plan import Fleet, agent_uid, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
 from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES, SessionHub
+from mcphost.supervisor.serving.streamable import HttpHub
 from mcphost.supervisor.serving.surfaces import CENTER, RELAY, Surfaces
 
 if TYPE_CHECKING:
     from mcphost.supervisor.operator.metrics import Metrics, MetricsServer, RelayFigures
     from mcphost.supervisor.operator.page import FleetPage
-    from mcphost.supervisor.serving.streamable import HttpHub
     from mcphost.supervisor.values import Listen
 
 
@@ -155,8 +155,14 @@ class Supervisor:
             )
             for name in (CENTER, RELAY)
         }
-        self.budgets = budgets
-        self.http: HttpHub | None = None  # the HTTP listener, once an agent asks for it
+        # MCP over HTTP (serving/streamable.py): bound by `attach_points` at the first agent that
+        # asks for it (uvicorn and the SDK's HTTP transport load only then)
+        self.http = HttpHub(
+            identify=self.surfaces.identify_http,
+            surface_for=self.surfaces.http_factory,
+            serves=self.surfaces.serves_http,
+            budgets=budgets,
+        )
         self.control = ControlServer(
             self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
         )
@@ -208,18 +214,9 @@ class Supervisor:
         started here when the first agent asks for it (`mcp_transport = "http"`: the module
         that serves it, and uvicorn, load only then) and kept until shutdown."""
         attach = reach.attach_points(self.state_dir)
-        if self.http is None and any(a.mcp_transport == "http" for a in fleet.agents):
-            from mcphost.supervisor.serving.streamable import HttpHub
-
-            hub = HttpHub(
-                identify=self.surfaces.identify_http,
-                surface_for=self.surfaces.http_factory,
-                serves=self.surfaces.serves_http,
-                budgets=self.budgets,
-            )
-            await hub.start()
-            self.http = hub
-        if self.http is None:
+        if not self.http.started and any(a.mcp_transport == "http" for a in fleet.agents):
+            await self.http.start()
+        if not self.http.started:
             return attach
         return dataclasses.replace(attach, http_base=self.http.url(""))
 
@@ -287,8 +284,7 @@ class Supervisor:
         await self.relay.aclose()
         for hub in self.hubs.values():
             await hub.aclose()
-        if self.http is not None:
-            await self.http.aclose()
+        await self.http.aclose()
         await self.surfaces.aclose()
         await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
         self.cgroups.close()

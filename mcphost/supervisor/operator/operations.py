@@ -137,7 +137,7 @@ class Supervised(Protocol):
     @property
     def hubs(self) -> Mapping[str, SessionHub]: ...
     @property
-    def http(self) -> HttpHub | None: ...
+    def http(self) -> HttpHub: ...
     @property
     def center(self) -> Center: ...
     @property
@@ -256,8 +256,7 @@ class Operations:
         sessions: Counter[str] = Counter()
         for hub in self.supervisor.hubs.values():
             sessions.update(hub.counts())
-        if self.supervisor.http is not None:
-            sessions.update(self.supervisor.http.counts())
+        sessions.update(self.supervisor.http.counts())
         return sessions
 
     def _read_figures(self, agent_id: str, slot: Slot, sessions: int) -> _Figures:

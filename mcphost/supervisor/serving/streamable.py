@@ -33,9 +33,9 @@ generation). `close_where` ends sessions at once (an older generation's, an agen
 as `SessionHub.close_where` does for the pumps.
 
 Must never: take identity from a request's bytes (a header, a path, a session id); serve a
-connection before its owner is known; bind anything but the loopback; or be imported unless an
-agent of the fleet asks for HTTP (`mcp_transport = "http"`): it loads uvicorn and the SDK's
-HTTP transport, which the pump's and the standalone host's paths never load.
+connection before its owner is known; bind anything but the loopback; or load uvicorn and the
+SDK's HTTP transport before it starts (`start`, called when an agent of the fleet first asks for
+HTTP, `mcp_transport = "http"`): the pump's and the standalone host's paths never load them.
 """
 
 from __future__ import annotations
@@ -123,6 +123,11 @@ class HttpHub:
     _protocol: Callable[[], asyncio.Protocol] | None = None
     _logs: dict[str, RateLimit] = field(default_factory=dict)
     _closing: bool = False
+
+    @property
+    def started(self) -> bool:
+        """Is it listening (`start` ran, `aclose` did not)?"""
+        return self._sock is not None
 
     def url(self, surface: str) -> str:
         return f"http://{HOST}:{self.port}{PATH_PREFIX}{surface}"

@@ -63,7 +63,7 @@ class Supervised(Protocol):
     @property
     def hubs(self) -> Mapping[str, SessionHub]: ...
     @property
-    def http(self) -> HttpHub | None: ...
+    def http(self) -> HttpHub: ...
     @property
     def identities(self) -> Identities: ...
     @property
@@ -136,9 +136,8 @@ class Surfaces:
 
     def _sessions(self, surface: str, agent_id: str) -> int:
         """The agent's live sessions on `surface`, over its pumps and over HTTP together."""
-        http = self.supervisor.http
         pumped = self.supervisor.hubs[surface].count(agent_id)
-        return pumped + (http.count(agent_id, surface) if http is not None else 0)
+        return pumped + self.supervisor.http.count(agent_id, surface)
 
     def http_agent(self, uid: int) -> str:
         """The one agent that may use HTTP whose own uid `uid` is; `Refused` otherwise
@@ -187,8 +186,7 @@ class Surfaces:
         return self.factory(surface)(attached)
 
     def _hubs(self) -> list[SessionHub | HttpHub]:
-        http = self.supervisor.http
-        return [*self.supervisor.hubs.values(), *([http] if http is not None else [])]
+        return [*self.supervisor.hubs.values(), self.supervisor.http]
 
     def factory(self, surface: str) -> Callable[[Attached], Surface]:
         """The hub's `surface_for`: the center tools or the relay tools of one session."""

@@ -58,6 +58,18 @@ class Whoami:
         self.closed = True
 
 
+class Blocking(Whoami):
+    """`whoami` that answers only once `release` is set: calls held in flight."""
+
+    release: asyncio.Event
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any], ctx: CallContext
+    ) -> ToolResult:
+        await self.release.wait()
+        return await super().call_tool(name, arguments, ctx)
+
+
 class Agent:
     """The hooks: the test's uid is agent `a` at `generation` (when `serves`)."""
 
@@ -65,6 +77,7 @@ class Agent:
         self.generation = 1
         self.serves = True
         self.surfaces: list[Whoami] = []
+        self.release: asyncio.Event | None = None  # set: every call waits for it
 
     def identify(self, surface: str, uid: int) -> Attached:
         assert uid == os.geteuid()
@@ -73,17 +86,22 @@ class Agent:
     def surface_for(self, surface: str, attached: Attached) -> Whoami:
         if surface == "relay":
             raise Refused("surface_unavailable", "no relay here")
-        self.surfaces.append(Whoami(attached))
+        if self.release is not None:
+            blocking = Blocking(attached)
+            blocking.release = self.release
+            self.surfaces.append(blocking)
+        else:
+            self.surfaces.append(Whoami(attached))
         return self.surfaces[-1]
 
 
 @asynccontextmanager
-async def running(agent: Agent) -> AsyncIterator[HttpHub]:
+async def running(agent: Agent, budget: int = 1 << 20) -> AsyncIterator[HttpHub]:
     hub = HttpHub(
         identify=agent.identify,
         surface_for=agent.surface_for,
         serves=lambda uid: agent.serves and uid == os.geteuid(),
-        budgets=Budgets(1 << 20),
+        budgets=Budgets(budget),
     )
     await hub.start()
     try:
@@ -169,6 +187,53 @@ async def test_an_oversized_body_a_wrong_path_and_a_refused_surface_get_their_co
         assert relay.json()["error"]["code"] == "surface_unavailable"
 
 
+@asynccontextmanager
+async def held_calls(
+    budget: int, calls: list[dict[str, Any]]
+) -> AsyncIterator[tuple[HttpHub, httpx2.AsyncClient, dict[str, str]]]:
+    """A hub whose tool calls wait; `calls` sent on one session and held in flight."""
+    agent = Agent()
+    agent.release = asyncio.Event()
+    async with running(agent, budget) as hub, httpx2.AsyncClient(timeout=60) as http:
+        opened = await http.post(hub.url("center"), json=initialize(), headers=HEADERS)
+        headers = {**HEADERS, "mcp-session-id": opened.headers["mcp-session-id"]}
+        held = [
+            asyncio.ensure_future(http.post(hub.url("center"), json=c, headers=headers))
+            for c in calls
+        ]
+        await eventually(
+            lambda: any(h.done() for h in held) or hub._agents["a"].in_flight == len(held),
+            "the calls in flight",
+        )
+        assert not any(h.done() for h in held), [h.result().text for h in held if h.done()]
+        yield hub, http, headers
+        agent.release.set()
+        assert [(await h).status_code for h in held] == [200] * len(held)
+        await eventually(lambda: hub.budgets.used("a") == 0, "the budget given back")
+
+
+async def test_an_agents_requests_in_flight_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streamable, "REQUESTS_PER_AGENT", 2)
+    small = {"name": "whoami", "arguments": {}}
+    async with held_calls(1 << 20, [call(3, small), call(4, small)]) as (hub, http, headers):
+        third = await http.post(hub.url("center"), json=call(5, small), headers=headers)
+        assert (third.status_code, third.json()["error"]["code"]) == (429, "too_many_requests")
+
+
+async def test_an_agents_held_request_bytes_are_bounded_by_its_budget() -> None:
+    padded = {"name": "whoami", "arguments": {}, "_meta": {"pad": "x" * 500}}
+    async with held_calls(400, [call(3, padded)]) as (hub, http, headers):
+        # the one call's body, read whole and held until answered
+        await eventually(lambda: hub.budgets.used("a") > 400, "the body held")
+        small = {"name": "whoami", "arguments": {}}
+        spent = await http.post(hub.url("center"), json=call(4, small), headers=headers)
+        assert (spent.status_code, spent.json()["error"]["code"]) == (503, "budget_spent")
+
+
+def call(request_id: int, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
 HEADERS = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
 
 
@@ -189,11 +254,12 @@ def tools_list() -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 
 
-def test_a_supervisor_loads_the_http_listener_only_when_an_agent_asks_for_it() -> None:
-    """The module (and uvicorn) load at the first HTTP agent (`Supervisor.attach_points`)."""
+def test_a_supervisor_loads_the_http_server_only_when_an_agent_asks_for_it() -> None:
+    """uvicorn and the SDK's HTTP transport load when the listener starts, at the first HTTP
+    agent (`Supervisor.attach_points`), never with the supervisor."""
     code = (
         "import sys, mcphost.supervisor.supervisor\n"
-        "print(sorted({'uvicorn', 'mcphost.supervisor.serving.streamable'} & set(sys.modules)))\n"
+        "print(sorted({'uvicorn', 'mcp.server.streamable_http'} & set(sys.modules)))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

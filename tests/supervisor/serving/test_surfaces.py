@@ -58,7 +58,12 @@ class Supervisor:
     relay: Any = None
     env: dict[str, str] = field(default_factory=dict)
     fleet: Any = None
-    http: Any = None  # no HTTP listener: the pumps' hubs only
+    # an HTTP listener holding no session (serving/test_streamable.py tests the real one)
+    http: Any = field(
+        default_factory=lambda: SimpleNamespace(
+            count=lambda agent, surface: 0, close_where=lambda pred: 0
+        )
+    )
     spawned: list[Coroutine[Any, Any, Any]] = field(default_factory=list)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -186,3 +191,27 @@ def test_over_http_a_uid_names_the_one_http_agent_that_owns_it() -> None:
     with pytest.raises(Refused) as refused:
         surfaces.identify_http(RELAY, own)  # no bundle: no relay tools, over HTTP as by pump
     assert refused.value.code == "surface_unavailable"
+
+
+def test_an_agents_sessions_count_over_pumps_and_http_together(
+    agent_process: PeerCred,
+) -> None:
+    supervisor = Supervisor()
+    surfaces = Surfaces(supervisor, replace_fenced=not_replaced)
+    stat = read_stat(agent_process.pid)
+    assert stat is not None
+    supervisor.identities.spawned("a", (agent_process.pid, stat.starttime), 3)
+    supervisor.slots["a"] = slot("a", 3, transport="http")
+    held = {"http": MAX_SESSIONS_PER_AGENT - 1}
+    supervisor.http = SimpleNamespace(
+        count=lambda agent, surface: held["http"], close_where=lambda pred: 0
+    )
+    supervisor.hubs[CENTER].sessions = [Attached("a", 3)]  # one pump: 32 in all
+    with pytest.raises(Refused) as refused:
+        surfaces.identifier(CENTER)(agent_process)  # a pump more
+    assert refused.value.code == "too_many_sessions"
+    with pytest.raises(Refused) as refused:
+        surfaces.http_factory(CENTER, Attached("a", 3))  # an HTTP session more
+    assert refused.value.code == "too_many_sessions"
+    held["http"] -= 1  # one closed: room for one more of either
+    assert surfaces.identifier(CENTER)(agent_process) == Attached("a", 3)
