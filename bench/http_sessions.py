@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -121,6 +122,7 @@ def one_round(center: Any, base: Path, transport: str) -> dict[str, float]:
         sup.send_signal(signal.SIGTERM)
         sup.wait(120)
         err.close()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def main() -> None:
@@ -137,6 +139,7 @@ def main() -> None:
             for transport in order:
                 rows[transport].append(one_round(center, base, transport))
                 print(transport, rows[transport][-1], file=sys.stderr, flush=True)
+    shutil.rmtree(base, ignore_errors=True)
     out = [f"N = {N}, {ROUNDS} rounds, fenced agents of their own uids (root supervisor)", ""]
     out += ["| figure | pump | http | http / pump, median (min-max) |", "|---|---|---|---|"]
     for key, unit in (
