@@ -26,6 +26,7 @@ from configgen.model import (
     AttachBinding,
     CenterBinding,
     ConfigError,
+    HttpBinding,
     RelayBinding,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "AttachBinding",
     "CenterBinding",
     "ConfigError",
+    "HttpBinding",
     "RelayBinding",
     "attach_script",
     "generate",

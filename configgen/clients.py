@@ -46,7 +46,15 @@ class ClientFormat:
 
 
 def _stdio(server: Server, _config: AgentConfig) -> Entry:
+    if server.url is not None:
+        raise ConfigError("http url", "this client is given stdio entries only here")
     return {"args": list(server.args), "command": server.command, "env": dict(server.env)}
+
+
+def _claude(server: Server, config: AgentConfig) -> Entry:
+    if server.url is not None:  # Claude Code's remote server entry
+        return {"type": "http", "url": server.url}
+    return _stdio(server, config)
 
 
 def _typed_stdio(server: Server, config: AgentConfig) -> Entry:
@@ -61,8 +69,10 @@ def _codex(server: Server, config: AgentConfig) -> Entry:
     # `required`: Codex waits for the server before the first turn (and fails the thread if it
     # cannot start it) instead of running that turn without the agent's own tools when the
     # server is a moment slower than the model's first request.
+    # Codex's streamable HTTP entry is a `url` in place of the command
+    shape = {"url": server.url} if server.url is not None else _stdio(server, config)
     entry: Entry = {
-        **_stdio(server, config),
+        **shape,
         "required": True,
         "startup_timeout_sec": config.startup_timeout_sec,
         "tool_timeout_sec": config.tool_timeout_sec,
@@ -86,7 +96,7 @@ CLIENTS: Mapping[str, ClientFormat] = {
             "json",
             "mcpServers",
             "claude --mcp-config FILE --strict-mcp-config; or .mcp.json",
-            _stdio,
+            _claude,
             tier_tools_default=False,
             interpolation=_DOLLAR_BRACE,
             interpolation_hint="${...}",
@@ -169,7 +179,7 @@ def entries(fmt: ClientFormat, config: AgentConfig) -> dict[str, Entry]:
 
 def _refuse_interpolation(fmt: ClientFormat, name: str, server: Server) -> None:
     assert fmt.interpolation is not None
-    values = [("command", server.command)]
+    values = [("command", server.command), ("url", server.url or "")]
     values += [(f"argument {i + 1}", arg) for i, arg in enumerate(server.args)]
     values += [(variable, text) for variable, text in server.env.items()]
     for where, text in values:
@@ -218,7 +228,9 @@ def acp_servers(config: AgentConfig, *, tier_tools_default: bool = True) -> list
     `{name, value}`), in name order. ACP agents are editors' agents: they take their MCP
     servers from the client, never from a file, so this is a shape, not a file. Pure."""
     return [
-        {
+        {"type": "http", "name": name, "url": server.url, "headers": []}
+        if server.url is not None
+        else {
             "name": name,
             "command": server.command,
             "args": list(server.args),

@@ -300,6 +300,31 @@ class AttachBinding:
             )
 
 
+_LOOPBACK_HTTP = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\]):[0-9]{1,5}/[!-~]*")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpBinding:
+    """An *HTTP* entry: the client speaks MCP's streamable HTTP to `url`, a supervisor's
+    loopback listener (`mcphost/supervisor/serving/streamable.py`), with no process between.
+
+    Like an attach entry it carries no identity and no secret: the supervisor tells agents apart
+    by the kernel's word on who owns the connection (each agent has a uid of its own), so the
+    config holds only the address. Only a loopback `http://` URL is accepted.
+    """
+
+    url: str
+
+    def __post_init__(self) -> None:
+        _text("http url", self.url)
+        if not _LOOPBACK_HTTP.fullmatch(self.url):
+            raise ConfigError(
+                "http url",
+                f"http url is {self.url!r}: expected http://127.0.0.1:PORT/PATH (a loopback "
+                "address, printable ASCII)",
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     """Everything one agent's client config is made from.
@@ -315,8 +340,8 @@ class AgentConfig:
     otherwise waits for a peer's `choose`. It never applies to any other entry.
     """
 
-    center: CenterBinding | AttachBinding | None = None
-    relay: RelayBinding | AttachBinding | None = None
+    center: CenterBinding | AttachBinding | HttpBinding | None = None
+    relay: RelayBinding | AttachBinding | HttpBinding | None = None
     mcphost: str | None = None
     agentmux: str | None = None
     python: str | None = None
@@ -332,10 +357,18 @@ class AgentConfig:
             raise ConfigError(
                 "servers", "nothing to generate: give center bindings, a relay, or both"
             )
-        if self.center is not None and not isinstance(self.center, CenterBinding | AttachBinding):
-            raise ConfigError("center", "center must be a CenterBinding or an AttachBinding")
-        if self.relay is not None and not isinstance(self.relay, RelayBinding | AttachBinding):
-            raise ConfigError("relay", "relay must be a RelayBinding or an AttachBinding")
+        if self.center is not None and not isinstance(
+            self.center, CenterBinding | AttachBinding | HttpBinding
+        ):
+            raise ConfigError(
+                "center", "center must be a CenterBinding, an AttachBinding or an HttpBinding"
+            )
+        if self.relay is not None and not isinstance(
+            self.relay, RelayBinding | AttachBinding | HttpBinding
+        ):
+            raise ConfigError(
+                "relay", "relay must be a RelayBinding, an AttachBinding or an HttpBinding"
+            )
         check_server_name("center server name", self.center_name)
         check_server_name("relay server name", self.relay_name)
         if (
@@ -394,13 +427,16 @@ class Server:
     args: tuple[str, ...]
     env: Mapping[str, str]
     preapproved: bool = False
+    url: str | None = None  # an HTTP entry (`HttpBinding`): no command, no args, no env
 
 
 def servers(config: AgentConfig, *, tier_tools_default: bool = True) -> dict[str, Server]:
     """The servers of `config`, by name, in name order. Pure."""
     out: dict[str, Server] = {}
     prefix: tuple[str, ...]
-    if isinstance(config.center, AttachBinding):
+    if isinstance(config.center, HttpBinding):
+        out[config.center_name] = _http_server(config, config.center)
+    elif isinstance(config.center, AttachBinding):
         out[config.center_name] = _attach_server(config, config.center)
     elif config.center is not None:
         if config.mcphost is None:
@@ -412,7 +448,9 @@ def servers(config: AgentConfig, *, tier_tools_default: bool = True) -> dict[str
         env = config.center.env(tier_tools_default=tier_tools_default)
         env[MARKER] = MARKER_VALUE
         out[config.center_name] = Server(config.mcphost, ("host",), dict(sorted(env.items())))
-    if isinstance(config.relay, AttachBinding):
+    if isinstance(config.relay, HttpBinding):
+        out[config.relay_name] = _http_server(config, config.relay)
+    elif isinstance(config.relay, AttachBinding):
         out[config.relay_name] = _attach_server(config, config.relay)
     elif config.relay is not None:
         if config.relay.upstream:
@@ -445,3 +483,8 @@ def _attach_server(config: AgentConfig, attach: AttachBinding) -> Server:
     return Server(
         config.python, args, {MARKER: MARKER_VALUE}, preapproved=config.approve_attach_tools
     )
+
+
+def _http_server(config: AgentConfig, http: HttpBinding) -> Server:
+    """An HTTP entry: the URL only (no identity, no token: the supervisor asks the kernel)."""
+    return Server("", (), {}, preapproved=config.approve_attach_tools, url=http.url)

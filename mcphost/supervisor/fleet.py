@@ -99,6 +99,7 @@ from mcphost.supervisor.plan import (
     Restart,
     Runner,
     Sandbox,
+    Transport,
     apply_defaults,
     clipped,
     is_fleet_bundle,
@@ -293,6 +294,9 @@ class _Tunable(_Section):
     memory_max: int | str | None = _restarts(None, description=values.SIZE_EXPECTED)
     pids_max: int | str | None = _restarts(None, description=values.COUNT_EXPECTED)
     cpu_weight: int | None = _restarts(None, ge=1, le=10000, description=values.WEIGHT_EXPECTED)
+    mcp_transport: Transport | None = _restarts(
+        None, description='"pump" (stdio, the default) or "http" (loopback; own uids only)'
+    )
 
     @field_validator("memory_max", "pids_max", mode="before")
     @classmethod
@@ -709,6 +713,8 @@ def _plan_checks(
     if problem is not None:
         key, shown, expected = problem
         problems.append(SettingError(where(key), shown, expected))
+    if plan.mcp_transport == "http" and plan.runner == "acp":  # stdio in session/new only
+        problems.append(SettingError(where("mcp_transport"), "'http'", '"pump" for an ACP agent'))
     if plan.client == "codex" and "CODEX_HOME" in dict(plan.env):
         problems.append(
             SettingError(

@@ -70,6 +70,10 @@ Runner = Literal["auto", "process", "tmux", "acp"]
 INTERACTIVE: tuple[Client, ...] = ("claude", "codex")  # their default command needs a terminal
 Restart = Literal["always", "on-failure", "never"]
 Sandbox = Literal["auto", "none"]  # the fence (fence.py): on by default, "none" opts out
+# How an agent's client reaches its two surfaces: "pump" (a stdio entry running the attach pump,
+# one process per session) or "http" (MCP's streamable HTTP on the supervisor's loopback
+# listener, serving/streamable.py: no process; only for an agent with a uid of its own)
+Transport = Literal["pump", "http"]
 FleetSource = Literal["file", "center"]
 
 RESERVED_ENV_PREFIXES = ("AC_MCP_", "MCPHOST_", "AGENTMUX_")
@@ -147,6 +151,7 @@ class AgentDefaults:
     memory_max: int | str | None = None
     pids_max: int | str | None = None
     cpu_weight: int | None = None
+    mcp_transport: Transport = "pump"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +180,7 @@ class AgentPlan:
     memory_max: int | str | None = None  # the agent's cgroup limits (cgroups.py); None: default
     pids_max: int | str | None = None
     cpu_weight: int | None = None
+    mcp_transport: Transport = "pump"  # its attach entries: the pump, or HTTP (`Transport`)
     # the agent's own uid (and gid) from `[identity] uids` (uids.py), given by the reconciler to
     # every agent that wants one (`wants_own_uid`); None: `user`'s uid, or the supervisor's
     uid: int | None = None

@@ -44,6 +44,7 @@ from mcphost.supervisor import startup
 from mcphost.supervisor.agents import reach
 from mcphost.supervisor.agents.acp import AcpRunner
 from mcphost.supervisor.agents.homes import (
+    AttachPoints,
     HeldWorkspace,
     Home,
     HomeError,
@@ -159,6 +160,7 @@ class Supervised(Protocol):
     def generations(self) -> Generations: ...
     @property
     def cgroups(self) -> Cgroups: ...
+    async def attach_points(self, fleet: Fleet) -> AttachPoints: ...
     def spawned(self, runner: AgentRunner, pid: int, starttime: int, generation: int) -> None: ...
     def exited(self, runner: AgentRunner, generation: int) -> None: ...
     def left(self, agent_id: str) -> None: ...
@@ -265,7 +267,7 @@ class Reconciler:
         self._share_state(fleet)
         # Homes next, in threads (each config write is fsynced twice), so the loop only forks.
         starting = changed + added
-        attach = reach.attach_points(supervisor.state_dir)
+        attach = await supervisor.attach_points(fleet)  # with the HTTP listener, if wanted
         # The operator's own sign-in, read fresh at each preparation (signin.py).
         operator = await asyncio.to_thread(read_operator, supervisor.env) if starting else None
         homes = await asyncio.gather(

@@ -73,6 +73,40 @@ IDENTIFY_FAILED = Refusal(
     "internal_unexpected_failure",
     "the supervisor failed to identify this process; its log has the details",
 )
+# -- MCP over HTTP (serving/streamable.py; the surfaces' identify_http) ----------------------
+HTTP_NOT_HTTP = Refusal(
+    "not_an_http_agent",
+    'uid {uid} is not the own uid of an agent whose fleet entry says mcp_transport = "http"; '
+    "use the entries of your own config",
+)
+HTTP_UID_SHARED = Refusal(
+    "uid_shared",
+    "uid {uid} is shared by agents {agents} (or with the supervisor), so it cannot name one "
+    "agent; give each agent its own uid (a root supervisor does) or use the pump",
+)
+HTTP_UNKNOWN_PEER = Refusal(
+    "peer_unknown", "the owner of this connection could not be found; reconnect"
+)
+HTTP_NO_PATH = Refusal("not_found", "{path} is not an MCP endpoint; use /mcp/center or /mcp/relay")
+HTTP_TOO_LARGE = Refusal(
+    "request_too_large", "a request body may hold at most {limit} bytes; send a smaller request"
+)
+HTTP_TOO_MANY = Refusal(
+    "too_many_requests",
+    "this agent has {limit} requests in progress already; wait for one to finish",
+)
+HTTP_BUDGET = Refusal(
+    "budget_spent",
+    "this agent's requests in progress hold its whole byte budget; retry when they are answered",
+)
+HTTP_SESSION_GONE = Refusal(
+    "session_closed",
+    "this session is not yours or has ended (a restart, a stop or a reload ends it); start a "
+    "new session",
+)
+HTTP_NO_SESSION = Refusal(
+    "session_required", "only a POST may start a session; send Mcp-Session-Id with the others"
+)
 # both wires
 STOPPING = Refusal("supervisor_stopping", "the supervisor is shutting down")
 
@@ -208,6 +242,22 @@ ATTACH = (
     UID_MISMATCH,
     PEER_GONE,
     PEER_UNREADABLE,
+    TOO_MANY_SESSIONS,
+    NO_BUNDLE,
+    SURFACE_FAILED,
+    IDENTIFY_FAILED,
+    STOPPING,
+)
+HTTP = (
+    HTTP_NOT_HTTP,
+    HTTP_UID_SHARED,
+    HTTP_UNKNOWN_PEER,
+    HTTP_NO_PATH,
+    HTTP_TOO_LARGE,
+    HTTP_TOO_MANY,
+    HTTP_BUDGET,
+    HTTP_SESSION_GONE,
+    HTTP_NO_SESSION,
     TOO_MANY_SESSIONS,
     NO_BUNDLE,
     SURFACE_FAILED,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -60,6 +61,7 @@ from mcphost.supervisor.operator.operations import Operations, reload_failed
 from mcphost.supervisor.plan import Fleet, agent_uid, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
 from mcphost.supervisor.serving.sessions import AGENT_HELD_BYTES, SessionHub
+from mcphost.supervisor.serving.streamable import HttpHub
 from mcphost.supervisor.serving.surfaces import CENTER, RELAY, Surfaces
 
 if TYPE_CHECKING:
@@ -153,6 +155,14 @@ class Supervisor:
             )
             for name in (CENTER, RELAY)
         }
+        # MCP over HTTP (serving/streamable.py): bound by `attach_points` at the first agent that
+        # asks for it (uvicorn and the SDK's HTTP transport load only then)
+        self.http = HttpHub(
+            identify=self.surfaces.identify_http,
+            surface_for=self.surfaces.http_factory,
+            serves=self.surfaces.serves_http,
+            budgets=budgets,
+        )
         self.control = ControlServer(
             self.path(reach.CONTROL), self.operations, locked=True, refuse_descendants=True
         )
@@ -198,6 +208,17 @@ class Supervisor:
                     uids.add(agent_uid(agent))
             self._agent_uids = (fleet, frozenset(uids - {os.geteuid()}))
         return self._agent_uids[1]
+
+    async def attach_points(self, fleet: Fleet) -> reach.AttachPoints:
+        """What `fleet`'s agents' configs name: the pump and its sockets, and the HTTP listener,
+        started here when the first agent asks for it (`mcp_transport = "http"`: the module
+        that serves it, and uvicorn, load only then) and kept until shutdown."""
+        attach = reach.attach_points(self.state_dir)
+        if not self.http.started and any(a.mcp_transport == "http" for a in fleet.agents):
+            await self.http.start()
+        if not self.http.started:
+            return attach
+        return dataclasses.replace(attach, http_base=self.http.url(""))
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -265,6 +286,7 @@ class Supervisor:
         await self.relay.aclose()
         for hub in self.hubs.values():
             await hub.aclose()
+        await self.http.aclose()
         await self.surfaces.aclose()
         await self.reaper.kill_strays(max((a.stop_grace for a in self.fleet.agents), default=5))
         self.cgroups.close()

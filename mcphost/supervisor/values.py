@@ -19,6 +19,10 @@ loader shows and its model carries as the key's description).
   person (`format_size`: "64 MiB", or "64M" in a table's narrow cell), wherever one is: an exit
   reason, `ctl status`, the fleet page.
 
+- The open connections of one listener per owner uid (`Bounds`: how many at once in all and per
+  uid; pure bookkeeping), shared by every loopback listener (operator/loopback.py's page and
+  `/metrics`, serving/streamable.py's MCP over HTTP).
+
 - What a reload does with a changed key (`Reload`, with what each means, `RELOAD_MEANS`): every
   key of the fleet model declares one (`fleet.reload_of`); the reload's reply, its dry run and
   docs/fleet-keys.md all read that one declaration.
@@ -208,3 +212,40 @@ RELOAD_MEANS: dict[Reload, str] = {
     Reload.REFUSED: "a reload that changes it is refused whole (`reload_failed`, nothing "
     "applied): restart the supervisor to change it",
 }
+
+
+# Why a listener closed a connection at once, past one of its `Bounds`.
+LISTENER_FULL = "listener_full"
+PEER_FULL = "peer_full"
+
+
+class Bounds:
+    """The open connections of one listener, per owner uid (pure bookkeeping)."""
+
+    def __init__(self, total: int, per_peer: int) -> None:
+        self.total = total
+        self.per_peer = per_peer
+        self.open = 0
+        self.by_uid: dict[int, int] = {}
+
+    def full(self) -> bool:
+        return self.open >= self.total
+
+    def admit(self, uid: int) -> str | None:
+        """Count one more connection of `uid`; the refusal's reason (and nothing counted) when
+        a bound is reached."""
+        if self.full():
+            return LISTENER_FULL
+        if self.by_uid.get(uid, 0) >= self.per_peer:
+            return PEER_FULL
+        self.open += 1
+        self.by_uid[uid] = self.by_uid.get(uid, 0) + 1
+        return None
+
+    def release(self, uid: int) -> None:
+        self.open -= 1
+        left = self.by_uid[uid] - 1
+        if left:
+            self.by_uid[uid] = left
+        else:
+            del self.by_uid[uid]

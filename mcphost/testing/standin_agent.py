@@ -6,7 +6,8 @@ Run as `python3 standin_agent.py <mcp-config> [--only SERVER] [--linger] [--call
 - reads the `mcpServers` of the config it was given (the file the supervisor generated), or
   only the one `--only` names;
 - launches every server exactly as the config says (command, args, env over its own
-  environment) and speaks MCP to it over stdio: `initialize`, `notifications/initialized`,
+  environment) and speaks MCP to it over stdio, or, for an HTTP entry (`url`), speaks MCP's
+  streamable HTTP to that address (a POST per message, the session id sent back): `initialize`, `notifications/initialized`,
   `tools/list`, then one `tools/call` (`get_my_work` on the center tools, `help` on the relay
   tools; `--call` picks another center tool, `--relay-call` another relay tool, with the
   arguments `--relay-args` gives as a JSON object);
@@ -24,7 +25,8 @@ Run as `python3 standin_agent.py <mcp-config> [--only SERVER] [--linger] [--call
   (what a model would do), records it in `./calls.jsonl` and prints the outcome.
 
 Standard library only (it stands for a client, not for this project), JSON-RPC by hand over
-the pump's stdio: one line per message, as MCP's stdio transport frames them.
+the pump's stdio: one line per message, as MCP's stdio transport frames them (over HTTP:
+`http.client`, one POST per message).
 Must never: read anything but the config it is given and its own environment.
 """
 
@@ -90,6 +92,64 @@ class Session:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         listed = self.request("tools/list", {})
         return [tool["name"] for tool in listed["result"]["tools"]]
+
+
+class HttpSession(Session):
+    """One HTTP entry (`url`: a supervisor's loopback listener), spoken to as a streamable-HTTP
+    client speaks: one POST per message, the `Mcp-Session-Id` the server gave sent back, a reply
+    read as JSON or from its server-sent events."""
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        from urllib.parse import urlsplit
+
+        url = urlsplit(entry["url"])
+        self.host, self.port, self.path = url.hostname or "", url.port or 80, url.path
+        self.sid: str | None = None
+        self.conn: Any = None
+        self.next_id = 0
+
+    def post(self, message: dict[str, Any]) -> tuple[int, str, bytes]:
+        import http.client
+
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": PROTOCOL,
+        }
+        if self.sid:
+            headers["Mcp-Session-Id"] = self.sid
+        self.conn.request("POST", self.path, json.dumps(message).encode(), headers)
+        reply = self.conn.getresponse()
+        self.sid = reply.getheader("mcp-session-id") or self.sid
+        return reply.status, reply.getheader("content-type") or "", reply.read()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        status, kind, body = self.post(message)
+        if status != 200:
+            raise ConnectionError(f"HTTP {status}: {body.decode('utf-8', 'replace')[:2000]}")
+        if kind.startswith("application/json"):
+            return dict(json.loads(body))
+        for line in body.decode("utf-8", "replace").splitlines():  # server-sent events
+            if line.startswith("data:") and line[5:].strip():
+                event = json.loads(line[5:])
+                if event.get("id") == self.next_id:
+                    return dict(event)
+        raise ConnectionError("the reply held no answer")
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.post(message)
+
+    def stderr(self) -> str:
+        return ""
+
+
+def connect(entry: dict[str, Any]) -> Session:
+    """The session an entry of the config asks for: a process over stdio, or HTTP."""
+    return HttpSession(entry) if "url" in entry else Session(entry)
 
 
 def record(line: dict[str, Any]) -> None:
@@ -181,7 +241,7 @@ def main(argv: list[str]) -> int:
     for name, entry in servers.items():
         line: dict[str, Any] = {"server": name, "agent_pid": os.getpid()}
         try:
-            session = Session(entry)
+            session = connect(entry)
             sessions[name] = session
             line["tools"] = session.open()
             call, arguments = (tool, {}) if name == "agent-center" else (relay_tool, relay_args)
@@ -206,4 +266,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # run as a script, its own directory comes first on sys.path, where mcphost/testing/http.py
+    # would stand for the standard library's `http` (the HTTP entries' client)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     sys.exit(main(sys.argv[1:]))

@@ -10,8 +10,17 @@ from typing import Any
 
 import pytest
 
-from configgen import CLIENTS, MARKER, AgentConfig, CenterBinding, RelayBinding, render
-from configgen.clients import client
+from configgen import (
+    CLIENTS,
+    MARKER,
+    AgentConfig,
+    CenterBinding,
+    ConfigError,
+    HttpBinding,
+    RelayBinding,
+    render,
+)
+from configgen.clients import acp_servers, client
 from mcphost.binding import AgentBinding
 from tests.configgen.configgen_samples import sample_config
 
@@ -187,3 +196,38 @@ def test_preapproval_is_for_attach_entries_only_and_only_when_asked() -> None:
     plain = AgentConfig(center=AttachBinding("/run/c.sock"), **attach)
     assert claude_permission_rules(plain) == []
     assert "default_tools_approval_mode" not in render("codex", plain).decode()
+
+
+# -- HTTP entries (a supervisor's loopback listener, mcp_transport = "http") ----------------------
+
+HTTP_CONFIG = AgentConfig(
+    center=HttpBinding("http://127.0.0.1:4711/mcp/center"),
+    relay=HttpBinding("http://127.0.0.1:4711/mcp/relay"),
+    approve_attach_tools=True,
+)
+
+
+def test_claude_and_codex_get_http_entries_holding_the_url_only() -> None:
+    claude = json.loads(render("claude", HTTP_CONFIG))["mcpServers"]
+    assert claude == {
+        "agent-center": {"type": "http", "url": "http://127.0.0.1:4711/mcp/center"},
+        "agentmux": {"type": "http", "url": "http://127.0.0.1:4711/mcp/relay"},
+    }
+    codex = tomllib.loads(render("codex", HTTP_CONFIG).decode())["mcp_servers"]["agent-center"]
+    assert codex["url"] == "http://127.0.0.1:4711/mcp/center"
+    assert "command" not in codex and "env" not in codex
+    assert codex["default_tools_approval_mode"] == "approve" and codex["required"] is True
+    assert acp_servers(HTTP_CONFIG)[0] == {
+        "type": "http",
+        "name": "agent-center",
+        "url": "http://127.0.0.1:4711/mcp/center",
+        "headers": [],
+    }
+
+
+def test_a_client_without_http_entries_here_and_a_url_off_the_loopback_are_refused() -> None:
+    with pytest.raises(ConfigError):
+        render("desktop", HTTP_CONFIG)
+    for url in ("http://10.0.0.1:80/mcp", "https://127.0.0.1:1/x", "http://127.0.0.1/x", "ftp://x"):
+        with pytest.raises(ConfigError):
+            HttpBinding(url)

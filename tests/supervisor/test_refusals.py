@@ -25,7 +25,7 @@ def _rows() -> dict[str, Refusal]:
 
 def test_every_row_is_listed_once_and_every_code_is_snake_case() -> None:
     rows = _rows()
-    listed = [*refusals.ATTACH, *refusals.CONTROL]
+    listed = [*refusals.ATTACH, *refusals.CONTROL, *refusals.HTTP]
     assert {id(r) for r in rows.values()} == {id(r) for r in listed}
     for name, row in rows.items():
         assert re.fullmatch(r"[a-z][a-z0-9_]*", row.code), name

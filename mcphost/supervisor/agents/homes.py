@@ -11,7 +11,9 @@ Owns:
   `<state>/logs/<id>/` (0700, the supervisor's: never inside a home, which the agent owns
   and could rearrange under the supervisor's log rotation).
 - `prepare_home`: creates or repairs that layout and writes the config (configgen's attach
-  entries: the interpreter, `-I -S`, the pump, the socket; nothing else) atomically, 0600.
+  entries: the interpreter, `-I -S`, the pump, the socket; or, for an agent whose plan says
+  `mcp_transport = "http"`, HTTP entries naming the supervisor's loopback listener, its URL
+  only; nothing else) atomically, 0600.
   Every directory is opened without following a symlink, beneath the one above it, and the
   config is written through that open directory (`/proc/self/fd/N/...`), so a symlink an agent
   plants in its own home never redirects a write, even when the supervisor runs as root. A
@@ -80,7 +82,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from configgen import AgentConfig, AttachBinding, ConfigError, render, write_private
+from configgen import AgentConfig, AttachBinding, ConfigError, HttpBinding, render, write_private
 from configgen.clients import claude_permission_rules, dump_json
 from mcphost.errors import CodedFailure
 from mcphost.names import is_agent_id
@@ -160,12 +162,17 @@ class Home:
 
 @dataclass(frozen=True, slots=True)
 class AttachPoints:
-    """What attach entries run: `interpreter -I -S script <socket>` (absolute paths)."""
+    """What attach entries run: `interpreter -I -S script <socket>` (absolute paths), or the
+    HTTP listener they name (`http_base`)."""
 
     interpreter: str
     script: str
     center_socket: str
     relay_socket: str | None = None
+    # the HTTP listener's base URL (`http://127.0.0.1:PORT/mcp/`, serving/streamable.py) while
+    # it listens: an agent whose plan says `mcp_transport = "http"` gets `<base>center` and
+    # `<base>relay` entries instead of the pump's
+    http_base: str | None = None
 
 
 def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
@@ -191,6 +198,14 @@ def home_paths(state_dir: str, agent_id: str, client: str) -> Home:
 def attach_config(plan: AgentPlan, attach: AttachPoints) -> AgentConfig:
     """The configgen input for `plan`: attach entries only, preapproved for a claude or codex
     agent (its own tools; every other question of its still asks) (pure)."""
+    if plan.mcp_transport == "http":
+        if attach.http_base is None:
+            raise HomeError("mcp_transport is http but the supervisor's HTTP listener is not up")
+        return AgentConfig(
+            center=HttpBinding(attach.http_base + "center"),
+            relay=HttpBinding(attach.http_base + "relay") if plan.bundle is not None else None,
+            approve_attach_tools=plan.client in APPROVING_CLIENTS,
+        )
     relay = None
     if plan.bundle is not None and attach.relay_socket is not None:
         relay = AttachBinding(attach.relay_socket)
@@ -207,7 +222,8 @@ def own_tool_rules(plan: AgentPlan) -> list[str]:
     """Claude Code's rules that preapprove every tool of `plan`'s own attach entries (the
     center's; the relay's when it is in a bundle) (pure)."""
     relay = AttachBinding("/") if plan.bundle is not None else None
-    names = AttachPoints(sys.executable, "/", "/")  # the rules depend on the entries' names only
+    # the rules depend on the entries' names only
+    names = AttachPoints(sys.executable, "/", "/", http_base="http://127.0.0.1:1/mcp/")
     return claude_permission_rules(dataclasses.replace(attach_config(plan, names), relay=relay))
 
 

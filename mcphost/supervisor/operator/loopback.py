@@ -43,7 +43,7 @@ from aiohttp import web
 
 from mcphost import events, peer
 from mcphost.events import RateLimit
-from mcphost.supervisor.values import Listen
+from mcphost.supervisor.values import LISTENER_FULL, PEER_FULL, Bounds, Listen
 
 if TYPE_CHECKING:
     from mcphost.unixsock import Listening
@@ -61,8 +61,6 @@ LOG_EVERY_SECONDS = events.LOG_EVERY_SECONDS  # at most one line per kind (reaso
 # Why a connection was closed at once (the `reason` of `supervisor.listener_refused`).
 AGENT_PEER = "agent_peer"
 PEER_UNKNOWN = "peer_unknown"
-LISTENER_FULL = "listener_full"
-PEER_FULL = "peer_full"
 STREAM_LISTENER_FULL = "stream_listener_full"
 STREAM_PEER_FULL = "stream_peer_full"
 _STREAM_REASONS = {LISTENER_FULL: STREAM_LISTENER_FULL, PEER_FULL: STREAM_PEER_FULL}
@@ -73,40 +71,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def no_agents() -> frozenset[int]:
     return frozenset()
-
-
-class Bounds:
-    """The open connections of one listener, per owner uid (pure bookkeeping)."""
-
-    def __init__(
-        self, total: int = CONNECTIONS_PER_LISTENER, per_peer: int = CONNECTIONS_PER_PEER
-    ) -> None:
-        self.total = total
-        self.per_peer = per_peer
-        self.open = 0
-        self.by_uid: dict[int, int] = {}
-
-    def full(self) -> bool:
-        return self.open >= self.total
-
-    def admit(self, uid: int) -> str | None:
-        """Count one more connection of `uid`; the refusal's reason (and nothing counted) when
-        a bound is reached."""
-        if self.full():
-            return LISTENER_FULL
-        if self.by_uid.get(uid, 0) >= self.per_peer:
-            return PEER_FULL
-        self.open += 1
-        self.by_uid[uid] = self.by_uid.get(uid, 0) + 1
-        return None
-
-    def release(self, uid: int) -> None:
-        self.open -= 1
-        left = self.by_uid[uid] - 1
-        if left:
-            self.by_uid[uid] = left
-        else:
-            del self.by_uid[uid]
 
 
 def refusal(uid: int | None, agent_uids: frozenset[int], bounds: Bounds) -> tuple[str | None, int]:
@@ -169,7 +133,9 @@ class LoopbackServer:
     name: str
     agent_uids: AgentUids = no_agents
     unix_mode: int = 0o660
-    bounds: Bounds = field(default_factory=Bounds)
+    bounds: Bounds = field(
+        default_factory=lambda: Bounds(CONNECTIONS_PER_LISTENER, CONNECTIONS_PER_PEER)
+    )
     streams: Bounds = field(default_factory=lambda: Bounds(STREAMS_PER_LISTENER, STREAMS_PER_PEER))
     bound: Listen | None = None  # set by `start`: `listen`, with the port bound on TCP
     refused: dict[str, int] = field(default_factory=dict)  # refusals by reason (tests)

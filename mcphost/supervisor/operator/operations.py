@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.plan import AgentPlan, Fleet
     from mcphost.supervisor.records import ProcessRecords
     from mcphost.supervisor.serving.sessions import SessionHub
+    from mcphost.supervisor.serving.streamable import HttpHub
 
 # How old the usage figures of a status may be, in seconds: every status, page update, scrape and
 # `ctl top` refresh within this age reads the same sample (each agent's group files, about 10 us
@@ -135,6 +136,8 @@ class Supervised(Protocol):
     def fleet(self) -> Fleet: ...
     @property
     def hubs(self) -> Mapping[str, SessionHub]: ...
+    @property
+    def http(self) -> HttpHub: ...
     @property
     def center(self) -> Center: ...
     @property
@@ -249,10 +252,11 @@ class Operations:
         return self._scan
 
     def _sessions(self) -> Counter[str]:
-        """Live sessions per agent, over both surfaces."""
+        """Live sessions per agent, over both surfaces, pumped and over HTTP."""
         sessions: Counter[str] = Counter()
         for hub in self.supervisor.hubs.values():
             sessions.update(hub.counts())
+        sessions.update(self.supervisor.http.counts())
         return sessions
 
     def _read_figures(self, agent_id: str, slot: Slot, sessions: int) -> _Figures:

@@ -22,6 +22,7 @@ or start, stop or restart an agent itself (reconciliation does, under the agent'
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from mcphost.supervisor.plan import Fleet
     from mcphost.supervisor.reconcile import Slot
     from mcphost.supervisor.serving.sessions import SessionHub
+    from mcphost.supervisor.serving.streamable import HttpHub
     from mcphost.surface import Surface
 
 CENTER, RELAY = "center", "relay"  # the two attach hubs: `<state>/run/<name>.sock`
@@ -60,6 +62,8 @@ class Supervised(Protocol):
     def slots(self) -> Mapping[str, Slot]: ...
     @property
     def hubs(self) -> Mapping[str, SessionHub]: ...
+    @property
+    def http(self) -> HttpHub: ...
     @property
     def identities(self) -> Identities: ...
     @property
@@ -122,13 +126,67 @@ class Surfaces:
                 raise Refused.row(R.STOPPING)
             agent_id, generation = supervisor.identities.vouch(cred, self._uid_of)
             slot = supervisor.slots[agent_id]  # vouch found it, and nothing awaited since
-            if supervisor.hubs[surface].count(agent_id) >= MAX_SESSIONS_PER_AGENT:
+            if self._sessions(surface, agent_id) >= MAX_SESSIONS_PER_AGENT:
                 raise Refused.row(R.TOO_MANY_SESSIONS, agent=agent_id, limit=MAX_SESSIONS_PER_AGENT)
             if surface == RELAY and slot.plan.bundle is None:
                 raise Refused.row(R.NO_BUNDLE, agent=agent_id)
             return Attached(agent_id=agent_id, generation=generation)
 
         return identify
+
+    def _sessions(self, surface: str, agent_id: str) -> int:
+        """The agent's live sessions on `surface`, over its pumps and over HTTP together."""
+        pumped = self.supervisor.hubs[surface].count(agent_id)
+        return pumped + self.supervisor.http.count(agent_id, surface)
+
+    def http_agent(self, uid: int) -> str:
+        """The one agent that may use HTTP whose own uid `uid` is; `Refused` otherwise
+        (`not_an_http_agent`; `uid_shared` where agents share it, or share it with this
+        supervisor: a uid that names no single agent names none)."""
+        supervisor = self.supervisor
+        sharing = sorted(a for a, slot in supervisor.slots.items() if slot.uid == uid)
+        if not sharing:
+            raise Refused.row(R.HTTP_NOT_HTTP, uid=uid)
+        if len(sharing) > 1 or uid == os.geteuid():
+            raise Refused.row(R.HTTP_UID_SHARED, uid=uid, agents=", ".join(sharing[:8]))
+        if supervisor.slots[sharing[0]].plan.mcp_transport != "http":
+            raise Refused.row(R.HTTP_NOT_HTTP, uid=uid)
+        return sharing[0]
+
+    def serves_http(self, uid: int) -> bool:
+        """Is `uid` the own uid of an agent that may use HTTP (the HTTP listener's accept)?"""
+        try:
+            self.http_agent(uid)
+        except Refused:
+            return False
+        return True
+
+    def identify_http(self, surface: str, uid: int) -> Attached:
+        """An HTTP request's agent, at its current generation, from the kernel's word on the
+        connection's owner (`uid`), then this surface's bounds, as `identifier`'s."""
+        supervisor = self.supervisor
+        if supervisor.stopping.is_set():
+            raise Refused.row(R.STOPPING)
+        agent_id = self.http_agent(uid)
+        slot = supervisor.slots[agent_id]
+        status = slot.runner.status()
+        if status.pid is None or status.generation is None:  # not running: nothing to serve
+            raise Refused.row(R.SESSION_CLOSED)
+        if surface == RELAY and slot.plan.bundle is None:
+            raise Refused.row(R.NO_BUNDLE, agent=agent_id)
+        return Attached(agent_id=agent_id, generation=status.generation)
+
+    def http_factory(self, surface: str, attached: Attached) -> Surface:
+        """The HTTP hub's `surface_for`: the same surfaces a pump's session gets, once the
+        agent's sessions on `surface` are under their bound."""
+        if self._sessions(surface, attached.agent_id) >= MAX_SESSIONS_PER_AGENT:
+            raise Refused.row(
+                R.TOO_MANY_SESSIONS, agent=attached.agent_id, limit=MAX_SESSIONS_PER_AGENT
+            )
+        return self.factory(surface)(attached)
+
+    def _hubs(self) -> list[SessionHub | HttpHub]:
+        return [*self.supervisor.hubs.values(), self.supervisor.http]
 
     def factory(self, surface: str) -> Callable[[Attached], Surface]:
         """The hub's `surface_for`: the center tools or the relay tools of one session."""
@@ -259,7 +317,7 @@ class Surfaces:
         self._close_relay(agent_id, generation)
         closed = sum(
             hub.close_where(lambda a: a.agent_id == agent_id and a.generation < generation)
-            for hub in self.supervisor.hubs.values()
+            for hub in self._hubs()
         )
         if closed:
             events.emit(
@@ -271,7 +329,7 @@ class Surfaces:
 
     def forget(self, agent_id: str) -> None:
         """End every session of an agent that left the fleet (or was replaced)."""
-        for hub in self.supervisor.hubs.values():
+        for hub in self._hubs():
             hub.close_where(lambda a: a.agent_id == agent_id)
         self._close_relay(agent_id, None)
         self._calls.pop(agent_id, None)

@@ -23,14 +23,11 @@ from aiohttp import web
 from mcphost.supervisor.operator import loopback
 from mcphost.supervisor.operator.loopback import (
     AGENT_PEER,
-    LISTENER_FULL,
-    PEER_FULL,
     PEER_UNKNOWN,
-    Bounds,
     LoopbackServer,
     refusal,
 )
-from mcphost.supervisor.values import Listen
+from mcphost.supervisor.values import LISTENER_FULL, PEER_FULL, Bounds, Listen
 from tests.waiting import eventually
 
 

@@ -24,7 +24,7 @@ from mcphost.peer import PeerCred
 from mcphost.procfs import read_stat
 from mcphost.supervisor.center.generations import Generations
 from mcphost.supervisor.identity import Identities
-from mcphost.supervisor.plan import AgentDefaults, apply_defaults
+from mcphost.supervisor.plan import AgentDefaults, Transport, apply_defaults
 from mcphost.supervisor.refusals import Refused
 from mcphost.supervisor.serving.sessions import Attached
 from mcphost.supervisor.serving.surfaces import CENTER, MAX_SESSIONS_PER_AGENT, RELAY, Surfaces
@@ -58,6 +58,12 @@ class Supervisor:
     relay: Any = None
     env: dict[str, str] = field(default_factory=dict)
     fleet: Any = None
+    # an HTTP listener holding no session (serving/test_streamable.py tests the real one)
+    http: Any = field(
+        default_factory=lambda: SimpleNamespace(
+            count=lambda agent, surface: 0, close_where=lambda pred: 0
+        )
+    )
     spawned: list[Coroutine[Any, Any, Any]] = field(default_factory=list)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -68,10 +74,21 @@ async def not_replaced(slot: Any, generation: int) -> None:
     raise AssertionError("nothing here is fenced")
 
 
-def slot(agent_id: str, generation: int, bundle: str | None = None) -> Any:
-    plan = apply_defaults(AgentDefaults(client="command", command=("x",), bundle=bundle), agent_id)
-    runner = SimpleNamespace(status=lambda: SimpleNamespace(generation=generation))
-    return SimpleNamespace(plan=plan, runner=runner, uid=os.getuid(), fenced=None)
+def slot(
+    agent_id: str,
+    generation: int,
+    bundle: str | None = None,
+    uid: int | None = None,
+    transport: Transport = "pump",
+) -> Any:
+    defaults = AgentDefaults(
+        client="command", command=("x",), bundle=bundle, mcp_transport=transport
+    )
+    plan = apply_defaults(defaults, agent_id)
+    runner = SimpleNamespace(status=lambda: SimpleNamespace(generation=generation, pid=1))
+    return SimpleNamespace(
+        plan=plan, runner=runner, uid=os.getuid() if uid is None else uid, fenced=None
+    )
 
 
 @pytest.fixture
@@ -147,3 +164,54 @@ def test_an_ended_generations_sessions_close_and_a_departed_agents_all() -> None
     assert supervisor.hubs[RELAY].sessions == []
     surfaces.forget("a")
     assert supervisor.hubs[CENTER].sessions == [Attached("b", 1)]
+
+
+def test_over_http_a_uid_names_the_one_http_agent_that_owns_it() -> None:
+    supervisor = Supervisor()
+    surfaces = Surfaces(supervisor, replace_fenced=not_replaced)
+    own = os.geteuid() + 70000  # never the supervisor's
+    supervisor.slots["a"] = slot("a", 4, uid=own, transport="http")
+    supervisor.slots["p"] = slot("p", 1, uid=own + 1)  # a pump agent
+    supervisor.slots["s1"] = slot("s1", 1, uid=own + 2, transport="http")
+    supervisor.slots["s2"] = slot("s2", 1, uid=own + 2, transport="http")
+    supervisor.slots["me"] = slot("me", 1, uid=os.geteuid(), transport="http")
+
+    assert surfaces.identify_http(CENTER, own) == Attached("a", 4)
+    assert surfaces.serves_http(own)
+    for uid, code in (
+        (own + 1, "not_an_http_agent"),  # its agent uses the pump
+        (own + 2, "uid_shared"),  # two agents: the uid names neither
+        (os.geteuid(), "uid_shared"),  # the supervisor's own: shared with it
+        (own + 3, "not_an_http_agent"),  # nobody's
+    ):
+        with pytest.raises(Refused) as refused:
+            surfaces.identify_http(CENTER, uid)
+        assert refused.value.code == code, uid
+        assert not surfaces.serves_http(uid)
+    with pytest.raises(Refused) as refused:
+        surfaces.identify_http(RELAY, own)  # no bundle: no relay tools, over HTTP as by pump
+    assert refused.value.code == "surface_unavailable"
+
+
+def test_an_agents_sessions_count_over_pumps_and_http_together(
+    agent_process: PeerCred,
+) -> None:
+    supervisor = Supervisor()
+    surfaces = Surfaces(supervisor, replace_fenced=not_replaced)
+    stat = read_stat(agent_process.pid)
+    assert stat is not None
+    supervisor.identities.spawned("a", (agent_process.pid, stat.starttime), 3)
+    supervisor.slots["a"] = slot("a", 3, transport="http")
+    held = {"http": MAX_SESSIONS_PER_AGENT - 1}
+    supervisor.http = SimpleNamespace(
+        count=lambda agent, surface: held["http"], close_where=lambda pred: 0
+    )
+    supervisor.hubs[CENTER].sessions = [Attached("a", 3)]  # one pump: 32 in all
+    with pytest.raises(Refused) as refused:
+        surfaces.identifier(CENTER)(agent_process)  # a pump more
+    assert refused.value.code == "too_many_sessions"
+    with pytest.raises(Refused) as refused:
+        surfaces.http_factory(CENTER, Attached("a", 3))  # an HTTP session more
+    assert refused.value.code == "too_many_sessions"
+    held["http"] -= 1  # one closed: room for one more of either
+    assert surfaces.identifier(CENTER)(agent_process) == Attached("a", 3)
