@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from mcphost.standin.anthropic import ModelStandIn, Say, ToolUse
 from mcphost.supervisor.confine import probe as machine
 from mcphost.testing import DevCenter
 from tests.blackbox.conftest import project_root
-from tests.blackbox.model_standin import ModelStandIn, Say, ToolUse
 from tests.supervisor.supervise_harness import Supervised, center_heard, fenced_turn
 
 CLAUDE = project_root() / "tools" / "node_modules" / ".bin" / "claude"
