@@ -56,7 +56,6 @@ PROJECT = {
 # must exist; an entry that no longer stands for a module without a test file of its name fails
 # (delete the line).
 NOT_NAMED = {
-    "mcphost/cli.py": "the dispatcher every command runs through (tests/blackbox/test_process.py)",
     "mcphost/cliargs.py": "every CLI's hygiene (tests/hardening/test_token_hygiene.py)",
     "mcphost/demo.py": "no test: `make demo-host` runs it (its parts: tests/blackbox/test_host.py)",
     "mcphost/surface.py": "the contract, served in tests/mcpserve/test_adapter.py",

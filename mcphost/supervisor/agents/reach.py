@@ -234,8 +234,8 @@ def program_problems(fleet: Fleet, state_dir: str, env: Mapping[str, str]) -> li
         except FileNotFoundError as exc:
             lines.append(
                 f"{key} ({plan.agent_id}): {exc.strerror}: install it where the fence shows "
-                "it (not under /tmp, /run or the state directory) or name it by a path the "
-                f"agent can see{_one_line_fix(program, path)}"
+                f"it (not under {', '.join(fences.PRIVATE)}, /run or the state directory) or "
+                f"name it by a path the agent can see{_one_line_fix(program, path)}"
             )
         for position, argument, cover in fences.hidden_arguments(
             fence.plan, agent_argv(plan, home)

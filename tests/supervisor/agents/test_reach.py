@@ -152,6 +152,22 @@ def test_each_fenced_agent_that_will_not_find_its_program_is_one_line(hidden_bin
     assert defaulted.startswith("defaults.command (defaulted): ")
 
 
+def test_a_program_under_var_tmp_is_named_and_the_fix_names_every_private_directory() -> None:
+    # A newcomer's npm prefix under /var/tmp: hidden like /tmp, and the line must say so.
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="mcphost-reach-", dir="/var/tmp"))
+    try:
+        executable(base / "bin", "mytool")
+        fleet = a_fleet({"id": "a1", "command": (str(base / "bin" / "mytool"),)})
+        (line,) = reach.program_problems(fleet, STATE, {"PATH": "/usr/bin:/bin"})
+        assert "(hidden by the fence: /var/tmp)" in line, line
+        assert "not under /tmp, /var/tmp, /dev/shm, /run or the state directory" in line, line
+    finally:
+        shutil.rmtree(base)
+
+
 def test_the_agents_path_is_the_supervisors_when_its_env_gives_none(hidden_bin: Path) -> None:
     executable(hidden_bin, "mytool")
     fleet = a_fleet({"id": "a1", "command": ("mytool",)})
