@@ -5,7 +5,7 @@ agent is `sh -c 'echo $$ > ready; exec sleep ...'` (no pump, no MCP session: the
 own cost, not its agents'), unfenced as root (bench/supervisor.py's `UNFENCED`), `[page]` on
 127.0.0.1 and `[metrics]` on a Unix socket. Once every agent wrote its `ready` file and
 BENCH_IDLE_SETTLE seconds passed, the supervisor's CPU (its threads' `schedstat` run time:
-`operations.run_time`) over four windows of BENCH_IDLE_WINDOW seconds each:
+`watching.run_time`) over four windows of BENCH_IDLE_WINDOW seconds each:
 - idle: nobody looks;
 - a page tab open: the page is opened once (`GET /`) and its live updates followed as its
   script follows them (`Watcher`: the tree's page stream `/api/stream` held open and read, or,
@@ -27,82 +27,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.metrics import scrape
-from bench.operations import SCRAPE_EVERY, free_port, get, run_time
 from bench.supervisor import ROOT, UNFENCED, Arm, wait_gone
+from bench.watching import SCRAPE_EVERY, Watcher, free_port, has_stream, run_time
 
 SIZES = [int(n) for n in os.environ.get("BENCH_IDLE_SIZES", "100,500").split(",")]
 ROUNDS = int(os.environ.get("BENCH_IDLE_ROUNDS", "2"))
 WINDOW = float(os.environ.get("BENCH_IDLE_WINDOW", "30"))
 SETTLE = float(os.environ.get("BENCH_IDLE_SETTLE", "5"))
 BASELINE = os.environ.get("BENCH_BASELINE", "")
-POLL_EVERY_BEFORE = 2.0  # how often a page without a stream polled /api/fleet (its POLL_MS)
 BARE = ["/bin/sh", "-c", "echo $$ > ready; exec sleep 100000"]
-
-
-def has_stream(tree: str) -> bool:
-    """Whether `tree`'s fleet page pushes over `/api/stream` (else its script polls)."""
-    page = Path(tree) / "mcphost" / "supervisor" / "operator" / "page.py"
-    return "/api/stream" in page.read_text()
-
-
-class Watcher:
-    """An open page tab's live updates, as its script gets them: the stream held open and read
-    in a thread (`messages` counts them), or for a page without one a poll every 2 s (`tick`)."""
-
-    def __init__(self, port: int, stream: bool) -> None:
-        self.port, self.stream = port, stream
-        self.messages = self.polls = 0
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._next = 0.0
-
-    def __enter__(self) -> Watcher:
-        get(self.port, "/")  # the tab is opened once
-        if self.stream:
-            sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
-            sock.sendall(
-                f"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                "Accept: text/event-stream\r\n\r\n".encode()
-            )
-            head = sock.recv(65536)
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"/api/stream answered {head[:200]!r}")
-            self.messages += head.count(b"\ndata: ")
-            self._sock = sock
-            self._thread = threading.Thread(target=self._read, daemon=True)
-            self._thread.start()
-        return self
-
-    def _read(self) -> None:
-        assert self._sock is not None
-        with contextlib.suppress(OSError):
-            while chunk := self._sock.recv(65536):
-                self.messages += chunk.count(b"data: ")
-
-    def tick(self, now: float) -> None:
-        """At `now` (seconds into the window): poll when a polling page would."""
-        if not self.stream and now >= self._next:
-            get(self.port, "/api/fleet")
-            self.polls += 1
-            self._next += POLL_EVERY_BEFORE
-
-    def __exit__(self, *exc: object) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
-            self._sock.close()
-        if self._thread is not None:
-            self._thread.join(10)
 
 
 def window(

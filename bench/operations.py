@@ -11,7 +11,7 @@ at N = 100, and spawn time with per-agent cgroups against without.
    - burst: CPU per 1000 center calls while every agent makes BENCH_SV_BURST_CALLS calls;
    - steady state: CPU (here its threads' `schedstat` run time, to the nanosecond: `run_time`)
      over BENCH_OPS_WINDOW seconds (30) after the burst, during which the `on`
-     arm is looked at as an operator would: an open browser tab (bench/idle.py's `Watcher`: the
+     arm is looked at as an operator would: an open browser tab (bench/watching.py's `Watcher`: the
      page fetched once, then its live updates as its script follows them: the page's stream
      held open, or `GET /api/fleet` every 2 s for a tree whose page polls) and a
      `/metrics` scrape every 15 s (Prometheus' usual interval); the others are left alone;
@@ -40,9 +40,7 @@ runs it as section 13. BENCH_OPS_PARTS (a comma list of `fleet` (1 and 2), `cgro
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -63,6 +61,7 @@ from bench.supervisor import (
     pss_mb,
     run_burst,
 )
+from bench.watching import POLL_EVERY, SCRAPE_EVERY, Watcher, free_port, get, has_stream, run_time
 
 N = int(os.environ.get("BENCH_OPS_N", "100"))
 ROUNDS = int(os.environ.get("BENCH_OPS_ROUNDS", "2"))
@@ -72,42 +71,6 @@ PAIRS = int(os.environ.get("BENCH_OPS_SPAWN_PAIRS", "8"))
 BASELINE = os.environ.get("BENCH_BASELINE", "")
 PARTS = ("fleet", "cgroups", "spawn")
 ONLY = frozenset(p.strip() for p in os.environ.get("BENCH_OPS_PARTS", ",".join(PARTS)).split(","))
-POLL_EVERY = 2.0  # how often the page's script polled /api/fleet before it had a stream
-SCRAPE_EVERY = 15.0  # Prometheus' usual scrape_interval
-
-
-def run_time(pid: int) -> float:
-    """The CPU time of `pid`'s threads, in seconds to the nanosecond: the sum of each thread's
-    `schedstat` run time (utime + stime count 10 ms ticks: too coarse for a 30 s idle window of
-    tens of milliseconds, or for one request). A thread that ended is not in it: used for
-    differences over a window, in which the supervisor starts none (its executor's threads stay)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
-            total += int(stat.read().split()[0])
-    return total / 1e9
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def get(port: int, path: str) -> float:
-    """One GET on the page, as a browser on the machine would send it; seconds to the last byte."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        started = time.perf_counter()
-        conn.request("GET", path)
-        response = conn.getresponse()
-        body = response.read()
-        took = time.perf_counter() - started
-    finally:
-        conn.close()
-    if response.status != 200:
-        raise RuntimeError(f"{path} answered {response.status}: {body[:300]!r}")
-    return took
 
 
 def fleet_round(center: Any, base: Path, arm_name: str) -> dict[str, Any]:
@@ -141,7 +104,6 @@ def fleet_round(center: Any, base: Path, arm_name: str) -> dict[str, Any]:
             "start_pss": pss_mb(supervisor),
         }
         fig["burst_cpu"] = run_burst(center, arm, fifo, servers, agents)["cpu"]["supervisor"]
-        from bench.idle import Watcher, has_stream
 
         before, began = run_time(supervisor), time.monotonic()
         scrapes = 0

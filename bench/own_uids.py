@@ -55,8 +55,8 @@ from typing import Any
 from bench import fence
 from bench.fence import Events, bench_dir, descendants, machine_line, tree_pss
 from bench.metrics import scrape
-from bench.operations import POLL_EVERY, SCRAPE_EVERY, free_port, get, run_time
 from bench.supervisor import pss_mb
+from bench.watching import POLL_EVERY, SCRAPE_EVERY, free_port, get, run_time
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = os.environ.get("BENCH_BASELINE", "")

@@ -233,8 +233,8 @@ def run_arm(
 ) -> Figures:
     """One fresh supervisor with `n` agents of `arm`: its figures (module doc)."""
     from bench.fence import Supervisor, descendants, role
-    from bench.operations import run_time
     from bench.supervisor import pss_mb
+    from bench.watching import run_time
 
     command = ["sleep", "infinity"] if arm == "bare" else [PY, "-I", "-S", AGENT, "{mcp_config}"]
     ids = [f"{arm[0]}-{i:04d}" for i in range(n)]
