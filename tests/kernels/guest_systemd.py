@@ -238,8 +238,9 @@ def check_running(center: DevCenter, *, user: str) -> dict[str, dict[str, Any]]:
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert f"MCPHOST_CENTER__TOKEN_FILE={credential}".encode() in environ
     assert oct(os.stat("/etc/mcphost/worker.token").st_mode & 0o777) == "0o600"
-    # NOTIFY_SOCKET is the supervisor's alone: no agent process inherits it.
-    assert b"NOTIFY_SOCKET" not in Path(f"/proc/{pid}/environ").read_bytes()
+    # NOTIFY_SOCKET is the supervisor's alone (its /proc environ, the one it was started with,
+    # has it): no agent process inherits it.
+    assert b"NOTIFY_SOCKET=" in Path(f"/proc/{pid}/environ").read_bytes()
     for agent in ("steady", "forker"):
         for member in group_pids("/sys/fs/cgroup" + cgroup_of(rows[agent]["pid"])):
             with contextlib.suppress(OSError):  # a forked child may be gone
