@@ -57,6 +57,7 @@ from mcphost.supervisor.control.server import ControlServer
 from mcphost.supervisor.identity import Identities
 from mcphost.supervisor.operator import journal
 from mcphost.supervisor.operator.journal import Journal
+from mcphost.supervisor.operator.notify import Notifier
 from mcphost.supervisor.operator.operations import Operations, reload_failed
 from mcphost.supervisor.plan import Fleet, agent_uid, runs_apart
 from mcphost.supervisor.reconcile import Reconciler, Slot
@@ -75,6 +76,7 @@ async def supervise(fleet: Fleet, state_dir: str) -> int:
     refused start: its one line printed, and its status)."""
     state_dir = os.path.abspath(state_dir)
     started_at = time.time()
+    notifier = Notifier.take(os.environ)  # before anything is spawned: no agent inherits it
     kernel.set_non_dumpable()  # before the token is read: no same-user process reads it
     kernel.set_child_subreaper()  # orphans of agents come back to us (reaped, fail closed)
     try:  # the token, then the state directory's lock, then its modes (startup.py)
@@ -86,7 +88,9 @@ async def supervise(fleet: Fleet, state_dir: str) -> int:
     # the supervisor's own events, for `ctl logs --supervisor` too (journal.py)
     kept = journal.install(os.path.join(state_dir, LOGS))
     ground = await startup.open_ground(fleet, state_dir, link, lock_fd)
-    return await Supervisor(fleet, state_dir, ground, kept, started_at=started_at).run()
+    return await Supervisor(
+        fleet, state_dir, ground, kept, started_at=started_at, notifier=notifier
+    ).run()
 
 
 def run_supervisor(fleet: Fleet, state_dir: str) -> int:
@@ -108,8 +112,10 @@ class Supervisor:
         *,
         started_at: float,
         env: Mapping[str, str] | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
+        self.notifier = notifier or Notifier(None)  # systemd's Type=notify (notify.py)
         self.env = dict(os.environ if env is None else env)
         self.started_at = started_at
         self.stopping = asyncio.Event()
@@ -189,9 +195,15 @@ class Supervisor:
         `[metrics]`: `Listeners.reload`); `dry_run`: only say what applying it would do. Its
         `keys` name every changed key and what was (would be) done with it; a reload that
         applied is logged as `supervisor.reloaded` with them (SIGHUP's as ctl's)."""
-        outcome, wanted = await self.reconciler.reload(dry_run=dry_run)
-        # applied: the fleet in force now (a reload that ran meanwhile may have replaced it)
-        keys = await self.listeners.reload(wanted if dry_run else self.fleet, apply=not dry_run)
+        if not dry_run:
+            self.notifier.reloading()
+        try:
+            outcome, wanted = await self.reconciler.reload(dry_run=dry_run)
+            # applied: the fleet in force now (a reload that ran meanwhile may have replaced it)
+            keys = await self.listeners.reload(wanted if dry_run else self.fleet, apply=not dry_run)
+        finally:
+            if not dry_run:  # failed or applied, the supervisor serves on
+                self.notifier.ready(self.status_line())
         outcome["keys"] = outcome.get("keys", []) + keys
         if not dry_run:
             events.emit("supervisor.reloaded", keys=outcome["keys"])
@@ -264,6 +276,7 @@ class Supervisor:
         self.spawn(self.records.watch_adopted(self.reaper, every))
         self.spawn(self.operations.sample_usage_forever())  # the agents' memory peaks
         events.emit("supervisor.ready", agents=sorted(self.slots))
+        self.notifier.ready(self.status_line())  # `systemctl start` returns now
         await self.stopping.wait()
         await self._shutdown()
         return 0
@@ -276,7 +289,15 @@ class Supervisor:
         kernel-credential check is then the only gate, as it always is the real one)."""
         return 0o666 if any(runs_apart(a) for a in self.fleet.agents) else 0o600
 
+    def status_line(self) -> str:
+        """systemd's `STATUS=` (`systemctl status`, the StatusText property): the agents
+        running, the page and the metrics addresses."""
+        parts = [f"{len(self.slots)} agents", f"control {self.control.path}"]
+        parts += [f"{name} {where}" for name, where in self.listeners.addresses().items()]
+        return "; ".join(parts)
+
     async def _shutdown(self) -> None:
+        self.notifier.stopping()  # systemd shows the unit deactivating from here
         events.emit("supervisor.stopping", agents=len(self.slots))
         for task in list(self._tasks):
             task.cancel()

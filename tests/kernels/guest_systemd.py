@@ -9,14 +9,18 @@ as PID 1 in the VM; so does `guest()` below.
 
 What holds, in the unit's user mode (`User=mcphost`) and in its root mode (the header's
 `systemctl edit` drop-in, `User=` and `Group=` cleared):
-- `systemctl start`: the supervisor runs in the unit's cgroup, and with `Delegate=yes` each
+- `systemctl start` (`Type=notify`) returns only once the supervisor is ready: `mcphost ctl
+  status` answers at once, `systemctl show -p StatusText` is its STATUS= line, and no agent
+  process has `NOTIFY_SOCKET` in its environment;
+- the supervisor runs in the unit's cgroup, and with `Delegate=yes` each
   agent in a group of its own beneath it, under its limits: a fork loop stops at its
   `pids_max` (the kernel's `pids.events` counts the refused forks);
 - the worker token reaches it only through `LoadCredential` (the file in /etc is root's, 0600)
   and the agents' center calls pass with it;
 - `LimitNOFILE` is in force on the supervisor (/proc/<pid>/limits);
 - `journalctl -u mcphost-supervisor` shows the supervisor's event lines;
-- `systemctl reload` reconciles: an agent added to the fleet file starts;
+- `systemctl reload` reconciles: an agent added to the fleet file starts, and the unit is active
+  again with a STATUS= line that counts it;
 - after `kill -9` of the supervisor, `Restart=on-failure` starts it again and every agent comes
   back at a higher generation;
 - `systemctl stop` ends within `TimeoutStopSec`, with nothing left in the unit's cgroup.
@@ -32,7 +36,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +76,6 @@ def sh(command: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedP
     if check:
         assert done.returncode == 0, f"{command}: {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
-
-
-def answers(command: str) -> bool:
-    return sh(command, check=False).returncode == 0
 
 
 def header_steps() -> list[str]:
@@ -203,14 +202,17 @@ def install(center: DevCenter) -> None:
         if step.startswith("systemctl daemon-reload"):
             # Editing the fleet file comes before starting the unit.
             Path("/etc/mcphost/fleet.toml").write_text(fleet(center, agents("steady", "forker")))
-        if "mcphost ctl" in step:
-            # Type=simple: `enable --now` returns once the process runs, before it listens.
-            until(partial(answers, step), 180, f"{step} to answer")
+        # Type=notify: `enable --now` returned once the supervisor was ready (READY=1), so the
+        # header's `mcphost ctl ... status` answers at once (sh raises on a non-zero status).
         sh(step, env={**os.environ, "TOKEN": center.token})
 
 
 def check_running(center: DevCenter, *, user: str) -> dict[str, dict[str, Any]]:
     """The unit started: everything `systemctl start` promises, read from outside."""
+    # Type=notify: `systemctl start` returned once the control socket answered and every agent
+    # was started; the STATUS= line is systemd's StatusText.
+    assert status(), "ctl status did not answer right after systemctl start"
+    assert show("StatusText").startswith("2 agents; control "), show("StatusText")
     rows = until(lambda: running("steady", "forker"), 180, "the fleet to run under systemd")
     pid = main_pid()
     assert show("ActiveState") == "active"
@@ -236,6 +238,13 @@ def check_running(center: DevCenter, *, user: str) -> dict[str, dict[str, Any]]:
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert f"MCPHOST_CENTER__TOKEN_FILE={credential}".encode() in environ
     assert oct(os.stat("/etc/mcphost/worker.token").st_mode & 0o777) == "0o600"
+    # NOTIFY_SOCKET is the supervisor's alone (its /proc environ, the one it was started with,
+    # has it): no agent process inherits it.
+    assert b"NOTIFY_SOCKET=" in Path(f"/proc/{pid}/environ").read_bytes()
+    for agent in ("steady", "forker"):
+        for member in group_pids("/sys/fs/cgroup" + cgroup_of(rows[agent]["pid"])):
+            with contextlib.suppress(OSError):  # a forked child may be gone
+                assert b"NOTIFY_SOCKET=" not in Path(f"/proc/{member}/environ").read_bytes()
     assert center_state() == "ok"  # a wrong or missing token would be refused (401)
     # LimitNOFILE, with the soft limit raised to the hard one by the supervisor.
     limits = Path(f"/proc/{pid}/limits").read_text()
@@ -252,6 +261,9 @@ def check_reload(center: DevCenter) -> None:
     sh(f"systemctl reload {UNIT}")
     until(lambda: running("steady", "forker", "late"), 180, "the added agent to run")
     assert main_pid() == pid
+    # RELOADING=1 then READY=1: the unit is active again, its STATUS= line counting the new agent.
+    until(lambda: show("ActiveState") == "active", 120, "the unit active after the reload")
+    until(lambda: show("StatusText").startswith("3 agents; "), 120, "the STATUS= after reload")
 
 
 def check_restart(rows: dict[str, dict[str, Any]]) -> None:

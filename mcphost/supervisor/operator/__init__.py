@@ -8,6 +8,7 @@
 - `loopback`: the bounded HTTP listener both of them stand on (connections, deadlines, peers,
   the `Host` guard of `values.Listen`).
 - `journal`: the supervisor's own event sinks and the recent records the page shows.
+- `notify`: systemd's readiness protocol (sd_notify: READY, RELOADING, STOPPING, STATUS).
 
 It stands on top of the wings below (serving, the reconcile, agents, center, confine); nothing
 below imports it.
